@@ -1,0 +1,45 @@
+#include "numerics/loss_spec.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "numerics/error.hpp"
+
+namespace xentlab {
+
+void LossSpec::validate() const {
+  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
+    throw InputError(fmt::format("label_smoothing must be in [0, 1], got {}", label_smoothing));
+  if (!(z_loss >= 0.0) || !std::isfinite(z_loss))
+    throw InputError(fmt::format("z_loss must be finite and >= 0, got {}", z_loss));
+  if (!(softcap >= 0.0) || !std::isfinite(softcap))
+    throw InputError(fmt::format("softcap must be finite and >= 0 (0 = off), got {}", softcap));
+  if (!(logit_scale > 0.0) || !std::isfinite(logit_scale))
+    throw InputError(fmt::format("logit_scale must be finite and > 0, got {}", logit_scale));
+}
+
+std::string LossSpec::describe() const {
+  return fmt::format("{} ignore_index={} label_smoothing={} z_loss={} softcap={} logit_scale={}{}",
+                     to_string(reduction), ignore_index, label_smoothing, z_loss,
+                     softcap > 0 ? fmt::format("{}", softcap) : std::string("off"), logit_scale,
+                     empty_mean == EmptyMean::zero ? " empty_mean=zero" : "");
+}
+
+std::string_view to_string(Reduction r) {
+  switch (r) {
+    case Reduction::none: return "none";
+    case Reduction::mean: return "mean";
+    case Reduction::sum: return "sum";
+  }
+  return "?";
+}
+
+Reduction parse_reduction(std::string_view s) {
+  if (s == "none") return Reduction::none;
+  if (s == "mean") return Reduction::mean;
+  if (s == "sum") return Reduction::sum;
+  throw InputError("unknown reduction '" + std::string(s) + "' (expected none, mean or sum)");
+}
+
+}  // namespace xentlab

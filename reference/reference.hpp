@@ -1,0 +1,87 @@
+#pragma once
+// The certified CPU reference of the LM-head cross-entropy loss and its gradients (fast tier).
+//
+// Arithmetic (see shared NUMERICS.md §1–3 and docs/reference.md):
+//  - logits: inputs are exact in double and so are their products (≤ 24+24 significant bits);
+//    each logit is the Sum2 (Ogita–Rump–Oishi) of those products and the bias. Error per logit
+//    ≤ u·|r| + γ²_{D+9}·‖H_i‖₂‖W_j‖₂ with u = 2^-53 (Cauchy–Schwarz bounds Σ|H||W|).
+//  - one row (Blanchard, Higham & Higham 2021): a = max z (first index k), s = Σ_{j≠k} e^{z_j−a}
+//    compensated, lse = a + log1p(s), p_j = e^{z_j−a}/(1+s), ce = (a − z_t) + log1p(s) with label
+//    smoothing folded in, true-class gradient from 1 − p_t = (1 + Σ_{j∉{k,t}} e_j)/(1+s) or
+//    s/(1+s): no cancellation.
+//  - gradients dH = dz·W, dW = dzᵀ·H, db = Σ dz with Dot2 (TwoProduct + TwoSum) accumulators.
+// Every output element carries an a-priori bound on its own error (first order in u; the second
+// order terms are below 1e-28 relative and are not carried), together with the condition
+// quantities |dz|·|W| and |dz|ᵀ·|H| that the error bounds of the strategies under test need.
+//
+// Sampling: the reference can be asked for a subset of token rows (per-token outputs, dH rows, and
+// dW/db summed over those rows only) and of vocabulary rows (dW/db rows). The gradient scale of
+// reduction mean is always 1/n_valid of the whole problem, so sampled per-row results equal the full
+// problem's; dW/db over a token subset are the contribution of that subset.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "datasets/problem.hpp"
+#include "numerics/loss_spec.hpp"
+
+namespace xentlab {
+
+struct ReferenceOptions {
+  std::vector<std::int64_t> token_rows;  ///< rows to compute; empty = all. Sorted, unique, in [0,N)
+  std::vector<std::int64_t> vocab_rows;  ///< vocabulary rows for dW/db; empty = all
+  bool want_dz = false;   ///< dL/d(raw logits) for every computed token row (S×V)
+  bool want_dH = true;    ///< linear problems only
+  bool want_dW = true;    ///< linear problems only
+  bool want_db = true;    ///< linear problems only
+  /// reduction none: upstream gradient dL/dloss_i per token (size N); empty = all ones.
+  std::vector<double> upstream;
+  int threads = 0;  ///< OpenMP threads; 0 = OpenMP's default
+  /// Called from the calling thread after each block of rows: (rows done, rows total).
+  std::function<void(std::int64_t, std::int64_t)> progress;
+  /// Largest dW/dz working set in bytes before InputError asks for vocabulary sampling.
+  std::int64_t max_bytes = std::int64_t{8} << 30;
+};
+
+/// Outputs of the reference. Per-token vectors have S = token_rows.size() entries; gradient
+/// matrices are row-major. Every value has a *_bound: |computed − exact| ≤ bound (first order).
+struct ReferenceResult {
+  std::vector<std::int64_t> token_rows;  ///< (S) the rows computed
+  std::vector<std::int64_t> vocab_rows;  ///< (J) the vocabulary rows of dW/db
+  std::int64_t N = 0, V = 0, D = 0;
+  std::int64_t n_valid = 0;     ///< non-ignored rows of the whole problem
+  bool partial = false;         ///< true when S < N (reduced loss over the sample only)
+
+  // Per token (S). Ignored rows: loss = ce = z_term = 0; lse and covariates still computed.
+  std::vector<double> loss, loss_bound;    ///< ce + z_term (nats)
+  std::vector<double> lse, lse_bound;      ///< log Σ_j exp(z_j) (after scale and softcap)
+  std::vector<double> ce;                  ///< cross-entropy part (with label smoothing)
+  std::vector<double> z_term;              ///< λ·lse²
+  std::vector<double> max_logit;           ///< max_j z_j
+  std::vector<double> p_target;            ///< softmax at the target (NaN for ignored rows)
+  std::vector<double> entropy;             ///< −Σ p log p (nats)
+  std::vector<double> sum_p_abs_z;         ///< Σ_j p_j·|z_j|
+  std::vector<double> grad_scale;          ///< dL/dloss_i: 1/n_valid, 1 or the upstream value
+
+  /// Reduced loss: mean or sum over valid rows; for reduction none Σ_i g_i·loss_i (the scalar
+  /// whose gradient is returned). Over the sampled rows only when partial.
+  double reduced_loss = 0.0, reduced_loss_bound = 0.0;
+
+  std::vector<double> dz, dz_bound;                  ///< (S, V) when want_dz
+  std::vector<double> dH, dH_bound, dH_cond;         ///< (S, D); cond = |dz|·|W|
+  std::vector<double> dW, dW_bound, dW_cond;         ///< (J, D); cond = |dz|ᵀ·|H| over the rows
+  std::vector<double> db, db_bound;                  ///< (J)
+};
+
+/// Computes the reference. Throws InputError for an invalid problem or spec (see
+/// Problem::validate, LossSpec::validate), bad token/vocab rows, an upstream vector of the wrong
+/// length or with non-finite values, gradients asked of a problem that has none (dH of a logits
+/// problem), or a dW working set beyond options.max_bytes (sample vocabulary rows instead).
+ReferenceResult compute_reference(const Problem& problem, const LossSpec& spec,
+                                  const ReferenceOptions& options = {});
+
+/// Sorted, unique random subset of [0, n) of size min(k, n), from a seeded generator
+/// (std::mt19937_64). Used to sample token and vocabulary rows reproducibly.
+std::vector<std::int64_t> sample_rows(std::int64_t n, std::int64_t k, std::uint64_t seed);
+
+}  // namespace xentlab

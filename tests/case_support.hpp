@@ -1,0 +1,75 @@
+#pragma once
+// Helpers for tests against ../shared/cases: building small problems, and the one place where a
+// test's tolerance against a printed case value is formed.
+//
+// Tolerance (derived, not tuned): a case value printed with k significant digits is the exact
+// value rounded to k digits, so it is within half a unit of its last digit of the truth; the
+// reference is within its own certified bound of the truth. Their distance is at most the sum.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "datasets/problem.hpp"
+
+namespace xentlab::testing {
+
+/// Half a unit in the last printed digit of a decimal literal such as "0.0485873515737" or
+/// "3.7252903e-9".
+inline double half_unit_last_digit(const std::string& lit) {
+  std::string mant = lit;
+  int exp10 = 0;
+  const auto epos = lit.find_first_of("eE");
+  if (epos != std::string::npos) {
+    mant = lit.substr(0, epos);
+    exp10 = std::atoi(lit.c_str() + epos + 1);
+  }
+  const auto dot = mant.find('.');
+  const int decimals = dot == std::string::npos ? 0 : static_cast<int>(mant.size() - dot - 1);
+  return 0.5 * std::pow(10.0, exp10 - decimals);
+}
+
+/// |value − printed| ≤ bound + half a unit in the printed value's last digit.
+inline ::testing::AssertionResult matches_case(double value, double bound, const std::string& lit) {
+  const double expected = std::strtod(lit.c_str(), nullptr);
+  const double tol = bound + half_unit_last_digit(lit);
+  const double err = std::fabs(value - expected);
+  if (err <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "value " << std::to_string(value) << " (" << value << ") differs from the case value "
+         << lit << " by " << err << " > tolerance " << tol << " (reference bound " << bound
+         << " + half a unit of the last printed digit)";
+}
+
+#define XL_EXPECT_CASE(value, bound, literal) \
+  EXPECT_TRUE(::xentlab::testing::matches_case((value), (bound), (literal)))
+
+/// Logits problem from rows of values (rounded into dtype; they should be exact).
+inline Problem logits_problem(DType dtype, const std::vector<std::vector<double>>& rows,
+                              std::vector<std::int64_t> targets, std::int64_t ignore_index = -100) {
+  const auto N = static_cast<std::int64_t>(rows.size());
+  const auto V = static_cast<std::int64_t>(rows.at(0).size());
+  Tensor Z(dtype, {N, V}, "logits");
+  for (std::int64_t i = 0; i < N; ++i)
+    for (std::int64_t j = 0; j < V; ++j) {
+      const double v = rows[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+      EXPECT_TRUE(representable(v, dtype)) << v << " is not exact in " << to_string(dtype);
+      Z.set(i * V + j, v);
+    }
+  return Problem::from_logits(std::move(Z), std::move(targets), ignore_index, "case");
+}
+
+/// Linear problem reproducing a (finite) logits problem exactly: H = I_N (one-hot rows), W = Zᵀ.
+inline Problem linear_from_logits(const Problem& lp, std::int64_t ignore_index = -100) {
+  const std::int64_t N = lp.N, V = lp.V;
+  Tensor H(lp.logits.dtype(), {N, N}, "H"), W(lp.logits.dtype(), {V, N}, "W");
+  for (std::int64_t i = 0; i < N; ++i) H.set(i * N + i, 1.0);
+  for (std::int64_t i = 0; i < N; ++i)
+    for (std::int64_t j = 0; j < V; ++j) W.set(j * N + i, lp.logits.get(i * V + j));
+  return Problem::linear(std::move(H), std::move(W), std::nullopt, lp.targets, ignore_index,
+                         "case-linear");
+}
+
+}  // namespace xentlab::testing

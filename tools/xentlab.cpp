@@ -1,0 +1,31 @@
+// xentlab: numerics lab and verification harness for the LM-head cross-entropy loss.
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+#include <exception>
+
+#include "numerics/error.hpp"
+#include "numerics/version.hpp"
+#include "tools/cli/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"xentlab: how wrong is a cross-entropy kernel? Certified reference, audits, golden files."};
+  app.set_version_flag("--version", std::string("xentlab ") + xentlab::kVersion);
+  app.require_subcommand(1);
+  xentlab::cli::register_reference(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const xentlab::InputError& e) {
+    fmt::print(stderr, "xentlab: invalid input: {}\n", e.what());
+    return 2;
+  } catch (const xentlab::FormatError& e) {
+    fmt::print(stderr, "xentlab: bad file: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "xentlab: error: {}\n", e.what());
+    return 3;
+  }
+  return 0;
+}
