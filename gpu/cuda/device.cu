@@ -1,4 +1,4 @@
-#include "gpu/device.hpp"
+#include "gpu/cuda/device.hpp"
 
 #include <cuda_runtime.h>
 

@@ -1,0 +1,97 @@
+#pragma once
+// One interface for every loss strategy (naive, chunked, checkpointed, fused) on every backend
+// (the CUDA GPU, and the CPU emulation that reproduces a strategy's arithmetic with each rounding
+// of its recipe emulated). Life cycle, as CUTLASS: can_implement → workspace_size → run.
+// Tests, benchmarks and the CLI iterate over the registry (gpu/registry.hpp); none names a
+// strategy by hand.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "datasets/problem.hpp"
+#include "numerics/loss_spec.hpp"
+#include "numerics/recipe.hpp"
+
+namespace xentlab {
+
+enum class Backend : std::uint8_t { cpu_emulation, cuda };
+std::string_view to_string(Backend b);
+
+/// How a strategy reduces over the vocabulary (sum-exp, lse) and over tokens; the a-priori error
+/// bounds (numerics/bounds.hpp) take their reduction constant c(V) from this.
+enum class ReductionOrder : std::uint8_t {
+  sequential,    ///< one running sum, c(n) = n − 1
+  pairwise,      ///< balanced tree, c(n) = ⌈log2 n⌉
+  blocked,       ///< T threads each sequential over n/T, then a tree: c = n/T + log2 T
+  online_tiles,  ///< online (max, sum) merged across vocabulary tiles of `tile` entries
+};
+std::string_view to_string(ReductionOrder o);
+
+/// What a strategy declares about its arithmetic for a recipe.
+struct DeclaredArithmetic {
+  ReductionOrder vocab_order = ReductionOrder::blocked;
+  std::int64_t block_threads = 256;  ///< T for blocked
+  std::int64_t tile = 0;             ///< vocabulary tile for online_tiles
+  ReductionOrder token_order = ReductionOrder::pairwise;  ///< reduction of the loss over tokens
+  std::int64_t gemm_k_split = 1;     ///< GEMM accumulation: fp32 over D in k-blocks
+  std::string note;                  ///< free text (e.g. "cuBLAS GemmEx, fp32 compute")
+};
+
+struct Status {
+  enum class Code : std::uint8_t { ok, not_supported, failed };
+  Code code = Code::ok;
+  std::string message;  ///< why not supported / what failed
+  bool ok() const { return code == Code::ok; }
+  static Status Ok() { return {}; }
+  static Status NotSupported(std::string m) { return {Code::not_supported, std::move(m)}; }
+  static Status Failed(std::string m) { return {Code::failed, std::move(m)}; }
+};
+
+/// A request: the problem, the loss options, the recipe, and run options.
+struct RunRequest {
+  const Problem* problem = nullptr;
+  LossSpec spec;
+  Recipe recipe;
+  std::vector<double> upstream;        ///< reduction none: dL/dloss_i (N), empty = ones
+  bool want_grads = true;              ///< dz (logits problems) or dH, dW, db (linear)
+  std::int64_t memory_budget = 0;      ///< bytes of extra device memory allowed; 0 = default
+  std::int64_t chunk_tokens = 0;       ///< chunked/checkpointed chunk size; 0 = from the budget
+  /// CPU emulation only: compute these token rows (sorted); dW/db then sum over them only, with
+  /// the gradient scale of the whole problem (as ReferenceOptions::token_rows). Empty = all.
+  std::vector<std::int64_t> token_rows;
+};
+
+/// Outputs, as the strategy returned them, each value converted exactly to double from the dtype it
+/// was returned in (recorded in *_dtype). Empty vectors for outputs not produced.
+struct StrategyOutputs {
+  std::vector<std::int64_t> token_rows;  ///< rows of loss/lse/dH/dz (all when empty request)
+  std::vector<double> loss;   ///< (S) per-token loss
+  std::vector<double> lse;    ///< (S)
+  double reduced_loss = 0.0;  ///< mean/sum (or Σ g·loss for none)
+  DType loss_dtype = DType::fp32;
+  std::vector<double> dz;     ///< (S, V) logits problems
+  std::vector<double> dH;     ///< (S, D)
+  std::vector<double> dW;     ///< (V, D)
+  std::vector<double> db;     ///< (V) when the problem has a bias
+  DType grad_dtype = DType::fp32;
+  std::int64_t peak_extra_bytes = 0;  ///< measured device (or host working) memory beyond I/O
+  double seconds = 0.0;               ///< wall time of run (forward + backward)
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string name() const = 0;  ///< "naive", "chunked", "checkpointed", "fused"
+  virtual Backend backend() const = 0;
+  /// ok, or not_supported with the reason (e.g. a recipe it cannot honour). Never throws.
+  virtual Status can_implement(const Problem& p, const LossSpec& s, const Recipe& r) const = 0;
+  /// Extra device (or host) bytes run() will need beyond inputs and outputs.
+  virtual std::int64_t workspace_size(const RunRequest& req) const = 0;
+  virtual DeclaredArithmetic arithmetic(const Recipe& r) const = 0;
+  /// Runs forward and (if asked) backward. Throws InputError / DeviceError on failure;
+  /// returns outputs otherwise.
+  virtual StrategyOutputs run(const RunRequest& req) const = 0;
+};
+
+}  // namespace xentlab
