@@ -10,14 +10,4 @@ std::string_view to_string(Backend b) {
   return "?";
 }
 
-std::string_view to_string(ReductionOrder o) {
-  switch (o) {
-    case ReductionOrder::sequential: return "sequential";
-    case ReductionOrder::pairwise: return "pairwise";
-    case ReductionOrder::blocked: return "blocked";
-    case ReductionOrder::online_tiles: return "online-tiles";
-  }
-  return "?";
-}
-
 }  // namespace xentlab

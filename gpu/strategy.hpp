@@ -11,32 +11,13 @@
 
 #include "datasets/problem.hpp"
 #include "numerics/loss_spec.hpp"
+#include "numerics/arithmetic.hpp"
 #include "numerics/recipe.hpp"
 
 namespace xentlab {
 
 enum class Backend : std::uint8_t { cpu_emulation, cuda };
 std::string_view to_string(Backend b);
-
-/// How a strategy reduces over the vocabulary (sum-exp, lse) and over tokens; the a-priori error
-/// bounds (numerics/bounds.hpp) take their reduction constant c(V) from this.
-enum class ReductionOrder : std::uint8_t {
-  sequential,    ///< one running sum, c(n) = n − 1
-  pairwise,      ///< balanced tree, c(n) = ⌈log2 n⌉
-  blocked,       ///< T threads each sequential over n/T, then a tree: c = n/T + log2 T
-  online_tiles,  ///< online (max, sum) merged across vocabulary tiles of `tile` entries
-};
-std::string_view to_string(ReductionOrder o);
-
-/// What a strategy declares about its arithmetic for a recipe.
-struct DeclaredArithmetic {
-  ReductionOrder vocab_order = ReductionOrder::blocked;
-  std::int64_t block_threads = 256;  ///< T for blocked
-  std::int64_t tile = 0;             ///< vocabulary tile for online_tiles
-  ReductionOrder token_order = ReductionOrder::pairwise;  ///< reduction of the loss over tokens
-  std::int64_t gemm_k_split = 1;     ///< GEMM accumulation: fp32 over D in k-blocks
-  std::string note;                  ///< free text (e.g. "cuBLAS GemmEx, fp32 compute")
-};
 
 struct Status {
   enum class Code : std::uint8_t { ok, not_supported, failed };

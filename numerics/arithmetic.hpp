@@ -1,0 +1,30 @@
+#pragma once
+// What a strategy declares about its arithmetic: the reduction orders whose constants enter the
+// a-priori error bounds (numerics/bounds.hpp). Lives in numerics/ so the bounds need nothing else.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace xentlab {
+
+/// How a strategy reduces over the vocabulary (sum-exp, lse) and over tokens; the a-priori error
+/// bounds (numerics/bounds.hpp) take their reduction constant c(V) from this.
+enum class ReductionOrder : std::uint8_t {
+  sequential,    ///< one running sum, c(n) = n − 1
+  pairwise,      ///< balanced tree, c(n) = ⌈log2 n⌉
+  blocked,       ///< T threads each sequential over n/T, then a tree: c = n/T + log2 T
+  online_tiles,  ///< online (max, sum) merged across vocabulary tiles of `tile` entries
+};
+/// What a strategy declares about its arithmetic for a recipe.
+struct DeclaredArithmetic {
+  ReductionOrder vocab_order = ReductionOrder::blocked;
+  std::int64_t block_threads = 256;  ///< T for blocked
+  std::int64_t tile = 0;             ///< vocabulary tile for online_tiles
+  ReductionOrder token_order = ReductionOrder::pairwise;  ///< reduction of the loss over tokens
+  std::int64_t gemm_k_split = 1;     ///< GEMM accumulation: fp32 over D in k-blocks
+  std::string note;                  ///< free text (e.g. "cuBLAS GemmEx, fp32 compute")
+};
+
+std::string_view to_string(ReductionOrder o);
+
+}  // namespace xentlab
