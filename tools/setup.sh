@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs what xentlab needs and is missing, from Debian packages (and PyPI for the Python tools).
+# Runs `apt-get update` once, only when something is missing. Needs root (or sudo) for apt-get.
+#   tools/setup.sh            C++ build and test dependencies
+#   tools/setup.sh --python   also h5py, numpy, matplotlib for the plotting and example scripts
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libboost-dev          # Boost.Multiprecision (header-only cpp_bin_float: the oracle)
+  libhdf5-dev           # HDF5 C API: golden, candidate and results files
+  libgtest-dev          # GoogleTest
+  libbenchmark-dev      # Google Benchmark
+  libomp-dev            # OpenMP runtime (GCC uses libgomp; kept for clang builds)
+  libcli11-dev libfmt-dev nlohmann-json3-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+  else echo "setup: need root to run: $*" >&2; exit 1
+  fi
+}
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all Debian packages present"
+fi
+
+if [ "${1:-}" = "--python" ]; then
+  py=${PYTHON:-python3}
+  if ! "$py" -c 'import h5py, numpy, matplotlib' 2>/dev/null; then
+    echo "setup: installing h5py numpy matplotlib from PyPI"
+    "$py" -m pip install -q h5py numpy matplotlib
+  fi
+fi
