@@ -1,0 +1,542 @@
+// A-priori error bounds and the pass/fail policy. Derivation of every term: docs/bounds.md.
+// Notation: u_32 = 2^-24; u_L, u_A, u_G the unit roundoffs of the recipe's logits, accum and grad
+// dtypes; a primed u (u_A', u_L', u_G') is 0 when that dtype is fp32 (rounding a binary32 value to
+// fp32 is exact) and u otherwise. Elementary functions of binary32 (expf, logf, tanhf) are charged
+// 2 ULP = 4·u_32 relative (glibc documents ≤ 1–2 ULP on x86-64).
+#include "numerics/bounds.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "numerics/error.hpp"
+
+namespace xentlab {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kU32 = 0x1p-24;
+constexpr double kLibm32 = 4 * kU32;
+
+double ceil_log2(std::int64_t n) {
+  if (n <= 1) return 0.0;
+  double c = 0.0;
+  std::int64_t p = 1;
+  while (p < n) {
+    p *= 2;
+    c += 1.0;
+  }
+  return c;
+}
+
+// Rounding a binary32 value into t: 0 when t ⊇ fp32, else u_t.
+double u_prime(DType t) {
+  return (t == DType::fp32 || t == DType::fp64) ? 0.0 : unit_roundoff(t);
+}
+
+// True when every value of `from` is a value of `to` (rounding from → to is exact).
+bool contains(DType to, DType from) {
+  if (to == from || to == DType::fp64) return true;
+  if (to == DType::fp32) return from != DType::fp64;
+  return false;
+}
+
+// a·b where a zero factor wins over an infinite one (an infinite coefficient of a zero condition
+// number bounds an error that is exactly zero).
+double mul0(double a, double b) {
+  return (a == 0.0 || b == 0.0) ? 0.0 : a * b;
+}
+
+// Half the smallest subnormal of t: the absolute error of rounding a tiny value into t (gradual
+// underflow, Higham §2.1), on top of the relative u·|x|.
+double half_sub(DType t) {
+  return 0.5 * min_subnormal(t == DType::fp64 ? DType::fp32 : t);
+}
+
+}  // namespace
+
+double gamma_bound(double c, double u) {
+  const double cu = c * u;
+  if (cu >= 1.0) return kInf;
+  return cu / (1.0 - cu);
+}
+
+double reduction_constant(ReductionOrder order, std::int64_t n, const DeclaredArithmetic& a) {
+  if (n <= 0) return 0.0;
+  switch (order) {
+    case ReductionOrder::sequential:
+      return static_cast<double>(n - 1);
+    case ReductionOrder::pairwise:
+      return ceil_log2(n);
+    case ReductionOrder::blocked: {
+      if (a.block_threads < 1)
+        throw InputError(
+            fmt::format("reduction_constant: block_threads = {} < 1", a.block_threads));
+      // A thread owns ⌈groups/T⌉ groups of 8 at most: that many·8 − 1 sequential additions, then
+      // the tree over T partials adds ⌈log2 T⌉ levels.
+      const std::int64_t groups = (n + 7) / 8;
+      const std::int64_t per_thread =
+          std::min<std::int64_t>(n, ((groups + a.block_threads - 1) / a.block_threads) * 8);
+      return static_cast<double>(per_thread - 1) + ceil_log2(std::min(a.block_threads, groups));
+    }
+    case ReductionOrder::online_tiles: {
+      if (a.tile < 1)
+        throw InputError(fmt::format("reduction_constant: online tile = {} < 1", a.tile));
+      const std::int64_t tiles = (n + a.tile - 1) / a.tile;
+      return static_cast<double>(std::min(a.tile, n) - 1) + 2.0 * static_cast<double>(tiles);
+    }
+  }
+  return static_cast<double>(n - 1);
+}
+
+Bounds compute_bounds(const BoundInputs& in) {
+  if (in.S < 0 || in.V < 0 || in.D < 0 || in.N < 0 || in.J < 0)
+    throw InputError(fmt::format("compute_bounds: negative size (S={}, V={}, D={}, N={}, J={})",
+                                 in.S, in.V, in.D, in.N, in.J));
+  if (in.S > 0 && (!in.valid || !in.lse || !in.loss || !in.sum_p_abs_z || !in.max_logit ||
+                   !in.max_abs_logit || !in.target_logit || !in.p_target || !in.grad_scale))
+    throw InputError(
+        "compute_bounds: a required per-token covariate (valid, lse, loss, "
+        "sum_p_abs_z, max_logit, max_abs_logit, target_logit, p_target, grad_scale) is null");
+  const LossSpec& sp = in.spec;
+  if (sp.label_smoothing > 0 && in.S > 0 && !in.mean_abs_logit)
+    throw InputError("compute_bounds: label smoothing needs mean_abs_logit");
+  if (in.linear && in.S > 0 && !in.gemm_abs)
+    throw InputError("compute_bounds: linear problem needs gemm_abs");
+
+  Bounds b;
+  const Recipe& r = in.recipe;
+  const double uA = unit_roundoff(r.accum), uA1 = u_prime(r.accum);
+  const double uL1 = u_prime(r.logits), uG1 = u_prime(r.grad);
+  const double subA = half_sub(r.accum), subL = half_sub(r.logits), subG = half_sub(r.grad);
+  // Storage of the logits: linear problems round the fp32 GEMM result into `logits`; given logits
+  // are rounded from their stored dtype, exactly when `logits` contains it.
+  const double uLstore =
+      in.linear ? uL1
+                : (contains(r.logits, in.stored_logits_dtype) ? 0.0 : unit_roundoff(r.logits));
+  const double s = sp.logit_scale;
+  const bool capped = sp.softcap > 0;
+  // Per-magnitude coefficient of the error of a loss-kernel logit x (storage, scale multiply,
+  // softcap division/tanhf/multiply; softcap contracts errors: |Δ(c·tanh(a/c))| ≤ |Δa|, and
+  // (1 − th²)·|a| ≤ |c·th| so storage error u·|raw|·s·(1−th²) ≤ u·|x|).
+  const double kappa = (s != 1.0 ? 1.0 : 0.0) + (capped ? 2.0 + 4.0 + 1.0 : 0.0);
+  const double mu = uLstore + kappa * kU32;
+  // GEMM: D exact-or-rounded products and one bias add, sequential fp32 (worst case of any order
+  // within γ_{D+1}; Higham §3.1).
+  const double gD = gamma_bound(static_cast<double>(in.D + 1), kU32);
+
+  b.c_vocab = reduction_constant(in.arith.vocab_order, in.V, in.arith);
+  const double gV = gamma_bound(b.c_vocab, uA);
+  const double log_sum_term = gV >= 1.0 ? kInf : -std::log1p(-gV);
+  const double logV = std::max(1.0, std::log(static_cast<double>(std::max<std::int64_t>(in.V, 1))));
+  double online_extra_rel = 0.0;
+  if (in.arith.vocab_order == ReductionOrder::online_tiles && in.arith.tile > 0)
+    online_extra_rel =
+        static_cast<double>((in.V + in.arith.tile - 1) / in.arith.tile) * (kLibm32 + kU32);
+  if (!std::isfinite(log_sum_term)) {
+    b.meaningful = false;
+    b.note = fmt::format(
+        "sum-exp: {} over V={} has c={} and u_accum={:.3g}: c·u ≥ 1, no meaningful bound",
+        to_string(in.arith.vocab_order), in.V, b.c_vocab, uA);
+  }
+
+  const std::int64_t S = in.S;
+  b.lse.assign(static_cast<std::size_t>(S), 0.0);
+  b.loss.assign(static_cast<std::size_t>(S), 0.0);
+  std::vector<double> eta(static_cast<std::size_t>(S), 0.0), tau(eta), extra_h(eta), extra_w(eta);
+  const double lam = sp.z_loss, eps = sp.label_smoothing;
+
+  for (std::int64_t i = 0; i < S; ++i) {
+    const double lse = in.lse[i], a = in.max_logit[i], zabs = in.max_abs_logit[i];
+    const double nu = in.linear ? s * gD * in.gemm_abs[i] : 0.0;  // absolute GEMM error of x
+    // lse: propagated logit errors Σ p_j δ_j; sum-exp (argument x − a in fp32, expf, rounding to
+    // accum, reduction); logf; the fp32 add a + log S; rounding to accum.
+    const double spz = in.sum_p_abs_z[i];
+    const double prop = mu * spz + nu;
+    // (+ V·subA: terms that underflow in the accum dtype, relative to a sum ≥ 1 — the max term
+    // is 1.)
+    const double sum_rel = log_sum_term + kLibm32 + uA1 + kU32 * (spz + std::fabs(a)) +
+                           static_cast<double>(in.V) * subA + online_extra_rel * (1.0 + 0.0) +
+                           (online_extra_rel > 0 ? kU32 * 2 * zabs : 0.0);
+    double blse = prop + sum_rel + kLibm32 * logV + (kU32 + uA1) * std::fabs(lse);
+    // Overflow of the accum dtype (fp16: 65504): a partial sum-exp can reach S·(1 + γ) with
+    // S = e^{lse − a} (blocked, pairwise, sequential: partial sums of non-negative terms are below
+    // the total), or the number of terms seen (online tiles, relative to a running max); lse and
+    // the loss are held in the accum dtype too. Past max_finite the result may be ±Inf: no bound.
+    const double maxA = max_finite(r.accum);
+    const double partial_max = in.arith.vocab_order == ReductionOrder::online_tiles
+                                   ? static_cast<double>(in.V)
+                                   : std::exp(lse - a);
+    if (partial_max * (1.0 + gV) > maxA || std::fabs(lse) + blse > maxA) blse = kInf;
+    // Stored logits past the largest finite value of the logits dtype become ±Inf (then NaN in
+    // x − max): no bound for the row.
+    if (in.max_abs_raw &&
+        in.max_abs_raw[i] > max_finite(r.logits == DType::fp64 ? DType::fp32 : r.logits))
+      blse = kInf;
+    if (!std::isfinite(lse)) blse = 0.0;  // all-masked rows: lse = −Inf exactly
+    b.lse[static_cast<std::size_t>(i)] = blse;
+    if (!in.valid[i]) continue;
+    const double xt = std::fabs(in.target_logit[i]);
+    const double loss = std::fabs(in.loss[i]);
+    // ce = lse − (1−ε)x_t − (ε/V)Σx in fp32, then rounded to accum.
+    double bce = blse + (1.0 - eps) * (mu * xt + nu) + 3 * kU32 * (std::fabs(lse) + xt);
+    if (eps > 0) {
+      const double mabs = in.mean_abs_logit[i];
+      bce += eps * ((gV + mu) * mabs + nu) + 3 * kU32 * eps * mabs;
+    }
+    double bl = bce + (kU32 + uA1) * loss + subA;
+    if (loss + bl > maxA) bl = kInf;
+    if (lam > 0)
+      bl += mul0(2 * lam * std::fabs(lse), blse) + 2 * kU32 * lam * lse * lse + (kU32 + uA1) * loss;
+    b.loss[static_cast<std::size_t>(i)] = bl;
+
+    // Gradient coefficients (docs/bounds.md §dz). ρ: relative error of p_j = expf(x_j − lse).
+    const double g = std::fabs(in.grad_scale[i]);
+    const double w_num = 1.0 + 2 * lam * std::fabs(lse), w_den = std::fabs(1.0 + 2 * lam * lse);
+    const double w = lam > 0 ? (w_den > 0 ? w_num / w_den : kInf) : 1.0;
+    const double rho_max = mu * zabs + nu + blse + kU32 * (zabs + std::fabs(lse)) + kLibm32;
+    const double rho_t = mu * xt + nu + blse + kU32 * (xt + std::fabs(lse)) + kLibm32;
+    // p̃_j = p_j·e^{Δ_j} with |Δ_j| ≤ ρ: |p̃_j − p_j| ≤ p_j·expm1(ρ) (exact, not first order: a
+    // wrong lse of several nats multiplies every probability by e^{Δ}).
+    eta[static_cast<std::size_t>(i)] =
+        mul0(w, std::expm1(rho_max) + mul0(2 * lam, blse) + 3 * kU32) + 2 * kU32 + uL1 +
+        (capped ? 3 * kU32 : 0.0);
+    const double pt = std::isfinite(in.p_target[i]) ? in.p_target[i] : 1.0;
+    const double cmax = capped ? s : s;  // |chain factor| ≤ scale
+    tau[static_cast<std::size_t>(i)] =
+        mul0(g * cmax, mul0(pt * w_num, std::expm1(rho_t)) + mul0(2 * lam * pt, blse) +
+                           3 * kU32 * (pt * w_num + 1.0));
+    // dz̃ itself must stay finite in the logits dtype: |dz̃_j| ≤ g·scale·(w·p_j·e^{ρ} + 1).
+    if (g * s * (w_num * std::exp(std::min(rho_max, 700.0)) + 1.0) >
+        max_finite(r.logits == DType::fp64 ? DType::fp32 : r.logits)) {
+      eta[static_cast<std::size_t>(i)] = kInf;
+      tau[static_cast<std::size_t>(i)] = kInf;
+    }
+    double cap_abs = 0.0;  // absolute error of the softcap chain factor, per unit p-part
+    if (capped) {
+      const double araw = in.linear ? s * in.gemm_abs[i] : zabs;  // bound on the pre-cap |a|
+      cap_abs = s * (12 * kU32 + 2 * (uLstore * araw + nu) / sp.softcap) * w_num;
+    }
+    extra_h[static_cast<std::size_t>(i)] =
+        mul0(g, mul0(s * eps, eta[static_cast<std::size_t>(i)]) + cap_abs);
+    extra_w[static_cast<std::size_t>(i)] =
+        mul0(g, mul0(s * eps / static_cast<double>(std::max<std::int64_t>(in.V, 1)),
+                     eta[static_cast<std::size_t>(i)]) +
+                    cap_abs);
+  }
+
+  // Reduced loss: pairwise over tokens in accum (docs/arithmetic.md §6).
+  {
+    double sum_b = 0.0, sum_abs = 0.0;
+    std::int64_t nv = 0;
+    for (std::int64_t i = 0; i < S; ++i) {
+      if (!in.valid[i]) continue;
+      ++nv;
+      const double g = sp.reduction == Reduction::none ? std::fabs(in.grad_scale[i]) : 1.0;
+      sum_b += mul0(g, b.loss[static_cast<std::size_t>(i)]);
+      sum_abs += g * std::fabs(in.loss[i]);
+    }
+    b.c_tokens = reduction_constant(in.arith.token_order, S, in.arith);
+    const double gT = gamma_bound(b.c_tokens, uA);
+    double rb =
+        sum_b + mul0(gT, sum_abs) + (sp.reduction == Reduction::none ? 2 * kU32 * sum_abs : 0.0);
+    if (sp.reduction == Reduction::mean && nv > 0) rb /= static_cast<double>(nv);
+    if (sum_abs * (1.0 + gT) + sum_b > max_finite(r.accum))
+      rb = kInf;  // the token sum may overflow
+    rb += (kU32 + uA1) * std::fabs(in.reduced_loss_ref);
+    b.reduced_loss = rb;
+  }
+
+  // dz (logits problems), per element from the raw logits.
+  if (in.dz_ref && in.raw_logits) {
+    const std::int64_t V = in.V;
+    b.dz.assign(static_cast<std::size_t>(S * V), 0.0);
+    for (std::int64_t i = 0; i < S; ++i) {
+      if (!in.valid[i]) continue;
+      const double lse = in.lse[i], blse = b.lse[static_cast<std::size_t>(i)];
+      const double g = std::fabs(in.grad_scale[i]);
+      const double w_num = 1.0 + 2 * lam * std::fabs(lse);
+      for (std::int64_t j = 0; j < V; ++j) {
+        const double raw = in.raw_logits[i * V + j];
+        if (raw == -kInf) continue;  // masked: p = 0 exactly, dz = −ε/V·g (exact in fp32 ops)
+        double x = s * raw, cf = s, cf_err = 0.0;
+        if (capped) {
+          const double th = std::tanh(x / sp.softcap);
+          x = sp.softcap * th;
+          cf = s * (1 - th * th);
+          cf_err = s * (12 * kU32 * th * th +
+                        2 * std::fabs(th) * (uLstore * std::fabs(s * raw)) / sp.softcap);
+        }
+        const double p = std::exp(x - lse);
+        const double rho = mu * std::fabs(x) + blse + kU32 * std::fabs(x - lse) + kLibm32;
+        const double ppart = p * w_num;
+        const double onehot = in.target && j == in.target[i] ? 1.0 - eps : 0.0;
+        const double dzr = std::fabs(in.dz_ref[i * V + j]);
+        const double bt0 = mul0(g * cf, mul0(ppart, std::expm1(rho)) + mul0(2 * lam * p, blse) +
+                                            3 * kU32 * (ppart + onehot + eps / V)) +
+                           g * cf_err * (ppart + 1.0) + (2 * kU32 + uL1 + uG1) * dzr + subL + subG;
+        // Overflow of dz in the logits or grad dtype: no bound.
+        const double bt =
+            dzr + bt0 > std::min(max_finite(r.logits), max_finite(r.grad)) ? kInf : bt0;
+        b.dz[static_cast<std::size_t>(i * V + j)] = bt;
+      }
+    }
+  }
+
+  // dH = dz̃·W (fp32 GEMM over V, output rounded to grad): propagated dz errors (η·|dz|·|W| for
+  // the off-target part, τ·|W_t| for the target entry, extra·max|W| for smoothing/softcap), the
+  // GEMM accumulation γ(u_32)·|dz|·|W|, and the output rounding.
+  const double cGemmV =
+      in.arith.gemm_k_split > 1
+          ? std::ceil(static_cast<double>(in.V) / static_cast<double>(in.arith.gemm_k_split)) +
+                ceil_log2(in.arith.gemm_k_split)
+          : static_cast<double>(in.V);
+  const double gGemmV = gamma_bound(cGemmV, kU32);
+  if (in.dH_ref && in.dH_cond) {
+    const std::int64_t D = in.D;
+    b.dH.assign(static_cast<std::size_t>(S * D), 0.0);
+    for (std::int64_t i = 0; i < S; ++i) {
+      if (!in.valid[i]) continue;
+      for (std::int64_t k = 0; k < D; ++k) {
+        const std::size_t q = static_cast<std::size_t>(i * D + k);
+        const double cond = in.dH_cond[q];
+        const double wmax = in.W_colmax_abs ? in.W_colmax_abs[k] : kInf;
+        double v = mul0(eta[static_cast<std::size_t>(i)] + gGemmV, cond) +
+                   uG1 * std::fabs(in.dH_ref[q]) + subG;
+        if (in.W_target_abs) v += mul0(tau[static_cast<std::size_t>(i)], in.W_target_abs[q]);
+        if (extra_h[static_cast<std::size_t>(i)] > 0)
+          v += mul0(extra_h[static_cast<std::size_t>(i)], wmax);
+        // dz̃ entries that underflow in the logits dtype: subL each, Σ_j subL·|W_jk| ≤
+        // subL·V·max|W_k|.
+        v += mul0(subL * static_cast<double>(in.V), wmax);
+        if (std::fabs(in.dH_ref[q]) + v > max_finite(r.grad)) v = kInf;
+        b.dH[q] = v;
+      }
+    }
+  }
+  // dW = dz̃ᵀ·H over the token rows: fp32 GEMM over each chunk's tokens, chunk results added in
+  // the accum dtype (γ_{n_chunks}(u_A) when accum is not fp32 or there are several chunks).
+  const double gGemmS = gamma_bound(static_cast<double>(S), kU32);
+  const double gChunks =
+      in.n_chunks > 1 || uA1 > 0 ? gamma_bound(static_cast<double>(in.n_chunks), uA) : 0.0;
+  double eta_max = 0.0, extra_w_sum_unused = 0.0;
+  (void)extra_w_sum_unused;
+  for (std::int64_t i = 0; i < S; ++i)
+    if (in.valid[i]) eta_max = std::max(eta_max, eta[static_cast<std::size_t>(i)]);
+  if ((in.dW_ref && in.dW_cond) || in.db_ref) {
+    const std::int64_t D = in.D, J = in.J;
+    // Σ_i extra_w_i·|H_ik| (every vocabulary row) and the target terms Σ_{t_i = j} τ_i·|H_ik|.
+    std::vector<double> extra_col(static_cast<std::size_t>(D), 0.0),
+        habs_col(static_cast<std::size_t>(D), 0.0);
+    std::vector<double> tgt(static_cast<std::size_t>(J * D), 0.0);
+    std::vector<double> tgt_db(static_cast<std::size_t>(J), 0.0);
+    double extra_db = 0.0;
+    for (std::int64_t i = 0; i < S; ++i) {
+      if (!in.valid[i]) continue;
+      const double ew = extra_w[static_cast<std::size_t>(i)];
+      extra_db += ew;
+      const std::int64_t pos = in.target_vocab_pos ? in.target_vocab_pos[i] : -1;
+      if (pos >= 0) tgt_db[static_cast<std::size_t>(pos)] += tau[static_cast<std::size_t>(i)];
+      if (!in.H_abs) continue;
+      for (std::int64_t k = 0; k < D; ++k) {
+        const double h = in.H_abs[i * D + k];
+        extra_col[static_cast<std::size_t>(k)] += mul0(ew, h);
+        habs_col[static_cast<std::size_t>(k)] += h;
+        if (pos >= 0)
+          tgt[static_cast<std::size_t>(pos * D + k)] += mul0(tau[static_cast<std::size_t>(i)], h);
+      }
+    }
+    if (in.dW_ref && in.dW_cond) {
+      b.dW.assign(static_cast<std::size_t>(J * D), 0.0);
+      for (std::int64_t j = 0; j < J; ++j)
+        for (std::int64_t k = 0; k < D; ++k) {
+          const std::size_t q = static_cast<std::size_t>(j * D + k);
+          const double cond = in.dW_cond[q];
+          double v = mul0(eta_max + gGemmS + gChunks, cond) + uG1 * std::fabs(in.dW_ref[q]) +
+                     tgt[q] + extra_col[static_cast<std::size_t>(k)] + subG +
+                     subL * habs_col[static_cast<std::size_t>(k)] +
+                     (gChunks > 0 ? static_cast<double>(in.n_chunks) * subA
+                                  : 0.0);    // chunk adds underflow
+          if (!in.H_abs && S > 0) v = kInf;  // target terms need |H|
+          if (std::fabs(in.dW_ref[q]) + v > std::min(max_finite(r.grad), max_finite(r.accum)))
+            v = kInf;
+          b.dW[q] = v;
+        }
+    }
+    if (in.db_ref && in.db_cond) {
+      const double gS = gamma_bound(static_cast<double>(S), uA);
+      b.db.assign(static_cast<std::size_t>(J), 0.0);
+      for (std::int64_t j = 0; j < J; ++j)
+        b.db[static_cast<std::size_t>(j)] =
+            mul0(eta_max + gS, in.db_cond[j]) + tgt_db[static_cast<std::size_t>(j)] + extra_db +
+            uG1 * std::fabs(in.db_ref[j]) + subG + (subL + subA) * static_cast<double>(S);
+    }
+  }
+  for (const auto* vec : {&b.loss, &b.lse, &b.dz, &b.dH, &b.dW, &b.db})
+    for (double v : *vec)
+      if (std::isinf(v)) b.meaningful = false;
+  if (std::isinf(b.reduced_loss)) b.meaningful = false;
+  return b;
+}
+
+// ---- policy -------------------------------------------------------------------------------------
+
+std::string_view to_string(Disposition d) {
+  switch (d) {
+    case Disposition::passed:
+      return "passed";
+    case Disposition::incorrect:
+      return "incorrect";
+    case Disposition::not_supported:
+      return "not-supported";
+    case Disposition::failed:
+      return "failed";
+  }
+  return "?";
+}
+
+Policy policy_by_name(std::string_view name) {
+  Policy p;
+  if (name == "default") return p;
+  if (name == "strict") {
+    p.name = "strict";
+    p.k = 0.5;
+    p.k_bias = 0.25;
+    return p;
+  }
+  if (name == "audit") {
+    // The audit's policy: k = 1 and the bias check as "default", but a declared arithmetic with no
+    // finite bound (c·u_accum ≥ 1) is not incorrect for that alone — how inaccurate such a
+    // recipe is, is what the audit's verdict measures (docs/audit.md). Non-finite values where
+    // the reference is finite, errors beyond finite bounds and biased losses stay incorrect.
+    p.name = "audit";
+    p.require_meaningful_bound = false;
+    return p;
+  }
+  if (name == "lenient") {
+    p.name = "lenient";
+    p.k = 4.0;
+    p.bias_check = false;
+    p.require_meaningful_bound = false;
+    return p;
+  }
+  throw InputError("unknown pass/fail policy '" + std::string(name) +
+                   "' (expected default, strict, audit or lenient)");
+}
+
+double bias_limit(const ErrorStats& s, const Policy& p) {
+  if (s.n_finite_pairs == 0) return 0.0;
+  // With an element whose bound is +Inf there is no meaningful limit on the bias either: the mean
+  // over the finite bounds alone would understate it (a loss whose lse is accumulated in bf16 over
+  // V = 128256 is biased low by design, not by a bug).
+  if (s.n_infinite_bound > 0) return std::numeric_limits<double>::infinity();
+  return p.k_bias * s.mean_bound + p.bias_sigmas * s.bias_stderr;
+}
+
+Verdict verdict_not_run(Disposition d, std::string message) {
+  Verdict v;
+  v.disposition = d;
+  v.reason = std::move(message);
+  return v;
+}
+
+Verdict judge(const std::vector<JudgedOutput>& outputs, const Policy& policy) {
+  Verdict best;  // passed, with the largest ratio seen
+  for (const auto& o : outputs) {
+    if (!o.stats) continue;
+    const ErrorStats& s = *o.stats;
+    if (s.finiteness_mismatches > 0) {
+      Verdict v;
+      v.disposition = Disposition::incorrect;
+      v.output = o.name;
+      v.index = s.first_mismatch_index;
+      v.reason = fmt::format(
+          "{}: {} finiteness mismatch(es) ({} non-finite where the reference is finite; out "
+          "NaN/+Inf/-Inf = {}/{}/{}, ref {}/{}/{}), first at element {}",
+          o.name, s.finiteness_mismatches, s.nonfinite_where_ref_finite, s.out_nan, s.out_posinf,
+          s.out_neginf, s.ref_nan, s.ref_posinf, s.ref_neginf, s.first_mismatch_index);
+      return v;
+    }
+    if (!s.has_bounds) continue;
+    if (s.max_ratio > policy.k) {
+      Verdict v;
+      v.disposition = Disposition::incorrect;
+      v.output = o.name;
+      v.ratio = s.max_ratio;
+      v.index = s.max_ratio_index;
+      v.error = s.max_ratio_err;
+      v.bound = s.max_ratio_bound;
+      v.reason = fmt::format(
+          "{}: |e| = {:.6g} > k·bound = {}·{:.6g} at element {} (ratio {:.4g}, {} of {} elements "
+          "over the bound, policy {})",
+          o.name, s.max_ratio_err, policy.k, s.max_ratio_bound, s.max_ratio_index, s.max_ratio,
+          s.n_over_bound, s.n_finite_pairs, policy.name);
+      return v;
+    }
+    if (policy.require_meaningful_bound && s.n_infinite_bound > 0) {
+      Verdict v;
+      v.disposition = Disposition::incorrect;
+      v.output = o.name;
+      v.ratio = s.max_ratio;
+      v.reason = fmt::format(
+          "{}: {} element(s) have no meaningful a-priori bound (c·u_accum ≥ 1: "
+          "the declared reduction cannot guarantee any accuracy), policy {}",
+          o.name, s.n_infinite_bound, policy.name);
+      return v;
+    }
+    if (o.is_loss && policy.bias_check && s.n_finite_pairs > 1) {
+      const double lim = bias_limit(s, policy);
+      if (std::fabs(s.bias) > lim) {
+        Verdict v;
+        v.disposition = Disposition::incorrect;
+        v.output = o.name;
+        v.bias = s.bias;
+        v.bias_limit = lim;
+        v.ratio = s.max_ratio;
+        v.reason = fmt::format(
+            "{}: bias {:.6g} beyond its statistical limit {:.6g} (k_bias·mean bound + {}·stderr, "
+            "stderr {:.3g}, n {})",
+            o.name, s.bias, lim, policy.bias_sigmas, s.bias_stderr, s.n_finite_pairs);
+        return v;
+      }
+    }
+    if (s.max_ratio >= best.ratio) {
+      best.ratio = s.max_ratio;
+      best.output = o.name;
+      best.index = s.max_ratio_index;
+      best.error = s.max_ratio_err;
+      best.bound = s.max_ratio_bound;
+    }
+  }
+  best.reason = best.output.empty()
+                    ? std::string("passed (no bounded output)")
+                    : fmt::format("passed: largest ratio {:.4g} ({}) ≤ k = {} (policy {})",
+                                  best.ratio, best.output, policy.k, policy.name);
+  return best;
+}
+
+Verdict judge_against_baseline(const std::string& name, const ErrorStats& cand,
+                               const ErrorStats& base, double floor, const Policy& policy) {
+  Verdict v;
+  v.output = name;
+  v.error = cand.max_abs_err;
+  const double lim = policy.baseline_factor * base.max_abs_err + policy.k * floor;
+  v.bound = lim;
+  v.ratio = lim > 0 ? cand.max_abs_err / lim : (cand.max_abs_err > 0 ? kInf : 0.0);
+  if (cand.nonfinite_where_ref_finite > base.nonfinite_where_ref_finite || cand.max_abs_err > lim) {
+    v.disposition = Disposition::incorrect;
+    v.reason = fmt::format(
+        "{}: max|e| {:.6g} > {}·baseline {:.6g} + k·floor {:.6g} (or more non-finite values: {} vs "
+        "{})",
+        name, cand.max_abs_err, policy.baseline_factor, base.max_abs_err, floor,
+        cand.nonfinite_where_ref_finite, base.nonfinite_where_ref_finite);
+  } else {
+    v.reason = fmt::format("{}: max|e| {:.6g} ≤ {}·baseline {:.6g} + k·floor {:.6g}", name,
+                           cand.max_abs_err, policy.baseline_factor, base.max_abs_err, floor);
+  }
+  return v;
+}
+
+}  // namespace xentlab

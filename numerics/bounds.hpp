@@ -1,0 +1,175 @@
+#pragma once
+// A-priori per-element error bounds of a strategy's outputs, from its recipe and its declared
+// reduction order, and the pass/fail policy that turns bounds and statistics into a disposition.
+// This is the ONE place where tolerances of the project are formed; docs/bounds.md derives every
+// term (shared NUMERICS.md §5, docs/arithmetic.md for the arithmetic being bounded).
+//
+// Units: loss, lse in nats; dz, dH, dW, db in the units of the gradient (dL/d·). Every bound is
+// first order in the unit roundoffs, except the sum-exp term, which uses −log(1 − γ) with
+// γ = c·u_accum/(1 − c·u_accum) and becomes +Inf ("no meaningful bound") once c·u_accum ≥ 1
+// (e.g. sequential bf16 over V ≥ 256; NUMERICS.md §2).
+//
+// numerics/ depends on nothing of ours: the covariates come as plain arrays. A caller holding a
+// ReferenceResult uses the adapter gpu/bounds_for.hpp (bounds_for_reference), which fills them.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "numerics/arithmetic.hpp"
+#include "numerics/loss_spec.hpp"
+#include "numerics/recipe.hpp"
+#include "numerics/stats.hpp"
+
+namespace xentlab {
+
+/// Worst-case constant c of a reduction of n terms in the given order, so that the computed sum of
+/// non-negative terms s̃ satisfies |s̃ − s| ≤ γ_c(u)·s with γ_c(u) = c·u/(1 − c·u) (Higham,
+/// Accuracy and Stability of Numerical Algorithms, 2nd ed., §4.2 and §4.6):
+///   sequential  c = n − 1
+///   pairwise    c = ⌈log2 n⌉
+///   blocked     c = (min(n, ⌈⌈n/8⌉/T⌉·8) − 1) + ⌈log2 min(T, ⌈n/8⌉)⌉  (a thread sums at most
+///               that many elements sequentially, then a tree over the partials; arithmetic.md §4)
+///   online_tiles c = (tile − 1) + 2·⌈n/tile⌉  (sequential within a tile; per merge one rescale
+///               multiply and one add)
+/// n ≤ 0 gives 0. Throws InputError for block_threads < 1 (blocked) or tile < 1 (online_tiles).
+double reduction_constant(ReductionOrder order, std::int64_t n, const DeclaredArithmetic& a);
+
+/// γ_c(u) = c·u/(1 − c·u), +Inf when c·u ≥ 1 (Higham §3.1).
+double gamma_bound(double c, double u);
+
+/// Covariates and shapes the bounds need. Pointers are non-owning; "(S)" arrays have one entry per
+/// computed token row, "(S,V)" etc. are row-major. Optional arrays may be null; the bound of an
+/// output whose arrays are missing is left empty.
+struct BoundInputs {
+  Recipe recipe;
+  DeclaredArithmetic arith;
+  LossSpec spec;
+  DType stored_logits_dtype = DType::fp32;  ///< logits problems: dtype of the given logits
+  bool linear = true;                       ///< linear (H, W) problem, else given logits
+  std::int64_t S = 0;                       ///< computed token rows
+  std::int64_t V = 0;                       ///< vocabulary size
+  std::int64_t D = 0;                       ///< hidden size (linear)
+  std::int64_t N = 0;         ///< tokens of the whole problem (token reduction length)
+  std::int64_t n_chunks = 1;  ///< token chunks whose dW/db are added in the accum dtype
+
+  // Per token (S). Required for any bound.
+  const std::int64_t* valid = nullptr;    ///< 1 for non-ignored rows, 0 for ignored
+  const std::int64_t* target = nullptr;   ///< target index t_i (dz bounds; may be null otherwise)
+  const double* lse = nullptr;            ///< reference lse
+  const double* loss = nullptr;           ///< reference per-token loss
+  const double* sum_p_abs_z = nullptr;    ///< Σ_j p_j·|z_j|
+  const double* max_logit = nullptr;      ///< a = max_j z_j
+  const double* max_abs_logit = nullptr;  ///< upper bound on max_j |z_j| (finite entries)
+  const double* max_abs_raw =
+      nullptr;  ///< upper bound on max_j |raw logit| before scale (optional:
+                ///< past max_finite(logits) the stored logits overflow)
+  const double* mean_abs_logit =
+      nullptr;  ///< (1/V)·Σ_j |z_j| (label smoothing); may be null if ε = 0
+  const double* target_logit = nullptr;  ///< z_t (0 for ignored rows)
+  const double* p_target = nullptr;      ///< softmax at the target (any value for ignored rows)
+  const double* grad_scale = nullptr;    ///< g_i = dL/dloss_i
+  const double* gemm_abs =
+      nullptr;  ///< upper bound on max_j Σ_d |H_id|·|W_jd| + |b_j| (linear, raw units)
+
+  // dz (logits problems): the reference dz and the raw stored logits (before scale/softcap).
+  const double* dz_ref = nullptr;      ///< (S, V)
+  const double* raw_logits = nullptr;  ///< (S, V)
+  // dH (linear): reference dH, its condition |dz|·|W|, and |W_{t_i,:}| of each row's target.
+  const double* dH_ref = nullptr;        ///< (S, D)
+  const double* dH_cond = nullptr;       ///< (S, D)
+  const double* W_target_abs = nullptr;  ///< (S, D), zeros for ignored rows
+  const double* W_colmax_abs = nullptr;  ///< (D) max_j |W_jk|: needed with smoothing/softcap
+  // dW (linear): reference dW over J vocabulary rows, its condition |dz|ᵀ·|H|, |H| of the rows,
+  // and for each token row the position of its target among the J vocabulary rows (−1: absent).
+  std::int64_t J = 0;
+  const double* dW_ref = nullptr;                  ///< (J, D)
+  const double* dW_cond = nullptr;                 ///< (J, D)
+  const double* H_abs = nullptr;                   ///< (S, D)
+  const std::int64_t* target_vocab_pos = nullptr;  ///< (S)
+  // db: reference db and Σ_i |dz_ij| over the token rows (J).
+  const double* db_ref = nullptr;   ///< (J)
+  const double* db_cond = nullptr;  ///< (J)
+  double reduced_loss_ref = 0.0;
+};
+
+/// Per-element bounds on |computed − exact| for a correct implementation of the declared
+/// arithmetic. Sizes as the matching inputs; empty where the inputs were not given.
+struct Bounds {
+  std::vector<double> loss, lse;  ///< (S); ignored rows: 0 (they must be exactly 0)
+  std::vector<double> dz;         ///< (S, V)
+  std::vector<double> dH;         ///< (S, D)
+  std::vector<double> dW;         ///< (J, D)
+  std::vector<double> db;         ///< (J)
+  double reduced_loss = 0.0;
+  double c_vocab = 0.0;    ///< reduction constant of the sum-exp over V
+  double c_tokens = 0.0;   ///< reduction constant of the token reduction
+  bool meaningful = true;  ///< false when some bound is +Inf (c·u_accum ≥ 1)
+  std::string note;        ///< e.g. "sum-exp: blocked T=256, c=509, u_accum=2^-8: no bound"
+};
+
+/// Computes the bounds (formulas: docs/bounds.md). Throws InputError when a required per-token
+/// array is null while S > 0, or on negative sizes.
+Bounds compute_bounds(const BoundInputs& in);
+
+// ---------------------------------------------------------------------------------------------
+// Pass/fail policy.
+
+enum class Disposition : std::uint8_t { passed, incorrect, not_supported, failed };
+std::string_view to_string(Disposition d);
+
+/// A named policy. All thresholds of the project's pass/fail decisions live here.
+struct Policy {
+  std::string name = "default";
+  double k = 1.0;          ///< incorrect when some |e| > k·bound
+  bool bias_check = true;  ///< check the bias of the per-token loss
+  double k_bias = 1.0;     ///< bias limit: k_bias·mean(bound) + bias_sigmas·stderr
+  double bias_sigmas = 4.0;
+  bool require_meaningful_bound = true;  ///< an output without a finite bound is incorrect
+  double baseline_factor = 2.0;  ///< baseline-relative check: err ≤ factor·baseline err + bound·k
+};
+/// "default" (k = k_bias = 1, bias check, bounds must be finite), "strict" (k = 0.5, k_bias =
+/// 0.25: a mean error beyond a quarter of the mean bound is suspect), "audit" (as default, but
+/// infinite bounds allowed: the audit's verdict judges such recipes by their measured error),
+/// "lenient" (k = 4, no bias check, infinite bounds allowed). Throws InputError naming the unknown policy.
+Policy policy_by_name(std::string_view name);
+
+/// The decision and the numbers that decided it.
+struct Verdict {
+  Disposition disposition = Disposition::passed;
+  std::string output;       ///< the output that decided it ("loss", "dH", …), empty if passed
+  std::string reason;       ///< human-readable, names the numbers
+  double ratio = 0.0;       ///< max |e|/bound over the outputs judged
+  std::int64_t index = -1;  ///< element that decided it
+  double error = 0.0, bound = 0.0;
+  double bias = 0.0, bias_limit = 0.0;
+};
+
+/// One output to judge: its statistics (computed with bounds) and whether it is the per-token
+/// loss (which gets the bias check).
+struct JudgedOutput {
+  std::string name;
+  const ErrorStats* stats = nullptr;
+  bool is_loss = false;
+};
+
+/// Statistical limit of the bias: k_bias·mean(bound) + bias_sigmas·bias_stderr; +Inf when some
+/// element has an infinite bound (no meaningful limit).
+double bias_limit(const ErrorStats& s, const Policy& p);
+
+/// Judges the outputs in order: non-finite where the reference is finite (or any other finiteness
+/// mismatch) → incorrect; |e| > k·bound → incorrect (the largest ratio decides); a +Inf bound when
+/// the policy requires meaningful bounds → incorrect; |bias| > bias_limit on the loss → incorrect.
+/// Otherwise passed, with the largest ratio. Outputs without bounds get only the finiteness check.
+Verdict judge(const std::vector<JudgedOutput>& outputs, const Policy& policy);
+
+/// Verdict for a run that did not produce outputs: not_supported or failed, with the message.
+Verdict verdict_not_run(Disposition d, std::string message);
+
+/// Baseline-relative check (flash-attention/cut-cross-entropy style, NUMERICS.md §5): passes when
+/// max|e| ≤ baseline_factor·baseline max|e| + k·max bound-free floor `floor`. Returns the verdict
+/// for the named output.
+Verdict judge_against_baseline(const std::string& name, const ErrorStats& candidate,
+                               const ErrorStats& baseline, double floor, const Policy& policy);
+
+}  // namespace xentlab
