@@ -1,0 +1,241 @@
+// Covariates for numerics/bounds from a ReferenceResult, and the comparison of a run's outputs.
+#include "gpu/bounds_for.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "numerics/error.hpp"
+
+namespace xentlab {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+inline std::size_t sz(std::int64_t i) {
+  return static_cast<std::size_t>(i);
+}
+
+// Loss-kernel logit from a raw logit (scale, then softcap), in double.
+double kernel(const LossSpec& sp, double r) {
+  double x = sp.logit_scale * r;
+  if (sp.softcap > 0) x = sp.softcap * std::tanh(x / sp.softcap);
+  return x;
+}
+
+}  // namespace
+
+Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe& recipe,
+                            const DeclaredArithmetic& arith, const ReferenceResult& ref,
+                            std::int64_t n_chunks) {
+  const auto S = static_cast<std::int64_t>(ref.token_rows.size());
+  const auto J = static_cast<std::int64_t>(ref.vocab_rows.size());
+  const std::int64_t V = pb.V, D = pb.D;
+  const bool linear = pb.is_linear();
+  BoundInputs in;
+  in.recipe = recipe;
+  in.arith = arith;
+  in.spec = sp;
+  in.stored_logits_dtype = pb.input_dtype();
+  in.linear = linear;
+  in.S = S;
+  in.V = V;
+  in.D = D;
+  in.N = pb.N;
+  in.n_chunks = n_chunks > 0 ? n_chunks : std::max<std::int64_t>(1, S);
+  std::vector<std::int64_t> valid(sz(S)), target(sz(S)), tpos(sz(S), -1);
+  std::vector<double> max_raw(sz(S), 0.0);
+  std::vector<double> max_abs(sz(S), 0.0), mean_abs(sz(S), 0.0), xt(sz(S), 0.0), gemm(sz(S), 0.0);
+  std::vector<double> raw;  // (S, V) logits problems
+  std::vector<double> w_t_abs, w_colmax, h_abs;
+  std::vector<double> row(sz(std::max(V, D))), wrow(sz(std::max<std::int64_t>(D, 1)));
+
+  if (linear) {
+    // ‖W_j‖₂ max and column maxima of |W|; bias magnitude.
+    double wmax = 0.0, bmax = 0.0;
+    w_colmax.assign(sz(D), 0.0);
+    for (std::int64_t j = 0; j < V; ++j) {
+      pb.W.read(j * D, D, wrow.data());
+      double n2 = 0.0;
+      for (std::int64_t d = 0; d < D; ++d) {
+        n2 += wrow[sz(d)] * wrow[sz(d)];
+        w_colmax[sz(d)] = std::max(w_colmax[sz(d)], std::fabs(wrow[sz(d)]));
+      }
+      wmax = std::max(wmax, std::sqrt(n2));
+      if (pb.bias) {
+        const double b = pb.bias->get(j);
+        if (std::isfinite(b)) bmax = std::max(bmax, std::fabs(b));
+      }
+    }
+    // Norms are rounded up by a relative 2^-40 margin (the double sums above are within D·2^-53).
+    const double up = 1.0 + 0x1p-40;
+    w_t_abs.assign(sz(S * D), 0.0);
+    h_abs.assign(sz(S * D), 0.0);
+    for (std::int64_t q = 0; q < S; ++q) {
+      const std::int64_t i = ref.token_rows[sz(q)];
+      pb.H.read(i * D, D, row.data());
+      double n2 = 0.0;
+      for (std::int64_t d = 0; d < D; ++d) {
+        n2 += row[sz(d)] * row[sz(d)];
+        h_abs[sz(q * D + d)] = std::fabs(row[sz(d)]);
+      }
+      // Σ_d |H_id||W_jd| ≤ min(‖H_i‖₂·max_j‖W_j‖₂ (Cauchy–Schwarz), Σ_d |H_id|·max_j|W_jd|).
+      double hcol = 0.0;
+      for (std::int64_t d = 0; d < D; ++d) hcol += h_abs[sz(q * D + d)] * w_colmax[sz(d)];
+      gemm[sz(q)] = (std::min(std::sqrt(n2) * wmax, hcol) + bmax) * up;
+      // The fp32 GEMM result can exceed the exact one by γ_{D+1}·Σ|h||w| < 2^-10 relative here.
+      max_raw[sz(q)] = gemm[sz(q)] * (1.0 + 0x1p-10);
+      double zmax = sp.logit_scale * gemm[sz(q)];
+      if (sp.softcap > 0) zmax = std::min(zmax, sp.softcap);
+      max_abs[sz(q)] = zmax;
+      mean_abs[sz(q)] = zmax;
+      const std::int64_t t = pb.targets[sz(i)];
+      valid[sz(q)] = t != sp.ignore_index;
+      target[sz(q)] = valid[sz(q)] ? t : -1;
+      if (valid[sz(q)]) {
+        pb.W.read(t * D, D, wrow.data());
+        double zt = pb.bias ? pb.bias->get(t) : 0.0;
+        for (std::int64_t d = 0; d < D; ++d) {
+          zt += row[sz(d)] * wrow[sz(d)];
+          w_t_abs[sz(q * D + d)] = std::fabs(wrow[sz(d)]);
+        }
+        xt[sz(q)] = kernel(sp, zt);
+        auto it = std::lower_bound(ref.vocab_rows.begin(), ref.vocab_rows.end(), t);
+        if (it != ref.vocab_rows.end() && *it == t) tpos[sz(q)] = it - ref.vocab_rows.begin();
+      }
+    }
+  } else {
+    // Raw logits are kept (S×V) only when dz bounds are formed; otherwise one row at a time.
+    const bool keep = !ref.dz.empty();
+    if (keep) raw.assign(sz(S * V), 0.0);
+    for (std::int64_t q = 0; q < S; ++q) {
+      const std::int64_t i = ref.token_rows[sz(q)];
+      double* rr = keep ? raw.data() + q * V : row.data();
+      pb.logits.read(i * V, V, rr);
+      double mx = 0.0, sum = 0.0;
+      for (std::int64_t j = 0; j < V; ++j) {
+        const double x = kernel(sp, rr[j]);
+        if (std::isfinite(rr[j])) max_raw[sz(q)] = std::max(max_raw[sz(q)], std::fabs(rr[j]));
+        if (std::isfinite(x)) {
+          mx = std::max(mx, std::fabs(x));
+          sum += std::fabs(x);
+        }
+      }
+      max_abs[sz(q)] = mx;
+      mean_abs[sz(q)] = (sum / static_cast<double>(V)) * (1.0 + 0x1p-40);
+      const std::int64_t t = pb.targets[sz(i)];
+      valid[sz(q)] = t != sp.ignore_index;
+      target[sz(q)] = valid[sz(q)] ? t : -1;
+      if (valid[sz(q)]) xt[sz(q)] = kernel(sp, rr[t]);
+    }
+  }
+  in.valid = valid.data();
+  in.target = target.data();
+  in.lse = ref.lse.data();
+  in.loss = ref.loss.data();
+  in.sum_p_abs_z = ref.sum_p_abs_z.data();
+  in.max_logit = ref.max_logit.data();
+  in.max_abs_logit = max_abs.data();
+  in.max_abs_raw = max_raw.data();
+  in.mean_abs_logit = mean_abs.data();
+  in.target_logit = xt.data();
+  in.p_target = ref.p_target.data();
+  in.grad_scale = ref.grad_scale.data();
+  in.gemm_abs = linear ? gemm.data() : nullptr;
+  in.reduced_loss_ref = ref.reduced_loss;
+  if (!linear && !ref.dz.empty()) {
+    in.dz_ref = ref.dz.data();
+    in.raw_logits = raw.data();
+  }
+  if (linear && !ref.dH.empty()) {
+    in.dH_ref = ref.dH.data();
+    in.dH_cond = ref.dH_cond.data();
+    in.W_target_abs = w_t_abs.data();
+    in.W_colmax_abs = w_colmax.data();
+  }
+  if (linear && !ref.dW.empty()) {
+    in.J = J;
+    in.dW_ref = ref.dW.data();
+    in.dW_cond = ref.dW_cond.data();
+    in.H_abs = h_abs.data();
+    in.target_vocab_pos = tpos.data();
+  }
+  return compute_bounds(in);
+}
+
+RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
+                         const DeclaredArithmetic& arith, const StrategyOutputs& out,
+                         const ReferenceResult& ref, const Policy& policy, std::int64_t n_chunks) {
+  const auto S = static_cast<std::int64_t>(ref.token_rows.size());
+  const std::int64_t V = pb.V, D = pb.D;
+  // Map the run's token rows onto the reference's.
+  std::vector<std::int64_t> pos(sz(S));
+  {
+    const auto& orow = out.token_rows;
+    for (std::int64_t q = 0; q < S; ++q) {
+      auto it = std::lower_bound(orow.begin(), orow.end(), ref.token_rows[sz(q)]);
+      if (it == orow.end() || *it != ref.token_rows[sz(q)])
+        throw InputError(
+            fmt::format("assess_run: reference row {} is not among the run's token rows",
+                        ref.token_rows[sz(q)]));
+      pos[sz(q)] = it - orow.begin();
+    }
+  }
+  if (out.loss.size() != out.token_rows.size() || out.lse.size() != out.token_rows.size())
+    throw InputError("assess_run: the run's loss/lse sizes differ from its token rows");
+  RunAssessment ra;
+  ra.bounds = bounds_for_reference(pb, spec, recipe, arith, ref, n_chunks);
+  const Bounds& b = ra.bounds;
+  std::vector<double> o(sz(S));
+  for (std::int64_t q = 0; q < S; ++q) o[sz(q)] = out.loss[sz(pos[sz(q)])];
+  ra.loss = compute_error_stats(o.data(), ref.loss.data(), S, out.loss_dtype, b.loss.data());
+  for (std::int64_t q = 0; q < S; ++q) o[sz(q)] = out.lse[sz(pos[sz(q)])];
+  ra.lse = compute_error_stats(o.data(), ref.lse.data(), S, out.loss_dtype, b.lse.data());
+  ra.reduced_loss =
+      compute_error_stats(&out.reduced_loss, &ref.reduced_loss, 1, out.loss_dtype, &b.reduced_loss);
+  std::vector<JudgedOutput> judged{
+      {"loss", &ra.loss, true}, {"lse", &ra.lse, false}, {"reduced_loss", &ra.reduced_loss, false}};
+  if (!out.dz.empty() && !ref.dz.empty()) {
+    std::vector<double> g(sz(S * V));
+    for (std::int64_t q = 0; q < S; ++q)
+      std::copy_n(out.dz.begin() + pos[sz(q)] * V, V, g.begin() + q * V);
+    ra.dz = compute_error_stats(g.data(), ref.dz.data(), S * V, out.grad_dtype,
+                                b.dz.empty() ? nullptr : b.dz.data());
+    ra.has_dz = true;
+    judged.push_back({"dz", &ra.dz, false});
+  }
+  if (!out.dH.empty() && !ref.dH.empty()) {
+    std::vector<double> g(sz(S * D));
+    for (std::int64_t q = 0; q < S; ++q)
+      std::copy_n(out.dH.begin() + pos[sz(q)] * D, D, g.begin() + q * D);
+    ra.dH = compute_error_stats(g.data(), ref.dH.data(), S * D, out.grad_dtype,
+                                b.dH.empty() ? nullptr : b.dH.data());
+    ra.has_dH = true;
+    judged.push_back({"dH", &ra.dH, false});
+  }
+  const auto J = static_cast<std::int64_t>(ref.vocab_rows.size());
+  if (!out.dW.empty() && !ref.dW.empty()) {
+    if (static_cast<std::int64_t>(out.dW.size()) != V * D)
+      throw InputError(
+          fmt::format("assess_run: dW has {} values, expected V·D = {}", out.dW.size(), V * D));
+    std::vector<double> g(sz(J * D));
+    for (std::int64_t q = 0; q < J; ++q)
+      std::copy_n(out.dW.begin() + ref.vocab_rows[sz(q)] * D, D, g.begin() + q * D);
+    ra.dW = compute_error_stats(g.data(), ref.dW.data(), J * D, out.grad_dtype,
+                                b.dW.empty() ? nullptr : b.dW.data());
+    ra.has_dW = true;
+    judged.push_back({"dW", &ra.dW, false});
+  }
+  if (!out.db.empty() && !ref.db.empty()) {
+    std::vector<double> g(sz(J));
+    for (std::int64_t q = 0; q < J; ++q) g[sz(q)] = out.db[sz(ref.vocab_rows[sz(q)])];
+    ra.db = compute_error_stats(g.data(), ref.db.data(), J, out.grad_dtype, nullptr);
+    ra.has_db = true;
+    judged.push_back({"db", &ra.db, false});
+  }
+  ra.verdict = judge(judged, policy);
+  return ra;
+}
+
+}  // namespace xentlab

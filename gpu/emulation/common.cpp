@@ -1,0 +1,482 @@
+// The CPU emulation engine shared by the emulated strategies (see common.hpp and
+// docs/arithmetic.md; section numbers below refer to that page).
+#include "gpu/emulation/common.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "numerics/emulate.hpp"
+#include "numerics/error.hpp"
+
+namespace xentlab::emulation {
+namespace {
+
+using emu::rnd;
+constexpr std::int64_t kPanel = 64;  // vocabulary rows per panel of the forward GEMM
+inline std::size_t sz(std::int64_t i) {
+  return static_cast<std::size_t>(i);
+}
+
+// Everything the row kernels need, read-only during a run.
+struct Ctx {
+  const Problem* pb = nullptr;
+  LossSpec sp;
+  Recipe rc;
+  DeclaredArithmetic ar;
+  std::int64_t N = 0, V = 0, D = 0;
+  bool linear = false;
+  std::vector<float> bias;  // (V) bias as float (exact; −Inf allowed), empty when absent
+  float scale = 1.0f, cap = 0.0f, eps = 0.0f, lam = 0.0f, eps_over_V = 0.0f, one_minus_eps = 1.0f;
+};
+
+// §1 for given logits: z[j] = rnd_logits(stored value) (exact when logits ⊇ the stored dtype).
+void row_given_logits(const Ctx& c, std::int64_t i, float* z) {
+  const std::int64_t V = c.V;
+  double buf[256];
+  for (std::int64_t j0 = 0; j0 < V; j0 += 256) {
+    const std::int64_t n = std::min<std::int64_t>(256, V - j0);
+    c.pb->logits.read(i * V + j0, n, buf);
+    if (c.pb->logits.dtype() == DType::fp64) {
+      for (std::int64_t l = 0; l < n; ++l) z[j0 + l] = emu::rnd_from_double(buf[l], c.rc.logits);
+    } else {
+      // fp32/fp16/bf16 values are exact in float, so one rounding of the float is the rounding.
+      for (std::int64_t l = 0; l < n; ++l) z[j0 + l] = rnd(static_cast<float>(buf[l]), c.rc.logits);
+    }
+  }
+}
+
+// §1 for a linear problem, a block of R token rows at once: Z[r][j] = rnd_logits(fp32 GEMM over
+// D (+ bias)). One fp32 accumulator per (r, j) adds the products in increasing d with one rounding
+// each (fmaf: exact product, one rounding; for bf16/fp16 inputs the fp32 product is exact anyway).
+// W is read in panels of 64 vocabulary rows (converted exactly to float) and shared by the block's
+// rows; panels are distributed over threads. Hs: (R, D) rows of H as float; Z: (R, V).
+void block_linear_logits(const Ctx& c, const float* Hs, std::int64_t R, float* Z, bool par) {
+  const std::int64_t V = c.V, D = c.D;
+  const std::int64_t panels = (V + kPanel - 1) / kPanel;
+#pragma omp parallel if (par)
+  {
+    std::vector<double> wrow(static_cast<std::size_t>(D));
+    std::vector<float> wp(static_cast<std::size_t>(D * kPanel));
+#pragma omp for schedule(dynamic, 4)
+    for (std::int64_t p = 0; p < panels; ++p) {
+      const std::int64_t j0 = p * kPanel, n = std::min(kPanel, V - j0);
+      std::fill(wp.begin(), wp.end(), 0.0f);
+      for (std::int64_t l = 0; l < n; ++l) {
+        c.pb->W.read((j0 + l) * D, D, wrow.data());
+        for (std::int64_t d = 0; d < D; ++d)
+          wp[static_cast<std::size_t>(d * kPanel + l)] =
+              static_cast<float>(wrow[static_cast<std::size_t>(d)]);
+      }
+      for (std::int64_t r = 0; r < R; ++r) {
+        const float* h = Hs + r * D;
+        float acc[kPanel] = {};
+        for (std::int64_t d = 0; d < D; ++d) {
+          const float hd = h[d];
+          const float* w = wp.data() + d * kPanel;
+          for (int l = 0; l < kPanel; ++l) acc[l] = std::fma(hd, w[l], acc[l]);
+        }
+        for (std::int64_t l = 0; l < n; ++l) {
+          float v = acc[l];
+          if (!c.bias.empty())
+            v = v + c.bias[static_cast<std::size_t>(j0 + l)];  // §1: bias in fp32
+          Z[r * V + j0 + l] = rnd(v, c.rc.logits);
+        }
+      }
+    }
+  }
+}
+
+// §8 dH = dz·W for a block of R rows: fp32, sequential over j per (r, k), exact products. The
+// hidden dimension is split over threads; each reads its slice of every W row.
+void block_dH(const Ctx& c, const float* dz, std::int64_t R, float* acc, bool par) {
+  const std::int64_t V = c.V, D = c.D;
+  std::fill(acc, acc + R * D, 0.0f);
+  const std::int64_t slices = par ? std::max<std::int64_t>(1, std::min<std::int64_t>(D, 64)) : 1;
+  const std::int64_t width = (D + slices - 1) / slices;
+#pragma omp parallel if (par)
+  {
+    std::vector<double> wbuf(static_cast<std::size_t>(width));
+    std::vector<float> w(static_cast<std::size_t>(width));
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t sl = 0; sl < slices; ++sl) {
+      const std::int64_t k0 = sl * width, k1 = std::min(D, k0 + width);
+      if (k0 >= k1) continue;
+      for (std::int64_t j = 0; j < V; ++j) {
+        bool any = false;
+        for (std::int64_t r = 0; r < R && !any; ++r) any = dz[r * V + j] != 0.0f;
+        if (!any) continue;  // adding exact zeros leaves fp32 sums unchanged
+        c.pb->W.read(j * D + k0, k1 - k0, wbuf.data());
+        for (std::int64_t k = 0; k < k1 - k0; ++k)
+          w[static_cast<std::size_t>(k)] = static_cast<float>(wbuf[static_cast<std::size_t>(k)]);
+        for (std::int64_t r = 0; r < R; ++r) {
+          const float dzj = dz[r * V + j];
+          if (dzj == 0.0f) continue;
+          float* a = acc + r * D;
+          for (std::int64_t k = k0; k < k1; ++k)
+            a[k] = std::fma(dzj, w[static_cast<std::size_t>(k - k0)], a[k]);
+        }
+      }
+    }
+  }
+}
+
+// §2: loss-kernel logits x = scale·z, softcap c·tanhf(x/c), in fp32, not stored.
+inline float kernel_logit(const Ctx& c, float z) {
+  float x = c.scale != 1.0f ? c.scale * z : z;
+  if (c.cap > 0.0f) x = c.cap * std::tanh(x / c.cap);
+  return x;
+}
+
+struct RowOut {
+  float lse = 0.0f;
+  float loss = 0.0f;
+};
+
+// §3–5 (and §9 for online tiles): lse and loss of one row from its kernel logits x (V floats).
+RowOut row_forward(const Ctx& c, const float* x, std::int64_t t, bool valid, float* scratch) {
+  const DType A = c.rc.accum;
+  RowOut o;
+  float m = 0.0f;
+  const float s = emu::sum_exp(x, c.V, A, c.ar, scratch, &m);
+  // §5: lse = rnd_accum(m + logf(sum)); an all-masked row has sum 0 and lse = −Inf.
+  o.lse = m == -INFINITY ? -INFINITY : rnd(m + std::log(s), A);
+  if (!valid) return o;
+  const float xt = x[t];
+  float loss;
+  if (c.eps > 0.0f) {
+    // Σ_j x_j in the same blocked order in the accum dtype.
+    const float sx = emu::sum_ordered(x, c.V, A, c.ar);
+    loss = rnd(o.lse - c.one_minus_eps * xt - c.eps_over_V * sx, A);
+  } else {
+    loss = rnd(o.lse - xt, A);
+  }
+  if (c.lam > 0.0f) loss = rnd(loss + c.lam * (o.lse * o.lse), A);
+  o.loss = loss;
+  return o;
+}
+
+// §7: one entry of dz (before rounding to the logits dtype): p_j = expf(x_j − lse),
+// dz_j = g·(p_j·(1 + 2λ·lse) − (1−ε)[j=t] − ε/V)·chain_j, the target entry in the cancelling
+// p_t − 1 form; chain_j = scale·(1 − th²) with softcap (th = tanhf(scale·z_j/c), as the forward),
+// scale without. All fp32.
+inline float dz_entry(const Ctx& c, float z, float x, float lse, float zfac, bool is_target,
+                      float g) {
+  float q = std::exp(x - lse);
+  if (c.lam > 0.0f) q = q * zfac;
+  if (is_target) q = q - c.one_minus_eps;
+  if (c.eps > 0.0f) q = q - c.eps_over_V;
+  if (c.cap > 0.0f) {
+    const float a = c.scale != 1.0f ? c.scale * z : z;
+    const float th = std::tanh(a / c.cap);
+    q = q * (c.scale * (1.0f - th * th));
+  } else if (c.scale != 1.0f) {
+    q = q * c.scale;
+  }
+  return rnd(g * q, c.rc.logits);
+}
+
+void row_dz(const Ctx& c, const float* z, const float* x, float lse, std::int64_t t, float g,
+            float* dz) {
+  const float zfac = c.lam > 0.0f ? 1.0f + 2.0f * c.lam * lse : 1.0f;
+  for (std::int64_t j = 0; j < c.V; ++j) dz[j] = dz_entry(c, z[j], x[j], lse, zfac, j == t, g);
+}
+
+// Loss-kernel logits of a row: x_j from stored logits z_j.
+void row_kernel_logits(const Ctx& c, const float* z, float* x) {
+  for (std::int64_t j = 0; j < c.V; ++j) x[j] = kernel_logit(c, z[j]);
+}
+
+}  // namespace
+
+Status EmulatedStrategy::can_implement(const Problem& p, const LossSpec& s, const Recipe& r) const {
+  for (DType t : {r.input, r.logits, r.accum, r.grad})
+    if (t == DType::fp64)
+      return Status::NotSupported(
+          fmt::format("{} (cpu-emulation): recipe {} has an fp64 place; the emulation models "
+                      "fp32/fp16/bf16 hardware only",
+                      cfg_.name, r.name()));
+  if (p.input_dtype() != r.input)
+    return Status::NotSupported(
+        fmt::format("{} (cpu-emulation): the problem is stored in {} but recipe {} reads {} inputs "
+                    "(convert the problem; the emulation never re-rounds inputs silently)",
+                    cfg_.name, to_string(p.input_dtype()), r.name(), to_string(r.input)));
+  try {
+    s.validate();
+  } catch (const InputError& e) {
+    return Status::NotSupported(std::string("invalid loss spec: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+DeclaredArithmetic EmulatedStrategy::arithmetic(const Recipe& r) const {
+  DeclaredArithmetic a;
+  a.token_order = ReductionOrder::pairwise;
+  a.gemm_k_split = 1;
+  if (cfg_.kind == Kind::fused) {
+    a.vocab_order = ReductionOrder::online_tiles;
+    a.tile = kFusedTile;
+    a.block_threads = 1;
+    a.note = fmt::format("cpu-emulation fused: online (max,sum) over tiles of {}, accum {}",
+                         kFusedTile, to_string(r.accum));
+  } else {
+    a.vocab_order = ReductionOrder::blocked;
+    a.block_threads = kBlockThreads;
+    a.note = fmt::format("cpu-emulation {}: block reduce T={}, groups of 8, accum {}", cfg_.name,
+                         kBlockThreads, to_string(r.accum));
+  }
+  return a;
+}
+
+namespace {
+std::int64_t chunk_of(const RunRequest& req, std::int64_t V, std::int64_t S) {
+  if (req.chunk_tokens > 0) return req.chunk_tokens;
+  if (req.memory_budget > 0)
+    return std::max<std::int64_t>(1, req.memory_budget / std::max<std::int64_t>(1, V * 8));
+  return std::min(S > 0 ? S : 1, kDefaultChunkTokens);
+}
+}  // namespace
+
+std::int64_t EmulatedStrategy::workspace_size(const RunRequest& req) const {
+  const Problem& p = *req.problem;
+  const std::int64_t S =
+      req.token_rows.empty() ? p.N : static_cast<std::int64_t>(req.token_rows.size());
+  const std::int64_t threads = omp_get_max_threads();
+  const bool chunk_acc = cfg_.kind == Kind::chunked || cfg_.kind == Kind::checkpointed;
+  std::int64_t block = chunk_acc
+                           ? chunk_of(req, p.V, S)
+                           : std::max<std::int64_t>(1, (std::int64_t{64} << 20) /
+                                                           (4 * std::max<std::int64_t>(p.V, 1)));
+  block = std::max<std::int64_t>(1, std::min(block, std::max<std::int64_t>(S, 1)));
+  std::int64_t bytes =
+      threads * 2 * p.V * 4 + block * p.V * 4;  // per-thread rows, block of logits/dz
+  if (p.is_linear()) bytes += S * p.D * 4 + (p.bias ? p.V * 4 : 0);
+  if (req.want_grads && p.is_linear())
+    bytes += p.V * p.D * 4 + block * p.D * 4 + (p.bias ? p.V * 4 : 0);
+  return bytes;
+}
+
+StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!req.problem) throw InputError(cfg_.name + " (cpu-emulation): RunRequest without a problem");
+  const Problem& pb = *req.problem;
+  req.spec.validate();
+  pb.validate(req.spec.ignore_index);
+  const Status st = can_implement(pb, req.spec, req.recipe);
+  if (!st.ok()) throw InputError(st.message);
+
+  Ctx c;
+  c.pb = &pb;
+  c.sp = req.spec;
+  c.rc = req.recipe;
+  c.ar = arithmetic(req.recipe);
+  c.N = pb.N;
+  c.V = pb.V;
+  c.D = pb.D;
+  c.linear = pb.is_linear();
+  c.scale = static_cast<float>(req.spec.logit_scale);
+  c.cap = static_cast<float>(req.spec.softcap);
+  c.eps = static_cast<float>(req.spec.label_smoothing);
+  c.lam = static_cast<float>(req.spec.z_loss);
+  c.one_minus_eps = 1.0f - c.eps;
+  c.eps_over_V = c.eps / static_cast<float>(c.V);
+  const std::int64_t N = c.N, V = c.V, D = c.D;
+
+  // Token rows.
+  std::vector<std::int64_t> rows = req.token_rows;
+  for (std::size_t q = 0; q < rows.size(); ++q)
+    if (rows[q] < 0 || rows[q] >= N || (q > 0 && rows[q] <= rows[q - 1]))
+      throw InputError(fmt::format(
+          "{} (cpu-emulation): token_rows[{}] = {} is out of [0, {}) or not sorted/unique",
+          cfg_.name, q, rows[q], N));
+  if (rows.empty()) {
+    rows.resize(sz(N));
+    for (std::int64_t i = 0; i < N; ++i) rows[sz(i)] = i;
+  }
+  const auto S = static_cast<std::int64_t>(rows.size());
+  if (req.spec.reduction == Reduction::none && !req.upstream.empty()) {
+    if (static_cast<std::int64_t>(req.upstream.size()) != N)
+      throw InputError(fmt::format("{} (cpu-emulation): upstream has {} entries, expected N = {}",
+                                   cfg_.name, req.upstream.size(), N));
+    for (std::size_t i = 0; i < req.upstream.size(); ++i)
+      if (!std::isfinite(req.upstream[i]))
+        throw InputError(fmt::format("{} (cpu-emulation): upstream[{}] = {} is not finite",
+                                     cfg_.name, i, req.upstream[i]));
+  }
+  const std::int64_t n_valid = pb.count_valid(req.spec.ignore_index);
+
+  // Inputs as float (exact: every stored value of fp32/fp16/bf16 is a float). W is read on demand.
+  std::vector<float> Hs;  // (S, D)
+  std::int64_t extra = 0;
+  if (c.linear) {
+    std::vector<double> buf(sz(D));
+    Hs.resize(sz(S * D));
+    for (std::int64_t q = 0; q < S; ++q) {
+      pb.H.read(rows[sz(q)] * D, D, buf.data());
+      for (std::int64_t d = 0; d < D; ++d) Hs[sz(q * D + d)] = static_cast<float>(buf[sz(d)]);
+    }
+    if (pb.bias) {
+      c.bias.resize(sz(V));
+      for (std::int64_t j = 0; j < V; ++j) c.bias[sz(j)] = static_cast<float>(pb.bias->get(j));
+    }
+    extra += static_cast<std::int64_t>((Hs.size() + c.bias.size()) * 4);
+  }
+
+  const DType A = c.rc.accum, G = c.rc.grad;
+  StrategyOutputs out;
+  out.token_rows = rows;
+  out.loss.assign(sz(S), 0.0);
+  out.lse.assign(sz(S), 0.0);
+  out.loss_dtype = A;
+  out.grad_dtype = G;
+  std::vector<float> loss_f(sz(S), 0.0f), lse_f(sz(S), 0.0f), g_f(sz(S), 0.0f);
+  std::vector<char> valid(sz(S), 0);
+  for (std::int64_t q = 0; q < S; ++q) {
+    const std::int64_t i = rows[sz(q)];
+    valid[sz(q)] = pb.targets[sz(i)] != req.spec.ignore_index;
+    double g = 0.0;
+    switch (req.spec.reduction) {
+      case Reduction::mean:
+        g = n_valid > 0 ? 1.0 / static_cast<double>(n_valid) : 0.0;
+        break;
+      case Reduction::sum:
+        g = 1.0;
+        break;
+      case Reduction::none:
+        g = req.upstream.empty() ? 1.0 : req.upstream[sz(i)];
+        break;
+    }
+    g_f[sz(q)] = valid[sz(q)] ? static_cast<float>(g) : 0.0f;  // §7: g rounded once to fp32
+  }
+
+  const bool grads = req.want_grads;
+  const std::int64_t threads = omp_get_max_threads();
+  // Rows are processed in blocks. chunked/checkpointed: a block is a chunk, and its dW is added
+  // into the accum-dtype accumulator (§8). naive/fused: dW is one fp32 GEMM over all rows in order;
+  // the fp32 accumulator is carried across blocks, so the block size only bounds the host memory.
+  const bool chunk_acc = cfg_.kind == Kind::chunked || cfg_.kind == Kind::checkpointed;
+  std::int64_t block = chunk_acc
+                           ? chunk_of(req, V, S)
+                           : std::max<std::int64_t>(
+                                 1, (std::int64_t{64} << 20) / (4 * std::max<std::int64_t>(V, 1)));
+  block = std::max<std::int64_t>(1, std::min(block, S));
+  const bool par = S * V * (D + 4) >= (std::int64_t{1} << 18);
+  if (grads) {
+    if (c.linear) {
+      out.dH.assign(sz(S * D), 0.0);
+      out.dW.assign(sz(V * D), 0.0);
+      if (pb.bias) out.db.assign(sz(V), 0.0);
+    } else {
+      out.dz.assign(sz(S * V), 0.0);
+    }
+  }
+  // dW, db: the accumulator (fp32 for naive/fused, accum dtype across chunks for chunked), and the
+  // fp32 partial of one chunk; values held as float.
+  std::vector<float> dW_acc(grads && c.linear ? sz(V * D) : 0, 0.0f);
+  std::vector<float> db_acc(grads && c.linear && pb.bias ? sz(V) : 0, 0.0f);
+  std::vector<float> zbuf(sz(block * V));  // (block, V): logits, then dz in place (logits dtype)
+  std::vector<float> dHacc(grads && c.linear ? sz(block * D) : 0);
+  extra +=
+      static_cast<std::int64_t>((dW_acc.size() + db_acc.size() + zbuf.size() + dHacc.size()) * 4);
+  extra += threads * 2 * V * 4;
+
+  for (std::int64_t q0 = 0; q0 < S; q0 += block) {
+    const std::int64_t q1 = std::min(S, q0 + block), R = q1 - q0;
+    if (c.linear) block_linear_logits(c, Hs.data() + q0 * D, R, zbuf.data(), par);
+      // Forward (§2–5) and dz (§7) per row; dz overwrites the row's logits.
+#pragma omp parallel if (par)
+    {
+      std::vector<float> x(sz(V)), scratch(sz(V));
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t q = q0; q < q1; ++q) {
+        const std::int64_t i = rows[sz(q)];
+        const std::int64_t t = pb.targets[sz(i)];
+        const bool v = valid[sz(q)] != 0;
+        float* z = zbuf.data() + (q - q0) * V;
+        if (!c.linear) row_given_logits(c, i, z);
+        row_kernel_logits(c, z, x.data());
+        const RowOut ro = row_forward(c, x.data(), t, v, scratch.data());
+        lse_f[sz(q)] = ro.lse;
+        loss_f[sz(q)] = ro.loss;
+        if (!grads) continue;
+        // checkpointed recomputes z from H and W in the forward's precision in its backward, and
+        // fused recomputes each tile: bit-identical to the values used here by construction.
+        if (v)
+          row_dz(c, z, x.data(), ro.lse, t, g_f[sz(q)], z);
+        else
+          std::fill(z, z + V, 0.0f);
+        if (!c.linear)
+          for (std::int64_t j = 0; j < V; ++j) out.dz[sz(q * V + j)] = rnd(z[j], G);
+      }
+    }
+    if (!grads || !c.linear) continue;
+    const float* dz = zbuf.data();
+    block_dH(c, dz, R, dHacc.data(), par);
+    for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t d = 0; d < D; ++d)
+        out.dH[sz((q0 + r) * D + d)] = rnd(dHacc[sz(r * D + d)], G);
+        // dW (and db) of the block: fp32 dzᵀ·H over the block's rows in increasing row order,
+        // parallel over vocabulary rows.
+#pragma omp parallel if (par)
+    {
+      std::vector<float> part(sz(D));
+#pragma omp for schedule(static)
+      for (std::int64_t j = 0; j < V; ++j) {
+        float* accw = chunk_acc ? part.data() : dW_acc.data() + j * D;
+        if (chunk_acc) std::fill(part.begin(), part.end(), 0.0f);
+        float dbs = chunk_acc ? 0.0f : (db_acc.empty() ? 0.0f : db_acc[sz(j)]);
+        for (std::int64_t r = 0; r < R; ++r) {
+          const float dzj = dz[r * V + j];
+          if (dzj == 0.0f) continue;  // adding exact zeros leaves an fp32 sum unchanged
+          const float* h = Hs.data() + (q0 + r) * D;
+          for (std::int64_t d = 0; d < D; ++d) accw[d] = std::fma(dzj, h[d], accw[d]);
+          if (!db_acc.empty()) dbs = rnd(dbs + dzj, A);  // db: Σ_i dz_ij in the accum dtype
+        }
+        if (chunk_acc) {
+          float* a = dW_acc.data() + j * D;
+          for (std::int64_t d = 0; d < D; ++d) a[d] = rnd(a[d] + accw[d], A);
+          if (!db_acc.empty()) db_acc[sz(j)] = rnd(db_acc[sz(j)] + dbs, A);
+        } else if (!db_acc.empty()) {
+          db_acc[sz(j)] = dbs;
+        }
+      }
+    }
+  }
+  if (grads && c.linear) {
+    for (std::int64_t k = 0; k < V * D; ++k) out.dW[sz(k)] = rnd(dW_acc[sz(k)], G);
+    for (std::size_t j = 0; j < db_acc.size(); ++j) out.db[j] = rnd(db_acc[j], G);
+  }
+
+  // §6: token reduction, pairwise over token index in the accum dtype. Ignored rows add exact 0.
+  for (std::int64_t q = 0; q < S; ++q) {
+    out.loss[sz(q)] = loss_f[sz(q)];
+    out.lse[sz(q)] = lse_f[sz(q)];
+  }
+  std::vector<float> terms(sz(S));
+  std::int64_t valid_in_sample = 0;
+  for (std::int64_t q = 0; q < S; ++q) {
+    valid_in_sample += valid[sz(q)];
+    float v = valid[sz(q)] ? loss_f[sz(q)] : 0.0f;
+    if (req.spec.reduction == Reduction::none) v = rnd(g_f[sz(q)] * v, A);
+    terms[sz(q)] = v;
+  }
+  float red = emu::sum_pairwise(terms.data(), S, A);
+  if (req.spec.reduction == Reduction::mean) {
+    const std::int64_t n = S < N ? valid_in_sample : n_valid;
+    if (n == 0)
+      red = req.spec.empty_mean == EmptyMean::nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+    else
+      red = rnd(red / static_cast<float>(n), A);
+  }
+  out.reduced_loss = red;
+  out.peak_extra_bytes = extra;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace xentlab::emulation

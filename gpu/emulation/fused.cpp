@@ -1,0 +1,14 @@
+// CPU emulation of the fused strategy: no logits tensor: online (max, sum) over vocabulary tiles of
+// 128, backward recomputes tiles. The arithmetic is docs/arithmetic.md; the shared engine is
+// gpu/emulation/common.cpp.
+#include <memory>
+
+#include "gpu/emulation/common.hpp"
+
+namespace xentlab::emulation {
+
+std::unique_ptr<Strategy> make_fused() {
+  return std::make_unique<EmulatedStrategy>(EngineConfig{Kind::fused, "fused"});
+}
+
+}  // namespace xentlab::emulation
