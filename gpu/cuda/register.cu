@@ -1,11 +1,21 @@
-// Registration of the CUDA strategies (filled in as they land).
+// Registration of the CUDA strategies: one explicit list, in the order naive, chunked,
+// checkpointed.
 #include <memory>
 #include <vector>
 
 #include "gpu/strategy.hpp"
 
 namespace xentlab {
+namespace gpu {
+std::unique_ptr<Strategy> make_cuda_naive();         // naive.cu
+std::unique_ptr<Strategy> make_cuda_chunked();       // chunked.cu
+std::unique_ptr<Strategy> make_cuda_checkpointed();  // checkpointed.cu
+}  // namespace gpu
 
-void register_cuda_strategies(std::vector<std::unique_ptr<Strategy>>& out) { (void)out; }
+void register_cuda_strategies(std::vector<std::unique_ptr<Strategy>>& out) {
+  out.push_back(gpu::make_cuda_naive());
+  out.push_back(gpu::make_cuda_chunked());
+  out.push_back(gpu::make_cuda_checkpointed());
+}
 
 }  // namespace xentlab

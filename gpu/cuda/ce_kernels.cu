@@ -1,0 +1,457 @@
+// Softmax/cross-entropy kernels; the arithmetic is specified in ce_kernels.cuh and
+// docs/arithmetic.md. Template instantiations are kept few (CI compiles this on 2 cores):
+// ce_rows 3 logit dtypes × 3 accumulators, dz_rows 3 × 3, the rest dispatch the accumulator at
+// run time.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "gpu/cuda/ce_kernels.cuh"
+#include "gpu/cuda/cuda_check.hpp"
+
+namespace xentlab::gpu {
+namespace {
+
+constexpr int kThreads = 256;  // T of docs/arithmetic.md §4
+constexpr int kGroup = 8;      // elements per 16-byte load of a 16-bit dtype
+
+// ---- storage conversions -------------------------------------------------------------------
+__device__ __forceinline__ float to_f(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ __forceinline__ float to_f(__half v) {
+  return __half2float(v);
+}
+
+template <class T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_f<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+/// Rounds an fp32 value to the accumulator type A and back (exact for A = float).
+template <class A>
+__device__ __forceinline__ float rnd(float v) {
+  return to_f(from_f<A>(v));
+}
+
+/// Run-time accumulator rounding (0 fp32, 1 fp16, 2 bf16), for the non-hot kernels.
+__device__ __forceinline__ float rnd_rt(float v, int acc) {
+  if (acc == 1) return __half2float(__float2half_rn(v));
+  if (acc == 2) return __bfloat162float(__float2bfloat16_rn(v));
+  return v;
+}
+int acc_code(DType a) {
+  return a == DType::fp16 ? 1 : a == DType::bf16 ? 2 : 0;
+}
+
+// ---- 8-element loads/stores with the contract's ownership --------------------------------------
+template <class T>
+__device__ __forceinline__ void load8(const T* row, std::int64_t j0, std::int64_t V, bool aligned,
+                                      float (&v)[kGroup]) {
+  if (aligned && j0 + kGroup <= V) {
+    if constexpr (sizeof(T) == 2) {
+      const uint4 q = *reinterpret_cast<const uint4*>(row + j0);
+      const T* e = reinterpret_cast<const T*>(&q);
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) v[k] = to_f(e[k]);
+    } else {
+      const float4 a = *reinterpret_cast<const float4*>(row + j0);
+      const float4 b = *reinterpret_cast<const float4*>(row + j0 + 4);
+      v[0] = a.x;
+      v[1] = a.y;
+      v[2] = a.z;
+      v[3] = a.w;
+      v[4] = b.x;
+      v[5] = b.y;
+      v[6] = b.z;
+      v[7] = b.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k) v[k] = j0 + k < V ? to_f(row[j0 + k]) : -INFINITY;
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void store8(T* row, std::int64_t j0, std::int64_t V, bool aligned,
+                                       const float (&v)[kGroup]) {
+  if (aligned && j0 + kGroup <= V) {
+    if constexpr (sizeof(T) == 2) {
+      uint4 q;
+      T* e = reinterpret_cast<T*>(&q);
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) e[k] = from_f<T>(v[k]);
+      *reinterpret_cast<uint4*>(row + j0) = q;
+    } else {
+      *reinterpret_cast<float4*>(row + j0) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>(row + j0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k)
+      if (j0 + k < V) row[j0 + k] = from_f<T>(v[k]);
+  }
+}
+
+// ---- per-element arithmetic ------------------------------------------------------------------
+/// x = scale·z, then softcap; th receives tanh(x/c) (0 without softcap).
+__device__ __forceinline__ float transform(float z, const RowLossParams& p, float& th) {
+  float x = __fmul_rn(p.scale, z);
+  th = 0.0f;
+  if (p.softcap > 0.0f) {
+    th = tanhf(__fdiv_rn(x, p.softcap));
+    x = __fmul_rn(p.softcap, th);
+  }
+  return x;
+}
+
+/// dz_j before rounding to the output dtype (see the header).
+__device__ __forceinline__ float dz_value(float x, float th, bool is_target, float lse, float g,
+                                          const RowLossParams& p) {
+  const float pj = expf(__fsub_rn(x, lse));
+  float v = pj;
+  if (p.zloss) v = __fmul_rn(v, __fadd_rn(1.0f, __fmul_rn(p.two_lambda, lse)));
+  if (is_target) v = __fsub_rn(v, p.one_minus_eps);
+  if (p.smoothing) v = __fsub_rn(v, p.eps_over_V);
+  const float chain =
+      p.softcap > 0.0f ? __fmul_rn(p.scale, __fsub_rn(1.0f, __fmul_rn(th, th))) : p.scale;
+  v = __fmul_rn(v, chain);
+  return __fmul_rn(v, g);
+}
+
+__device__ __forceinline__ float block_max(float v, float* red) {
+  const int t = threadIdx.x;
+  red[t] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (t < s) red[t] = fmaxf(red[t], red[t + s]);
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+
+/// The contract's tree over the 256 partials, each add rounded to A.
+template <class A>
+__device__ __forceinline__ float block_tree_sum(float v, float* red) {
+  const int t = threadIdx.x;
+  red[t] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (t < s) red[t] = rnd<A>(__fadd_rn(red[t], red[t + s]));
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+
+// ---- kernels ---------------------------------------------------------------------------------
+constexpr int kUnroll = 1;  // groups loaded before use (4 was measured slower: 5.4 vs 2.8 ms)
+constexpr std::int64_t kStride = std::int64_t(kThreads) * kGroup;  // a thread's next group
+
+/// Grid-stride over rows: block b handles rows b, b + gridDim.x, … (a smaller grid keeps fewer
+/// rows in flight, so the second and third passes over a row can hit L2). Each pass loads kUnroll
+/// groups of a thread before using them, in the thread's increasing-j order (the contract's order
+/// is unchanged).
+template <class L, class A>
+__global__ void __launch_bounds__(kThreads)
+    ce_rows_kernel(L* z /* (rows, V) */, std::int64_t rows, const std::int64_t* targets,
+                   float* loss, float* lse_out, RowLossParams p, bool write_dz, RowGradScale g) {
+  __shared__ float red[kThreads];
+  const std::int64_t V = p.V;
+  const int tid = threadIdx.x;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    L* zr = z + row * V;
+    const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
+    const std::int64_t t = targets[row];
+    const bool valid = t != p.ignore_index && t >= 0 && t < V;
+    const bool bad_target = t != p.ignore_index && !valid;
+
+    // Pass 1: row max (exact in any order).
+    float m = -INFINITY;
+    for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kUnroll * kStride) {
+      float v[kUnroll][kGroup];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (j0 + u * kStride < V) load8(zr, j0 + u * kStride, V, aligned, v[u]);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k) {
+          float th;
+          if (j0 + u * kStride + k < V) m = fmaxf(m, transform(v[u][k], p, th));
+        }
+    }
+    m = block_max(m, red);
+
+    // Pass 2: sum-exp (and Σx for label smoothing) in the accumulator dtype, contract order.
+    float s = 0.0f, sx = 0.0f;
+    if (m != -INFINITY) {
+      for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kUnroll * kStride) {
+        float v[kUnroll][kGroup];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (j0 + u * kStride < V) load8(zr, j0 + u * kStride, V, aligned, v[u]);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+          for (int k = 0; k < kGroup; ++k) {
+            if (j0 + u * kStride + k < V) {
+              float th;
+              const float x = transform(v[u][k], p, th);
+              s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
+              if (p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
+            }
+          }
+      }
+    }
+    // The target logit, read by every thread before any in-place dz write (barriers follow).
+    float th_t = 0.0f;
+    const float x_t = valid ? transform(to_f(zr[t]), p, th_t) : 0.0f;
+    s = block_tree_sum<A>(s, red);
+    if (p.smoothing) sx = block_tree_sum<A>(sx, red);
+
+    const float lse = m == -INFINITY ? -INFINITY : rnd<A>(__fadd_rn(m, logf(s)));
+    if (tid == 0) {
+      float l = 0.0f;
+      if (bad_target) {
+        l = NAN;  // flagged row (the host validates targets before launching)
+      } else if (valid) {
+        if (x_t == -INFINITY) {
+          l = INFINITY;
+        } else {
+          if (p.smoothing)
+            l = __fsub_rn(__fsub_rn(lse, __fmul_rn(p.one_minus_eps, x_t)),
+                          __fmul_rn(p.eps_over_V, sx));
+          else
+            l = __fsub_rn(lse, x_t);
+          l = rnd<A>(l);
+          if (p.zloss) l = rnd<A>(__fadd_rn(l, __fmul_rn(p.lambda, __fmul_rn(lse, lse))));
+        }
+      }
+      loss[row] = l;
+      lse_out[row] = lse;
+    }
+    if (!write_dz) continue;
+
+    // Pass 3: dz in place of the logits.
+    const float gi = g.g_rows != nullptr ? g.g_rows[row] : g.g_scalar;
+    for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kUnroll * kStride) {
+      float v[kUnroll][kGroup];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (j0 + u * kStride < V) load8(zr, j0 + u * kStride, V, aligned, v[u]);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k) {
+          float th;
+          const float x = transform(v[u][k], p, th);
+          v[u][k] = valid ? dz_value(x, th, j0 + u * kStride + k == t, lse, gi, p)
+                          : (bad_target ? NAN : 0.0f);
+        }
+        if (j0 + u * kStride < V) store8(zr, j0 + u * kStride, V, aligned, v[u]);
+      }
+    }
+  }
+}
+
+template <class Z, class O>
+__global__ void __launch_bounds__(kThreads)
+    dz_rows_kernel(const Z* z /* (rows, V) */, O* dz /* (rows, V) */, const std::int64_t* targets,
+                   const float* lse_in, RowLossParams p, RowGradScale g, int logits_code) {
+  const std::int64_t row = blockIdx.x;
+  const std::int64_t V = p.V;
+  const Z* zr = z + row * V;
+  O* dr = dz + row * V;
+  const bool aligned =
+      ((reinterpret_cast<std::uintptr_t>(zr) | reinterpret_cast<std::uintptr_t>(dr)) & 15) == 0;
+  const std::int64_t t = targets[row];
+  const bool valid = t != p.ignore_index && t >= 0 && t < V;
+  const bool bad_target = t != p.ignore_index && !valid;
+  const float lse = lse_in[row];
+  const float gi = g.g_rows != nullptr ? g.g_rows[row] : g.g_scalar;
+  for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < V;
+       j0 += std::int64_t(kThreads) * kGroup) {
+    float v[kGroup];
+    load8(zr, j0, V, aligned, v);
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k) {
+      float th;
+      const float x = transform(v[k], p, th);
+      // rnd_logits first (dz is held in the logits dtype, docs/arithmetic.md §7), then the store
+      // rounds to the output dtype (a no-op when it is the logits dtype).
+      v[k] = valid ? rnd_rt(dz_value(x, th, j0 + k == t, lse, gi, p), logits_code)
+                   : (bad_target ? NAN : 0.0f);
+    }
+    store8(dr, j0, V, aligned, v);
+  }
+}
+
+template <class O>
+__global__ void round_rows_kernel(const float* src, const float* bias, std::int64_t rows,
+                                  std::int64_t cols, O* dst) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += std::int64_t(gridDim.x) * blockDim.x) {
+    float v = src[k];
+    if (bias != nullptr) v = __fadd_rn(v, bias[k % cols]);
+    dst[k] = from_f<O>(v);
+  }
+}
+
+template <class S, class D>
+__global__ void convert_kernel(const S* src, D* dst, std::int64_t n) {
+  for (std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += std::int64_t(gridDim.x) * blockDim.x)
+    dst[k] = from_f<D>(to_f(src[k]));
+}
+
+template <class Z>
+__global__ void db_accumulate_kernel(const Z* dz, std::int64_t rows, std::int64_t V, int acc,
+                                     float* out) {
+  const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= V) return;
+  float a = out[j];
+  for (std::int64_t i = 0; i < rows; ++i) a = rnd_rt(__fadd_rn(a, to_f(dz[i * V + j])), acc);
+  out[j] = a;
+}
+
+__global__ void accumulate_kernel(float* acc, const float* add, std::int64_t n, int accum) {
+  for (std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += std::int64_t(gridDim.x) * blockDim.x)
+    acc[k] = rnd_rt(__fadd_rn(acc[k], add[k]), accum);
+}
+
+// ---- dispatch ----------------------------------------------------------------------------------
+unsigned grid_for(std::int64_t n) {
+  const std::int64_t blocks = (n + 255) / 256;
+  return static_cast<unsigned>(blocks < 65536 ? (blocks < 1 ? 1 : blocks) : 65536);
+}
+
+void check_rows(std::int64_t rows, const char* what) {
+  if (rows > 0x7fffffffLL)
+    throw InputError(std::string(what) + ": " + std::to_string(rows) +
+                     " rows in one launch exceed the grid limit 2^31−1");
+}
+
+template <class F>
+void with_type(DType t, F&& f) {
+  switch (t) {
+    case DType::fp32:
+      f(float{});
+      return;
+    case DType::fp16:
+      f(__half{});
+      return;
+    case DType::bf16:
+      f(__nv_bfloat16{});
+      return;
+    default:
+      throw InputError(std::string("gpu kernels: unsupported dtype ") + std::string(to_string(t)));
+  }
+}
+
+}  // namespace
+
+std::int64_t default_ce_grid(std::int64_t rows, std::int64_t row_bytes) {
+  (void)row_bytes;
+  return rows;  // one block per row
+}
+
+void launch_ce_rows(DType z_dtype, void* z, std::int64_t rows, const std::int64_t* targets,
+                    float* loss, float* lse, const RowLossParams& p, bool write_dz, RowGradScale g,
+                    cudaStream_t stream, std::int64_t grid_rows) {
+  if (rows <= 0) return;
+  if (grid_rows <= 0) grid_rows = default_ce_grid(rows, p.V * size_of(z_dtype));
+  grid_rows = std::min<std::int64_t>(std::min<std::int64_t>(grid_rows, rows), 0x7fffffffLL);
+  with_type(z_dtype, [&](auto zt) {
+    using L = decltype(zt);
+    with_type(p.accum, [&](auto at) {
+      using A = decltype(at);
+      ce_rows_kernel<L, A><<<static_cast<unsigned>(grid_rows), kThreads, 0, stream>>>(
+          static_cast<L*>(z), rows, targets, loss, lse, p, write_dz, g);
+      XL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_dz_rows(DType z_dtype, const void* z, DType logits_dtype, DType dz_dtype, void* dz,
+                    std::int64_t rows, const std::int64_t* targets, const float* lse,
+                    const RowLossParams& p, RowGradScale g, cudaStream_t stream) {
+  if (rows <= 0) return;
+  check_rows(rows, "dz_rows");
+  with_type(z_dtype, [&](auto zt) {
+    using Z = decltype(zt);
+    with_type(dz_dtype, [&](auto ot) {
+      using O = decltype(ot);
+      dz_rows_kernel<Z, O><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+          static_cast<const Z*>(z), static_cast<O*>(dz), targets, lse, p, g,
+          acc_code(logits_dtype));
+      XL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_round_rows(const float* src, const float* bias, std::int64_t rows, std::int64_t cols,
+                       DType dst_dtype, void* dst, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  with_type(dst_dtype, [&](auto ot) {
+    using O = decltype(ot);
+    round_rows_kernel<O>
+        <<<grid_for(rows * cols), 256, 0, stream>>>(src, bias, rows, cols, static_cast<O*>(dst));
+    XL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_convert(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n,
+                    cudaStream_t stream) {
+  if (n <= 0) return;
+  with_type(src_dtype, [&](auto st) {
+    using S = decltype(st);
+    with_type(dst_dtype, [&](auto dt) {
+      using D = decltype(dt);
+      convert_kernel<S, D>
+          <<<grid_for(n), 256, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
+      XL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_db_accumulate(DType dz_dtype, const void* dz, std::int64_t rows, std::int64_t V,
+                          DType accum, float* acc, cudaStream_t stream) {
+  if (rows <= 0 || V <= 0) return;
+  with_type(dz_dtype, [&](auto zt) {
+    using Z = decltype(zt);
+    db_accumulate_kernel<Z><<<static_cast<unsigned>((V + 255) / 256), 256, 0, stream>>>(
+        static_cast<const Z*>(dz), rows, V, acc_code(accum), acc);
+    XL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_accumulate(float* acc, const float* add, std::int64_t n, DType accum,
+                       cudaStream_t stream) {
+  if (n <= 0) return;
+  accumulate_kernel<<<grid_for(n), 256, 0, stream>>>(acc, add, n, acc_code(accum));
+  XL_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace xentlab::gpu

@@ -1,0 +1,98 @@
+#pragma once
+// Softmax/cross-entropy kernels of the CUDA strategies, behind host launchers that dispatch on
+// dtypes at run time (the one dtype-dispatch point of gpu/cuda). Arithmetic: docs/arithmetic.md
+// §2–8, which the CPU emulation (gpu/emulation) reproduces; every fp32 operation is written with
+// __fadd_rn/__fmul_rn/… (and the target is built with -fmad=false) so nothing is contracted into an
+// FMA behind the contract's back. No fast-math: expf/logf/tanhf are CUDA's accurate versions.
+//
+// Row kernels use one block of T = 256 threads per row; element j of a row belongs to thread
+// (j/8) mod 256 (16-byte loads of 8 bf16/fp16 values, two 16-byte loads for fp32; scalar loads with
+// the same ownership when the row is not 16-byte aligned or at its tail). Orders, exactly:
+//   x_j   = scale·fp32(z_j)  (scale as fp32);  softcap c > 0: th_j = tanhf(x_j / c), x_j = c·th_j
+//   m     = max_j x_j
+//   s     = Σ_j rnd_A(expf(x_j − m)): per thread sequential in increasing j, each add rounded to
+//           the accumulator dtype A, then partial[t] = rnd_A(partial[t] + partial[t+s]) for
+//           s = 128, 64, …, 1. Label smoothing sums rnd_A(x_j) the same way (Σx).
+//   lse   = rnd_A(m + logf(s));  lse = −inf when every x_j is −inf
+//   loss  = rnd_A(lse − x_t)  or, with ε > 0, rnd_A((lse − (1−ε)·x_t) − (ε/V)·Σx); with z-loss
+//           rnd_A(loss + λ·(lse·lse)). (1−ε), ε/V and λ are the fp32 roundings of the double
+//           values. Ignored rows: loss 0. A valid row with x_t = −inf: loss +inf.
+//   dz_j  = rnd_logits( ((p_j·(1 + (2λ)·lse) − [j=t]·(1−ε) − ε/V) · chain_j) · g ),  p_j = expf(x_j
+//   − lse)
+//           where the z-loss factor is applied only when λ > 0, the ε/V term only when ε > 0,
+//           chain_j = scale (no softcap) or scale·(1 − th_j·th_j), and g the row's upstream
+//           gradient (1/n_valid for mean, 1 for sum, the given value for none; fp32). Ignored rows:
+//           dz = 0. Logits problems return dz in the grad dtype: rnd_grad(rnd_logits(dz)).
+// Per-token loss and lse are returned as fp32 holding values already rounded to A.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "numerics/dtype.hpp"
+
+namespace xentlab::gpu {
+
+/// The loss options as the kernels use them (fp32 constants rounded once from the LossSpec).
+struct RowLossParams {
+  std::int64_t V = 0;  ///< row length (vocabulary)
+  std::int64_t ignore_index = -100;
+  float scale = 1.0f;          ///< logit scale
+  float softcap = 0.0f;        ///< c > 0 enables softcap
+  float one_minus_eps = 1.0f;  ///< fp32(1 − ε)
+  float eps_over_V = 0.0f;     ///< fp32(ε/V)
+  bool smoothing = false;      ///< ε > 0
+  float lambda = 0.0f;         ///< fp32(λ)
+  float two_lambda = 0.0f;     ///< fp32(2λ)
+  bool zloss = false;          ///< λ > 0
+  DType accum = DType::fp32;   ///< accumulator dtype A
+};
+
+/// Upstream gradient of each row: g_rows[i] when non-null (reduction none), else g_scalar.
+struct RowGradScale {
+  const float* g_rows = nullptr;  // (rows), device
+  float g_scalar = 1.0f;
+};
+
+/// Forward over `rows` rows of logits z (rows, V) stored in `z_dtype`: writes loss (rows) and lse
+/// (rows) (fp32 arrays on the device). When write_dz, overwrites z in place with dz (same dtype),
+/// using the row's lse just computed and `g` (the chunked/naive "gradient in the forward").
+/// grid_rows: blocks of the grid-stride launch (rows in flight); 0 = default_ce_grid. The result
+/// does not depend on it.
+void launch_ce_rows(DType z_dtype, void* z /* (rows, V) */, std::int64_t rows,
+                    const std::int64_t* targets /* (rows) */, float* loss /* (rows) */,
+                    float* lse /* (rows) */, const RowLossParams& p, bool write_dz, RowGradScale g,
+                    cudaStream_t stream, std::int64_t grid_rows = 0);
+
+/// Default grid of launch_ce_rows for `rows` rows of `row_bytes` bytes.
+std::int64_t default_ce_grid(std::int64_t rows, std::int64_t row_bytes);
+
+/// dz from the stored lse (checkpointed backward; logits problems): reads z (rows, V) in z_dtype,
+/// rounds each dz to logits_dtype (dz is held in the logits dtype, §7) and writes it in dz_dtype
+/// (a second rounding for a logits problem whose grad dtype differs; dz may alias z when the
+/// dtypes are equal).
+void launch_dz_rows(DType z_dtype, const void* z /* (rows, V) */, DType logits_dtype,
+                    DType dz_dtype, void* dz /* (rows, V) */, std::int64_t rows,
+                    const std::int64_t* targets /* (rows) */, const float* lse /* (rows) */,
+                    const RowLossParams& p, RowGradScale g, cudaStream_t stream);
+
+/// dst[i, j] = rnd_dst(src[i, j] + bias[j]) in fp32 (bias may be null: plain rounding). dst may
+/// alias src when dst_dtype is fp32. src (rows, cols) fp32, bias (cols) fp32.
+void launch_round_rows(const float* src, const float* bias, std::int64_t rows, std::int64_t cols,
+                       DType dst_dtype, void* dst, cudaStream_t stream);
+
+/// Element-wise conversion of n values (exact for widening, one rounding to nearest even for
+/// narrowing).
+void launch_convert(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n,
+                    cudaStream_t stream);
+
+/// acc[j] = rnd_A(acc[j] + dz[i, j]) for i = 0 … rows−1 in order (db: sequential over tokens in
+/// the accumulator dtype A, continued across chunks). dz (rows, V) in dz_dtype, acc (V) fp32
+/// holding A values.
+void launch_db_accumulate(DType dz_dtype, const void* dz, std::int64_t rows, std::int64_t V,
+                          DType accum, float* acc, cudaStream_t stream);
+
+/// acc[k] = rnd_A(acc[k] + add[k]) for n elements (cross-chunk dW sums in a 16-bit accumulator).
+void launch_accumulate(float* acc, const float* add, std::int64_t n, DType accum,
+                       cudaStream_t stream);
+
+}  // namespace xentlab::gpu

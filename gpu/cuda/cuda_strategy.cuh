@@ -1,0 +1,167 @@
+#pragma once
+// The CUDA side of the strategy interface (gpu/strategy.hpp): a base class that owns the host
+// wrapper (validate → upload → poison the outputs → forward+backward on device → download →
+// token reduction) and the device-level entry point that the benchmark calls on device-resident
+// tensors; plus the steps the three cuBLAS strategies share (logits of a chunk, the backward GEMMs
+// of a chunk, the workspace plan). Arithmetic: docs/arithmetic.md; kernels: ce_kernels.cuh; GEMMs:
+// gemm.cuh; memory: device_buffer.cuh (everything beyond inputs and outputs counts as extra).
+//
+// Backward operand dtype: dz is stored in the logits dtype. When that equals the input dtype the
+// backward GEMMs take dz and W/H as they are; otherwise both sides are widened exactly to fp32
+// (an fp32 GEMM, no TF32), because cuBLAS has no mixed-dtype operands.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "gpu/cuda/ce_kernels.cuh"
+#include "gpu/cuda/device_buffer.cuh"
+#include "gpu/cuda/gemm.cuh"
+#include "gpu/strategy.hpp"
+
+namespace xentlab::gpu {
+
+/// Default memory budget of the chunked strategies when RunRequest::memory_budget is 0.
+constexpr std::int64_t kDefaultChunkBudget = std::int64_t{2} << 30;
+
+/// A problem resident on the device. Pointers are device pointers, row-major.
+struct DeviceProblem {
+  std::int64_t N = 0, V = 0, D = 0;  ///< D = 0: logits problem
+  DType input = DType::bf16;         ///< dtype of H, W (linear) or of the given logits
+  const void* H = nullptr;           // (N, D) input dtype
+  const void* W = nullptr;           // (V, D) input dtype
+  const float* bias = nullptr;       // (V) fp32 (exact copy of the bias; −inf masks), or null
+  const void* logits = nullptr;      // (N, V) input dtype, logits problems
+  const std::int64_t* targets = nullptr;  // (N)
+  std::int64_t n_valid = 0;               ///< rows whose target is not ignore_index
+  bool linear() const { return D > 0; }
+};
+
+/// Outputs on the device. loss and lse are fp32 arrays holding accum-dtype values; gradients are in
+/// the recipe's grad dtype. Null gradient pointers: not wanted.
+struct DeviceOutputs {
+  float* loss = nullptr;  // (N)
+  float* lse = nullptr;   // (N)
+  void* dH = nullptr;     // (N, D)
+  void* dW = nullptr;     // (V, D)
+  void* db = nullptr;     // (V), only with a bias
+  void* dz = nullptr;     // (N, V), logits problems
+};
+
+/// One device-level run.
+struct DeviceRun {
+  DeviceProblem prob;
+  LossSpec spec;
+  Recipe recipe;
+  RowGradScale g;  ///< upstream gradient per row (device) or scalar
+  bool want_grads = true;
+  std::int64_t memory_budget = 0;  ///< bytes of extra device memory; 0 = strategy default
+  std::int64_t chunk_tokens = 0;   ///< 0 = from the budget
+  DeviceOutputs out;
+};
+
+/// Shapes and options that decide the workspace.
+struct WorkspaceQuery {
+  std::int64_t N = 0, V = 0, D = 0;
+  DType input = DType::bf16;
+  bool has_bias = false;
+  Recipe recipe;
+  bool want_grads = true;
+};
+
+/// The extra buffers of one run processing `rows` tokens at a time (bytes, 0 = not needed).
+struct WorkspacePlan {
+  std::int64_t rows = 0, n_chunks = 0;
+  std::int64_t logits = 0;      ///< chunk logits/dz in the logits dtype (rows, V)
+  std::int64_t logits_f32 = 0;  ///< fp32 GEMM result before bias/rounding (rows, V)
+  std::int64_t dz_f32 = 0;      ///< dz widened to fp32 for an fp32 backward GEMM (rows, V)
+  std::int64_t H_f32 = 0;       ///< H chunk widened to fp32 (rows, D)
+  std::int64_t W_f32 = 0;       ///< W widened to fp32 (V, D)
+  std::int64_t dH_f32 = 0;      ///< dH chunk before rounding to grad (rows, D)
+  std::int64_t dW_acc = 0;      ///< fp32 dW accumulator (V, D) holding accum-dtype values
+  std::int64_t dW_tmp = 0;      ///< fp32 per-chunk dW for a 16-bit accumulator (V, D)
+  std::int64_t db_acc = 0;      ///< db accumulator (V)
+  std::int64_t cublas = kCublasWorkspaceBytes;
+  std::int64_t total() const {
+    return logits + logits_f32 + dz_f32 + H_f32 + W_f32 + dH_f32 + dW_acc + dW_tmp + db_acc +
+           cublas;
+  }
+};
+
+/// Workspace for `rows` tokens per chunk (n_chunks = ⌈N/rows⌉).
+WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows);
+/// Largest chunk whose plan fits `budget` bytes, balanced over the chunks and rounded to a
+/// multiple of 128 tokens where that still fits; or chunk_tokens when given (> 0). Throws
+/// InputError naming the bytes needed for one token when even that does not fit.
+WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t budget, std::int64_t chunk_tokens,
+                          const std::string& strategy);
+
+/// Kernel parameters of a LossSpec for rows of length V with accumulator `accum`.
+RowLossParams make_row_params(const LossSpec& s, std::int64_t V, DType accum);
+
+/// The buffers of a plan, allocated from the tracker (all extra).
+struct Workspace {
+  Workspace(DeviceMemoryTracker& mem, const WorkspacePlan& plan);
+  WorkspacePlan plan;
+  DeviceBuffer logits, logits_f32, dz_f32, H_f32, W_f32, dH_f32, dW_acc, dW_tmp, db_acc;
+};
+
+/// Everything a device-level run uses besides its inputs and outputs.
+struct DeviceContext {
+  DeviceMemoryTracker& mem;
+  const Blas& blas;
+  cudaStream_t stream;
+};
+
+/// Shared steps of the cuBLAS strategies.
+namespace steps {
+/// Prepares run-wide state before the first chunk: W widened to fp32 if the plan says so, the dW
+/// and db accumulators zeroed.
+void begin(const DeviceRun& r, const DeviceContext& c, Workspace& ws);
+/// Writes the logits of rows [r0, r0+rows) in the logits dtype and returns a pointer to them
+/// (rows, V): the GEMM (+ bias, one rounding) for linear problems; for logits problems the given
+/// logits themselves (same dtype) or a rounded copy.
+void* chunk_logits(const DeviceRun& r, const DeviceContext& c, Workspace& ws, std::int64_t r0,
+                   std::int64_t rows);
+/// Backward GEMMs of rows [r0, r0+rows) from their dz (rows, V) in the logits dtype: dH rows
+/// (rounded to grad), dW into the accumulator (or the output directly with one chunk), db.
+void chunk_backward(const DeviceRun& r, const DeviceContext& c, Workspace& ws, const void* dz,
+                    std::int64_t r0, std::int64_t rows, std::int64_t chunk_index);
+/// After the last chunk: rounds the dW and db accumulators into the outputs.
+void finish(const DeviceRun& r, const DeviceContext& c, Workspace& ws);
+}  // namespace steps
+
+/// Base of the CUDA strategies: the host wrapper of the interface.
+class CudaStrategy : public Strategy {
+ public:
+  Backend backend() const override { return Backend::cuda; }
+  /// Common checks (device present, dtypes, recipe input = problem input, 64-bit sizes), then
+  /// check_specific(). Never throws.
+  Status can_implement(const Problem& p, const LossSpec& s, const Recipe& r) const override;
+  std::int64_t workspace_size(const RunRequest& req) const override;
+  DeclaredArithmetic arithmetic(const Recipe& r) const override;
+  /// Validates (InputError), uploads, poisons every output with NaN, runs forward_backward,
+  /// downloads, reduces the per-token loss (pairwise over tokens in the accum dtype), and reports
+  /// the peak extra device memory and the device time.
+  StrategyOutputs run(const RunRequest& req) const override;
+
+  /// The workspace plan of a run (its total() is the extra device bytes; rows the chunk size).
+  /// Throws InputError when the budget cannot hold one token per chunk.
+  virtual WorkspacePlan plan(const WorkspaceQuery& q, std::int64_t memory_budget,
+                             std::int64_t chunk_tokens) const = 0;
+  /// Forward and (when r.want_grads) backward on device-resident tensors, on c.stream.
+  /// Throws InputError (does not fit, bad sizes) or DeviceError.
+  virtual void forward_backward(const DeviceRun& r, const DeviceContext& c) const = 0;
+
+ protected:
+  virtual Status check_specific(const Problem& p, const LossSpec& s, const Recipe& r) const;
+};
+
+/// Reduced loss from the per-token losses (fp32 values in the accum dtype), docs/arithmetic.md §6:
+/// terms g_i·loss_i (reduction none, product in fp32, rounded to accum) or loss_i; a pairwise tree
+/// over token index — level by level a[i] = rnd_A(a[2i] + a[2i+1]), an odd last element carried up
+/// unchanged; mean: rnd_A(sum / fp32(n_valid)) (NaN or 0 for n_valid = 0, per empty_mean).
+double reduce_tokens(const std::vector<float>& loss, const std::vector<float>& g_rows,
+                     const LossSpec& s, DType accum, std::int64_t n_valid);
+
+}  // namespace xentlab::gpu
