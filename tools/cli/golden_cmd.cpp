@@ -1,0 +1,126 @@
+// `xentlab golden`: writes a golden file (docs/formats.md) for a named dataset or a problem file:
+// the problem bit-exact, the loss spec, the certified reference's outputs with their bounds,
+// per-token covariates and provenance.
+#include <fmt/core.h>
+
+#include <map>
+
+#include "datasets/atomic_file.hpp"
+#include "datasets/catalog.hpp"
+#include "numerics/error.hpp"
+#include "tools/cli/commands.hpp"
+#include "tools/golden/golden_file.hpp"
+
+namespace xentlab::cli {
+namespace {
+
+struct GoldenArgs {
+  std::string dataset = "stories260k", out, dtype, reduction, empty_mean;
+  std::int64_t N = 0, V = 0, D = 0;
+  double sigma = 0;
+  std::uint64_t seed = 1;
+  std::vector<std::string> params;
+  LossSpec spec;
+  GoldenOptions opt;
+  bool no_grad = false;
+  // Which spec options were given on the command line (they override the dataset's defaults).
+  CLI::Option *o_ignore = nullptr, *o_eps = nullptr, *o_z = nullptr, *o_cap = nullptr,
+              *o_scale = nullptr;
+};
+
+int run_golden(GoldenArgs& a, const std::string& command) {
+  { AtomicOutput probe(a.out, a.opt.force); }  // refuse an existing file before generating anything
+  DatasetParams p;
+  if (a.N > 0) p.N = a.N;
+  if (a.V > 0) p.V = a.V;
+  if (a.D > 0) p.D = a.D;
+  if (!a.dtype.empty()) p.dtype = parse_dtype(a.dtype);
+  if (a.sigma > 0) p.sigma = a.sigma;
+  p.seed = a.seed;
+  for (const auto& kv : a.params) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos)
+      throw InputError(fmt::format("--param '{}': expected key=value", kv));
+    try {
+      p.extra[kv.substr(0, eq)] = std::stod(kv.substr(eq + 1));
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("--param '{}': the value is not a number", kv));
+    }
+  }
+  const DatasetInstance ds = load_dataset(a.dataset, p, a.spec.ignore_index);
+  LossSpec spec = ds.spec;
+  if (a.o_ignore->count()) spec.ignore_index = a.spec.ignore_index;
+  if (a.o_eps->count()) spec.label_smoothing = a.spec.label_smoothing;
+  if (a.o_z->count()) spec.z_loss = a.spec.z_loss;
+  if (a.o_cap->count()) spec.softcap = a.spec.softcap;
+  if (a.o_scale->count()) spec.logit_scale = a.spec.logit_scale;
+  if (!a.reduction.empty()) spec.reduction = parse_reduction(a.reduction);
+  if (!a.empty_mean.empty()) {
+    if (a.empty_mean != "nan" && a.empty_mean != "zero")
+      throw InputError(fmt::format("--empty-mean '{}': expected nan or zero", a.empty_mean));
+    spec.empty_mean = a.empty_mean == "nan" ? EmptyMean::nan : EmptyMean::zero;
+  }
+  a.opt.gradients = !a.no_grad;
+  a.opt.command = command;
+  fmt::print("problem  {}  ({}{})\nspec     {}\n", ds.problem.describe(), ds.generator,
+             ds.generator.rfind("catalog:", 0) == 0 ? fmt::format(", seed {}", a.seed) : "",
+             spec.describe());
+  const GoldenSummary s = write_golden(a.out, ds, spec, a.opt);
+  fmt::print("rows     {} token rows{}, {} vocabulary rows\n", s.S, s.partial ? " (sampled)" : "",
+             s.J);
+  std::string outs;
+  for (const auto& o : s.outputs) outs += (outs.empty() ? "" : ", ") + o;
+  fmt::print("loss     {:.17g} ± {:.3g}{}\noutputs  {}\nwrote    {} in {:.2f} s\n", s.reduced_loss,
+             s.reduced_loss_bound, s.partial ? " (over the sampled rows)" : "", outs, a.out,
+             s.seconds);
+  return 0;
+}
+
+}  // namespace
+
+void register_golden(CLI::App& app) {
+  auto a = std::make_shared<GoldenArgs>();
+  CLI::App* c = app.add_subcommand(
+      "golden", "Write a golden file: problem, spec, certified reference outputs and bounds");
+  c->add_option("--dataset", a->dataset, "catalog name (xentlab datasets) or a problem file")
+      ->capture_default_str();
+  c->add_option("--out,-o", a->out, "golden file to write (.h5)")->required();
+  c->add_flag("--force", a->opt.force, "overwrite an existing file");
+  c->add_option("--tokens,-N", a->N, "tokens N (default: the dataset's)");
+  c->add_option("--vocab,-V", a->V, "vocabulary V");
+  c->add_option("--hidden,-D", a->D, "hidden size D");
+  c->add_option("--dtype", a->dtype, "input dtype: bf16, fp16, fp32");
+  c->add_option("--sigma", a->sigma, "logit standard deviation");
+  c->add_option("--seed", a->seed, "generator seed")->capture_default_str();
+  c->add_option("--param", a->params, "dataset parameter key=value (see xentlab datasets)");
+  c->add_option("--rows", a->opt.rows,
+                "sample this many token rows (0 = all; sampling drops dW/db)");
+  c->add_option("--vocab-rows", a->opt.vocab_rows,
+                "sample this many vocabulary rows of dW/db (0 = all)");
+  c->add_option("--sample-seed", a->opt.sample_seed, "seed of the row samples")
+      ->capture_default_str();
+  c->add_flag("--no-grad", a->no_grad, "forward outputs only (no dH, dW, db, dz)");
+  c->add_option("--threads", a->opt.threads, "OpenMP threads (0 = default)");
+  c->add_option("--reduction", a->reduction, "none, mean or sum (default mean)");
+  c->add_option("--empty-mean", a->empty_mean, "mean of a batch with no valid row: nan or zero");
+  a->o_ignore =
+      c->add_option("--ignore-index", a->spec.ignore_index, "ignore_index (default -100)");
+  a->o_eps = c->add_option("--label-smoothing", a->spec.label_smoothing, "label smoothing ε");
+  a->o_z = c->add_option("--z-loss", a->spec.z_loss, "z-loss λ");
+  a->o_cap =
+      c->add_option("--softcap", a->spec.softcap, "softcap c (0 = off; default: the dataset's)");
+  a->o_scale = c->add_option("--logit-scale", a->spec.logit_scale, "logit scale (1/temperature)");
+  c->callback([a, c]() {
+    std::string cmd = "xentlab golden";
+    for (const auto& r : c->remaining(true)) cmd += " " + r;
+    for (const auto* o : c->get_options())
+      if (o->count() && !o->get_lnames().empty() && o->get_lnames()[0] != "help")
+        for (const auto& r : o->results())
+          cmd +=
+              fmt::format(" --{}{}", o->get_lnames()[0], o->get_expected_min() == 0 ? "" : " " + r);
+    const int rc = run_golden(*a, cmd);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace xentlab::cli

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Run PyTorch's cross-entropy on a xentlab golden file and write a candidate file for `xentlab verify`.
+
+    python3 tools/examples/torch_candidate.py golden.h5 candidate.h5 --dtype bf16 --device cuda
+    xentlab verify golden.h5 candidate.h5 --policy bf16
+
+The problem is read from the golden file exactly (bf16 is stored as uint16 bit patterns with the
+attribute dtype="bf16", see docs/formats.md); the logits are H @ W.T in --dtype (PyTorch's matmul),
+the loss is torch.nn.functional.cross_entropy with the golden file's loss spec, and the gradients come
+from autograd. Outputs are written in the dtype PyTorch returned them in: loss (per token), lse,
+reduced_loss, dH, dW, db (linear problems) or dz (given-logits problems).
+
+--backend numpy runs the same formulas in numpy float32 (no PyTorch needed; ignore_index and the
+none/mean/sum reductions only) — used to test this script where PyTorch is not installed.
+"""
+import argparse
+import os
+import sys
+
+import h5py
+import numpy as np
+
+
+def read_tensor(ds):
+    """A golden tensor as float32/float16/float64 numpy (bf16 bit patterns widened exactly)."""
+    a = ds[()]
+    if ds.attrs.get("dtype") == "bf16":
+        a = (a.astype(np.uint32) << 16).view(np.float32)
+    return a
+
+
+def load_golden(path):
+    with h5py.File(path, "r") as g:
+        if g.attrs.get("format") != "xentlab-golden" or g.attrs.get("format_version") != 1:
+            sys.exit(f"{path}: not a xentlab golden file of format_version 1")
+        p, s = g["problem"], g["spec"]
+        prob = {"kind": p.attrs["kind"], "dtype": p.attrs["input_dtype"], "targets": p["targets"][()]}
+        for name in ("H", "W", "bias", "logits"):
+            if name in p:
+                prob[name] = read_tensor(p[name])
+        spec = {k: s.attrs[k] for k in ("ignore_index", "label_smoothing", "z_loss", "softcap",
+                                        "logit_scale", "reduction", "empty_mean")}
+    return prob, spec
+
+
+def torch_outputs(prob, spec, dtype, device):
+    import torch
+    import torch.nn.functional as F
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    t = torch.tensor(prob["targets"], dtype=torch.int64, device=device)
+    leaves = {}
+    if prob["kind"] == "linear":
+        H = torch.tensor(prob["H"], device=device).to(dt).requires_grad_()   # (N, D)
+        W = torch.tensor(prob["W"], device=device).to(dt).requires_grad_()   # (V, D)
+        leaves = {"dH": H, "dW": W}
+        z = H @ W.T                                                            # (N, V) in dt
+        b = torch.zeros(W.shape[0], dtype=dt, device=device, requires_grad=True)
+        if "bias" in prob:
+            b = torch.tensor(prob["bias"], device=device).to(dt).requires_grad_()
+        leaves["db"] = b
+        z = z + b
+    else:
+        z = torch.tensor(prob["logits"], device=device).to(dt).requires_grad_()
+        leaves = {"dz": z}
+    z = z * float(spec["logit_scale"]) if spec["logit_scale"] != 1 else z
+    if spec["softcap"] > 0:
+        c = float(spec["softcap"])
+        z = c * torch.tanh(z / c)
+    ig = int(spec["ignore_index"])
+    per_tok = F.cross_entropy(z, t, ignore_index=ig, reduction="none",
+                              label_smoothing=float(spec["label_smoothing"]))
+    lse = torch.logsumexp(z.float(), dim=-1)
+    valid = t != ig
+    if spec["z_loss"] > 0:
+        per_tok = per_tok + (float(spec["z_loss"]) * lse * lse * valid).to(per_tok.dtype)
+    if spec["reduction"] == "mean":
+        reduced = per_tok.float().sum() / valid.sum()
+    elif spec["reduction"] == "sum":
+        reduced = per_tok.float().sum()
+    else:
+        reduced = per_tok.float().sum()   # reduction none: the gradient of Σ loss_i
+    reduced.backward()
+    out = {"loss": per_tok.detach(), "lse": lse.detach(), "reduced_loss": reduced.detach()}
+    for name, leaf in leaves.items():
+        out[name] = leaf.grad
+    return out, f"torch {torch.__version__} {dtype} on {device}"
+
+
+def numpy_outputs(prob, spec):
+    """float32 numpy stand-in: plain log-softmax cross-entropy (ε = λ = 0, no softcap)."""
+    if spec["label_smoothing"] or spec["z_loss"] or spec["softcap"] or spec["logit_scale"] != 1:
+        sys.exit("--backend numpy supports plain cross-entropy only")
+    f = np.float32
+    t = prob["targets"]
+    ig = int(spec["ignore_index"])
+    valid = t != ig
+    if prob["kind"] == "linear":
+        H, W = prob["H"].astype(f), prob["W"].astype(f)
+        z = H @ W.T
+        if "bias" in prob:
+            z = z + prob["bias"].astype(f)
+    else:
+        z = prob["logits"].astype(f)
+    m = z.max(axis=1, keepdims=True)
+    m = np.where(np.isfinite(m), m, f(0))          # a fully masked row: e = 0, lse = -inf
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.exp(z - m)
+        s = e.sum(axis=1, keepdims=True)
+        lse = (m + np.log(s))[:, 0]
+        dz = np.where(s > 0, e / s, f(0)).astype(f)
+    rows = np.arange(z.shape[0])
+    zt = z[rows, np.where(valid, t, 0)]
+    with np.errstate(invalid="ignore"):
+        loss = np.where(valid, lse - zt, f(0)).astype(f)
+    n = int(valid.sum())
+    scale = f(1) / f(max(n, 1)) if spec["reduction"] == "mean" else f(1)
+    dz[rows[valid], t[valid]] -= f(1)
+    dz[~valid] = 0
+    dz *= scale
+    reduced = np.float32(loss.sum(dtype=f) * scale) if spec["reduction"] != "none" else loss.sum(dtype=f)
+    if spec["reduction"] == "mean" and n == 0:    # PyTorch: the mean of no valid row is NaN
+        reduced = np.float32("nan") if spec["empty_mean"] == "nan" else np.float32(0)
+    out = {"loss": loss, "lse": lse.astype(f), "reduced_loss": np.float32(reduced)}
+    if prob["kind"] == "linear":
+        out.update(dH=(dz @ W).astype(f), dW=(dz.T @ H).astype(f), db=dz.sum(axis=0, dtype=f))
+    else:
+        out["dz"] = dz
+    return out, f"numpy {np.__version__} float32"
+
+
+def write_candidate(path, outputs, implementation, force):
+    """Atomic write: a temporary file in the same folder, renamed into place."""
+    if os.path.exists(path) and not force:
+        sys.exit(f"{path}: exists; pass --force to overwrite it")
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as c:
+            c.attrs["format"] = "xentlab-candidate"
+            c.attrs["format_version"] = 1
+            c.attrs["implementation"] = implementation
+            for name, x in outputs.items():
+                if hasattr(x, "detach"):              # a torch tensor
+                    import torch
+                    if x.dtype == torch.bfloat16:     # bf16: uint16 bit patterns + dtype attribute
+                        c[name] = x.contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
+                        c[name].attrs["dtype"] = "bf16"
+                        continue
+                    x = x.cpu().numpy()
+                c[name] = x
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("golden")
+    ap.add_argument("candidate")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"],
+                    help="dtype of H, W and the logits in PyTorch")
+    ap.add_argument("--device", default="cuda", help="cuda or cpu")
+    ap.add_argument("--backend", default="torch", choices=["torch", "numpy"])
+    ap.add_argument("--force", action="store_true", help="overwrite an existing candidate file")
+    a = ap.parse_args()
+    prob, spec = load_golden(a.golden)
+    if a.backend == "torch":
+        outputs, impl = torch_outputs(prob, spec, a.dtype, a.device)
+    else:
+        outputs, impl = numpy_outputs(prob, spec)
+    write_candidate(a.candidate, outputs, impl, a.force)
+    print(f"wrote {a.candidate}: {', '.join(outputs)} ({impl})")
+
+
+if __name__ == "__main__":
+    main()

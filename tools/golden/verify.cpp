@@ -1,0 +1,584 @@
+#include "tools/golden/verify.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "datasets/atomic_file.hpp"
+#include "datasets/h5.hpp"
+#include "numerics/error.hpp"
+#include "numerics/version.hpp"
+
+namespace xentlab {
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string t = "(";
+  for (std::size_t k = 0; k < s.size(); ++k) t += fmt::format("{}{}", k ? ", " : "", s[k]);
+  return t + (s.size() == 1 ? ",)" : ")");
+}
+
+// The golden's reference, bound and compared shape of one output; the full-problem shape a
+// candidate may use instead, with the rows to select from it.
+struct RefOutput {
+  const std::vector<double>* ref = nullptr;
+  const std::vector<double>* ref_bound = nullptr;
+  std::vector<std::int64_t> shape, full_shape;
+  const std::vector<std::int64_t>* rows = nullptr;  // rows of full_shape to select (null: none)
+  std::vector<double> scalar_ref, scalar_bound;     // reduced_loss
+};
+
+// Fills r in place (r.ref may point at r's own scalar vectors: r must not be moved afterwards).
+void ref_output(const Golden& g, const std::string& name, RefOutput& r) {
+  if (name == "loss" || name == "lse") {
+    r.ref = name == "loss" ? &g.loss : &g.lse;
+    r.ref_bound = name == "loss" ? &g.loss_bound : &g.lse_bound;
+    r.shape = {g.S};
+    r.full_shape = {g.N};
+    r.rows = &g.token_rows;
+  } else if (name == "dH") {
+    r.ref = &g.dH;
+    r.ref_bound = &g.dH_bound;
+    r.shape = {g.S, g.D};
+    r.full_shape = {g.N, g.D};
+    r.rows = &g.token_rows;
+  } else if (name == "dz") {
+    r.ref = &g.dz;
+    r.ref_bound = &g.dz_bound;
+    r.shape = {g.S, g.V};
+    r.full_shape = {g.N, g.V};
+    r.rows = &g.token_rows;
+  } else if (name == "dW") {
+    r.ref = &g.dW;
+    r.ref_bound = &g.dW_bound;
+    r.shape = {g.J, g.D};
+    r.full_shape = {g.V, g.D};
+    r.rows = &g.vocab_rows;
+  } else if (name == "db") {
+    r.ref = &g.db;
+    r.ref_bound = &g.db_bound;
+    r.shape = {g.J};
+    r.full_shape = {g.V};
+    r.rows = &g.vocab_rows;
+  } else if (name == "reduced_loss") {
+    if (g.reduced_loss) {
+      r.scalar_ref = {*g.reduced_loss};
+      r.scalar_bound = {*g.reduced_loss_bound};
+    }
+    r.ref = &r.scalar_ref;
+    r.ref_bound = &r.scalar_bound;
+    r.shape = {};
+    r.full_shape = {1};
+  }
+}
+
+// Selects rows of a (rows, cols...) array.
+std::vector<double> select(const std::vector<double>& full, std::int64_t cols,
+                           const std::vector<std::int64_t>& rows) {
+  std::vector<double> out(rows.size() * static_cast<std::size_t>(cols));
+  for (std::size_t q = 0; q < rows.size(); ++q)
+    std::copy_n(full.begin() + rows[q] * cols, cols,
+                out.begin() + static_cast<std::ptrdiff_t>(q) * cols);
+  return out;
+}
+
+// a-priori bounds of the policy's recipe on the golden's covariates (numerics/bounds.hpp).
+struct PolicyBounds {
+  Bounds b;
+  std::vector<std::int64_t> valid, target, target_pos;
+  std::vector<double> raw, w_target_abs, w_colmax, h_abs;
+};
+
+Recipe recipe_of(const VerifyPolicy& p, DType input) {
+  if (p.recipe) return *p.recipe;
+  Recipe r;
+  r.input = input;
+  r.logits = p.x;
+  r.accum = DType::fp32;
+  r.grad = p.x;
+  return r;
+}
+
+void policy_bounds(const Golden& g, const VerifyPolicy& pol, PolicyBounds& pb) {
+  const Problem& P = g.problem;
+  const std::int64_t S = g.S, D = g.D, V = g.V;
+  BoundInputs in;
+  in.recipe = recipe_of(pol, P.input_dtype());
+  in.arith = pol.arith;
+  in.spec = g.spec;
+  in.linear = P.is_linear();
+  if (!in.linear) in.stored_logits_dtype = P.logits.dtype();
+  in.S = S;
+  in.V = V;
+  in.D = D;
+  in.N = g.N;
+  pb.valid.resize(static_cast<std::size_t>(S));
+  pb.target.resize(static_cast<std::size_t>(S));
+  pb.target_pos.assign(static_cast<std::size_t>(S), -1);
+  for (std::int64_t q = 0; q < S; ++q) {
+    const std::int64_t t =
+        P.targets[static_cast<std::size_t>(g.token_rows[static_cast<std::size_t>(q)])];
+    pb.valid[static_cast<std::size_t>(q)] = t != g.spec.ignore_index;
+    pb.target[static_cast<std::size_t>(q)] = t;
+    if (t != g.spec.ignore_index) {
+      const auto it = std::lower_bound(g.vocab_rows.begin(), g.vocab_rows.end(), t);
+      if (it != g.vocab_rows.end() && *it == t)
+        pb.target_pos[static_cast<std::size_t>(q)] = it - g.vocab_rows.begin();
+    }
+  }
+  in.valid = pb.valid.data();
+  in.target = pb.target.data();
+  in.lse = g.lse.data();
+  in.loss = g.loss.data();
+  in.sum_p_abs_z = g.sum_p_abs_z.data();
+  in.max_logit = g.max_logit.data();
+  in.max_abs_logit = g.max_abs_logit.data();
+  in.mean_abs_logit = g.mean_abs_logit.data();
+  in.target_logit = g.target_logit.data();
+  in.p_target = g.p_target.data();
+  in.grad_scale = g.grad_scale.data();
+  in.gemm_abs = g.gemm_abs.empty() ? nullptr : g.gemm_abs.data();
+  in.reduced_loss_ref = g.reduced_loss.value_or(0.0);
+  if (!in.linear && !g.dz.empty()) {
+    pb.raw.resize(static_cast<std::size_t>(S * V));
+    for (std::int64_t q = 0; q < S; ++q)
+      P.logits.read(g.token_rows[static_cast<std::size_t>(q)] * V, V, pb.raw.data() + q * V);
+    in.dz_ref = g.dz.data();
+    in.raw_logits = pb.raw.data();
+  }
+  if (in.linear) {
+    pb.w_target_abs.assign(static_cast<std::size_t>(S * D), 0.0);
+    pb.h_abs.resize(static_cast<std::size_t>(S * D));
+    pb.w_colmax.assign(static_cast<std::size_t>(D), 0.0);
+    for (std::int64_t q = 0; q < S; ++q) {
+      P.H.read(g.token_rows[static_cast<std::size_t>(q)] * D, D, pb.h_abs.data() + q * D);
+      if (pb.valid[static_cast<std::size_t>(q)])
+        P.W.read(pb.target[static_cast<std::size_t>(q)] * D, D, pb.w_target_abs.data() + q * D);
+    }
+    std::vector<double> w(static_cast<std::size_t>(D));
+    for (std::int64_t j = 0; j < V; ++j) {
+      P.W.read(j * D, D, w.data());
+      for (std::int64_t d = 0; d < D; ++d)
+        pb.w_colmax[static_cast<std::size_t>(d)] = std::max(
+            pb.w_colmax[static_cast<std::size_t>(d)], std::fabs(w[static_cast<std::size_t>(d)]));
+    }
+    for (auto& v : pb.h_abs) v = std::fabs(v);
+    for (auto& v : pb.w_target_abs) v = std::fabs(v);
+    if (!g.dH.empty()) {
+      in.dH_ref = g.dH.data();
+      in.dH_cond = g.dH_cond.data();
+      in.W_target_abs = pb.w_target_abs.data();
+      in.W_colmax_abs = pb.w_colmax.data();
+    }
+    in.J = g.J;
+    if (!g.dW.empty()) {
+      in.dW_ref = g.dW.data();
+      in.dW_cond = g.dW_cond.data();
+      in.H_abs = pb.h_abs.data();
+      in.target_vocab_pos = pb.target_pos.data();
+    }
+    if (!g.db.empty() && !g.db_cond.empty()) {
+      in.db_ref = g.db.data();
+      in.db_cond = g.db_cond.data();
+      in.target_vocab_pos = pb.target_pos.data();
+    }
+  }
+  pb.b = compute_bounds(in);
+}
+
+const std::vector<double>* bound_of(const PolicyBounds& pb, const std::string& name,
+                                    std::vector<double>& scalar) {
+  if (name == "loss") return &pb.b.loss;
+  if (name == "lse") return &pb.b.lse;
+  if (name == "dH") return &pb.b.dH;
+  if (name == "dW") return &pb.b.dW;
+  if (name == "db") return &pb.b.db;
+  if (name == "dz") return &pb.b.dz;
+  scalar = {pb.b.reduced_loss};
+  return &scalar;
+}
+
+// "dW[row 3 (vocab 4711), col 5]" for flat index i of the compared shape.
+std::string element_name(const Golden& g, const std::string& name,
+                         const std::vector<std::int64_t>& shape, std::int64_t i) {
+  if (shape.empty()) return name;
+  const bool vocab = name == "dW" || name == "db";
+  const auto& rows = vocab ? g.vocab_rows : g.token_rows;
+  const std::int64_t cols = shape.size() == 2 ? shape[1] : 1;
+  const std::int64_t q = i / cols, c = i % cols;
+  const std::string row =
+      fmt::format("{} {}", vocab ? "vocab row" : "token", rows[static_cast<std::size_t>(q)]);
+  return shape.size() == 2 ? fmt::format("{}[{}, {}] ({})", name, rows[static_cast<std::size_t>(q)],
+                                         c, fmt::format("{}, col {}, flat index {}", row, c, i))
+                           : fmt::format("{}[{}] ({}, flat index {})", name,
+                                         rows[static_cast<std::size_t>(q)], row, i);
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += c;
+    }
+  }
+  return o;
+}
+
+// Tolerance per element: policy bound (or atol + rtol·|ref|) + u_out·|ref| + the reference's bound.
+std::vector<double> tolerance_from(const Golden& g, const VerifyPolicy& pol, const PolicyBounds& pb,
+                                   const std::string& name, DType out_dtype, const RefOutput& ro) {
+  (void)g;
+  const std::vector<double>& ref = *ro.ref;
+  const std::vector<double>& rb = *ro.ref_bound;
+  std::vector<double> tol(ref.size());
+  std::vector<double> scalar_b;
+  const std::vector<double>* pbv = pol.explicit_tol ? nullptr : bound_of(pb, name, scalar_b);
+  const double u_out = unit_roundoff(out_dtype);
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double a = std::isfinite(ref[i]) ? std::fabs(ref[i]) : 0.0;
+    const double base = pol.explicit_tol ? pol.atol + pol.rtol * a
+                        : (pbv && pbv->size() == ref.size())
+                            ? (*pbv)[i]
+                            : std::numeric_limits<double>::infinity();
+    tol[i] = base + (pol.explicit_tol ? 0.0 : u_out * a) + (i < rb.size() ? rb[i] : 0.0);
+    // A non-finite reference (the NaN mean of an all-ignored batch, the −inf lse of a fully masked
+    // row) is matched by kind, not by magnitude (numerics/stats.hpp): no tolerance applies.
+    if (!std::isfinite(ref[i]) || std::isnan(tol[i])) tol[i] = 0.0;
+  }
+  return tol;
+}
+
+}  // namespace
+
+std::vector<double> verify_tolerance(const Golden& g, const VerifyPolicy& pol,
+                                     const std::string& name, DType out_dtype) {
+  PolicyBounds pb;
+  if (!pol.explicit_tol) policy_bounds(g, pol, pb);
+  RefOutput ro;
+  ref_output(g, name, ro);
+  if (!ro.ref) throw InputError(fmt::format("verify_tolerance: unknown output '{}'", name));
+  return tolerance_from(g, pol, pb, name, out_dtype, ro);
+}
+
+const std::vector<std::string>& candidate_output_names() {
+  static const std::vector<std::string> n = {"loss", "lse", "reduced_loss", "dH", "dW", "db", "dz"};
+  return n;
+}
+
+std::string VerifyPolicy::describe(DType input_dtype) const {
+  if (explicit_tol) return fmt::format("explicit: |e| ≤ {:g} + {:g}·|ref|", atol, rtol);
+  const Recipe r = recipe_of(*this, input_dtype);
+  return fmt::format(
+      "{}: recipe {}, vocab reduction {}, token reduction {}, k={:g}{}, plus u_out·|ref| and "
+      "the reference's bound",
+      name, r.name(), to_string(arith.vocab_order), to_string(arith.token_order), judge.k,
+      judge.bias_check ? ", bias test" : "");
+}
+
+VerifyPolicy make_verify_policy(const std::string& name, const std::string& strictness,
+                                std::optional<double> k) {
+  VerifyPolicy p;
+  p.name = name;
+  if (name.find('/') != std::string::npos) {
+    p.recipe = parse_recipe(name);
+  } else {
+    try {
+      p.x = parse_dtype(name);
+    } catch (const InputError&) {
+      throw InputError(
+          fmt::format("unknown verify policy '{}' (a dtype: bf16, fp16, fp32; or a recipe "
+                      "in/logits/accum/grad such as bf16/bf16/fp32/bf16)",
+                      name));
+    }
+    if (p.x == DType::fp64)
+      throw InputError(
+          "verify policy fp64: candidates are judged as fp32, fp16 or bf16 arithmetic");
+  }
+  // Worst case over reduction orders: a sequential sum has the largest constant c(n) = n − 1.
+  p.arith.vocab_order = ReductionOrder::sequential;
+  p.arith.token_order = ReductionOrder::sequential;
+  p.arith.note = "unknown arithmetic: worst-case (sequential) reduction orders";
+  p.judge = policy_by_name(strictness);
+  if (k) {
+    if (!(*k > 0) || !std::isfinite(*k))
+      throw InputError(fmt::format("--k must be finite and > 0, got {}", *k));
+    p.judge.k = *k;
+  }
+  return p;
+}
+
+VerifyPolicy make_explicit_policy(double atol, double rtol) {
+  if (!(atol >= 0) || !(rtol >= 0) || !std::isfinite(atol) || !std::isfinite(rtol))
+    throw InputError(
+        fmt::format("--atol and --rtol must be finite and >= 0, got {} and {}", atol, rtol));
+  VerifyPolicy p;
+  p.name = "explicit";
+  p.explicit_tol = true;
+  p.atol = atol;
+  p.rtol = rtol;
+  p.judge = policy_by_name("default");
+  p.judge.k = 1.0;
+  p.judge.bias_check = false;
+  return p;
+}
+
+VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path,
+                              const VerifyPolicy& pol) {
+  VerifyReport rep;
+  rep.golden = g.path;
+  rep.candidate = candidate_path;
+  rep.policy = pol.describe(g.problem.input_dtype());
+  rep.provenance = g.provenance;
+  const h5::File f = h5::File::open_read(candidate_path);
+  if (!f.has_attr("format"))
+    throw FormatError(
+        fmt::format("{}: not a xentlab candidate file (no 'format' attribute at the root; "
+                    "write format=\"{}\", format_version={})",
+                    candidate_path, kCandidateFormat, kCandidateVersion));
+  const std::string fmt_name = f.attr_string("format");
+  if (fmt_name != kCandidateFormat)
+    throw FormatError(fmt::format(
+        "{}: its format attribute is '{}', not '{}'{}", candidate_path, fmt_name, kCandidateFormat,
+        fmt_name == kGoldenFormat ? " (a golden file was given as the candidate)" : ""));
+  const std::int64_t ver = f.attr_int("format_version");
+  if (ver != kCandidateVersion)
+    throw FormatError(
+        fmt::format("{}: candidate format_version {}; this xentlab ({}) reads version {}",
+                    candidate_path, ver, kVersion, kCandidateVersion));
+  if (f.has_attr("implementation")) rep.implementation = f.attr_string("implementation");
+
+  PolicyBounds pb;
+  if (!pol.explicit_tol) policy_bounds(g, pol, pb);
+
+  std::vector<JudgedOutput> judged;
+  std::vector<std::size_t> judged_index;
+  rep.outputs.reserve(candidate_output_names().size());
+  for (const std::string& name : candidate_output_names()) {
+    if (!f.exists(name)) continue;
+    OutputReport o;
+    o.name = name;
+    RefOutput ro;
+    ref_output(g, name, ro);
+    o.shape = ro.shape;
+    const h5::Dataset d = f.open_dataset(name);
+    const h5::DatasetInfo inf = d.info();
+    if (ro.ref->empty()) {
+      o.status = "skipped";
+      o.message =
+          fmt::format("the golden file holds no reference {} ({})", name,
+                      g.partial ? "token rows were sampled" : "not computed for this problem");
+      rep.outputs.push_back(o);
+      continue;
+    }
+    Tensor t;
+    try {
+      t = d.read_tensor();
+    } catch (const FormatError& e) {
+      o.status = "failed";
+      o.message = fmt::format("unusable dtype: {}", e.what());
+      rep.outputs.push_back(o);
+      continue;
+    }
+    o.dtype = t.dtype();
+    std::vector<double> out(static_cast<std::size_t>(t.numel()));
+    t.read(0, t.numel(), out.data());
+    const bool scalar = name == "reduced_loss";
+    if (scalar ? t.numel() != 1 : inf.shape != ro.shape) {
+      if (!scalar && inf.shape == ro.full_shape) {
+        const std::int64_t cols = ro.shape.size() == 2 ? ro.shape[1] : 1;
+        out = select(out, cols, *ro.rows);
+      } else {
+        o.status = "failed";
+        o.message = fmt::format("shape {} does not match the golden file's {}{}",
+                                shape_text(inf.shape), shape_text(ro.shape),
+                                scalar || ro.shape == ro.full_shape
+                                    ? ""
+                                    : fmt::format(" (or the full {})", shape_text(ro.full_shape)));
+        rep.outputs.push_back(o);
+        continue;
+      }
+    }
+    const std::vector<double>& ref = *ro.ref;
+    if (!pol.explicit_tol) {
+      std::vector<double> scalar_b;
+      const std::vector<double>* pbv = bound_of(pb, name, scalar_b);
+      if (pbv->size() != ref.size()) {
+        o.status = "skipped";
+        o.message =
+            fmt::format("no a-priori bound for {} from this golden file{}", name,
+                        name == "db" ? " (it lacks db_cond: S·V was too large to form dz)" : "");
+        rep.outputs.push_back(std::move(o));
+        continue;
+      }
+    }
+    const std::vector<double> tol = tolerance_from(g, pol, pb, name, o.dtype, ro);
+    o.stats = compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()),
+                                  o.dtype, tol.data());
+    const Verdict v = judge({{name, &*o.stats, name == "loss"}}, pol.judge);
+    o.status = v.disposition == Disposition::passed ? "passed" : "incorrect";
+    if (v.disposition != Disposition::passed) {
+      o.message = v.reason;
+      o.index = v.index;
+      if (v.index >= 0 && v.index < static_cast<std::int64_t>(ref.size())) {
+        const auto k = static_cast<std::size_t>(v.index);
+        o.element = element_name(g, name, ro.shape, v.index);
+        o.candidate = out[k];
+        o.reference = ref[k];
+        o.error = std::fabs(out[k] - ref[k]);
+        o.tolerance = pol.judge.k * tol[k];
+      }
+    }
+    rep.outputs.push_back(std::move(o));
+  }
+  // Overall: every compared output passes, nothing failed, and at least one output was compared.
+  int compared = 0;
+  rep.passed = true;
+  for (const auto& o : rep.outputs) {
+    if (o.status == "skipped") continue;
+    ++compared;
+    if (o.status != "passed") {
+      if (rep.passed) {
+        const bool finite = std::isfinite(o.candidate) && std::isfinite(o.reference);
+        rep.reason =
+            o.element.empty() || !finite
+                ? fmt::format("{} {}: {}{}", o.name, o.status,
+                              o.element.empty()
+                                  ? ""
+                                  : fmt::format("{}: candidate {}, reference {}: ", o.element,
+                                                o.candidate, o.reference),
+                              o.message)
+                : fmt::format(
+                      "{} {}: {}: candidate {:.17g}, reference {:.17g}, |e| = {:.3g} > "
+                      "tolerance {:.3g} (ratio {:.3g})",
+                      o.name, o.status, o.element, o.candidate, o.reference, o.error, o.tolerance,
+                      o.tolerance > 0 ? o.error / o.tolerance : INFINITY);
+      }
+      rep.passed = false;
+    }
+  }
+  if (compared == 0) {
+    rep.passed = false;
+    std::string names;
+    for (const auto& n : candidate_output_names()) names += (names.empty() ? "" : ", ") + n;
+    rep.reason = fmt::format(
+        "the candidate holds no output that the golden file can check (looked for {})", names);
+  } else if (rep.passed) {
+    rep.reason = fmt::format("{} output(s) within tolerance", compared);
+  }
+  return rep;
+}
+
+std::string format_report(const VerifyReport& r) {
+  std::string s;
+  s += fmt::format("golden     {}\n           {}\ncandidate  {}{}\npolicy     {}\n\n", r.golden,
+                   r.provenance, r.candidate,
+                   r.implementation.empty() ? "" : " (" + r.implementation + ")", r.policy);
+  s += fmt::format("{:<13}{:<6}{:<14}{:>11}{:>10}{:>11}{:>11}{:>9}{:>8}  {}\n", "output", "dtype",
+                   "shape", "max|e|", "max rel", "normwise", "max e/tol", "ulp<=1", "nonfin",
+                   "status");
+  for (const auto& o : r.outputs) {
+    if (!o.stats) {
+      s += fmt::format("{:<13}{:<6}{:<14}{:>11}{:>10}{:>11}{:>11}{:>9}{:>8}  {}: {}\n", o.name,
+                       o.status == "skipped" ? "-" : std::string(to_string(o.dtype)),
+                       shape_text(o.shape), "-", "-", "-", "-", "-", "-", o.status, o.message);
+      continue;
+    }
+    const ErrorStats& e = *o.stats;
+    s += fmt::format("{:<13}{:<6}{:<14}{:>11.3g}{:>10.3g}{:>11.3g}{:>11.3g}{:>8.1f}%{:>8}  {}\n",
+                     o.name, to_string(o.dtype), shape_text(o.shape), e.max_abs_err, e.max_rel_err,
+                     e.normwise_rel_err, e.max_ratio, 100.0 * e.frac_ulp_le1,
+                     e.out_nan + e.out_posinf + e.out_neginf, o.status);
+  }
+  for (const auto& o : r.outputs)
+    if (o.status == "incorrect" || o.status == "failed")
+      s += fmt::format(
+          "  {} {}: {}\n", o.name, o.status,
+          o.element.empty()
+              ? o.message
+              : fmt::format("{}: candidate {:.9g}, reference {:.9g}, |e| = {:.3g}, "
+                            "tolerance {:.3g}. {}",
+                            o.element, o.candidate, o.reference, o.error, o.tolerance, o.message));
+  s += fmt::format("\n{}: {}\n", r.passed ? "PASSED" : "FAILED", r.reason);
+  return s;
+}
+
+void write_junit(const std::string& path, bool force, const VerifyReport& r) {
+  AtomicOutput out(path, force);
+  int failures = 0, skipped = 0;
+  for (const auto& o : r.outputs) {
+    failures += o.status == "incorrect" || o.status == "failed";
+    skipped += o.status == "skipped";
+  }
+  const bool none = r.outputs.empty() || skipped == static_cast<int>(r.outputs.size());
+  {
+    std::ofstream x(out.temp_path());
+    if (!x) throw InputError(fmt::format("{}: cannot write {}", path, out.temp_path()));
+    x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+    x << fmt::format(
+        "<testsuites><testsuite name=\"xentlab.verify\" tests=\"{}\" failures=\"{}\" "
+        "skipped=\"{}\">\n",
+        r.outputs.size() + (none ? 1 : 0), failures + (none ? 1 : 0), skipped);
+    x << fmt::format(
+        "  <properties><property name=\"golden\" value=\"{}\"/><property name=\"candidate\" "
+        "value=\"{}\"/>"
+        "<property name=\"policy\" value=\"{}\"/></properties>\n",
+        xml_escape(r.golden), xml_escape(r.candidate), xml_escape(r.policy));
+    for (const auto& o : r.outputs) {
+      x << fmt::format("  <testcase classname=\"xentlab.verify\" name=\"{}\">", xml_escape(o.name));
+      if (o.status == "skipped")
+        x << fmt::format("<skipped message=\"{}\"/>", xml_escape(o.message));
+      if (o.status == "incorrect" || o.status == "failed") {
+        const std::string msg =
+            o.element.empty()
+                ? o.message
+                : fmt::format(
+                      "{}: candidate {:.17g}, reference {:.17g}, |e| {:.3g} > tolerance {:.3g}",
+                      o.element, o.candidate, o.reference, o.error, o.tolerance);
+        x << fmt::format("<failure type=\"{}\" message=\"{}\">{}</failure>", o.status,
+                         xml_escape(msg), xml_escape(o.message));
+      }
+      if (o.stats) x << fmt::format("<system-out>{}</system-out>", xml_escape(o.stats->summary()));
+      x << "</testcase>\n";
+    }
+    if (none)
+      x << fmt::format(
+          "  <testcase classname=\"xentlab.verify\" name=\"outputs\"><failure "
+          "message=\"{}\"/></testcase>\n",
+          xml_escape(r.reason));
+    x << "</testsuite></testsuites>\n";
+    if (!x.flush()) throw InputError(fmt::format("{}: write failed", path));
+  }
+  out.commit();
+}
+
+void write_candidate(const std::string& path, bool force,
+                     const std::vector<std::pair<std::string, Tensor>>& outputs,
+                     const std::string& implementation) {
+  AtomicOutput out(path, force);
+  h5::File f = h5::File::create(out.temp_path());
+  f.set_attr("format", kCandidateFormat);
+  f.set_attr("format_version", kCandidateVersion);
+  f.set_attr("implementation", implementation);
+  for (const auto& [name, t] : outputs) f.write_tensor(name, t);
+  f.close();
+  out.commit();
+}
+
+}  // namespace xentlab
