@@ -1,0 +1,194 @@
+#include "tools/audit/audit.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "datasets/problem_ops.hpp"
+#include "gpu/bounds_for.hpp"
+#include "gpu/registry.hpp"
+#include "numerics/error.hpp"
+#include "reference/reference.hpp"
+
+namespace xentlab::audit {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+const OutputRecord* find_output(const RunRecord& r, const std::string& name) {
+  for (const auto& o : r.outputs)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+// The reference and bounds of one problem in one input dtype.
+struct Prepared {
+  Problem problem;
+  ReferenceResult ref;
+  std::vector<std::int64_t> orig_rows;
+};
+
+Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
+  Prepared p{with_input_dtype(ap.problem, input, ap.spec.ignore_index), {}, {}};
+  const std::int64_t rows = ap.rows >= 0 ? ap.rows : cfg.rows;
+  if (rows > 0 && rows < p.problem.N) {
+    p.orig_rows = sample_rows(p.problem.N, rows, cfg.seed);
+    p.problem = select_rows(p.problem, p.orig_rows, ap.spec.ignore_index);
+  } else {
+    for (std::int64_t i = 0; i < p.problem.N; ++i) p.orig_rows.push_back(i);
+  }
+  ReferenceOptions o;
+  o.want_dz = !p.problem.is_linear();
+  if (p.problem.is_linear() && cfg.vocab_rows > 0 && cfg.vocab_rows < p.problem.V)
+    o.vocab_rows = sample_rows(p.problem.V, cfg.vocab_rows, cfg.seed + 1);
+  p.ref = compute_reference(p.problem, ap.spec, o);
+  return p;
+}
+
+// The statistics of every output a run produced, in a fixed order.
+std::vector<OutputRecord> outputs_of(const RunAssessment& a) {
+  std::vector<OutputRecord> recs{{"loss", a.loss}, {"lse", a.lse}, {"reduced", a.reduced_loss}};
+  if (a.has_dz) recs.push_back({"dz", a.dz});
+  if (a.has_dH) recs.push_back({"dH", a.dH});
+  if (a.has_dW) recs.push_back({"dW", a.dW});
+  if (a.has_db) recs.push_back({"db", a.db});
+  return recs;
+}
+
+}  // namespace
+
+double RunRecord::normwise(const std::string& output) const {
+  const OutputRecord* o = find_output(*this, output);
+  if (!o) return kNaN;
+  if (o->stats.nonfinite_where_ref_finite > 0 || o->stats.finiteness_mismatches > 0) return kInf;
+  return o->stats.normwise_rel_err;
+}
+
+AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& cfg) {
+  if (problems.empty()) throw InputError("audit: no problems to audit");
+  auto strategies = make_strategies(cfg.backend);
+  if (strategies.empty())
+    throw InputError(fmt::format("audit: no strategies are registered for backend {}",
+                                 to_string(cfg.backend)));
+  std::vector<const Strategy*> chosen;
+  for (const auto& s : strategies)
+    if (cfg.strategies.empty() ||
+        std::find(cfg.strategies.begin(), cfg.strategies.end(), s->name()) != cfg.strategies.end())
+      chosen.push_back(s.get());
+  for (const auto& name : cfg.strategies) {
+    bool known = false;
+    for (const auto& s : strategies) known = known || s->name() == name;
+    if (!known) {
+      std::string names;
+      for (const auto& s : strategies) names += (names.empty() ? "" : ", ") + s->name();
+      throw InputError(fmt::format("audit: unknown strategy '{}' (registered: {})", name, names));
+    }
+  }
+  const std::vector<Recipe> recipes = cfg.recipes.empty() ? default_recipe_grid() : cfg.recipes;
+  const Policy policy = policy_by_name(cfg.policy);
+  std::vector<std::unique_ptr<Strategy>> baselines;
+  if (cfg.backend != Backend::cpu_emulation) baselines = make_strategies(Backend::cpu_emulation);
+
+  std::set<DType> inputs;
+  for (const Recipe& r : recipes) inputs.insert(r.input);
+  const std::int64_t total = static_cast<std::int64_t>(problems.size()) *
+                             static_cast<std::int64_t>(recipes.size()) *
+                             static_cast<std::int64_t>(chosen.size());
+  AuditResult res;
+  std::int64_t done = 0;
+  for (const AuditProblem& ap : problems) {
+    for (DType input : inputs) {
+      if (cfg.progress) cfg.progress(done, total, fmt::format("{} {}: reference", ap.name, to_string(input)));
+      const Prepared pr = prepare(ap, input, cfg);
+      ProblemRecord prec{ap.name, ap.regime, std::string(to_string(input)), ap.spec.describe(),
+                         pr.problem.describe(), pr.orig_rows, pr.ref.loss, pr.ref.lse,
+                         pr.ref.p_target, pr.ref.max_logit, pr.ref.entropy};
+      res.problems.push_back(std::move(prec));
+      for (const Recipe& recipe : recipes) {
+        if (recipe.input != input) continue;
+        for (const Strategy* st : chosen) {
+          RunRecord rec;
+          rec.problem = ap.name;
+          rec.regime = ap.regime;
+          rec.strategy = st->name();
+          rec.backend = std::string(to_string(st->backend()));
+          rec.device = cfg.device;
+          rec.recipe = recipe.name();
+          rec.spec = ap.spec.describe();
+          rec.input_dtype = std::string(to_string(input));
+          rec.arith = st->arithmetic(recipe);
+          if (cfg.progress)
+            cfg.progress(done, total, fmt::format("{} {} {}", ap.name, st->name(), recipe.name()));
+          ++done;
+          const Status can = st->can_implement(pr.problem, ap.spec, recipe);
+          if (!can.ok()) {
+            rec.verdict = verdict_not_run(
+                can.code == Status::Code::not_supported ? Disposition::not_supported : Disposition::failed,
+                can.message);
+            res.runs.push_back(std::move(rec));
+            continue;
+          }
+          try {
+            RunRequest req;
+            req.problem = &pr.problem;
+            req.spec = ap.spec;
+            req.recipe = recipe;
+            const auto t0 = std::chrono::steady_clock::now();
+            const StrategyOutputs out = st->run(req);
+            rec.seconds = out.seconds > 0 ? out.seconds
+                                          : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            rec.peak_extra_bytes = out.peak_extra_bytes;
+            const RunAssessment as = assess_run(pr.problem, ap.spec, recipe, rec.arith, out, pr.ref, policy);
+            rec.c_vocab = as.bounds.c_vocab;
+            rec.bound_meaningful = as.bounds.meaningful;
+            rec.bound_note = as.bounds.note;
+            rec.outputs = outputs_of(as);
+            rec.verdict = as.verdict;
+            // Baseline-relative check against the CPU emulation of the same strategy and recipe.
+            if (cfg.baseline && rec.verdict.disposition == Disposition::passed && !baselines.empty()) {
+              for (const auto& bs : baselines) {
+                if (bs->name() != st->name()) continue;
+                const RunAssessment ba = assess_run(pr.problem, ap.spec, recipe, rec.arith, bs->run(req),
+                                                    pr.ref, policy);
+                const auto brecs = outputs_of(ba);
+                for (const auto& o : rec.outputs)
+                  for (const auto& b : brecs)
+                    if (b.name == o.name && rec.verdict.disposition == Disposition::passed) {
+                      // Floor: one rounding of the output's largest reference value into its
+                      // dtype, u_out·max|ref| (stats' rel_floor is 2^-20·max|ref| by default).
+                      const double floor = unit_roundoff(o.stats.out_dtype) * o.stats.rel_floor * 0x1p20;
+                      const Verdict v = judge_against_baseline(o.name, o.stats, b.stats, floor, policy);
+                      if (v.disposition != Disposition::passed) rec.verdict = v;
+                    }
+              }
+            }
+            rec.loss_abs_err.resize(out.loss.size());
+            for (std::size_t q = 0; q < out.loss.size(); ++q)
+              rec.loss_abs_err[q] = std::fabs(out.loss[q] - pr.ref.loss[q]);
+          } catch (const std::exception& e) {
+            rec.verdict = verdict_not_run(Disposition::failed, e.what());
+          }
+          res.runs.push_back(std::move(rec));
+        }
+      }
+    }
+  }
+  for (const auto& r : res.runs) {
+    switch (r.verdict.disposition) {
+      case Disposition::passed: ++res.passed; break;
+      case Disposition::incorrect: ++res.incorrect; break;
+      case Disposition::not_supported: ++res.not_supported; break;
+      case Disposition::failed: ++res.failed; break;
+    }
+  }
+  res.verdict = compute_verdict(res.runs);
+  if (cfg.progress) cfg.progress(total, total, "done");
+  return res;
+}
+
+}  // namespace xentlab::audit

@@ -1,0 +1,135 @@
+#pragma once
+// xentlab audit: every strategy × recipe on a set of problems, compared with the certified
+// reference; statistics, bounds and dispositions per run; the verdict on the precision rule.
+//
+// Sub-batch semantics: a problem of N tokens is audited on a seeded sample of `rows` token rows
+// (the sub-batch is the problem every strategy and the reference run on, so dW and the reduced loss
+// are comparable), with dW/db compared on a seeded sample of `vocab_rows` vocabulary rows. The
+// vocabulary and hidden size are never reduced: the reductions over V — where precision is lost —
+// are the full ones.
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "datasets/problem.hpp"
+#include "gpu/strategy.hpp"
+#include "numerics/bounds.hpp"
+#include "numerics/stats.hpp"
+
+namespace xentlab::audit {
+
+/// One problem of the audit with its loss options and the regime it stands for.
+struct AuditProblem {
+  std::string name;    ///< e.g. "calibrated"
+  std::string regime;  ///< one line: what data regime it stands for
+  Problem problem;
+  LossSpec spec;
+  std::int64_t rows = -1;  ///< sub-batch rows for this problem; −1 = AuditConfig::rows
+};
+
+/// The embedded default problem set (about a minute of CPU emulation on 2 cores): the real model
+/// stories260K on its own sampled text, and calibrated, confident, large-offset, masked and
+/// all-options (softcap, label smoothing, z-loss, ignored rows) problems at V = 128256.
+/// `tokens` rows are generated per synthetic problem. Throws what the generators throw.
+std::vector<AuditProblem> default_problem_set(std::uint64_t seed, std::int64_t tokens = 16,
+                                              std::int64_t hidden = 64);
+
+struct AuditConfig {
+  std::vector<std::string> strategies;  ///< names; empty = every registered strategy
+  std::vector<Recipe> recipes;          ///< empty = default_recipe_grid()
+  Backend backend = Backend::cpu_emulation;
+  std::int64_t rows = 16;               ///< token rows of the sub-batch (0 = all)
+  std::int64_t vocab_rows = 256;        ///< vocabulary rows compared for dW/db (0 = all)
+  std::uint64_t seed = 1;
+  std::string policy = "default";       ///< numerics/bounds.hpp policy_by_name
+  std::string device;                   ///< device description recorded with each run
+  /// GPU backend: also hold each passed run to the baseline-relative check against the CPU
+  /// emulation of the same strategy and recipe (error ≤ factor × emulation error + floor).
+  bool baseline = true;
+  /// Progress: (runs done, runs total, what is running now).
+  std::function<void(std::int64_t, std::int64_t, const std::string&)> progress;
+};
+
+/// Statistics of one output of one run.
+struct OutputRecord {
+  std::string name;  ///< loss, lse, reduced, dz, dH, dW, db
+  ErrorStats stats;
+};
+
+struct RunRecord {
+  std::string problem, regime, strategy, backend, device, recipe, spec;
+  std::string input_dtype;
+  DeclaredArithmetic arith;
+  Verdict verdict;
+  std::vector<OutputRecord> outputs;
+  double seconds = 0.0;
+  std::int64_t peak_extra_bytes = 0;
+  double c_vocab = 0.0;
+  bool bound_meaningful = true;
+  std::string bound_note;
+  // Per token (S): for the plots (error against covariates).
+  std::vector<double> loss_abs_err;
+  /// Error of a named output: normwise relative error, or +inf when the output is non-finite
+  /// where the reference is finite; NaN when the output is absent.
+  double normwise(const std::string& output) const;
+};
+
+/// Per-token covariates of a problem's reference (one set per input dtype), for the plots.
+struct ProblemRecord {
+  std::string name, regime, input_dtype, spec, describe;
+  std::vector<std::int64_t> token_rows;  ///< rows of the original problem in the sub-batch
+  std::vector<double> loss, lse, p_target, max_logit, entropy;
+};
+
+/// One row of the verdict on "logits may be bf16 while accumulation must be fp32".
+struct VerdictRow {
+  std::string regime;   ///< problem name
+  std::string output;   ///< loss, dH, dW
+  std::string input;    ///< input dtype of the recipes compared
+  double err_fp32_logits = NAN;   ///< normwise error, X/fp32/fp32/X
+  double err_bf16_logits = NAN;   ///< X/bf16/fp32/X
+  double err_reduced_accum_best = NAN;  ///< best (smallest) normwise error of a bf16/fp16-accum recipe
+  std::string reduced_accum_best_recipe;
+  double floor = NAN;             ///< u of the output's storage dtype: one rounding of the output
+  bool logits_bf16_ok = false;    ///< bf16 logits within max(2× fp32-logits error, floor), passed
+  bool accum_fp32_needed = false; ///< every reduced-accum recipe incorrect or > 2× its fp32 twin
+  bool accum_tested = false;      ///< at least one reduced-accum recipe and its twin ran
+  std::string logits_why, accum_why;
+};
+
+struct AuditResult {
+  std::vector<ProblemRecord> problems;
+  std::vector<RunRecord> runs;
+  std::vector<VerdictRow> verdict;
+  std::int64_t incorrect = 0, failed = 0, not_supported = 0, passed = 0;
+};
+
+/// Runs the audit over the problems. Throws InputError for unknown strategy names or an empty set.
+AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& config);
+
+/// The verdict rows from the runs (see docs/verdict.md for the criteria).
+std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs);
+
+/// Writes the results file (atomic: temporary + rename; existing file kept unless force; with
+/// append, the runs are added to an existing results file). Schema: docs/formats.md, "results".
+void write_results(const std::string& path, const AuditResult& result, const AuditConfig& config,
+                   bool force, bool append);
+
+/// Comparison of two results files, run by run (matched on problem, input dtype, strategy,
+/// backend, recipe). A regression: a run that passed in the baseline is now incorrect, failed or
+/// missing; or an output whose largest error was within its bound (max_ratio ≤ 1) is now beyond
+/// it. Error growth that stays within the bound is noted, not counted: the bound is the line.
+struct RegressReport {
+  std::vector<std::string> lines;  ///< one per regression or note
+  std::int64_t baseline_runs = 0, current_runs = 0, regressions = 0, grown = 0;
+};
+/// Throws FormatError for a file that is not an xentlab results file.
+RegressReport regress(const std::string& baseline_path, const std::string& current_path);
+
+/// Terminal table of the runs (one line each) and the verdict section.
+std::string format_summary(const AuditResult& result, bool markdown);
+
+}  // namespace xentlab::audit

@@ -1,0 +1,35 @@
+// The audit's embedded default problem set.
+#include "datasets/generators.hpp"
+#include "datasets/stories260k.hpp"
+#include "tools/audit/audit.hpp"
+
+namespace xentlab::audit {
+
+std::vector<AuditProblem> default_problem_set(std::uint64_t seed, std::int64_t tokens,
+                                              std::int64_t hidden) {
+  constexpr std::int64_t kV = 128256;  // Llama-3's vocabulary
+  std::vector<AuditProblem> set;
+  LossSpec mean;
+  set.push_back({"stories260k", "real trained model (llama2.c stories260K) on its own sampled text: peaked softmax, V=512",
+                 make_stories260k(256, seed), mean, 64});
+  set.push_back({"calibrated", "Gaussian head, sigma=4, targets drawn from each row's softmax (a trained model's regime)",
+                 make_head(tokens, kV, hidden, DType::bf16, 4.0, seed, TargetMode::calibrated, mean, "calibrated"),
+                 mean});
+  set.push_back({"confident", "rows with p_target in 0.9 .. 0.9999 (true-class gradient 1 - p_t cancels)",
+                 make_confident_head(tokens, kV, hidden, DType::bf16, 4.0, seed, mean), mean});
+  set.push_back({"large-offset", "given logits N(0, 2^2) + 1000: rounding a stored logit costs u*|z|",
+                 make_offset_logits(tokens, kV, DType::fp32, 2.0, 1000.0, seed, mean), mean});
+  set.push_back({"masked", "given logits with half the vocabulary masked (-inf), a fully masked ignored row",
+                 make_masked_logits(tokens, kV, DType::fp32, 4.0, 0.5, seed, mean), mean});
+  LossSpec gemma;
+  gemma.softcap = 30.0;
+  gemma.label_smoothing = 0.1;
+  gemma.z_loss = 1e-4;
+  Problem opt = make_head(tokens, kV, hidden, DType::bf16, 8.0, seed + 7, TargetMode::calibrated, gemma, "all-options");
+  ignore_rows(opt, 0.25, seed, gemma.ignore_index);
+  set.push_back({"all-options", "softcap 30, label smoothing 0.1, z-loss 1e-4, a quarter of the rows ignored, sigma=8",
+                 std::move(opt), gemma});
+  return set;
+}
+
+}  // namespace xentlab::audit

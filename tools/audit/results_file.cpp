@@ -1,0 +1,173 @@
+// The audit's HDF5 results file (schema: docs/formats.md, "Results file").
+#include <fmt/format.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+
+#include "datasets/atomic_file.hpp"
+#include "datasets/h5.hpp"
+#include "numerics/error.hpp"
+#include "numerics/version.hpp"
+#include "tools/audit/audit.hpp"
+
+namespace xentlab::audit {
+namespace {
+
+constexpr std::int64_t kResultsFormatVersion = 1;
+
+std::string now_utc() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+void write_stats(h5::Group& g, const ErrorStats& s) {
+  g.set_attr("n", s.n);
+  g.set_attr("out_dtype", std::string(to_string(s.out_dtype)));
+  g.set_attr("out_nan", s.out_nan);
+  g.set_attr("out_posinf", s.out_posinf);
+  g.set_attr("out_neginf", s.out_neginf);
+  g.set_attr("finiteness_mismatches", s.finiteness_mismatches);
+  g.set_attr("nonfinite_where_ref_finite", s.nonfinite_where_ref_finite);
+  g.set_attr("max_abs_err", s.max_abs_err);
+  g.set_attr("max_abs_err_index", s.max_abs_err_index);
+  g.set_attr("max_abs_err_out", s.max_abs_err_out);
+  g.set_attr("max_abs_err_ref", s.max_abs_err_ref);
+  g.set_attr("rms_abs_err", s.rms_abs_err);
+  g.set_attr("mean_abs_err", s.mean_abs_err);
+  g.set_attr("max_rel_err", s.max_rel_err);
+  g.set_attr("mean_rel_err", s.mean_rel_err);
+  g.set_attr("rel_floor", s.rel_floor);
+  g.set_attr("normwise_rel_err", s.normwise_rel_err);
+  g.set_attr("frac_ulp_0", s.frac_ulp_0);
+  g.set_attr("frac_ulp_le1", s.frac_ulp_le1);
+  g.set_attr("frac_ulp_le2", s.frac_ulp_le2);
+  g.set_attr("frac_ulp_le4", s.frac_ulp_le4);
+  g.set_attr("max_ulp", s.max_ulp);
+  g.set_attr("bias", s.bias);
+  g.set_attr("bias_stderr", s.bias_stderr);
+  g.set_attr("mean_value_err", s.mean_value_err);
+  g.set_attr("p50", s.p50);
+  g.set_attr("p90", s.p90);
+  g.set_attr("p99", s.p99);
+  g.set_attr("p999", s.p999);
+  g.set_attr("pmax", s.pmax);
+  g.set_attr("has_bounds", s.has_bounds);
+  g.set_attr("max_ratio", s.max_ratio);
+  g.set_attr("p99_ratio", s.p99_ratio);
+  g.set_attr("n_over_bound", s.n_over_bound);
+  // Fixed log2 bins (mergeable): counts of |e| per bin, plus zero/underflow/overflow/nan.
+  std::vector<std::int64_t> h(s.abs_err_hist.bins.begin(), s.abs_err_hist.bins.end());
+  g.write("abs_err_hist", h);
+  g.set_attr("hist_min_exp", std::int64_t{Histogram::kMinExp});
+  g.set_attr("hist_zero", s.abs_err_hist.zero);
+  g.set_attr("hist_underflow", s.abs_err_hist.underflow);
+  g.set_attr("hist_overflow", s.abs_err_hist.overflow);
+  g.set_attr("hist_nan", s.abs_err_hist.nan);
+}
+
+void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std::int64_t first_id) {
+  f.set_attr("format", "xentlab-results");
+  f.set_attr("format_version", kResultsFormatVersion);
+  f.set_attr("xentlab_version", kVersion);
+  f.set_attr("updated", now_utc());
+  h5::Group problems = f.exists("problems") ? f.open_group("problems") : f.create_group("problems");
+  for (const ProblemRecord& p : res.problems) {
+    const std::string name = fmt::format("{}.{}", p.name, p.input_dtype);
+    if (problems.exists(name)) continue;  // appended runs of a problem already recorded
+    h5::Group g = problems.create_group(name);
+    g.set_attr("problem", p.name);
+    g.set_attr("regime", p.regime);
+    g.set_attr("input_dtype", p.input_dtype);
+    g.set_attr("spec", p.spec);
+    g.set_attr("describe", p.describe);
+    g.write("token_rows", p.token_rows);
+    g.write("loss", p.loss);
+    g.write("lse", p.lse);
+    g.write("p_target", p.p_target);
+    g.write("max_logit", p.max_logit);
+    g.write("entropy", p.entropy);
+  }
+  h5::Group runs = f.exists("runs") ? f.open_group("runs") : f.create_group("runs");
+  std::int64_t id = first_id;
+  for (const RunRecord& r : res.runs) {
+    h5::Group g = runs.create_group(fmt::format("{:06d}", id++));
+    g.set_attr("problem", r.problem);
+    g.set_attr("regime", r.regime);
+    g.set_attr("input_dtype", r.input_dtype);
+    g.set_attr("strategy", r.strategy);
+    g.set_attr("backend", r.backend);
+    g.set_attr("device", r.device);
+    g.set_attr("recipe", r.recipe);
+    g.set_attr("spec", r.spec);
+    g.set_attr("seed", static_cast<std::int64_t>(cfg.seed));
+    g.set_attr("policy", cfg.policy);
+    g.set_attr("disposition", std::string(to_string(r.verdict.disposition)));
+    g.set_attr("decided_by", r.verdict.output);
+    g.set_attr("reason", r.verdict.reason);
+    g.set_attr("max_ratio", r.verdict.ratio);
+    g.set_attr("seconds", r.seconds);
+    g.set_attr("peak_extra_bytes", r.peak_extra_bytes);
+    g.set_attr("vocab_order", std::string(to_string(r.arith.vocab_order)));
+    g.set_attr("c_vocab", r.c_vocab);
+    g.set_attr("bound_meaningful", r.bound_meaningful);
+    g.set_attr("bound_note", r.bound_note);
+    if (!r.loss_abs_err.empty()) g.write("loss_abs_err", r.loss_abs_err);
+    for (const OutputRecord& o : r.outputs) {
+      h5::Group og = g.create_group(o.name);
+      write_stats(og, o.stats);
+    }
+  }
+  h5::Group vg = f.exists("verdict") ? f.open_group("verdict") : f.create_group("verdict");
+  std::int64_t vid = static_cast<std::int64_t>(vg.children().size());
+  for (const VerdictRow& v : res.verdict) {
+    h5::Group g = vg.create_group(fmt::format("{:04d}", vid++));
+    g.set_attr("regime", v.regime);
+    g.set_attr("output", v.output);
+    g.set_attr("input", v.input);
+    g.set_attr("err_fp32_logits", v.err_fp32_logits);
+    g.set_attr("err_bf16_logits", v.err_bf16_logits);
+    g.set_attr("err_reduced_accum_best", v.err_reduced_accum_best);
+    g.set_attr("reduced_accum_best_recipe", v.reduced_accum_best_recipe);
+    g.set_attr("floor", v.floor);
+    g.set_attr("logits_bf16_ok", v.logits_bf16_ok);
+    g.set_attr("accum_fp32_needed", v.accum_fp32_needed);
+    g.set_attr("accum_tested", v.accum_tested);
+    g.set_attr("logits_why", v.logits_why);
+    g.set_attr("accum_why", v.accum_why);
+  }
+}
+
+}  // namespace
+
+void write_results(const std::string& path, const AuditResult& res, const AuditConfig& cfg,
+                   bool force, bool append) {
+  const bool exists = std::filesystem::exists(path);
+  AtomicOutput out(path, force || (append && exists));
+  std::int64_t first_id = 0;
+  if (append && exists) {
+    {
+      const h5::File old = h5::File::open_read(path);
+      if (!old.has_attr("format") || old.attr_string("format") != "xentlab-results")
+        throw FormatError(path + " is not an xentlab results file (attribute format != xentlab-results)");
+      if (old.attr_int("format_version") != kResultsFormatVersion)
+        throw FormatError(fmt::format("{}: results format version {} (this xentlab writes {})", path,
+                                      old.attr_int("format_version"), kResultsFormatVersion));
+      first_id = old.exists("runs") ? static_cast<std::int64_t>(old.open_group("runs").children().size()) : 0;
+    }
+    std::filesystem::copy_file(path, out.temp_path(), std::filesystem::copy_options::overwrite_existing);
+    h5::File f = h5::File::open_rw(out.temp_path());
+    write_all(f, res, cfg, first_id);
+    f.close();
+  } else {
+    h5::File f = h5::File::create(out.temp_path());
+    f.set_attr("created", now_utc());
+    write_all(f, res, cfg, 0);
+    f.close();
+  }
+  out.commit();
+}
+
+}  // namespace xentlab::audit

@@ -1,0 +1,145 @@
+// Terminal and Markdown summaries of an audit.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "tools/audit/audit.hpp"
+
+namespace xentlab::audit {
+namespace {
+
+char letter(Disposition d) {
+  switch (d) {
+    case Disposition::passed: return 'P';
+    case Disposition::incorrect: return 'I';
+    case Disposition::not_supported: return 'n';
+    case Disposition::failed: return 'F';
+  }
+  return '?';
+}
+
+std::string num(double x) {
+  if (std::isnan(x)) return "-";
+  if (std::isinf(x)) return "non-finite";
+  return fmt::format("{:.2e}", x);
+}
+
+}  // namespace
+
+std::string format_summary(const AuditResult& res, bool md) {
+  std::string s;
+  // Per problem × input dtype × recipe: dispositions per strategy and the worst errors.
+  std::vector<std::string> strategies;
+  for (const auto& r : res.runs)
+    if (std::find(strategies.begin(), strategies.end(), r.strategy) == strategies.end())
+      strategies.push_back(r.strategy);
+  // One distinct letter per strategy (naive n, chunked c, checkpointed h, fused f, …).
+  std::string strat_hdr;
+  for (const auto& st : strategies)
+    for (char ch : st)
+      if (strat_hdr.find(ch) == std::string::npos) {
+        strat_hdr += ch;
+        break;
+      }
+  const std::string grad_hdr = "dH|dz";
+  if (md) {
+    s += "| problem | recipe | " + fmt::format("{}", fmt::join(strategies, " | ")) +
+         " | loss err | " + grad_hdr + " err | dW err | max ratio |\n|---|---|";
+    for (std::size_t k = 0; k < strategies.size(); ++k) s += "---|";
+    s += "---|---|---|---|\n";
+  } else {
+    s += fmt::format("{:<22} {:<20} {:<6} {:>10} {:>10} {:>10} {:>10}\n", "problem", "recipe",
+                     strat_hdr, "loss err", "dH|dz err", "dW err", "max ratio");
+  }
+  std::map<std::tuple<std::string, std::string, std::string>, std::vector<const RunRecord*>> groups;
+  std::vector<std::tuple<std::string, std::string, std::string>> order;
+  for (const auto& r : res.runs) {
+    auto key = std::make_tuple(r.problem + "." + r.input_dtype, r.recipe, std::string());
+    if (!groups.count(key)) order.push_back(key);
+    groups[key].push_back(&r);
+  }
+  for (const auto& key : order) {
+    const auto& rs = groups[key];
+    std::string letters, cells;
+    double el = NAN, eg = NAN, ew = NAN, ratio = 0;
+    auto worst = [](double acc, double v) { return std::isnan(v) ? acc : (std::isnan(acc) ? v : std::max(acc, v)); };
+    for (const auto& st : strategies) {
+      const RunRecord* run = nullptr;
+      for (const RunRecord* r : rs)
+        if (r->strategy == st) run = r;
+      const char c = run ? letter(run->verdict.disposition) : ' ';
+      letters += c;
+      cells += fmt::format(" {} |", run ? std::string(to_string(run->verdict.disposition)) : "");
+      if (!run) continue;
+      el = worst(el, run->normwise("loss"));
+      eg = worst(eg, worst(run->normwise("dH"), run->normwise("dz")));
+      ew = worst(ew, run->normwise("dW"));
+      ratio = std::max(ratio, run->verdict.ratio);
+    }
+    if (md)
+      s += fmt::format("| {} | {} |{} {} | {} | {} | {} |\n", std::get<0>(key), std::get<1>(key), cells,
+                       num(el), num(eg), num(ew), num(ratio));
+    else
+      s += fmt::format("{:<22} {:<20} {:<6} {:>10} {:>10} {:>10} {:>10}\n", std::get<0>(key), std::get<1>(key),
+                       letters, num(el), num(eg), num(ew), num(ratio));
+  }
+  if (!md)
+    s += fmt::format("(columns {} = {}; P passed, I incorrect, n not supported, F failed; errors are "
+                     "normwise relative, worst over strategies; ratio = max |e|/bound)\n",
+                     strat_hdr, fmt::join(strategies, ", "));
+  s += fmt::format("\nruns: {} passed, {} incorrect, {} not supported, {} failed\n", res.passed,
+                   res.incorrect, res.not_supported, res.failed);
+
+  // The verdict.
+  s += md ? "\n## Verdict: \"logits may be bf16 while accumulation must be fp32\"\n\n"
+          : "\nVERDICT: \"logits may be bf16 while accumulation must be fp32\"\n";
+  if (md)
+    s += "| regime | input | output | err fp32 logits | err bf16 logits | logits may be bf16 | best reduced-accum err | accum must be fp32 |\n"
+         "|---|---|---|---|---|---|---|---|\n";
+  else
+    s += fmt::format("{:<22} {:<5} {:<5} {:>10} {:>10} {:>6} {:>12} {:>6}\n", "regime", "input", "out",
+                     "fp32-lgt", "bf16-lgt", "bf16ok", "best-redacc", "fp32!");
+  std::map<std::string, std::pair<int, int>> logits_ok, accum_needed;
+  for (const auto& v : res.verdict) {
+    if (md)
+      s += fmt::format("| {} | {} | {} | {} | {} | {} | {} ({}) | {} |\n", v.regime, v.input, v.output,
+                       num(v.err_fp32_logits), num(v.err_bf16_logits), v.logits_bf16_ok ? "yes" : "**no**",
+                       num(v.err_reduced_accum_best), v.reduced_accum_best_recipe,
+                       !v.accum_tested ? "untested" : v.accum_fp32_needed ? "yes" : "**no**");
+    else
+      s += fmt::format("{:<22} {:<5} {:<5} {:>10} {:>10} {:>6} {:>12} {:>6}\n", v.regime, v.input, v.output,
+                       num(v.err_fp32_logits), num(v.err_bf16_logits), v.logits_bf16_ok ? "yes" : "NO",
+                       num(v.err_reduced_accum_best), !v.accum_tested ? "-" : v.accum_fp32_needed ? "yes" : "NO");
+    auto& a = logits_ok[v.output];
+    a.first += v.logits_bf16_ok;
+    ++a.second;
+    auto& b = accum_needed[v.output];
+    b.first += v.accum_fp32_needed;
+    b.second += v.accum_tested;
+  }
+  s += md ? "\n" : "";
+  for (const auto& [out, c] : logits_ok) {
+    const auto& a = accum_needed[out];
+    std::string what;
+    if (c.first != c.second)
+      what = "is REFUTED (bf16 logits cost accuracy somewhere)";
+    else if (a.second == 0)
+      what = "is UNTESTED for accumulation (no reduced-accumulation recipe ran)";
+    else if (a.first != a.second)
+      what = "is REFUTED (reduced accumulation was harmless somewhere)";
+    else
+      what = "HOLDS";
+    s += fmt::format("{}{}: logits may be bf16 in {}/{} regimes; accumulation must be fp32 in {}/{} tested: the rule {}\n",
+                     md ? "- " : "  ", out, c.first, c.second, a.first, a.second, what);
+  }
+  // The reasons, one per regime/output where the rule fails.
+  for (const auto& v : res.verdict) {
+    if (!v.logits_bf16_ok) s += fmt::format("{}{} {} {}: bf16 logits: {}\n", md ? "  - " : "    ", v.regime, v.input, v.output, v.logits_why);
+    if (v.accum_tested && !v.accum_fp32_needed) s += fmt::format("{}{} {} {}: accumulation: {}\n", md ? "  - " : "    ", v.regime, v.input, v.output, v.accum_why);
+  }
+  return s;
+}
+
+}  // namespace xentlab::audit

@@ -1,0 +1,211 @@
+// `xentlab audit`: every strategy × recipe on the embedded problem set (or chosen problems),
+// against the certified reference; HDF5 results, summary table, Markdown, plots, and the verdict on
+// "logits may be bf16 while accumulation must be fp32". Exit status 1 when any run is incorrect or
+// failed.
+#include <fmt/core.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "datasets/catalog.hpp"
+#include "gpu/registry.hpp"
+#include "numerics/error.hpp"
+#include "tools/audit/audit.hpp"
+#include "tools/cli/commands.hpp"
+#ifdef XENTLAB_HAVE_CUDA
+#include "gpu/cuda/device.hpp"
+#endif
+
+namespace xentlab::cli {
+namespace {
+
+struct AuditArgs {
+  std::vector<std::string> problems, datasets, strategies, recipes;
+  bool tokens_given = false, hidden_given = false;
+  std::string backend = "auto";
+  std::int64_t rows = 16, vocab_rows = 256, tokens = 16, hidden = 64;
+  std::uint64_t seed = 1;
+  std::string policy = "audit";
+  std::string out = "xentlab-audit.h5", markdown, plots;
+  bool force = false, append = false, quiet = false;
+  // Loss-spec overrides (applied to every problem when given).
+  std::string reduction;
+  double label_smoothing = -1, z_loss = -1, softcap = -1, logit_scale = -1;
+};
+
+std::vector<std::string> split_commas(const std::vector<std::string>& in) {
+  std::vector<std::string> out;
+  for (const auto& s : in) {
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+Backend choose_backend(const std::string& b, std::string& device) {
+  bool have_gpu = false;
+  std::string why = "this build has no CUDA backend";
+#ifdef XENTLAB_HAVE_CUDA
+  const gpu::DeviceInfo d = gpu::query_device();
+  have_gpu = d.available;
+  why = d.reason;
+  if (have_gpu)
+    device = fmt::format("{} (sm_{}{}, {} SMs, {:.0f} GiB)", d.name, d.sm_major, d.sm_minor,
+                         d.multiprocessors, d.memory_gib);
+#endif
+  if (b == "cpu") {
+    device = "cpu-emulation";
+    return Backend::cpu_emulation;
+  }
+  if (b == "cuda") {
+    if (!have_gpu) throw InputError("--backend cuda: " + why);
+    return Backend::cuda;
+  }
+  if (b != "auto") throw InputError("--backend must be auto, cpu or cuda, got '" + b + "'");
+  if (have_gpu && !make_strategies(Backend::cuda).empty()) return Backend::cuda;
+  device = "cpu-emulation";
+  return Backend::cpu_emulation;
+}
+
+int run_audit_command(const AuditArgs& a) {
+  audit::AuditConfig cfg;
+  cfg.strategies = split_commas(a.strategies);
+  for (const auto& r : split_commas(a.recipes)) cfg.recipes.push_back(parse_recipe(r));
+  cfg.backend = choose_backend(a.backend, cfg.device);
+  cfg.rows = a.rows;
+  cfg.vocab_rows = a.vocab_rows;
+  cfg.seed = a.seed;
+  cfg.policy = a.policy;
+  policy_by_name(cfg.policy);  // unknown policy: fail before any work
+  if (!a.append && !a.force && std::filesystem::exists(a.out))
+    throw InputError(fmt::format("{} exists: pass --force to overwrite it or --append to add runs", a.out));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
+  std::vector<audit::AuditProblem> problems;
+  const auto wanted = split_commas(a.problems);
+  const auto datasets = split_commas(a.datasets);
+  if (!wanted.empty() || datasets.empty()) {
+    std::vector<audit::AuditProblem> all = audit::default_problem_set(a.seed, a.tokens, a.hidden);
+    for (auto& p : all)
+      if (wanted.empty() || std::find(wanted.begin(), wanted.end(), p.name) != wanted.end())
+        problems.push_back(std::move(p));
+    for (const auto& w : wanted) {
+      bool found = false;
+      for (const auto& p : problems) found = found || p.name == w;
+      if (!found)
+        throw InputError(fmt::format("unknown problem '{}' of the embedded set (see xentlab audit --help; "
+                                     "catalog datasets and files go to --dataset)", w));
+    }
+  }
+  for (const auto& d : datasets) {
+    DatasetParams params;
+    params.seed = a.seed;
+    if (a.tokens_given) params.N = a.tokens;
+    if (a.hidden_given) params.D = a.hidden;
+    DatasetInstance inst = load_dataset(d, params);
+    problems.push_back({inst.source, inst.regime.empty() ? inst.generator : inst.regime,
+                        std::move(inst.problem), inst.spec});
+  }
+  for (auto& p : problems) {
+    if (!a.reduction.empty()) p.spec.reduction = parse_reduction(a.reduction);
+    if (a.label_smoothing >= 0) p.spec.label_smoothing = a.label_smoothing;
+    if (a.z_loss >= 0) p.spec.z_loss = a.z_loss;
+    if (a.softcap >= 0) p.spec.softcap = a.softcap;
+    if (a.logit_scale >= 0) p.spec.logit_scale = a.logit_scale;
+    p.spec.validate();
+  }
+  if (!a.quiet) {
+    // On a terminal: one line redrawn in place; otherwise (a log): a line per tenth of the runs.
+    const bool tty = isatty(fileno(stderr)) != 0;
+    auto last_tenth = std::make_shared<std::int64_t>(-1);
+    cfg.progress = [t0, tty, last_tenth](std::int64_t done, std::int64_t total, const std::string& what) {
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double eta = done > 0 ? el / static_cast<double>(done) * static_cast<double>(total - done) : 0.0;
+      if (tty) {
+        fmt::print(stderr, "\r[{:>4}/{}] {:>5.0f}s elapsed, ETA {:>4.0f}s  {:<60.60}", done, total, el, eta, what);
+        if (done == total) fmt::print(stderr, "\n");
+      } else {
+        const std::int64_t tenth = total > 0 ? done * 10 / total : 10;
+        if (tenth == *last_tenth) return;
+        *last_tenth = tenth;
+        fmt::print(stderr, "[{:>4}/{}] {:.0f}s elapsed, ETA {:.0f}s: {}\n", done, total, el, eta, what);
+      }
+    };
+  }
+  const audit::AuditResult res = audit::run_audit(problems, cfg);
+  audit::write_results(a.out, res, cfg, a.force, a.append);
+  const std::string md_path = a.markdown.empty() ? a.out + ".md" : a.markdown;
+  {
+    std::ofstream md(md_path);
+    md << "# xentlab audit\n\nbackend: " << cfg.device << ", seed " << cfg.seed << ", policy "
+       << cfg.policy << ", sub-batch rows " << cfg.rows << "\n\n"
+       << audit::format_summary(res, true);
+  }
+  fmt::print("{}", audit::format_summary(res, false));
+  fmt::print("\nresults: {} (HDF5), {} (Markdown)\n", a.out, md_path);
+  if (!a.plots.empty()) {
+    const std::string cmd = fmt::format("python3 \"{}/tools/plot_audit.py\" \"{}\" \"{}\"",
+                                        XENTLAB_SOURCE_DIR, a.out, a.plots);
+    if (std::system(cmd.c_str()) != 0)
+      fmt::print(stderr, "xentlab audit: the plots were not made ({} failed; tools/setup.sh --python installs h5py and matplotlib)\n", cmd);
+    else
+      fmt::print("plots: {}/\n", a.plots);
+  }
+  return (res.incorrect > 0 || res.failed > 0) ? 1 : 0;
+}
+
+}  // namespace
+
+void register_audit(CLI::App& app) {
+  auto a = std::make_shared<AuditArgs>();
+  CLI::App* c = app.add_subcommand(
+      "audit",
+      "Every strategy x recipe against the certified reference, on the embedded problem set; "
+      "writes HDF5 results, a Markdown summary and the verdict. Exit 1 if any run is incorrect or failed.");
+  c->add_option("--problems", a->problems,
+                "problems of the embedded set (comma list): stories260k, calibrated, confident, "
+                "large-offset, masked, all-options; default all");
+  c->add_option("--dataset,-d", a->datasets,
+                "catalog datasets (xentlab datasets) or problem files (HDF5, .safetensors, a folder of "
+                ".npy) to audit instead of the embedded set (repeatable, comma list)");
+  c->add_option("--strategies", a->strategies, "strategies (comma list); default all registered");
+  c->add_option("--recipes", a->recipes,
+                "recipes input/logits/accum/grad (comma list); default: the grid of logits x accum in "
+                "{fp32,bf16,fp16} for bf16 and fp16 inputs, plus all-fp32");
+  c->add_option("--backend", a->backend, "auto (GPU if present), cpu (emulation) or cuda")->capture_default_str();
+  c->add_option("--rows", a->rows, "token rows of each problem's audited sub-batch (0 = all)")->capture_default_str();
+  c->add_option("--vocab-rows", a->vocab_rows, "vocabulary rows compared for dW/db (0 = all)")->capture_default_str();
+  auto* tok = c->add_option("--tokens", a->tokens, "tokens N generated per synthetic problem")->capture_default_str();
+  auto* hid = c->add_option("--hidden", a->hidden, "hidden size D of the synthetic heads")->capture_default_str();
+  c->add_option("--seed", a->seed, "seed of every generator and sample")->capture_default_str();
+  c->add_option("--policy", a->policy, "pass/fail policy: audit, default, strict, lenient")->capture_default_str();
+  c->add_option("--out,-o", a->out, "HDF5 results file")->capture_default_str();
+  c->add_option("--markdown", a->markdown, "Markdown summary (default: <out>.md)");
+  c->add_option("--plots", a->plots, "folder for PNG plots (needs python3 with h5py and matplotlib)");
+  c->add_flag("--force", a->force, "overwrite an existing results file");
+  c->add_flag("--append", a->append, "add the runs to an existing results file");
+  c->add_flag("--quiet,-q", a->quiet, "no progress display");
+  c->add_option("--reduction", a->reduction, "override: none, mean or sum");
+  c->add_option("--label-smoothing", a->label_smoothing, "override: label smoothing epsilon");
+  c->add_option("--z-loss", a->z_loss, "override: z-loss lambda");
+  c->add_option("--softcap", a->softcap, "override: softcap c (0 = off)");
+  c->add_option("--logit-scale", a->logit_scale, "override: logit scale");
+  c->callback([a, tok, hid]() {
+    a->tokens_given = tok->count() > 0;
+    a->hidden_given = hid->count() > 0;
+    const int rc = run_audit_command(*a);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace xentlab::cli

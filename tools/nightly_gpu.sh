@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The nightly GPU correctness suite. On a machine with an NVIDIA GPU (sm_90 for the sm_90a code):
+#   tools/nightly_gpu.sh OUTDIR [BASELINE.h5]
+# 1. configures and builds (Release, build-nightly/);
+# 2. runs the gpu-labelled and slow tests, JUnit XML in OUTDIR/tests.xml;
+# 3. runs the audit on the GPU: the embedded set, then the 128K-context problem (N = 131072,
+#    V = 128256, D = 4096, calibrated targets) audited on a seeded sub-batch of rows; results in
+#    OUTDIR/audit.h5 (+ .md), summary in OUTDIR/summary.txt;
+# 4. with BASELINE.h5 (a previous OUTDIR/audit.h5): xentlab regress BASELINE.h5 OUTDIR/audit.h5.
+# Exit status: non-zero when a test failed, a run was incorrect or failed, or a regression was found.
+# Environment: BUILD_DIR (build-nightly), JOBS (nproc), ROWS_128K (sub-batch rows, 8).
+set -uo pipefail
+out=${1:?usage: tools/nightly_gpu.sh OUTDIR [BASELINE.h5]}
+baseline=${2:-}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${BUILD_DIR:-$here/build-nightly}
+jobs=${JOBS:-$(nproc)}
+mkdir -p "$out"
+status=0
+step() { echo "== $*" | tee -a "$out/summary.txt"; }
+
+: > "$out/summary.txt"
+step "build"
+cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DXENTLAB_CUDA=ON >"$out/configure.log" 2>&1 &&
+  cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1 || { step "build FAILED (see build.log)"; exit 1; }
+
+step "tests: gpu and slow labels"
+ctest --test-dir "$build" -L 'gpu|slow' -j 1 --output-on-failure --output-junit "$out/tests.xml" \
+  >"$out/tests.log" 2>&1 || status=1
+tail -n 3 "$out/tests.log" | tee -a "$out/summary.txt"
+
+step "audit: embedded set on the GPU"
+"$build/tools/xentlab" audit --backend cuda --out "$out/audit.h5" --force --quiet \
+  >"$out/audit-embedded.txt" 2>&1 || status=1
+grep -E '^runs:|HOLDS|REFUTED' "$out/audit-embedded.txt" | tee -a "$out/summary.txt"
+
+step "audit: N=131072 V=128256 D=4096 (sub-batch of ${ROWS_128K:-8} rows)"
+"$build/tools/xentlab" audit --backend cuda --problems calibrated --tokens 131072 --hidden 4096 \
+  --rows "${ROWS_128K:-8}" --recipes bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16,bf16/bf16/bf16/bf16 \
+  --out "$out/audit.h5" --append --quiet >"$out/audit-128k.txt" 2>&1 || status=1
+grep -E '^runs:' "$out/audit-128k.txt" | tee -a "$out/summary.txt"
+
+if [ -n "$baseline" ]; then
+  step "regression check against $baseline"
+  "$build/tools/xentlab" regress "$baseline" "$out/audit.h5" | tee "$out/regress.txt" | tail -n 20 ||
+    status=1
+  tail -n 1 "$out/regress.txt" >>"$out/summary.txt"
+fi
+step "exit status $status"
+exit $status
