@@ -12,7 +12,12 @@ int main(int argc, char** argv) {
   CLI::App app{"xentlab: how wrong is a cross-entropy kernel? Certified reference, audits, golden files."};
   app.set_version_flag("--version", std::string("xentlab ") + xentlab::kVersion);
   app.require_subcommand(1);
+  xentlab::cli::register_audit(app);
   xentlab::cli::register_reference(app);
+  xentlab::cli::register_datasets(app);
+  xentlab::cli::register_golden(app);
+  xentlab::cli::register_verify(app);
+  xentlab::cli::register_regress(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,5 +7,15 @@ namespace xentlab::cli {
 
 /// `xentlab reference`: the certified reference on the embedded example or a generated problem.
 void register_reference(CLI::App& app);
+/// `xentlab datasets`: the catalog of named problem sources (datasets/catalog.hpp).
+void register_datasets(CLI::App& app);
+/// `xentlab golden`: write a golden file (tools/golden/golden_file.hpp, docs/formats.md).
+void register_golden(CLI::App& app);
+/// `xentlab verify`: score a candidate file against a golden file (tools/golden/verify.hpp).
+void register_verify(CLI::App& app);
+/// `xentlab audit`: the main job (tools/audit/).
+void register_audit(CLI::App& app);
+/// `xentlab regress`: compare two audit results files (nightly regression check).
+void register_regress(CLI::App& app);
 
 }  // namespace xentlab::cli

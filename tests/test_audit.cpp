@@ -1,0 +1,137 @@
+// The audit end to end on the CPU emulation backend, on small problems: dispositions, the results
+// file (write, read back, append), the verdict's structure, and the regression check.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "datasets/generators.hpp"
+#include "datasets/h5.hpp"
+#include "numerics/error.hpp"
+#include "tools/audit/audit.hpp"
+
+namespace xentlab {
+namespace {
+
+std::vector<audit::AuditProblem> small_set() {
+  LossSpec mean;
+  std::vector<audit::AuditProblem> set;
+  set.push_back({"calibrated", "test", make_head(6, 507, 23, DType::bf16, 4.0, 3, TargetMode::calibrated, mean, "c"), mean});
+  set.push_back({"confident", "test", make_confident_head(6, 507, 23, DType::bf16, 4.0, 3, mean), mean});
+  return set;
+}
+
+audit::AuditConfig small_config() {
+  audit::AuditConfig cfg;
+  cfg.recipes = {parse_recipe("bf16/fp32/fp32/bf16"), parse_recipe("bf16/bf16/fp32/bf16"),
+                 parse_recipe("bf16/fp32/bf16/bf16"), parse_recipe("bf16/bf16/bf16/bf16")};
+  cfg.rows = 0;
+  cfg.vocab_rows = 64;
+  cfg.policy = "audit";
+  cfg.device = "cpu-emulation";
+  return cfg;
+}
+
+std::string temp_path(const char* name) {
+  return (std::filesystem::temp_directory_path() / (std::string("xentlab-test-") + name)).string();
+}
+
+TEST(Audit, EmulatedRunsOfTheFp32AccumRecipesPass) {
+  const auto res = audit::run_audit(small_set(), small_config());
+  ASSERT_FALSE(res.runs.empty());
+  for (const auto& r : res.runs) {
+    if (r.recipe == "bf16/fp32/fp32/bf16" || r.recipe == "bf16/bf16/fp32/bf16") {
+      EXPECT_EQ(r.verdict.disposition, Disposition::passed)
+          << r.problem << " " << r.strategy << " " << r.recipe << ": " << r.verdict.reason;
+    }
+    EXPECT_NE(r.verdict.disposition, Disposition::failed) << r.verdict.reason;
+  }
+  // One verdict row per problem × output compared, each with both recipe errors measured.
+  ASSERT_FALSE(res.verdict.empty());
+  for (const auto& v : res.verdict) {
+    EXPECT_FALSE(std::isnan(v.err_fp32_logits));
+    EXPECT_FALSE(std::isnan(v.err_bf16_logits));
+  }
+}
+
+TEST(Audit, ResultsFileRoundTripAndAppend) {
+  const std::string path = temp_path("results.h5");
+  std::filesystem::remove(path);
+  const auto cfg = small_config();
+  const auto res = audit::run_audit(small_set(), cfg);
+  audit::write_results(path, res, cfg, false, false);
+  EXPECT_THROW(audit::write_results(path, res, cfg, false, false), InputError);  // no clobbering
+  {
+    const h5::File f = h5::File::open_read(path);
+    EXPECT_EQ(f.attr_string("format"), "xentlab-results");
+    const auto ids = f.open_group("runs").children();
+    ASSERT_EQ(ids.size(), res.runs.size());
+    const h5::Group g = f.open_group("runs/" + ids[0]);
+    EXPECT_EQ(g.attr_string("strategy"), res.runs[0].strategy);
+    EXPECT_EQ(g.attr_string("recipe"), res.runs[0].recipe);
+    const h5::Group loss = g.open_group("loss");
+    EXPECT_EQ(loss.attr_double("normwise_rel_err"), res.runs[0].outputs[0].stats.normwise_rel_err);
+  }
+  audit::write_results(path, res, cfg, false, true);
+  {
+    const h5::File f = h5::File::open_read(path);
+    EXPECT_EQ(f.open_group("runs").children().size(), 2 * res.runs.size());
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(Audit, UnknownStrategyIsNamed) {
+  auto cfg = small_config();
+  cfg.strategies = {"warp-speed"};
+  try {
+    audit::run_audit(small_set(), cfg);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("warp-speed"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace xentlab
+
+namespace xentlab {
+namespace {
+
+TEST(Audit, RegressFindsADispositionThatGotWorse) {
+  const std::string base = temp_path("base.h5"), cur = temp_path("cur.h5");
+  std::filesystem::remove(base);
+  std::filesystem::remove(cur);
+  const auto cfg = small_config();
+  const auto res = audit::run_audit(small_set(), cfg);
+  audit::write_results(base, res, cfg, true, false);
+  const auto same = audit::regress(base, base);
+  EXPECT_EQ(same.regressions, 0);
+  EXPECT_EQ(same.baseline_runs, static_cast<std::int64_t>(res.runs.size()));
+  // A copy in which one passed run is marked incorrect, and one output moved beyond its bound.
+  std::filesystem::copy_file(base, cur);
+  {
+    h5::File f = h5::File::open_rw(cur);
+    const auto ids = f.open_group("runs").children();
+    int changed = 0;
+    for (const auto& id : ids) {
+      h5::Group g = f.open_group("runs/" + id);
+      if (g.attr_string("disposition") != "passed") continue;
+      if (changed == 0) g.set_attr("disposition", "incorrect");
+      if (changed == 1) {
+        h5::Group loss = g.open_group("loss");
+        if (loss.attr_double("max_ratio") <= 1.0) loss.set_attr("max_ratio", 3.0);
+      }
+      if (++changed == 2) break;
+    }
+    ASSERT_EQ(changed, 2);
+    f.close();
+  }
+  const auto worse = audit::regress(base, cur);
+  EXPECT_EQ(worse.regressions, 2);
+  std::filesystem::remove(base);
+  std::filesystem::remove(cur);
+}
+
+}  // namespace
+}  // namespace xentlab

@@ -1,0 +1,614 @@
+// GPU tests of the CUDA strategies (naive, chunked, checkpointed; gpu/cuda), label "gpu".
+// Without a device every test skips with the reason query_device() gives (CI has nvcc, no GPU).
+//
+// What is checked, for every strategy of the registry (none is named by hand except where a test
+// compares two of them):
+//  - against the certified reference: every output within its a-priori bound for the declared
+//    arithmetic (gpu/bounds_for.hpp assess_run, policy "default"); where the recipe has no
+//    meaningful bound (16-bit sum-exp over a long row), finiteness only;
+//  - against the CPU emulation of the same strategy and recipe (same chunking): max|e| ≤ 2× the
+//    emulation's max|e| + the output's rounding floor u_out·max|ref| (judge_against_baseline);
+//  - all outputs written: the host wrapper poisons every device output with NaN before each run,
+//    and a NaN where the reference is finite fails the finiteness rule;
+//  - chunked = checkpointed bit for bit (same chunks: the recomputed logits are identical), and
+//    chunked with one chunk = naive bit for bit;
+//  - clean refusals (InputError naming the bytes / the row), and 64-bit indexing (N·V > 2^31).
+// Failures print the problem, seed, recipe, spec and the verdict's numbers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "case_support.hpp"
+#include "datasets/synthetic.hpp"
+#include "gpu/bounds_for.hpp"
+#include "gpu/cuda/device.hpp"
+#include "gpu/registry.hpp"
+#include "numerics/bounds.hpp"
+#include "numerics/error.hpp"
+#include "reference/reference.hpp"
+
+namespace xentlab {
+namespace {
+
+const gpu::DeviceInfo& device() {
+  static const gpu::DeviceInfo d = gpu::query_device();
+  return d;
+}
+#define XL_REQUIRE_DEVICE() \
+  if (!device().available) GTEST_SKIP() << "no CUDA device: " << device().reason
+
+std::unique_ptr<Strategy> find_strategy(Backend b, const std::string& name) {
+  for (auto& s : make_strategies(b))
+    if (s->name() == name) return std::move(s);
+  return nullptr;
+}
+
+struct Case {
+  std::string name;
+  Problem pb;
+  LossSpec spec;
+  std::vector<double> upstream;  ///< reduction none
+};
+
+/// Linear Gaussian problem; optional fp32 bias and ignored rows (every 7th row from 3).
+Problem gaussian(std::int64_t N, std::int64_t V, std::int64_t D, DType dt, double sigma,
+                 std::uint64_t seed, bool bias, bool ignore) {
+  Problem p = make_gaussian_linear(N, V, D, dt, sigma, seed);
+  std::vector<std::int64_t> t = p.targets;
+  if (ignore)
+    for (std::int64_t i = 3; i < N; i += 7) t[static_cast<std::size_t>(i)] = -100;
+  std::optional<Tensor> b;
+  if (bias) {
+    Tensor bt(DType::fp32, {V}, "bias");
+    NormalStream ns(seed + 101);
+    for (std::int64_t j = 0; j < V; ++j) bt.set(j, ns.next());
+    b = std::move(bt);
+  }
+  return Problem::linear(std::move(p.H), std::move(p.W), std::move(b), std::move(t), -100,
+                         "gaussian-" + std::to_string(seed));
+}
+
+std::vector<double> random_upstream(std::int64_t N, std::uint64_t seed) {
+  NormalStream ns(seed);
+  std::vector<double> u(static_cast<std::size_t>(N));
+  for (auto& v : u) v = ns.next();
+  return u;
+}
+
+double max_abs_finite(const std::vector<double>& v) {
+  double m = 0.0;
+  for (double x : v)
+    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+ReferenceResult reference_for(const Case& c) {
+  ReferenceOptions o;
+  o.want_dz = !c.pb.is_linear();
+  o.upstream = c.upstream;
+  return compute_reference(c.pb, c.spec, o);
+}
+
+std::string describe(const Case& c, const Recipe& r, const std::string& strategy,
+                     std::int64_t chunk) {
+  return c.name + " [" + c.pb.describe() + "] spec {" + c.spec.describe() + "} recipe " + r.name() +
+         " strategy " + strategy + " chunk_tokens " + std::to_string(chunk);
+}
+
+/// Output-rounding floor of the baseline comparison: one rounding of the largest reference value
+/// in the output dtype, or half the smallest subnormal (absolute spacing near 0), whichever is
+/// larger.
+double rounding_floor(DType out, const std::vector<double>& ref) {
+  return std::max(unit_roundoff(out) * max_abs_finite(ref), 0.5 * min_subnormal(out));
+}
+
+/// Runs one strategy on one case and recipe; checks bound, finiteness and the emulation baseline.
+/// Where the CPU emulation of the same declared arithmetic does not meet the a-priori bound
+/// either (the recipe itself leaves the bound's validity: 16-bit lse at large offsets, outputs in
+/// the subnormal range), the GPU is held to the emulation baseline and the finiteness rule only,
+/// and the test log says so.
+void check_run(const Case& c, const ReferenceResult& ref, const Strategy& s, const Recipe& r,
+               std::int64_t chunk) {
+  const std::string ctx = describe(c, r, s.name(), chunk);
+  const Status st = s.can_implement(c.pb, c.spec, r);
+  ASSERT_TRUE(st.ok()) << ctx << ": not supported: " << st.message;
+  RunRequest req;
+  req.problem = &c.pb;
+  req.spec = c.spec;
+  req.recipe = r;
+  req.upstream = c.upstream;
+  req.chunk_tokens = chunk;
+  const StrategyOutputs out = s.run(req);
+  const std::int64_t n_chunks = s.name() == "naive" ? 1 : (c.pb.N + chunk - 1) / chunk;
+  const Policy policy = policy_by_name("default");
+  RunAssessment a;
+  try {
+    a = assess_run(c.pb, c.spec, r, s.arithmetic(r), out, ref, policy, n_chunks);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << ctx << ": assess_run failed: " << e.what();
+    return;
+  }
+
+  // Baseline: the CPU emulation of the same strategy and recipe (same chunking).
+  const auto emu = find_strategy(Backend::cpu_emulation, s.name());
+  const bool have_emu = emu && emu->can_implement(c.pb, c.spec, r).ok();
+  RunAssessment ea;
+  if (have_emu) {
+    try {
+      const StrategyOutputs eo = emu->run(req);
+      ea = assess_run(c.pb, c.spec, r, emu->arithmetic(r), eo, ref, policy, n_chunks);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << ctx << ": CPU emulation baseline failed: " << e.what();
+      return;
+    }
+  }
+  const bool emu_meets_bound = have_emu && ea.verdict.disposition == Disposition::passed;
+  if (!have_emu || emu_meets_bound) {
+    for (const ErrorStats* e : {&a.loss, &a.lse, &a.dz, &a.dH, &a.dW, &a.db}) {
+      EXPECT_EQ(e->nonfinite_where_ref_finite, 0)
+          << ctx << ": non-finite output where the reference is finite";
+    }
+  }
+  // (Otherwise the baseline judge below compares the non-finite counts with the emulation's.)
+  if (a.bounds.meaningful && (!have_emu || emu_meets_bound)) {
+    EXPECT_EQ(a.verdict.disposition, Disposition::passed)
+        << ctx << ": " << a.verdict.output << ": " << a.verdict.reason;
+  } else if (have_emu && !emu_meets_bound) {
+    std::cout << "[ note ] " << ctx << ": the emulated arithmetic misses the bound too ("
+              << ea.verdict.output << ": " << ea.verdict.reason << "); baseline check only\n";
+  }
+  if (!have_emu) return;
+  struct Item {
+    const char* name;
+    const ErrorStats& g;
+    const ErrorStats& e;
+    bool present;
+    double floor;
+  };
+  const Item items[] = {
+      {"loss", a.loss, ea.loss, true, rounding_floor(r.accum, ref.loss)},
+      {"lse", a.lse, ea.lse, true, rounding_floor(r.accum, ref.lse)},
+      // One scalar summing N independently rounded terms: its floor is its a-priori bound.
+      {"reduced_loss", a.reduced_loss, ea.reduced_loss, true,
+       std::isfinite(a.bounds.reduced_loss) ? a.bounds.reduced_loss
+                                            : rounding_floor(r.accum, {ref.reduced_loss})},
+      {"dz", a.dz, ea.dz, a.has_dz && ea.has_dz, rounding_floor(r.grad, ref.dz)},
+      {"dH", a.dH, ea.dH, a.has_dH && ea.has_dH, rounding_floor(r.grad, ref.dH)},
+      {"dW", a.dW, ea.dW, a.has_dW && ea.has_dW, rounding_floor(r.grad, ref.dW)},
+      {"db", a.db, ea.db, a.has_db && ea.has_db, rounding_floor(r.grad, ref.db)},
+  };
+  for (const Item& it : items) {
+    if (!it.present) continue;
+    const Verdict v = judge_against_baseline(it.name, it.g, it.e, it.floor, policy);
+    EXPECT_EQ(v.disposition, Disposition::passed)
+        << ctx << ": " << it.name << " vs CPU emulation: " << v.reason
+        << "\n  gpu:       " << it.g.summary() << "\n  emulation: " << it.e.summary();
+  }
+}
+
+void check_all_strategies(const Case& c, const std::vector<Recipe>& recipes, std::int64_t chunk) {
+  const ReferenceResult ref = reference_for(c);
+  for (const auto& s : make_strategies(Backend::cuda))
+    for (const Recipe& r : recipes) {
+      SCOPED_TRACE(describe(c, r, s->name(), chunk));
+      check_run(c, ref, *s, r, chunk);
+    }
+}
+
+std::vector<Recipe> grid_for(DType input) {
+  std::vector<Recipe> out;
+  for (const Recipe& r : default_recipe_grid())
+    if (r.input == input) out.push_back(r);
+  // Recipes whose grad dtype differs from the input (fp32 gradients).
+  Recipe f = out.front();
+  f.logits = input;
+  f.accum = DType::fp32;
+  f.grad = DType::fp32;
+  out.push_back(f);
+  return out;
+}
+
+// ---- recipes × strategies on small problems (unaligned V = 507, D = 123) ---------------------
+
+TEST(GpuStrategies, RecipeGridSmallLinear) {
+  XL_REQUIRE_DEVICE();
+  for (DType dt : {DType::bf16, DType::fp16, DType::fp32}) {
+    Case c{"V507-D123", gaussian(67, 507, 123, dt, 4.0, 5, false, false), {}, {}};
+    check_all_strategies(c, grid_for(dt), 16);
+  }
+}
+
+TEST(GpuStrategies, RecipeGridLogits) {
+  XL_REQUIRE_DEVICE();
+  for (DType dt : {DType::bf16, DType::fp16, DType::fp32}) {
+    Case c{"logits-V3001", make_gaussian_logits(45, 3001, dt, 3.0, 7), {}, {}};
+    check_all_strategies(c, grid_for(dt), 16);
+  }
+}
+
+// ---- every LossSpec option on every strategy --------------------------------------------------
+
+TEST(GpuStrategies, LossOptions) {
+  XL_REQUIRE_DEVICE();
+  std::vector<LossSpec> specs;
+  LossSpec s;
+  specs.push_back(s);  // mean
+  s.reduction = Reduction::sum;
+  specs.push_back(s);
+  s = LossSpec{};
+  s.reduction = Reduction::none;
+  specs.push_back(s);
+  s = LossSpec{};
+  s.label_smoothing = 0.1;
+  specs.push_back(s);
+  s = LossSpec{};
+  s.z_loss = 1e-3;
+  specs.push_back(s);
+  s = LossSpec{};
+  s.softcap = 30.0;
+  s.logit_scale = 0.5;
+  specs.push_back(s);
+  s = LossSpec{};
+  s.ignore_index = -1;
+  s.label_smoothing = 0.2;
+  s.z_loss = 1e-4;
+  s.softcap = 20.0;
+  s.logit_scale = 1.25;
+  s.reduction = Reduction::none;
+  specs.push_back(s);
+  const std::vector<Recipe> recipes = {parse_recipe("bf16/fp32/fp32/bf16"),
+                                       parse_recipe("bf16/bf16/fp32/bf16"),
+                                       parse_recipe("bf16/bf16/bf16/bf16")};
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    const LossSpec& sp = specs[k];
+    for (bool bias : {false, true}) {
+      Problem p = gaussian(61, 507, 123, DType::bf16, 4.0, 11 + k, bias, true);
+      if (sp.ignore_index != -100)
+        for (auto& t : p.targets)
+          if (t == -100) t = sp.ignore_index;
+      Case c{"options-" + std::to_string(k) + (bias ? "-bias" : ""), std::move(p), sp,
+             sp.reduction == Reduction::none ? random_upstream(61, 99 + k) : std::vector<double>{}};
+      check_all_strategies(c, recipes, 16);
+    }
+    Problem lp = make_gaussian_logits(37, 1001, DType::bf16, 3.0, 21 + k);
+    for (std::int64_t i = 2; i < lp.N; i += 5)
+      lp.targets[static_cast<std::size_t>(i)] = sp.ignore_index;
+    Case lc{"options-logits-" + std::to_string(k), std::move(lp), sp,
+            sp.reduction == Reduction::none ? random_upstream(37, 7 + k) : std::vector<double>{}};
+    check_all_strategies(lc, recipes, 16);
+  }
+}
+
+// ---- medium problem -----------------------------------------------------------------------------
+
+TEST(GpuStrategies, MediumLinear) {
+  XL_REQUIRE_DEVICE();
+  Case c{"medium", gaussian(512, 8192, 256, DType::bf16, 6.0, 3, true, true), {}, {}};
+  check_all_strategies(c,
+                       {parse_recipe("bf16/fp32/fp32/bf16"), parse_recipe("bf16/bf16/fp32/fp32"),
+                        parse_recipe("bf16/bf16/fp32/bf16")},
+                       128);
+}
+
+// ---- the known-hard cases (../shared/cases/README.md) ------------------------------------------
+
+TEST(GpuStrategies, SharedCases) {
+  XL_REQUIRE_DEVICE();
+  using testing::linear_from_logits;
+  using testing::logits_problem;
+  const Recipe f32 = parse_recipe("fp32");
+  std::vector<std::pair<Case, std::vector<Recipe>>> cases;
+  // C01: large common offsets (fp32, bf16, fp16).
+  cases.push_back(
+      {{"C01-fp32",
+        logits_problem(DType::fp32,
+                       {{1e8, 1e8}, {10002, 9999}, {1000002, 999999}, {-999999, -1000002}},
+                       {1, 0, 0, 0}),
+        {},
+        {}},
+       {f32}});
+  cases.push_back(
+      {{"C01-bf16", logits_problem(DType::bf16, {{4096, 4096}, {4096, 4064}}, {0, 1}), {}, {}},
+       grid_for(DType::bf16)});
+  cases.push_back({{"C01-fp16", logits_problem(DType::fp16, {{60000, 60000}}, {0}), {}, {}},
+                   grid_for(DType::fp16)});
+  // C03 (every target ignored) has its own exact test below.
+  // C04: label smoothing with ignored rows.
+  {
+    LossSpec s;
+    s.label_smoothing = 0.2;
+    Problem p = logits_problem(DType::fp32, {{2, 0, -1}, {0, 3, 1}, {1, 1, 4}, {-2, 5, 0}},
+                               {0, -100, 2, -100});
+    cases.push_back({{"C04", p, s, {}}, {f32}});
+    cases.push_back({{"C04-linear", linear_from_logits(p), s, {}}, {f32}});
+  }
+  // C05: z-loss with ignored rows.
+  {
+    LossSpec s;
+    s.z_loss = 0.01;
+    Problem p =
+        logits_problem(DType::fp32, {{1, 2, 3, 4}, {10, 0, 0, 0}, {0, 0, 0, 8}, {-3, -3, -3, -3}},
+                       {0, -100, 3, -100});
+    cases.push_back({{"C05", p, s, {}}, {f32}});
+    cases.push_back({{"C05-linear", linear_from_logits(p), s, {}}, {f32}});
+  }
+  // C06: softcap, V not a multiple of the block, and the chain rule.
+  {
+    LossSpec s;
+    s.softcap = 30.0;
+    cases.push_back({{"C06-V1000",
+                      logits_problem(DType::fp32, {std::vector<double>(1000, -100.0)}, {0}),
+                      s,
+                      {}},
+                     {f32}});
+    cases.push_back({{"C06-V65537",
+                      logits_problem(DType::fp32, {std::vector<double>(65537, -100.0)}, {0}),
+                      s,
+                      {}},
+                     {f32}});
+    Problem p = logits_problem(DType::fp32, {{40, 10, -20, 0}}, {1});
+    cases.push_back({{"C06-chain", p, s, {}}, {f32}});
+    cases.push_back({{"C06-chain-linear", linear_from_logits(p), s, {}}, {f32}});
+  }
+  // C07: V = 130 and 129920, every logit −20; linear D = 4.
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    const Recipe r = dt == DType::fp32 ? f32 : parse_recipe("bf16/bf16/fp32/bf16");
+    cases.push_back(
+        {{"C07-V130",
+          logits_problem(dt, std::vector<std::vector<double>>(3, std::vector<double>(130, -20.0)),
+                         {5, 0, 129}),
+          {},
+          {}},
+         {r}});
+    cases.push_back(
+        {{"C07-V129920",
+          logits_problem(dt,
+                         std::vector<std::vector<double>>(3, std::vector<double>(129920, -20.0)),
+                         {5, 0, 129919}),
+          {},
+          {}},
+         {r}});
+  }
+  {
+    Tensor H(DType::fp32, {1, 4}, "H"), W(DType::fp32, {130, 4}, "W");
+    H.set(0, 1.0);
+    for (int j = 0; j < 130; ++j) W.set(j * 4, -20.0);
+    cases.push_back(
+        {{"C07-linear", Problem::linear(std::move(H), std::move(W), std::nullopt, {7}), {}, {}},
+         {f32}});
+  }
+  // C08: masked (−inf) vocabulary, V = 100000; rows A (one finite logit at the target), B (all
+  // −inf, ignored), C (all 0).
+  for (DType dt : {DType::fp32, DType::bf16, DType::fp16}) {
+    const double ninf = -INFINITY;
+    std::vector<double> a(100000, ninf), b(100000, ninf), c0(100000, 0.0), a2(100000, ninf);
+    a[50000] = 10.0;
+    a2[99999] = 10.0;
+    const Recipe r = dt == DType::fp32 ? f32 : Recipe{dt, dt, DType::fp32, dt};
+    cases.push_back(
+        {{"C08", logits_problem(dt, {a, b, c0, a2}, {50000, -100, 7, 99999}), {}, {}}, {r}});
+  }
+  // C09: confident token in bf16, V = 32000.
+  for (double av : {12.5625, 14.9375, 17.25}) {
+    std::vector<double> row(32000, 0.0);
+    row[123] = av;
+    cases.push_back(
+        {{"C09", logits_problem(DType::bf16, {row, row, row, row}, {123, 123, 123, 123}), {}, {}},
+         grid_for(DType::bf16)});
+  }
+  // C10: loss on the bf16 grid.
+  {
+    std::vector<double> r0(100, 0.0), r1(100);
+    for (int k = 0; k < 100; ++k) r1[k] = k / 8.0;
+    Problem p = logits_problem(DType::bf16, {r0, r1}, {7, 50});
+    for (Reduction red : {Reduction::mean, Reduction::sum}) {
+      LossSpec s;
+      s.reduction = red;
+      cases.push_back({{"C10", p, s, {}}, grid_for(DType::bf16)});
+    }
+  }
+  for (auto& [c, recipes] : cases) check_all_strategies(c, recipes, 2);
+}
+
+TEST(GpuStrategies, SharedCaseC03AllIgnored) {
+  XL_REQUIRE_DEVICE();
+  // Exact expectations: loss 0 per token, every gradient exactly 0 (never NaN), mean NaN by
+  // default (PyTorch) or 0 with empty_mean = zero, sum 0.
+  std::vector<std::vector<double>> rows(5, std::vector<double>(10));
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 10; ++j) rows[i][j] = static_cast<float>(0.1 * (i + 1) * (j - 4.5));
+  const Problem lp = testing::logits_problem(DType::fp32, rows, std::vector<std::int64_t>(5, -100));
+  const Problem pl = testing::linear_from_logits(lp);
+  for (const Problem* p : {&lp, &pl})
+    for (const auto& s : make_strategies(Backend::cuda))
+      for (int variant = 0; variant < 3; ++variant) {
+        RunRequest req;
+        req.problem = p;
+        req.recipe = parse_recipe("fp32");
+        req.chunk_tokens = 2;
+        if (variant == 1) req.spec.empty_mean = EmptyMean::zero;
+        if (variant == 2) req.spec.reduction = Reduction::sum;
+        const StrategyOutputs o = s->run(req);
+        const std::string ctx =
+            s->name() + " " + p->describe() + " variant " + std::to_string(variant);
+        for (double v : o.loss) EXPECT_EQ(v, 0.0) << ctx;
+        for (const auto* g : {&o.dz, &o.dH, &o.dW, &o.db})
+          for (double v : *g) EXPECT_EQ(v, 0.0) << ctx << " gradient";
+        if (variant == 0) {
+          EXPECT_TRUE(std::isnan(o.reduced_loss)) << ctx << " " << o.reduced_loss;
+        } else {
+          EXPECT_EQ(o.reduced_loss, 0.0) << ctx;
+        }
+      }
+}
+
+TEST(GpuStrategies, SharedCaseC11ChunkedReductions) {
+  XL_REQUIRE_DEVICE();
+  // N = 4096, V = 8, logits 0: ln 8 for every chunk size.
+  Problem p = testing::logits_problem(
+      DType::fp32, std::vector<std::vector<double>>(4096, std::vector<double>(8, 0.0)),
+      std::vector<std::int64_t>(4096, 3));
+  Case c{"C11", p, {}, {}};
+  const ReferenceResult ref = reference_for(c);
+  for (const auto& s : make_strategies(Backend::cuda))
+    for (std::int64_t chunk : {32, 1024, 4096}) check_run(c, ref, *s, parse_recipe("fp32"), chunk);
+  // Uneven mask: chunk A = token 0 zeros t=0 and 31 ignored; chunk B = 32 tokens [6,0,…] t=0.
+  std::vector<std::vector<double>> rows(64, std::vector<double>(8, 0.0));
+  std::vector<std::int64_t> t(64, -100);
+  t[0] = 0;
+  for (int i = 32; i < 64; ++i) {
+    rows[i][0] = 6.0;
+    t[i] = 0;
+  }
+  Problem p2 = testing::logits_problem(DType::fp32, rows, t);
+  for (Problem q : {p2, testing::linear_from_logits(p2)}) {
+    Case c2{"C11-uneven", q, {}, {}};
+    const ReferenceResult ref2 = reference_for(c2);
+    for (const auto& s : make_strategies(Backend::cuda))
+      check_run(c2, ref2, *s, parse_recipe("fp32"), 32);
+  }
+}
+
+// ---- algebraic identities: bit-for-bit equality ------------------------------------------------
+
+::testing::AssertionResult same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size())
+    return ::testing::AssertionFailure() << "sizes " << a.size() << " vs " << b.size();
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(double)) != 0)
+      return ::testing::AssertionFailure()
+             << "first difference at " << i << ": " << a[i] << " vs " << b[i];
+  return ::testing::AssertionSuccess();
+}
+
+void expect_same_outputs(const StrategyOutputs& a, const StrategyOutputs& b,
+                         const std::string& ctx) {
+  EXPECT_TRUE(same_bits(a.loss, b.loss)) << ctx << " loss";
+  EXPECT_TRUE(same_bits(a.lse, b.lse)) << ctx << " lse";
+  EXPECT_TRUE(same_bits({a.reduced_loss}, {b.reduced_loss})) << ctx << " reduced loss";
+  EXPECT_TRUE(same_bits(a.dz, b.dz)) << ctx << " dz";
+  EXPECT_TRUE(same_bits(a.dH, b.dH)) << ctx << " dH";
+  EXPECT_TRUE(same_bits(a.dW, b.dW)) << ctx << " dW";
+  EXPECT_TRUE(same_bits(a.db, b.db)) << ctx << " db";
+}
+
+TEST(GpuStrategies, ChunkedEqualsCheckpointedAndNaive) {
+  XL_REQUIRE_DEVICE();
+  const auto naive = find_strategy(Backend::cuda, "naive");
+  const auto chunked = find_strategy(Backend::cuda, "chunked");
+  const auto ckpt = find_strategy(Backend::cuda, "checkpointed");
+  ASSERT_TRUE(naive && chunked && ckpt);
+  LossSpec none;
+  none.reduction = Reduction::none;
+  none.label_smoothing = 0.05;
+  none.z_loss = 1e-4;
+  const Problem p = gaussian(100, 507, 123, DType::bf16, 4.0, 17, true, true);
+  const Problem lp = make_gaussian_logits(50, 999, DType::bf16, 3.0, 19);
+  for (const Problem* pb : {&p, &lp})
+    for (const char* rn : {"bf16/fp32/fp32/bf16", "bf16/bf16/fp32/fp32", "bf16/bf16/bf16/bf16",
+                           "bf16/fp16/fp16/fp16"}) {
+      RunRequest req;
+      req.problem = pb;
+      req.spec = none;
+      req.recipe = parse_recipe(rn);
+      req.upstream = random_upstream(pb->N, 5);
+      const std::string ctx = pb->describe() + " recipe " + std::string(rn);
+      req.chunk_tokens = 16;
+      expect_same_outputs(chunked->run(req), ckpt->run(req),
+                          ctx + " chunked(16) vs checkpointed(16)");
+      req.chunk_tokens = pb->N;
+      expect_same_outputs(chunked->run(req), naive->run(req), ctx + " chunked(N) vs naive");
+      // reduction none with unit upstream = reduction sum.
+      RunRequest s = req;
+      s.spec.reduction = Reduction::sum;
+      s.upstream.clear();
+      RunRequest n1 = req;
+      n1.upstream.assign(static_cast<std::size_t>(pb->N), 1.0);
+      StrategyOutputs a = naive->run(s), b = naive->run(n1);
+      EXPECT_TRUE(same_bits(a.dH, b.dH)) << ctx << " none(1) vs sum dH";
+      EXPECT_TRUE(same_bits(a.dz, b.dz)) << ctx << " none(1) vs sum dz";
+      EXPECT_TRUE(same_bits(a.loss, b.loss)) << ctx << " none(1) vs sum loss";
+    }
+}
+
+// ---- refusals --------------------------------------------------------------------------------
+
+TEST(GpuStrategies, CleanRefusals) {
+  XL_REQUIRE_DEVICE();
+  const Problem p = gaussian(64, 4096, 64, DType::bf16, 1.0, 23, false, false);
+  for (const auto& s : make_strategies(Backend::cuda)) {
+    // Recipe whose input dtype is not the problem's.
+    EXPECT_EQ(s->can_implement(p, {}, parse_recipe("fp16/fp16/fp32/fp16")).code,
+              Status::Code::not_supported)
+        << s->name();
+    // A memory budget below what one token needs: InputError with the byte count.
+    RunRequest req;
+    req.problem = &p;
+    req.recipe = parse_recipe("bf16/bf16/fp32/bf16");
+    req.memory_budget = 1024;
+    try {
+      (void)s->run(req);
+      ADD_FAILURE() << s->name() << " ran with a 1024-byte budget";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("bytes"), std::string::npos) << e.what();
+    }
+  }
+  // C12: invalid targets name the row and the value; never a finite loss.
+  Problem bad;
+  bad.N = 5;
+  bad.V = 5;
+  bad.logits = Tensor(DType::fp32, {5, 5}, "logits");
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 5; ++j) bad.logits.set(i * 5 + j, j);
+  bad.targets = {1, 5, -4, -100, 4};
+  for (const auto& s : make_strategies(Backend::cuda)) {
+    RunRequest req;
+    req.problem = &bad;
+    req.recipe = parse_recipe("fp32");
+    EXPECT_THROW((void)s->run(req), InputError) << s->name();
+  }
+}
+
+// ---- 64-bit indexing: N·V > 2^31 in one kernel launch and one GEMM ----------------------------
+
+TEST(GpuStrategies, IndexingPast2Pow31) {
+  XL_REQUIRE_DEVICE();
+  if (device().memory_gib < 24) GTEST_SKIP() << "needs about 20 GiB of device memory";
+  // N·V = 17000·128256 ≈ 2.18e9 > 2^31; every token row identical, so every per-token output and
+  // every dH row must equal row 0's bit for bit (a 32-bit index overflow would break that).
+  const std::int64_t N = 17000, V = 128256, D = 8;
+  Problem g = make_gaussian_linear(1, V, D, DType::bf16, 4.0, 31);
+  Tensor H(DType::bf16, {N, D}, "H");
+  for (std::int64_t i = 0; i < N; ++i)
+    for (std::int64_t d = 0; d < D; ++d) H.set(i * D + d, g.H.get(d));
+  const Problem p = Problem::linear(std::move(H), std::move(g.W), std::nullopt,
+                                    std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
+  for (const char* name : {"naive", "chunked"}) {
+    const auto s = find_strategy(Backend::cuda, name);
+    RunRequest req;
+    req.problem = &p;
+    req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
+    req.chunk_tokens = N;  // one chunk: N·V elements in one launch
+    const StrategyOutputs o = s->run(req);
+    ASSERT_EQ(o.loss.size(), static_cast<std::size_t>(N));
+    ASSERT_TRUE(std::isfinite(o.loss[0]) && std::isfinite(o.lse[0])) << name;
+    std::int64_t first_bad = -1;
+    for (std::int64_t i = 0; i < N && first_bad < 0; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      if (std::memcmp(&o.loss[k], &o.loss[0], 8) != 0 ||
+          std::memcmp(&o.lse[k], &o.lse[0], 8) != 0 ||
+          std::memcmp(&o.dH[k * D], &o.dH[0], 8 * D) != 0)
+        first_bad = i;
+    }
+    EXPECT_EQ(first_bad, -1) << name << ": token row " << first_bad << " differs from row 0";
+    for (double v : o.dW) ASSERT_TRUE(std::isfinite(v)) << name << ": non-finite dW";
+  }
+}
+
+}  // namespace
+}  // namespace xentlab

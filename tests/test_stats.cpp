@@ -1,0 +1,226 @@
+// Error statistics (numerics/stats.hpp) and ULP distance (numerics/ulp.hpp) on hand-computed
+// arrays: every expected value below is worked out by hand in the comment beside it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "numerics/error.hpp"
+#include "numerics/stats.hpp"
+#include "numerics/ulp.hpp"
+
+namespace xentlab {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+ErrorStats stats(const std::vector<double>& out, const std::vector<double>& ref,
+                 DType t = DType::fp64, const std::vector<double>* bound = nullptr,
+                 StatsOptions o = {}) {
+  return compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(out.size()), t,
+                             bound ? bound->data() : nullptr, o);
+}
+
+TEST(Stats, EmptyInputIsAllZero) {
+  const ErrorStats s = compute_error_stats(nullptr, nullptr, 0, DType::fp32);
+  EXPECT_EQ(s.n, 0);
+  EXPECT_EQ(s.n_finite_pairs, 0);
+  EXPECT_EQ(s.finiteness_mismatches, 0);
+  EXPECT_EQ(s.max_abs_err, 0.0);
+  EXPECT_EQ(s.max_abs_err_index, -1);
+  EXPECT_EQ(s.normwise_rel_err, 0.0);
+  EXPECT_EQ(s.frac_ulp_le1, 0.0);
+  EXPECT_EQ(s.p99, 0.0);
+  EXPECT_EQ(s.abs_err_hist.total(), 0);
+}
+
+TEST(Stats, RejectsBadArguments) {
+  const double v = 1.0, nan_bound = kNaN;
+  EXPECT_THROW(compute_error_stats(&v, &v, -1, DType::fp32), InputError);
+  EXPECT_THROW(compute_error_stats(nullptr, &v, 1, DType::fp32), InputError);
+  EXPECT_THROW(compute_error_stats(&v, &v, 1, DType::fp32, &nan_bound), InputError);
+}
+
+TEST(Stats, AbsoluteRmsMeanNormwiseBias) {
+  // e = {0, −0.5, +0.5}: max |e| 0.5 first at index 1 (out 2, ref 2.5); Σe² = 0.5, so
+  // RMS = sqrt(0.5/3); mean |e| = 1/3; bias 0; ‖ref‖² = 1 + 6.25 + 9 = 16.25.
+  const ErrorStats s = stats({1, 2, 3.5}, {1, 2.5, 3});
+  EXPECT_EQ(s.n_finite_pairs, 3);
+  EXPECT_EQ(s.max_abs_err, 0.5);
+  EXPECT_EQ(s.max_abs_err_index, 1);
+  EXPECT_EQ(s.max_abs_err_out, 2.0);
+  EXPECT_EQ(s.max_abs_err_ref, 2.5);
+  EXPECT_DOUBLE_EQ(s.rms_abs_err, std::sqrt(0.5 / 3));
+  EXPECT_DOUBLE_EQ(s.mean_abs_err, 1.0 / 3);
+  EXPECT_EQ(s.bias, 0.0);
+  EXPECT_DOUBLE_EQ(s.normwise_rel_err, std::sqrt(0.5) / std::sqrt(16.25));
+  // mean(out) = 6.5/3, mean(ref) = 6.5/3: the batch mean has no error.
+  EXPECT_EQ(s.mean_value_err, 0.0);
+}
+
+TEST(Stats, BiasAndItsStandardError) {
+  // e = {1, 3}: bias 2; deviations ±1, sample variance 2/(2−1) = 2, stderr sqrt(2/2) = 1.
+  const ErrorStats s = stats({11, 23}, {10, 20});
+  EXPECT_EQ(s.bias, 2.0);
+  EXPECT_DOUBLE_EQ(s.bias_stderr, 1.0);
+  EXPECT_EQ(s.mean_value_err, 2.0);  // (17) − (15)
+}
+
+TEST(Stats, NonFiniteValuesAreCountedAndCompared) {
+  // pair 0 NaN vs 1 (mismatch, ref finite); 1 +Inf vs +Inf (agree); 2 −Inf vs 1 (mismatch, ref
+  // finite); 3: 1 vs NaN (mismatch, ref non-finite); 4: +Inf vs 2 (mismatch, ref finite);
+  // 5: NaN vs NaN (agree); 6: 5 vs 4 (the only finite pair).
+  const ErrorStats s = stats({kNaN, kInf, -kInf, 1, kInf, kNaN, 5}, {1, kInf, 1, kNaN, 2, kNaN, 4});
+  EXPECT_EQ(s.out_nan, 2);
+  EXPECT_EQ(s.out_posinf, 2);
+  EXPECT_EQ(s.out_neginf, 1);
+  EXPECT_EQ(s.ref_nan, 2);
+  EXPECT_EQ(s.ref_posinf, 1);
+  EXPECT_EQ(s.ref_neginf, 0);
+  EXPECT_EQ(s.finiteness_mismatches, 4);
+  EXPECT_EQ(s.nonfinite_where_ref_finite, 3);
+  EXPECT_EQ(s.first_mismatch_index, 0);
+  EXPECT_EQ(s.n_finite_pairs, 1);
+  EXPECT_EQ(s.max_abs_err, 1.0);
+  EXPECT_EQ(s.max_abs_err_index, 6);
+}
+
+TEST(Stats, SignedZerosAgree) {
+  const ErrorStats s = stats({-0.0, 0.0}, {0.0, -0.0}, DType::fp32);
+  EXPECT_EQ(s.max_abs_err, 0.0);
+  EXPECT_EQ(s.frac_ulp_0, 1.0);
+  EXPECT_EQ(s.max_ulp, 0.0);
+  EXPECT_EQ(s.finiteness_mismatches, 0);
+}
+
+TEST(Ulp, DistancesByHand) {
+  // fp32: 1 and 1 + 2^-23 are adjacent.
+  EXPECT_EQ(ulp_distance(1.0 + 0x1p-23, 1.0, DType::fp32), 1.0);
+  // bf16 (p = 8): 1 and 1 + 2^-7 adjacent; 1 − 2^-8 is the value just below 1.
+  EXPECT_EQ(ulp_distance(1.0 + 0x1p-7, 1.0, DType::bf16), 1.0);
+  EXPECT_EQ(ulp_distance(1.0 - 0x1p-8, 1.0 + 0x1p-7, DType::bf16), 2.0);
+  // Across zero: −min_subnormal, ±0, +min_subnormal: distance 2; ±0 distance 0.
+  EXPECT_EQ(ulp_distance(-0x1p-149, 0x1p-149, DType::fp32), 2.0);
+  EXPECT_EQ(ulp_distance(-0.0, 0.0, DType::fp16), 0.0);
+  // fp16 subnormals are multiples of 2^-24.
+  EXPECT_EQ(ulp_distance(3 * 0x1p-24, 0x1p-24, DType::fp16), 2.0);
+  // Infinity is one step past the largest finite value.
+  EXPECT_EQ(ulp_distance(kInf, 65504.0, DType::fp16), 1.0);
+  EXPECT_EQ(ordinal(kInf, DType::bf16), ordinal(max_finite(DType::bf16), DType::bf16) + 1);
+  // fp64: 1 and nextafter(1, 2).
+  EXPECT_EQ(ulp_distance(std::nextafter(1.0, 2.0), 1.0, DType::fp64), 1.0);
+  EXPECT_THROW(ulp_distance(kNaN, 1.0, DType::fp32), InputError);
+}
+
+TEST(Stats, UlpFractionsAgainstCorrectlyRoundedReference) {
+  // fp32 around 1 (spacing 2^-23): distances 0, 1, 2, 3, 5 → fractions 0.2, 0.4, 0.6, 0.8, max 5.
+  const double q = 0x1p-23;
+  const ErrorStats s =
+      stats({1, 1 + q, 1 + 2 * q, 1 + 3 * q, 1 + 5 * q}, {1, 1, 1, 1, 1}, DType::fp32);
+  EXPECT_EQ(s.ulp_count, 5);
+  EXPECT_DOUBLE_EQ(s.frac_ulp_0, 0.2);
+  EXPECT_DOUBLE_EQ(s.frac_ulp_le1, 0.4);
+  EXPECT_DOUBLE_EQ(s.frac_ulp_le2, 0.6);
+  EXPECT_DOUBLE_EQ(s.frac_ulp_le4, 0.8);
+  EXPECT_EQ(s.max_ulp, 5.0);
+  EXPECT_EQ(s.max_ulp_index, 4);
+  // The reference is rounded first: 1 + 2^-9 is 1 in bf16, so an output of 1 is 0 ULP away;
+  // 70000 rounds to +Inf in fp16, so an output of +Inf is 0 ULP (and a finiteness mismatch
+  // against the exact reference, counted separately).
+  const ErrorStats r = stats({1.0}, {1.0 + 0x1p-9}, DType::bf16);
+  EXPECT_EQ(r.max_ulp, 0.0);
+  const ErrorStats o = stats({kInf}, {70000.0}, DType::fp16);
+  EXPECT_EQ(o.ulp_count, 1);
+  EXPECT_EQ(o.max_ulp, 0.0);
+  EXPECT_EQ(o.finiteness_mismatches, 1);
+  // Subnormal outputs in fp16: 2^-24 vs reference 2^-23 → 1 ULP.
+  const ErrorStats sub = stats({0x1p-24}, {0x1p-23}, DType::fp16);
+  EXPECT_EQ(sub.max_ulp, 1.0);
+}
+
+TEST(Stats, PercentilesAreOrderStatistics) {
+  // |e| = 1, 2, …, 1000 (in a scrambled order): nearest rank ceil(q·1000).
+  std::vector<double> out, ref;
+  for (int k = 1; k <= 1000; ++k) {
+    const int v =
+        (k * 7919) % 1000 + 1;  // a permutation of 1..1000 (7919 is prime, coprime to 1000)
+    out.push_back(static_cast<double>(v));
+    ref.push_back(0.0);
+  }
+  const ErrorStats s = stats(out, ref);
+  EXPECT_EQ(s.p50, 500.0);
+  EXPECT_EQ(s.p90, 900.0);
+  EXPECT_EQ(s.p99, 990.0);
+  EXPECT_EQ(s.p999, 999.0);
+  EXPECT_EQ(s.pmax, 1000.0);
+}
+
+TEST(Stats, RelativeErrorUsesTheFloor) {
+  // floor = 2^-20·max|ref| = 2^-20·2^10 = 2^-10. ref 0, |e| = 2^-10 → relative 1; ref 1024, |e| = 1
+  // → 2^-10.
+  StatsOptions o;
+  o.rel_floor_rel = 0x1p-20;
+  const ErrorStats s = stats({0x1p-10, 1025}, {0, 1024}, DType::fp64, nullptr, o);
+  EXPECT_EQ(s.rel_floor, 0x1p-10);
+  EXPECT_EQ(s.max_rel_err, 1.0);
+  EXPECT_EQ(s.max_rel_err_index, 0);
+  EXPECT_DOUBLE_EQ(s.mean_rel_err, (1.0 + 0x1p-10) / 2);
+}
+
+TEST(Stats, RatioToBound) {
+  // |e| = {0.5, 0.5, 0, 0.25}, bounds {1, 0.25, 0, +Inf}: ratios 0.5, 2, 0, 0 → max 2 at 1; one
+  // element over its bound; one infinite bound; sqrt(Σb²) over finite bounds = sqrt(1 + 1/16).
+  const std::vector<double> b{1, 0.25, 0, kInf};
+  const ErrorStats s = stats({1.5, 2.5, 3, 4.25}, {1, 2, 3, 4}, DType::fp64, &b);
+  EXPECT_TRUE(s.has_bounds);
+  EXPECT_EQ(s.max_ratio, 2.0);
+  EXPECT_EQ(s.max_ratio_index, 1);
+  EXPECT_EQ(s.max_ratio_err, 0.5);
+  EXPECT_EQ(s.max_ratio_bound, 0.25);
+  EXPECT_EQ(s.n_over_bound, 1);
+  EXPECT_EQ(s.n_infinite_bound, 1);
+  EXPECT_DOUBLE_EQ(s.sqrt_sum_bound_sq, std::sqrt(1.0 + 1.0 / 16));
+  // A non-zero error against a zero bound is an infinite ratio.
+  const std::vector<double> z{0};
+  EXPECT_EQ(stats({1}, {0}, DType::fp64, &z).max_ratio, kInf);
+}
+
+TEST(Histogram, FixedLog2BinsAndMerge) {
+  Histogram h;
+  for (double v : {0.0, -0.0, 1.0, 1.5, 2.0, -3.0, 0x1p-200, kInf, kNaN, 0x1p70}) h.add(v);
+  EXPECT_EQ(h.zero, 2);
+  EXPECT_EQ(h.bins[static_cast<std::size_t>(Histogram::bin_of(1.0))], 2);  // [1, 2): 1, 1.5
+  EXPECT_EQ(h.bins[static_cast<std::size_t>(Histogram::bin_of(2.0))], 2);  // [2, 4): 2, |−3|
+  EXPECT_EQ(Histogram::bin_of(1.0) + 1, Histogram::bin_of(2.0));
+  EXPECT_EQ(Histogram::bin_lower(Histogram::bin_of(1.0)), 1.0);
+  EXPECT_EQ(h.underflow, 1);
+  EXPECT_EQ(h.overflow, 2);  // +Inf and 2^70
+  EXPECT_EQ(h.nan, 1);
+  EXPECT_EQ(h.total(), 10);
+  Histogram g;
+  g.add(1.25);
+  Histogram gh = g, hg = h;
+  gh.merge(h);
+  hg.merge(g);
+  EXPECT_EQ(gh.total(), 11);
+  EXPECT_EQ(gh.bins, hg.bins);
+  EXPECT_EQ(gh.bins[static_cast<std::size_t>(Histogram::bin_of(1.0))], 3);
+  // Quantiles: of {0, 0, …} the 0.2-quantile (rank 2 of 10) is in the zero bin; rank 3 is the
+  // underflow bin (upper edge 2^kMinExp); rank 4 (q = 0.4) is in [1, 2) → upper edge 2.
+  EXPECT_EQ(h.quantile_upper(0.2), 0.0);
+  EXPECT_EQ(h.quantile_upper(0.3), std::ldexp(1.0, Histogram::kMinExp));
+  EXPECT_EQ(h.quantile_upper(0.4), 2.0);
+  EXPECT_EQ(h.quantile_upper(1.0), kInf);
+  EXPECT_THROW(h.quantile_upper(0.0), InputError);
+}
+
+TEST(Stats, HistogramsOfARunAreFilled) {
+  const ErrorStats s = stats({1.5, 2.5}, {1, 2});
+  EXPECT_EQ(s.abs_err_hist.total(), 2);
+  EXPECT_EQ(s.abs_err_hist.bins[static_cast<std::size_t>(Histogram::bin_of(0.5))], 2);
+}
+
+}  // namespace
+}  // namespace xentlab

@@ -1,0 +1,348 @@
+// gpu_bench: forward+backward time and peak extra device memory of every CUDA strategy in the
+// registry, on device-resident random inputs, plus the card's bf16 GEMM rate for reference.
+//
+//   build:  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXENTLAB_BUILD_BENCH=ON
+//           cmake --build build-gpu --target gpu_bench -j16
+//   run:    build-gpu/tools/gpu_bench [--sizes 8192x128256x4096,131072x128256x4096] [--repeats 5]
+//           [--recipes bf16/bf16/fp32/fp32,bf16/bf16/fp32/bf16] [--json out.jsonl]
+//
+// Inputs: H (N, D) ~ N(0, 1) and W (V, D) ~ N(0, 1/D) in bf16 (a counter-based hash generator on
+// the device, seeded), targets uniform in [0, V), reduction mean. Time: CUDA events around
+// forward_backward (the device-level entry point the host wrapper also uses), one warm-up run
+// excluded, median of the repeats; the device memory tracker caches same-size blocks between
+// repeats as a framework allocator would. Memory: the tracker's peak of extra bytes (everything
+// beyond inputs and outputs: logits chunks, temporaries, accumulators, cuBLAS workspace).
+// TFLOP/s on the 6·N·V·D basis (logits GEMM + two backward GEMMs), against cuBLAS bf16 8192³
+// (fp32 compute) measured in the same process. Chunked gets a 2 GiB budget at N ≤ 8192 and 4 GiB
+// above; checkpointed 2 GiB; naive runs unbudgeted where it fits and reports its refusal where not.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/cuda/cuda_check.hpp"
+#include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/cuda/device.hpp"
+#include "gpu/registry.hpp"
+
+using namespace xentlab;
+using namespace xentlab::gpu;
+
+namespace {
+
+__device__ __forceinline__ unsigned long long mix(unsigned long long x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+/// Gaussian (Box–Muller on two hashed uniforms) times sigma, rounded to bf16.
+__global__ void fill_normal_bf16(__nv_bfloat16* p, std::int64_t n, float sigma,
+                                 unsigned long long seed) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const unsigned long long a = mix(seed * 0x9e3779b97f4a7c15ULL + 2 * i);
+    const unsigned long long b = mix(seed * 0x9e3779b97f4a7c15ULL + 2 * i + 1);
+    const float u1 = ((a >> 40) + 1.0f) / 16777217.0f, u2 = (b >> 40) / 16777216.0f;
+    p[i] = __float2bfloat16_rn(sigma * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2));
+  }
+}
+__global__ void fill_targets(std::int64_t* t, std::int64_t n, std::int64_t V,
+                             unsigned long long seed) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    t[i] = static_cast<std::int64_t>(mix(seed + i) % static_cast<unsigned long long>(V));
+}
+
+struct Size {
+  std::int64_t N, V, D;
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+/// cuBLAS bf16 GEMM rate, m = n = k = 8192, fp32 compute, bf16 output, median of 20.
+double gemm_tflops() {
+  const std::int64_t n = 8192;
+  __nv_bfloat16 *A, *B, *C;
+  XL_CUDA_CHECK(cudaMalloc(&A, n * n * 2));
+  XL_CUDA_CHECK(cudaMalloc(&B, n * n * 2));
+  XL_CUDA_CHECK(cudaMalloc(&C, n * n * 2));
+  fill_normal_bf16<<<4096, 256>>>(A, n * n, 1.0f, 11);
+  fill_normal_bf16<<<4096, 256>>>(B, n * n, 1.0f, 12);
+  XL_CUDA_CHECK_LAUNCH();
+  cublasHandle_t h;
+  XL_CUBLAS_CHECK(cublasCreate(&h));
+  const float one = 1.0f, zero = 0.0f;
+  cudaEvent_t e0, e1;
+  XL_CUDA_CHECK(cudaEventCreate(&e0));
+  XL_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> ms;
+  for (int it = 0; it < 23; ++it) {
+    XL_CUDA_CHECK(cudaEventRecord(e0));
+    XL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, A, CUDA_R_16BF, n, B,
+                                 CUDA_R_16BF, n, &zero, C, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+    XL_CUDA_CHECK(cudaEventRecord(e1));
+    XL_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (it >= 3) ms.push_back(t);
+  }
+  cublasDestroy(h);
+  cudaFree(A);
+  cudaFree(B);
+  cudaFree(C);
+  return 2.0 * n * n * n / (median(ms) * 1e-3) / 1e12;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string sizes_arg = "8192x128256x4096,131072x128256x4096";
+  std::string recipes_arg = "bf16/bf16/fp32/fp32,bf16/bf16/fp32/bf16";
+  std::string json_path;
+  std::string chunk_sweep;  // chunked at the last size with these chunk_tokens (comma-separated)
+  int repeats = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "gpu_bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--sizes")
+      sizes_arg = next();
+    else if (a == "--recipes")
+      recipes_arg = next();
+    else if (a == "--repeats")
+      repeats = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--json")
+      json_path = next();
+    else if (a == "--chunk-sweep")
+      chunk_sweep = next();
+    else {
+      std::fprintf(stderr, "gpu_bench: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  const DeviceInfo dev = query_device();
+  if (!dev.available) {
+    std::printf("gpu_bench: %s\n", dev.reason.c_str());
+    return 0;
+  }
+  try {
+    std::printf("device: %s, %d SMs, %.1f GiB, driver %d, runtime %d\n", dev.name.c_str(),
+                dev.multiprocessors, dev.memory_gib, dev.driver_version, dev.runtime_version);
+    const double peak = gemm_tflops();
+    std::printf("cuBLAS bf16 GEMM 8192^3 (fp32 compute): %.1f TFLOP/s (median of 20)\n", peak);
+    std::ofstream json;
+    if (!json_path.empty()) json.open(json_path);
+    if (json) json << "{\"kind\":\"gemm\",\"tflops\":" << peak << "}\n";
+
+    {
+      // The CE kernel alone: 8192 rows of V = 128256 bf16 logits, fp32 accumulator, dz in place.
+      const std::int64_t rows = 8192, V = 128256;
+      DeviceMemoryTracker m;
+      DeviceBuffer z(m, rows * V * 2, MemKind::io, "logits"),
+          t(m, rows * 8, MemKind::io, "targets");
+      DeviceBuffer l(m, rows * 4, MemKind::io, "loss"), e(m, rows * 4, MemKind::io, "lse");
+      fill_targets<<<256, 256>>>(t.as<std::int64_t>(), rows, V, 5);
+      const RowLossParams rp = make_row_params(LossSpec{}, V, DType::fp32);
+      cudaEvent_t e0, e1;
+      XL_CUDA_CHECK(cudaEventCreate(&e0));
+      XL_CUDA_CHECK(cudaEventCreate(&e1));
+      for (std::int64_t grid : {std::int64_t{0}, std::int64_t{132}, std::int64_t{264},
+                                std::int64_t{528}, std::int64_t{1056}}) {
+        std::vector<double> ms;
+        for (int it = 0; it < 6; ++it) {
+          fill_normal_bf16<<<8192, 256>>>(z.as<__nv_bfloat16>(), rows * V, 3.0f, 7 + it);
+          XL_CUDA_CHECK(cudaEventRecord(e0));
+          launch_ce_rows(DType::bf16, z.get(), rows, t.as<std::int64_t>(), l.as<float>(),
+                         e.as<float>(), rp, true, RowGradScale{nullptr, 1.0f / rows}, nullptr,
+                         grid);
+          XL_CUDA_CHECK(cudaEventRecord(e1));
+          XL_CUDA_CHECK(cudaEventSynchronize(e1));
+          float tms = 0;
+          XL_CUDA_CHECK(cudaEventElapsedTime(&tms, e0, e1));
+          if (it > 0) ms.push_back(tms);
+        }
+        const double med = median(ms);
+        std::printf(
+            "CE kernel (8192 x 128256 bf16, fp32 accum, dz in place, grid %lld%s): %.3f ms, "
+            "%.0f GB/s counting 3 reads + 1 write\n",
+            (long long)grid, grid == 0 ? " = default" : "", med,
+            4.0 * rows * V * 2 / (med * 1e-3) / 1e9);
+        if (json)
+          json << "{\"kind\":\"ce_kernel\",\"grid\":" << grid << ",\"median_ms\":" << med << "}\n";
+      }
+    }
+
+    std::vector<Size> sizes;
+    for (const auto& s : split(sizes_arg, ',')) {
+      const auto f = split(s, 'x');
+      if (f.size() != 3) {
+        std::fprintf(stderr, "gpu_bench: bad size %s\n", s.c_str());
+        return 2;
+      }
+      sizes.push_back(
+          {std::atoll(f[0].c_str()), std::atoll(f[1].c_str()), std::atoll(f[2].c_str())});
+    }
+    auto strategies = make_strategies(Backend::cuda);
+    std::printf("\n%-8s %-7s %-5s %-22s %-13s %10s %9s %12s %10s %8s  %s\n", "N", "V", "D",
+                "recipe", "strategy", "median_ms", "TFLOP/s", "extra_GiB", "budget_GiB", "chunk",
+                "note");
+    for (const Size& sz : sizes) {
+      DeviceMemoryTracker io;
+      DeviceBuffer H(io, sz.N * sz.D * 2, MemKind::io, "H"),
+          W(io, sz.V * sz.D * 2, MemKind::io, "W");
+      DeviceBuffer T(io, sz.N * 8, MemKind::io, "targets");
+      DeviceBuffer loss(io, sz.N * 4, MemKind::io, "loss"), lse(io, sz.N * 4, MemKind::io, "lse");
+      fill_normal_bf16<<<8192, 256>>>(H.as<__nv_bfloat16>(), sz.N * sz.D, 1.0f, 1);
+      fill_normal_bf16<<<8192, 256>>>(W.as<__nv_bfloat16>(), sz.V * sz.D,
+                                      1.0f / std::sqrt(float(sz.D)) * 2.0f, 2);
+      fill_targets<<<1024, 256>>>(T.as<std::int64_t>(), sz.N, sz.V, 3);
+      XL_CUDA_CHECK_LAUNCH();
+      XL_CUDA_CHECK(cudaDeviceSynchronize());
+      for (const auto& rname : split(recipes_arg, ',')) {
+        const Recipe recipe = parse_recipe(rname);
+        DeviceBuffer dH(io, sz.N * sz.D * size_of(recipe.grad), MemKind::io, "dH");
+        DeviceBuffer dW(io, sz.V * sz.D * size_of(recipe.grad), MemKind::io, "dW");
+        std::vector<std::pair<const CudaStrategy*, std::int64_t>> runs;
+        for (const auto& s : strategies)
+          if (auto* cs = dynamic_cast<const CudaStrategy*>(s.get())) runs.push_back({cs, 0});
+        if (&sz == &sizes.back())
+          for (const auto& c : split(chunk_sweep, ','))
+            for (const auto& s : strategies)
+              if (s->name() == "chunked")
+                runs.push_back({dynamic_cast<const CudaStrategy*>(s.get()), std::atoll(c.c_str())});
+        for (const auto& [cs, forced_chunk] : runs) {
+          DeviceRun r;
+          r.prob = DeviceProblem{sz.N,    sz.V,    sz.D,    DType::bf16,          H.get(),
+                                 W.get(), nullptr, nullptr, T.as<std::int64_t>(), sz.N};
+          r.recipe = recipe;
+          r.spec.reduction = Reduction::mean;
+          r.g.g_scalar = static_cast<float>(1.0 / double(sz.N));
+          r.want_grads = true;
+          const std::string nm = cs->name();
+          if (nm == "chunked")
+            r.memory_budget = sz.N <= 8192 ? (std::int64_t{2} << 30) : (std::int64_t{4} << 30);
+          // checkpointed: 2 GiB; with 16-bit gradients the fp32 dW accumulator alone is V·D·4 bytes
+          // (1.96 GiB at V=128256, D=4096), so it gets 4 GiB there.
+          if (nm == "checkpointed")
+            r.memory_budget =
+                recipe.grad == DType::fp32 ? (std::int64_t{2} << 30) : (std::int64_t{4} << 30);
+          r.out = DeviceOutputs{loss.as<float>(), lse.as<float>(), dH.get(),
+                                dW.get(),         nullptr,         nullptr};
+          r.chunk_tokens = forced_chunk;
+          const WorkspaceQuery q{sz.N, sz.V, sz.D, DType::bf16, false, recipe, true};
+          std::string note = forced_chunk > 0 ? "chunk_tokens forced" : "";
+          std::vector<double> ms;
+          std::int64_t peak_extra = 0, chunk = 0;
+          try {
+            chunk = cs->plan(q, r.memory_budget, r.chunk_tokens).rows;
+            DeviceMemoryTracker mem;
+            mem.set_caching(true);
+            cudaStream_t st;
+            XL_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+            {
+              Blas blas(mem, st);
+              DeviceContext ctx{mem, blas, st};
+              cudaEvent_t e0, e1;
+              XL_CUDA_CHECK(cudaEventCreate(&e0));
+              XL_CUDA_CHECK(cudaEventCreate(&e1));
+              for (int it = 0; it <= repeats; ++it) {
+                mem.reset_peak();
+                XL_CUDA_CHECK(cudaEventRecord(e0, st));
+                cs->forward_backward(r, ctx);
+                XL_CUDA_CHECK(cudaEventRecord(e1, st));
+                XL_CUDA_CHECK(cudaEventSynchronize(e1));
+                float t = 0;
+                XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+                if (it > 0) ms.push_back(t);  // run 0 is the warm-up
+                peak_extra = std::max(peak_extra, mem.peak_extra());
+              }
+              cudaEventDestroy(e0);
+              cudaEventDestroy(e1);
+            }
+            cudaStreamDestroy(st);
+            // Sanity: the loss of token 0 is finite.
+            float l0 = 0;
+            XL_CUDA_CHECK(cudaMemcpy(&l0, loss.get(), 4, cudaMemcpyDeviceToHost));
+            if (!std::isfinite(l0)) note = "NON-FINITE LOSS";
+          } catch (const std::exception& e) {
+            note = std::string("refused: ") + e.what();
+          }
+          const double med = median(ms);
+          const double tflops = med > 0 ? 6.0 * sz.N * sz.V * sz.D / (med * 1e-3) / 1e12 : 0.0;
+          std::printf("%-8lld %-7lld %-5lld %-22s %-13s %10.2f %9.1f %12.3f %10.2f %8lld  %s\n",
+                      (long long)sz.N, (long long)sz.V, (long long)sz.D, rname.c_str(), nm.c_str(),
+                      med, tflops, peak_extra / 1073741824.0, r.memory_budget / 1073741824.0,
+                      (long long)chunk, note.c_str());
+          std::fflush(stdout);
+          if (json)
+            json << "{\"kind\":\"strategy\",\"N\":" << sz.N << ",\"V\":" << sz.V
+                 << ",\"D\":" << sz.D << ",\"recipe\":\"" << rname << "\",\"strategy\":\"" << nm
+                 << "\",\"median_ms\":" << med << ",\"tflops\":" << tflops
+                 << ",\"peak_extra_bytes\":" << peak_extra << ",\"chunk\":" << chunk
+                 << ",\"budget\":" << r.memory_budget << ",\"repeats\":" << ms.size()
+                 << ",\"gemm_tflops\":" << peak << ",\"note\":\"" << (note.empty() ? "" : "see log")
+                 << "\"}\n";
+        }
+      }
+      // Clean refusal of a naive run that does not fit its budget.
+      for (const auto& s : strategies) {
+        auto* cs = dynamic_cast<const CudaStrategy*>(s.get());
+        if (cs == nullptr || cs->name() != "naive") continue;
+        DeviceRun r;
+        r.prob = DeviceProblem{sz.N,    sz.V,    sz.D,    DType::bf16,          H.get(),
+                               W.get(), nullptr, nullptr, T.as<std::int64_t>(), sz.N};
+        r.recipe = parse_recipe("bf16/bf16/fp32/bf16");
+        r.want_grads = false;
+        r.out.loss = loss.as<float>();
+        r.out.lse = lse.as<float>();
+        r.memory_budget = std::int64_t{1} << 30;
+        DeviceMemoryTracker mem;
+        cudaStream_t st;
+        XL_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        try {
+          Blas blas(mem, st);
+          DeviceContext ctx{mem, blas, st};
+          cs->forward_backward(r, ctx);
+          std::printf("naive with a 1 GiB budget at N=%lld: ran (fits)\n", (long long)sz.N);
+        } catch (const InputError& e) {
+          std::printf("naive with a 1 GiB budget at N=%lld: refused: %s\n", (long long)sz.N,
+                      e.what());
+        }
+        cudaStreamDestroy(st);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One device session for the CUDA strategies (issue #5): configure, build, run the gpu-labelled
+# tests, the strategy benchmark and the PyTorch baseline. Logs go to $OUT (default ./out).
+#   tools/gpu_session.sh [all|tests|bench]
+# Each step has its own time limit so that one slow step cannot eat the whole call.
+set -u -o pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+what=${1:-all}
+{
+  date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  nvcc --version | tail -1; cmake --version | head -1; python3 -c 'import torch; print("torch", torch.__version__)'
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXENTLAB_BUILD_BENCH=ON > "$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"; echo "CONFIGURE FAILED"; exit 1
+fi
+targets="test_gpu_strategies gpu_bench"
+if ! timeout 420 cmake --build build-gpu -j16 --target $targets >> "$OUT/build.log" 2>&1; then
+  grep -E "error|Error" "$OUT/build.log" | head -40; echo "BUILD FAILED"; exit 1
+fi
+echo "build ok"
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  timeout 200 build-gpu/tools/gpu_bench --json "$OUT/bench.jsonl" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+  [ -n "${SKIP_TORCH:-}" ] || PYTHONUNBUFFERED=1 timeout 150 python3 tools/bench/torch_baseline.py --json "$OUT/torch.jsonl" \
+    ${TORCH_ARGS:-} 2>&1 | tee "$OUT/torch.log"
+fi
+if [ "$what" = all ] || [ "$what" = tests ]; then
+  (cd build-gpu && timeout ${TEST_TIMEOUT:-300} ctest -L gpu --output-on-failure --timeout 280) \
+    > "$OUT/ctest_gpu.log" 2>&1
+  echo "ctest rc=$?"
+  grep -E "tests passed|Failed|FAILED|\*\*\*|Passed|Skipped" "$OUT/ctest_gpu.log" | tail -30
+fi
