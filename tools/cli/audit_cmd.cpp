@@ -29,6 +29,7 @@ namespace {
 struct AuditArgs {
   std::vector<std::string> problems, datasets, strategies, recipes;
   bool tokens_given = false, hidden_given = false;
+  std::int64_t vocab = 0;  ///< --dataset generators: V (0 = the entry's default)
   std::string backend = "auto";
   std::int64_t rows = 16, vocab_rows = 256, tokens = 16, hidden = 64;
   std::uint64_t seed = 1;
@@ -112,6 +113,7 @@ int run_audit_command(const AuditArgs& a) {
     params.seed = a.seed;
     if (a.tokens_given) params.N = a.tokens;
     if (a.hidden_given) params.D = a.hidden;
+    if (a.vocab > 0) params.V = a.vocab;
     DatasetInstance inst = load_dataset(d, params);
     problems.push_back({inst.source, inst.regime.empty() ? inst.generator : inst.regime,
                         std::move(inst.problem), inst.spec});
@@ -186,6 +188,7 @@ void register_audit(CLI::App& app) {
   c->add_option("--rows", a->rows, "token rows of each problem's audited sub-batch (0 = all)")->capture_default_str();
   c->add_option("--vocab-rows", a->vocab_rows, "vocabulary rows compared for dW/db (0 = all)")->capture_default_str();
   auto* tok = c->add_option("--tokens", a->tokens, "tokens N generated per synthetic problem")->capture_default_str();
+  c->add_option("--vocab", a->vocab, "vocabulary V of catalog datasets given with --dataset (default: the entry's)");
   auto* hid = c->add_option("--hidden", a->hidden, "hidden size D of the synthetic heads")->capture_default_str();
   c->add_option("--seed", a->seed, "seed of every generator and sample")->capture_default_str();
   c->add_option("--policy", a->policy, "pass/fail policy: audit, default, strict, lenient")->capture_default_str();
