@@ -174,7 +174,7 @@ def main():
             if plot_ulp(runs, out, p):
                 made.append(p)
         p = os.path.join(outdir, "loss_error_vs_ptarget.png")
-        if plot_loss_vs_covariate(f, runs, "p_target", p, "p_target (reference)", "linear"):
+        if plot_loss_vs_covariate(f, runs, "p_target", p, "p_target (reference)", "log"):
             made.append(p)
         p = os.path.join(outdir, "loss_error_vs_maxlogit.png")
         if plot_loss_vs_covariate(f, runs, "max_logit", p, "max logit of the row", "symlog"):

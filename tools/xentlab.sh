@@ -24,5 +24,5 @@ cmake --build "$build" -j "$jobs"
 if [ "$mode" = test ]; then
   exec ctest --test-dir "$build" -j "$jobs" --output-on-failure -LE slow
 else
-  exec "$build/xentlab" audit "$@"
+  exec "$build/tools/xentlab" audit "$@"
 fi

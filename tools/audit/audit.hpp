@@ -31,7 +31,7 @@ struct AuditProblem {
 };
 
 /// The embedded default problem set (about a minute of CPU emulation on 2 cores): the real model
-/// stories260K on its own sampled text, and calibrated, confident, large-offset, masked and
+/// stories260K on its own sampled text, and calibrated, confident, offset, masked and
 /// all-options (softcap, label smoothing, z-loss, ignored rows) problems at V = 128256.
 /// `tokens` rows are generated per synthetic problem. Throws what the generators throw.
 std::vector<AuditProblem> default_problem_set(std::uint64_t seed, std::int64_t tokens = 16,

@@ -17,7 +17,7 @@ std::vector<AuditProblem> default_problem_set(std::uint64_t seed, std::int64_t t
                  mean});
   set.push_back({"confident", "rows with p_target in 0.9 .. 0.9999 (true-class gradient 1 - p_t cancels)",
                  make_confident_head(tokens, kV, hidden, DType::bf16, 4.0, seed, mean), mean});
-  set.push_back({"large-offset", "given logits N(0, 2^2) + 1000: rounding a stored logit costs u*|z|",
+  set.push_back({"offset", "given logits N(0, 2^2) + 1000: rounding a stored logit costs u*|z|",
                  make_offset_logits(tokens, kV, DType::fp32, 2.0, 1000.0, seed, mean), mean});
   set.push_back({"masked", "given logits with half the vocabulary masked (-inf), a fully masked ignored row",
                  make_masked_logits(tokens, kV, DType::fp32, 4.0, 0.5, seed, mean), mean});

@@ -155,6 +155,7 @@ int run_audit_command(const AuditArgs& a) {
   }
   fmt::print("{}", audit::format_summary(res, false));
   fmt::print("\nresults: {} (HDF5), {} (Markdown)\n", a.out, md_path);
+  std::fflush(stdout);  // the plot script writes to the same terminal
   if (!a.plots.empty()) {
     const std::string cmd = fmt::format("python3 \"{}/tools/plot_audit.py\" \"{}\" \"{}\"",
                                         XENTLAB_SOURCE_DIR, a.out, a.plots);
@@ -176,7 +177,7 @@ void register_audit(CLI::App& app) {
       "writes HDF5 results, a Markdown summary and the verdict. Exit 1 if any run is incorrect or failed.");
   c->add_option("--problems", a->problems,
                 "problems of the embedded set (comma list): stories260k, calibrated, confident, "
-                "large-offset, masked, all-options; default all");
+                "offset, masked, all-options; default all");
   c->add_option("--dataset,-d", a->datasets,
                 "catalog datasets (xentlab datasets) or problem files (HDF5, .safetensors, a folder of "
                 ".npy) to audit instead of the embedded set (repeatable, comma list)");

@@ -3,6 +3,10 @@
 // exits 0 (passed) or 1 (failed); 2 for a file that cannot be read as what it claims to be.
 #include <fmt/core.h>
 
+#include <filesystem>
+
+#include "numerics/error.hpp"
+
 #include "tools/cli/commands.hpp"
 #include "tools/golden/verify.hpp"
 
@@ -16,6 +20,9 @@ struct VerifyArgs {
 };
 
 int run_verify(const VerifyArgs& a) {
+  // Refuse an existing JUnit file before doing any work (it is written atomically at the end).
+  if (!a.junit.empty() && !a.force && std::filesystem::exists(a.junit))
+    throw InputError(a.junit + ": the file exists; pass --force to overwrite it");
   const Golden g = read_golden(a.golden);
   VerifyPolicy pol;
   if (a.atol >= 0 || a.rtol >= 0) {
@@ -40,7 +47,7 @@ int run_verify(const VerifyArgs& a) {
 void register_verify(CLI::App& app) {
   auto a = std::make_shared<VerifyArgs>();
   CLI::App* c = app.add_subcommand(
-      "verify", "Score a candidate file against a golden file; exit 0 passed, 1 failed");
+      "verify", "Score a candidate file against a golden file; exit 0 passed, 1 failed, 2 bad input");
   c->add_option("golden", a->golden, "golden file (xentlab golden)")->required();
   c->add_option("candidate", a->candidate, "candidate file (docs/formats.md)")->required();
   c->add_option("--policy", a->policy,

@@ -44,8 +44,12 @@ def load_golden(path):
 
 
 def torch_outputs(prob, spec, dtype, device):
-    import torch
-    import torch.nn.functional as F
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        sys.exit("torch_candidate.py: PyTorch is not installed here; install it, or run the numpy "
+                 "float32 stand-in with --backend numpy")
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     t = torch.tensor(prob["targets"], dtype=torch.int64, device=device)
     leaves = {}
