@@ -1,5 +1,9 @@
 #include "datasets/atomic_file.hpp"
 
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -10,6 +14,45 @@
 
 namespace xentlab {
 namespace fs = std::filesystem;
+namespace {
+
+// Temporary files being written, removed by a SIGINT/SIGTERM/SIGHUP handler so that an interrupted
+// run leaves neither a half-written destination (that never happens: rename is the last step) nor
+// a hidden temporary. Fixed storage: unlink() is async-signal-safe, allocation is not.
+constexpr std::size_t kMaxTemps = 16;
+constexpr std::size_t kMaxTempPath = 4096;
+char g_temps[kMaxTemps][kMaxTempPath];
+volatile std::sig_atomic_t g_used[kMaxTemps];
+
+extern "C" void remove_temps_and_reraise(int sig) {
+  for (std::size_t k = 0; k < kMaxTemps; ++k)
+    if (g_used[k]) ::unlink(g_temps[k]);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void register_temp(const std::string& path) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, remove_temps_and_reraise);
+  });
+  for (std::size_t k = 0; k < kMaxTemps; ++k)
+    if (!g_used[k]) {
+      std::snprintf(g_temps[k], kMaxTempPath, "%s", path.c_str());
+      g_used[k] = 1;
+      return;
+    }
+}
+
+void unregister_temp(const std::string& path) {
+  for (std::size_t k = 0; k < kMaxTemps; ++k)
+    if (g_used[k] && path == g_temps[k]) {
+      g_used[k] = 0;
+      return;
+    }
+}
+
+}  // namespace
 
 AtomicOutput::AtomicOutput(std::string path, bool force) : path_(std::move(path)), force_(force) {
   if (path_.empty()) throw InputError("output path is empty");
@@ -18,12 +61,19 @@ AtomicOutput::AtomicOutput(std::string path, bool force) : path_(std::move(path)
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec))
     throw InputError(fmt::format("{}: the folder {} does not exist", path_, dir.string()));
-  if (fs::exists(p, ec) && !force_)
-    throw InputError(fmt::format("{}: the file exists; pass --force to overwrite it", path_));
   if (fs::is_directory(p, ec)) throw InputError(fmt::format("{}: is a folder", path_));
+  const fs::file_status st = fs::symlink_status(p, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st))
+    throw InputError(fmt::format(
+        "{}: exists and is not a regular file (a device, FIFO, socket or link): refusing to "
+        "replace it, even with --force", path_));
+  if (fs::exists(st) && !force_)
+    throw InputError(fmt::format("{}: the file exists; pass --force to overwrite it", path_));
   static std::atomic<int> counter{0};
   temp_ =
       (dir / fmt::format(".{}.tmp-{}-{}", p.filename().string(), ::getpid(), counter++)).string();
+  if (temp_.size() >= kMaxTempPath) throw InputError(fmt::format("{}: path too long", path_));
+  register_temp(temp_);
 }
 
 AtomicOutput::~AtomicOutput() {
@@ -31,6 +81,7 @@ AtomicOutput::~AtomicOutput() {
     std::error_code ec;
     fs::remove(temp_, ec);  // nothing to report from a destructor; the destination is untouched
   }
+  unregister_temp(temp_);
 }
 
 void AtomicOutput::commit() {

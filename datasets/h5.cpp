@@ -391,7 +391,21 @@ DatasetInfo Dataset::info() const {
   if (rank < 0) fail(where(), "cannot read the dataset's shape");
   std::vector<hsize_t> d(static_cast<std::size_t>(rank));
   H5Sget_simple_extent_dims(s.get(), d.data(), nullptr);
-  for (hsize_t e : d) inf.shape.push_back(static_cast<std::int64_t>(e));
+  // A declared shape must be backed by stored bytes: a forged or truncated file that declares
+  // 2^40 elements is refused here, before anything is allocated for it (xentlab writes every
+  // dataset in full and uncompressed).
+  std::uint64_t n = 1;
+  for (hsize_t e : d) {
+    if (e > (std::uint64_t{1} << 62) || (e > 0 && n > (std::uint64_t{1} << 62) / e))
+      fail(where(), fmt::format("declares an absurd shape (an extent of {})", e));
+    n *= e;
+    inf.shape.push_back(static_cast<std::int64_t>(e));
+  }
+  const std::uint64_t stored = H5Dget_storage_size(id());
+  if (n > 0 && stored < n * static_cast<std::uint64_t>(inf.element_bytes))
+    fail(where(), fmt::format("declares {} elements of {} bytes but stores only {} bytes "
+                              "(truncated, forged or partly written)",
+                              n, inf.element_bytes, stored));
   if (has_attr("dtype")) inf.dtype_attr = attr_string("dtype");
   return inf;
 }

@@ -1,6 +1,10 @@
 #include "datasets/synthetic.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
+
+#include "numerics/error.hpp"
 
 namespace xentlab {
 
@@ -50,8 +54,18 @@ double NormalStream::next() {
   return r * std::cos(th);
 }
 
+namespace {
+void check_sizes(std::int64_t N, std::int64_t V, std::int64_t D, double sigma) {
+  if (N < 1 || V < 1 || D < 1)
+    throw InputError(fmt::format("sizes must be >= 1: N={} V={} D={}", N, V, D));
+  if (!(sigma > 0) || !std::isfinite(sigma))
+    throw InputError(fmt::format("sigma must be finite and > 0, got {}", sigma));
+}
+}  // namespace
+
 Problem make_gaussian_linear(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype,
                              double sigma, std::uint64_t seed) {
+  check_sizes(N, V, D, sigma);
   NormalStream rng(seed);
   Tensor H(dtype, {N, D}, "H"), W(dtype, {V, D}, "W");
   for (std::int64_t k = 0; k < N * D; ++k) H.set(k, rng.next());
@@ -65,6 +79,7 @@ Problem make_gaussian_linear(std::int64_t N, std::int64_t V, std::int64_t D, DTy
 
 Problem make_gaussian_logits(std::int64_t N, std::int64_t V, DType dtype, double sigma,
                              std::uint64_t seed) {
+  check_sizes(N, V, 1, sigma);
   NormalStream rng(seed);
   Tensor Z(dtype, {N, V}, "logits");
   for (std::int64_t k = 0; k < N * V; ++k) Z.set(k, sigma * rng.next());

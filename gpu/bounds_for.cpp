@@ -161,7 +161,26 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
     in.H_abs = h_abs.data();
     in.target_vocab_pos = tpos.data();
   }
-  return compute_bounds(in);
+  Bounds b = compute_bounds(in);
+  // A bound is NaN only where its formula met a non-finite covariate (an all −inf row: lse = −inf;
+  // the mean of an all-ignored batch: NaN). Where the reference value itself is non-finite the
+  // value is exact (NaN, ±inf must be reproduced as such): bound 0. Anywhere else no meaningful
+  // bound exists: +inf (the policy decides whether that is acceptable).
+  auto sanitize = [](std::vector<double>& bound, const std::vector<double>& value) {
+    for (std::size_t k = 0; k < bound.size(); ++k)
+      if (std::isnan(bound[k]))
+        bound[k] = (k < value.size() && !std::isfinite(value[k])) ? 0.0
+                                                                   : std::numeric_limits<double>::infinity();
+  };
+  sanitize(b.loss, ref.loss);
+  sanitize(b.lse, ref.lse);
+  sanitize(b.dz, ref.dz);
+  sanitize(b.dH, ref.dH);
+  sanitize(b.dW, ref.dW);
+  sanitize(b.db, ref.db);
+  if (std::isnan(b.reduced_loss))
+    b.reduced_loss = std::isfinite(ref.reduced_loss) ? std::numeric_limits<double>::infinity() : 0.0;
+  return b;
 }
 
 RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& recipe,

@@ -32,19 +32,32 @@ inline double gamma_n(double n) {
 
 /// Sum2 accumulator: value() is the compensated sum of the added terms. Carries the count so the
 /// bound γ_{n−1}²·Σ|p| can be formed by the caller.
+/// Non-finite terms are kept apart (TwoSum of an infinity gives inf − inf = NaN in its error term):
+/// the value is their plain IEEE sum when there is any (+inf, −inf, or NaN for inf − inf or a NaN).
 struct CompensatedSum {
   double s = 0.0;
   double c = 0.0;
+  double nonfinite = 0.0;  ///< IEEE sum of the non-finite terms (0 when there is none)
+  bool has_nonfinite = false;
   void add(double x) {
+    if (!std::isfinite(x)) {
+      nonfinite += x;
+      has_nonfinite = true;
+      return;
+    }
     double e;
     two_sum(s, x, s, e);
     c += e;
   }
   void add(const CompensatedSum& o) {
+    if (o.has_nonfinite) {
+      nonfinite += o.nonfinite;
+      has_nonfinite = true;
+    }
     add(o.s);
     c += o.c;
   }
-  double value() const { return s + c; }
+  double value() const { return has_nonfinite ? nonfinite : s + c; }
 };
 
 }  // namespace xentlab::eft

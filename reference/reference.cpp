@@ -311,6 +311,8 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
                                   const ReferenceOptions& opt) {
   sp.validate();
   pb.validate(sp.ignore_index);
+  if (opt.threads < 0 || opt.threads > 4096)
+    throw InputError(fmt::format("threads must be in [0, 4096] (0 = OpenMP's default), got {}", opt.threads));
   const bool linear = pb.is_linear();
   if (linear && pb.H.dtype() == DType::fp64)
     throw InputError("H/W in fp64 are not supported: products of fp64 values are not exact");

@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 #include <exception>
+#include <new>
+#include <stdexcept>
 
 #include "numerics/error.hpp"
 #include "numerics/version.hpp"
@@ -28,6 +30,14 @@ int main(int argc, char** argv) {
   } catch (const xentlab::FormatError& e) {
     fmt::print(stderr, "xentlab: bad file: {}\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "xentlab: out of memory: the input declares, or the options ask for, more "
+                       "than this machine can hold (sample rows with --rows / --vocab-rows, or use "
+                       "smaller sizes)\n");
+    return 3;
+  } catch (const std::length_error& e) {
+    fmt::print(stderr, "xentlab: a size is too large to allocate ({})\n", e.what());
+    return 3;
   } catch (const std::exception& e) {
     fmt::print(stderr, "xentlab: error: {}\n", e.what());
     return 3;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "datasets/problem_ops.hpp"
@@ -104,7 +105,34 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
   for (const AuditProblem& ap : problems) {
     for (DType input : inputs) {
       if (cfg.progress) cfg.progress(done, total, fmt::format("{} {}: reference", ap.name, to_string(input)));
-      const Prepared pr = prepare(ap, input, cfg);
+      std::optional<Prepared> prepared;
+      try {
+        prepared.emplace(prepare(ap, input, cfg));
+      } catch (const InputError& e) {
+        // E.g. fp32 inputs beyond fp16's range: the problem has no fp16 version. Every run of
+        // this input dtype is not-supported, with the reason; the other dtypes go on.
+        for (const Recipe& recipe : recipes) {
+          if (recipe.input != input) continue;
+          for (const Strategy* st : chosen) {
+            RunRecord rec;
+            rec.problem = ap.name;
+            rec.regime = ap.regime;
+            rec.strategy = st->name();
+            rec.backend = std::string(to_string(st->backend()));
+            rec.device = cfg.device;
+            rec.recipe = recipe.name();
+            rec.spec = ap.spec.describe();
+            rec.input_dtype = std::string(to_string(input));
+            rec.verdict = verdict_not_run(
+                Disposition::not_supported,
+                fmt::format("the problem's inputs have no {} version: {}", to_string(input), e.what()));
+            res.runs.push_back(std::move(rec));
+            ++done;
+          }
+        }
+        continue;
+      }
+      const Prepared& pr = *prepared;
       ProblemRecord prec{ap.name, ap.regime, std::string(to_string(input)), ap.spec.describe(),
                          pr.problem.describe(), pr.orig_rows, pr.ref.loss, pr.ref.lse,
                          pr.ref.p_target, pr.ref.max_logit, pr.ref.entropy};

@@ -119,8 +119,8 @@ void write_results(const std::string& path, const AuditResult& result, const Aud
                    bool force, bool append);
 
 /// Comparison of two results files, run by run (matched on problem, input dtype, strategy,
-/// backend, recipe). A regression: a run that passed in the baseline is now incorrect, failed or
-/// missing; or an output whose largest error was within its bound (max_ratio ≤ 1) is now beyond
+/// backend, recipe). A regression: a run that passed in the baseline is now anything but passed
+/// (incorrect, failed, not supported) or missing; or an output whose largest error was within its bound (max_ratio ≤ 1) is now beyond
 /// it. Error growth that stays within the bound is noted, not counted: the bound is the line.
 struct RegressReport {
   std::vector<std::string> lines;  ///< one per regression or note

@@ -21,6 +21,9 @@ std::map<Key, RunSummary> load_runs(const std::string& path) {
   const h5::File f = h5::File::open_read(path);
   if (!f.has_attr("format") || f.attr_string("format") != "xentlab-results")
     throw FormatError(path + " is not an xentlab results file (attribute format != xentlab-results)");
+  if (f.attr_int("format_version") != 1)
+    throw FormatError(fmt::format("{}: results format version {} (this xentlab reads 1)", path,
+                                  f.attr_int("format_version")));
   std::map<Key, RunSummary> out;
   if (!f.exists("runs")) return out;
   const h5::Group runs = f.open_group("runs");
@@ -58,7 +61,7 @@ RegressReport regress(const std::string& base_path, const std::string& cur_path)
       continue;
     }
     const RunSummary& c = it->second;
-    if (b.disposition == "passed" && (c.disposition == "incorrect" || c.disposition == "failed")) {
+    if (b.disposition == "passed" && c.disposition != "passed") {
       rep.lines.push_back(fmt::format("REGRESSION {}: passed in the baseline, {} now: {}", name, c.disposition, c.reason));
       ++regressions;
       continue;
@@ -67,7 +70,7 @@ RegressReport regress(const std::string& base_path, const std::string& cur_path)
       auto jt = c.outputs.find(out);
       if (jt == c.outputs.end()) continue;
       const auto& cv = jt->second;
-      if (bv.first <= 1.0 && cv.first > 1.0) {
+      if (bv.first <= 1.0 && !(cv.first <= 1.0)) {  // NaN counts as beyond
         rep.lines.push_back(fmt::format("REGRESSION {} {}: error now {:.3g}× its bound (baseline {:.3g}×)", name, out,
                    cv.first, bv.first));
         ++regressions;

@@ -4,6 +4,8 @@
 // failed.
 #include <fmt/core.h>
 
+#include <spawn.h>  // posix_spawnp, environ
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,9 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
+#include "datasets/atomic_file.hpp"
 #include "datasets/catalog.hpp"
+#include "datasets/h5.hpp"
 #include "gpu/registry.hpp"
 #include "numerics/error.hpp"
 #include "tools/audit/audit.hpp"
@@ -22,6 +27,8 @@
 #ifdef XENTLAB_HAVE_CUDA
 #include "gpu/cuda/device.hpp"
 #endif
+
+extern char** environ;
 
 namespace xentlab::cli {
 namespace {
@@ -38,7 +45,7 @@ struct AuditArgs {
   bool force = false, append = false, quiet = false;
   // Loss-spec overrides (applied to every problem when given).
   std::string reduction;
-  double label_smoothing = -1, z_loss = -1, softcap = -1, logit_scale = -1;
+  std::optional<double> label_smoothing, z_loss, softcap, logit_scale;
 };
 
 std::vector<std::string> split_commas(const std::vector<std::string>& in) {
@@ -87,9 +94,20 @@ int run_audit_command(const AuditArgs& a) {
   cfg.seed = a.seed;
   cfg.policy = a.policy;
   policy_by_name(cfg.policy);  // unknown policy: fail before any work
-  if (!a.append && !a.force && std::filesystem::exists(a.out))
-    throw InputError(fmt::format("{} exists: pass --force to overwrite it or --append to add runs", a.out));
-
+  // Every output is checked before any work: an hour of audit must not end on "file exists".
+  const std::string md_path = a.markdown.empty() ? a.out + ".md" : a.markdown;
+  {
+    std::error_code ec;
+    if (md_path == a.out || std::filesystem::equivalent(md_path, a.out, ec))
+      throw InputError(fmt::format("--markdown {} is the results file itself", md_path));
+    if (a.append && std::filesystem::exists(a.out)) {
+      const h5::File old = h5::File::open_read(a.out);
+      if (!old.has_attr("format") || old.attr_string("format") != "xentlab-results")
+        throw InputError(fmt::format("--append: {} is not an xentlab results file", a.out));
+    }
+    AtomicOutput probe(a.out, a.force || a.append);  // folder exists, not a device, no clobbering
+  }
+  AtomicOutput md_out(md_path, a.force || a.append);
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
   std::vector<audit::AuditProblem> problems;
@@ -120,11 +138,11 @@ int run_audit_command(const AuditArgs& a) {
   }
   for (auto& p : problems) {
     if (!a.reduction.empty()) p.spec.reduction = parse_reduction(a.reduction);
-    if (a.label_smoothing >= 0) p.spec.label_smoothing = a.label_smoothing;
-    if (a.z_loss >= 0) p.spec.z_loss = a.z_loss;
-    if (a.softcap >= 0) p.spec.softcap = a.softcap;
-    if (a.logit_scale >= 0) p.spec.logit_scale = a.logit_scale;
-    p.spec.validate();
+    if (a.label_smoothing) p.spec.label_smoothing = *a.label_smoothing;
+    if (a.z_loss) p.spec.z_loss = *a.z_loss;
+    if (a.softcap) p.spec.softcap = *a.softcap;
+    if (a.logit_scale) p.spec.logit_scale = *a.logit_scale;
+    p.spec.validate();  // an out-of-range override is an InputError naming it
   }
   if (!a.quiet) {
     // On a terminal: one line redrawn in place; otherwise (a log): a line per tenth of the runs.
@@ -146,21 +164,32 @@ int run_audit_command(const AuditArgs& a) {
   }
   const audit::AuditResult res = audit::run_audit(problems, cfg);
   audit::write_results(a.out, res, cfg, a.force, a.append);
-  const std::string md_path = a.markdown.empty() ? a.out + ".md" : a.markdown;
   {
-    std::ofstream md(md_path);
+    std::ofstream md(md_out.temp_path());
     md << "# xentlab audit\n\nbackend: " << cfg.device << ", seed " << cfg.seed << ", policy "
        << cfg.policy << ", sub-batch rows " << cfg.rows << "\n\n"
        << audit::format_summary(res, true);
+    md.close();
+    if (!md) throw InputError(fmt::format("{}: cannot write the Markdown summary", md_path));
   }
+  md_out.commit();
   fmt::print("{}", audit::format_summary(res, false));
   fmt::print("\nresults: {} (HDF5), {} (Markdown)\n", a.out, md_path);
   std::fflush(stdout);  // the plot script writes to the same terminal
   if (!a.plots.empty()) {
-    const std::string cmd = fmt::format("python3 \"{}/tools/plot_audit.py\" \"{}\" \"{}\"",
-                                        XENTLAB_SOURCE_DIR, a.out, a.plots);
-    if (std::system(cmd.c_str()) != 0)
-      fmt::print(stderr, "xentlab audit: the plots were not made ({} failed; tools/setup.sh --python installs h5py and matplotlib)\n", cmd);
+    // No shell: the arguments go to python3 as they are.
+    const std::string script = std::string(XENTLAB_SOURCE_DIR) + "/tools/plot_audit.py";
+    std::vector<std::string> args{"python3", script, a.out, a.plots};
+    std::vector<char*> argv;
+    for (auto& x : args) argv.push_back(x.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    int status = -1;
+    const bool ok = posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ) == 0 &&
+                    waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok)
+      fmt::print(stderr, "xentlab audit: the plots were not made (python3 {} failed; tools/setup.sh --python "
+                 "installs h5py and matplotlib)\n", script);
     else
       fmt::print("plots: {}/\n", a.plots);
   }
@@ -186,10 +215,13 @@ void register_audit(CLI::App& app) {
                 "recipes input/logits/accum/grad (comma list); default: the grid of logits x accum in "
                 "{fp32,bf16,fp16} for bf16 and fp16 inputs, plus all-fp32");
   c->add_option("--backend", a->backend, "auto (GPU if present), cpu (emulation) or cuda")->capture_default_str();
-  c->add_option("--rows", a->rows, "token rows of each problem's audited sub-batch (0 = all)")->capture_default_str();
-  c->add_option("--vocab-rows", a->vocab_rows, "vocabulary rows compared for dW/db (0 = all)")->capture_default_str();
+  c->add_option("--rows", a->rows, "token rows of each problem's audited sub-batch (0 = all)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  c->add_option("--vocab-rows", a->vocab_rows, "vocabulary rows compared for dW/db (0 = all)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   auto* tok = c->add_option("--tokens", a->tokens, "tokens N generated per synthetic problem")->capture_default_str();
-  c->add_option("--vocab", a->vocab, "vocabulary V of catalog datasets given with --dataset (default: the entry's)");
+  c->add_option("--vocab", a->vocab, "vocabulary V of catalog datasets given with --dataset (default: the entry's)")
+      ->check(CLI::PositiveNumber);
   auto* hid = c->add_option("--hidden", a->hidden, "hidden size D of the synthetic heads")->capture_default_str();
   c->add_option("--seed", a->seed, "seed of every generator and sample")->capture_default_str();
   c->add_option("--policy", a->policy, "pass/fail policy: audit, default, strict, lenient")->capture_default_str();

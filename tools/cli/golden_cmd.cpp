@@ -86,21 +86,21 @@ void register_golden(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--out,-o", a->out, "golden file to write (.h5)")->required();
   c->add_flag("--force", a->opt.force, "overwrite an existing file");
-  c->add_option("--tokens,-N", a->N, "tokens N (default: the dataset's)");
-  c->add_option("--vocab,-V", a->V, "vocabulary V");
-  c->add_option("--hidden,-D", a->D, "hidden size D");
+  c->add_option("--tokens,-N", a->N, "tokens N (default: the dataset's)")->check(CLI::PositiveNumber);
+  c->add_option("--vocab,-V", a->V, "vocabulary V")->check(CLI::PositiveNumber);
+  c->add_option("--hidden,-D", a->D, "hidden size D")->check(CLI::PositiveNumber);
   c->add_option("--dtype", a->dtype, "input dtype: bf16, fp16, fp32");
-  c->add_option("--sigma", a->sigma, "logit standard deviation");
+  c->add_option("--sigma", a->sigma, "logit standard deviation")->check(CLI::PositiveNumber);
   c->add_option("--seed", a->seed, "generator seed")->capture_default_str();
   c->add_option("--param", a->params, "dataset parameter key=value (see xentlab datasets)");
   c->add_option("--rows", a->opt.rows,
-                "sample this many token rows (0 = all; sampling drops dW/db)");
+                "sample this many token rows (0 = all; sampling drops dW/db)")->check(CLI::NonNegativeNumber);
   c->add_option("--vocab-rows", a->opt.vocab_rows,
-                "sample this many vocabulary rows of dW/db (0 = all)");
+                "sample this many vocabulary rows of dW/db (0 = all)")->check(CLI::NonNegativeNumber);
   c->add_option("--sample-seed", a->opt.sample_seed, "seed of the row samples")
       ->capture_default_str();
   c->add_flag("--no-grad", a->no_grad, "forward outputs only (no dH, dW, db, dz)");
-  c->add_option("--threads", a->opt.threads, "OpenMP threads (0 = default)");
+  c->add_option("--threads", a->opt.threads, "OpenMP threads (0 = default)")->check(CLI::Range(0, 4096));
   c->add_option("--reduction", a->reduction, "none, mean or sum (default mean)");
   c->add_option("--empty-mean", a->empty_mean, "mean of a batch with no valid row: nan or zero");
   a->o_ignore =
