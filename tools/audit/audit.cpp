@@ -61,6 +61,22 @@ std::vector<OutputRecord> outputs_of(const RunAssessment& a) {
   return recs;
 }
 
+// A run record with its identity filled in (problem, strategy, recipe, …); verdict and
+// statistics come later.
+RunRecord new_record(const AuditProblem& ap, const Strategy& st, const Recipe& recipe, DType input,
+                     const AuditConfig& cfg) {
+  RunRecord rec;
+  rec.problem = ap.name;
+  rec.regime = ap.regime;
+  rec.strategy = st.name();
+  rec.backend = std::string(to_string(st.backend()));
+  rec.device = cfg.device;
+  rec.recipe = recipe.name();
+  rec.spec = ap.spec.describe();
+  rec.input_dtype = std::string(to_string(input));
+  return rec;
+}
+
 }  // namespace
 
 double RunRecord::normwise(const std::string& output) const {
@@ -114,15 +130,7 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
         for (const Recipe& recipe : recipes) {
           if (recipe.input != input) continue;
           for (const Strategy* st : chosen) {
-            RunRecord rec;
-            rec.problem = ap.name;
-            rec.regime = ap.regime;
-            rec.strategy = st->name();
-            rec.backend = std::string(to_string(st->backend()));
-            rec.device = cfg.device;
-            rec.recipe = recipe.name();
-            rec.spec = ap.spec.describe();
-            rec.input_dtype = std::string(to_string(input));
+            RunRecord rec = new_record(ap, *st, recipe, input, cfg);
             rec.verdict = verdict_not_run(
                 Disposition::not_supported,
                 fmt::format("the problem's inputs have no {} version: {}", to_string(input), e.what()));
@@ -140,15 +148,7 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
       for (const Recipe& recipe : recipes) {
         if (recipe.input != input) continue;
         for (const Strategy* st : chosen) {
-          RunRecord rec;
-          rec.problem = ap.name;
-          rec.regime = ap.regime;
-          rec.strategy = st->name();
-          rec.backend = std::string(to_string(st->backend()));
-          rec.device = cfg.device;
-          rec.recipe = recipe.name();
-          rec.spec = ap.spec.describe();
-          rec.input_dtype = std::string(to_string(input));
+          RunRecord rec = new_record(ap, *st, recipe, input, cfg);
           rec.arith = st->arithmetic(recipe);
           if (cfg.progress)
             cfg.progress(done, total, fmt::format("{} {} {}", ap.name, st->name(), recipe.name()));
