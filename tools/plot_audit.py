@@ -67,7 +67,7 @@ def plot_error_vs_recipe(runs, out, path):
                 ys.append(max(e, 1e-18))
         if xs or inf_x:
             any_point = True
-            ax.scatter(xs, ys, label=p, marker="o^sDvP*x"[k % 8])
+            ax.scatter(xs, ys, label=p, marker="o^sDvP*x"[k % 8], color=plt.cm.tab20(k % 20))
             if inf_x:
                 ax.scatter(inf_x, [1.0] * len(inf_x), marker="X", color="red")
     if not any_point:

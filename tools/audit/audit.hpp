@@ -41,7 +41,7 @@ struct AuditConfig {
   std::vector<std::string> strategies;  ///< names; empty = every registered strategy
   std::vector<Recipe> recipes;          ///< empty = default_recipe_grid()
   Backend backend = Backend::cpu_emulation;
-  std::int64_t rows = 16;               ///< token rows of the sub-batch (0 = all)
+  std::int64_t rows = 8;                ///< token rows of the sub-batch (0 = all)
   std::int64_t vocab_rows = 256;        ///< vocabulary rows compared for dW/db (0 = all)
   std::uint64_t seed = 1;
   std::string policy = "default";       ///< numerics/bounds.hpp policy_by_name

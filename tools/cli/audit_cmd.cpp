@@ -38,7 +38,7 @@ struct AuditArgs {
   bool tokens_given = false, hidden_given = false;
   std::int64_t vocab = 0;  ///< --dataset generators: V (0 = the entry's default)
   std::string backend = "auto";
-  std::int64_t rows = 16, vocab_rows = 256, tokens = 16, hidden = 64;
+  std::int64_t rows = 8, vocab_rows = 256, tokens = 16, hidden = 64;
   std::uint64_t seed = 1;
   std::string policy = "audit";
   std::string out = "xentlab-audit.h5", markdown, plots;
