@@ -16,9 +16,16 @@ namespace xentlab {
 namespace fs = std::filesystem;
 namespace {
 
+// Element count of a declared shape; FormatError for a negative extent or a count past 2^48
+// (no file of this lab is that large: a forged or corrupt header, not data).
 std::int64_t numel_of(const std::vector<std::int64_t>& s) {
   std::int64_t n = 1;
-  for (auto e : s) n *= e;
+  for (auto e : s) {
+    if (e < 0) throw FormatError(fmt::format("declared shape has a negative extent {}", e));
+    if (e > 0 && n > (std::int64_t{1} << 48) / e)
+      throw FormatError("declared shape has more than 2^48 elements (corrupt or forged header)");
+    n *= e;
+  }
   return n;
 }
 
@@ -193,8 +200,11 @@ LoadedArray read_npy(const std::string& path) {
   std::vector<std::int64_t> shape;
   const std::string dims = m[1];
   const std::regex digits(R"(\d+)");
-  for (std::sregex_iterator it(dims.begin(), dims.end(), digits), end; it != end; ++it)
+  for (std::sregex_iterator it(dims.begin(), dims.end(), digits), end; it != end; ++it) {
+    if (it->str().size() > 15)
+      throw FormatError(fmt::format("{}: .npy shape extent {} is absurd", path, it->str()));
     shape.push_back(std::stoll(it->str()));
+  }
   const Elem e = npy_elem(descr, path);
   const std::size_t need = static_cast<std::size_t>(numel_of(shape)) * e.bytes;
   if (b.size() - hstart - hlen != need)
