@@ -22,8 +22,8 @@ const Problem& llama_head() {
   return p;
 }
 
-void BM_CertifiedRow(benchmark::State& st) {
-  const Problem& p = llama_head();
+// One certified row (loss + dH, 1 thread) per iteration, rotating over the problem's rows.
+void certified_rows(benchmark::State& st, const Problem& p) {
   ReferenceOptions o;
   o.want_dW = o.want_db = false;
   o.threads = 1;
@@ -34,6 +34,8 @@ void BM_CertifiedRow(benchmark::State& st) {
   }
   st.counters["rows/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
+
+void BM_CertifiedRow(benchmark::State& st) { certified_rows(st, llama_head()); }
 
 // Plain double: logits by a double dot product, max-shifted softmax with plain sums, dz, and
 // dH = dz·W by plain multiply-adds. No compensation, no bounds.
@@ -95,15 +97,7 @@ void BM_OracleRow(benchmark::State& st) {
 // Same shape as BM_OracleRow through the fast tier, for the oracle/fast cost ratio.
 void BM_CertifiedSmallRow(benchmark::State& st) {
   static const Problem p = make_gaussian_linear(4, 32000, 64, DType::bf16, 4.0, 2);
-  ReferenceOptions o;
-  o.want_dW = o.want_db = false;
-  o.threads = 1;
-  std::int64_t i = 0;
-  for (auto _ : st) {
-    o.token_rows = {i++ % p.N};
-    benchmark::DoNotOptimize(compute_reference(p, LossSpec{}, o).dH.data());
-  }
-  st.counters["rows/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+  certified_rows(st, p);
 }
 
 BENCHMARK(BM_CertifiedRow)->Unit(benchmark::kMillisecond)->MinTime(5.0);
