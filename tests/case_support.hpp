@@ -61,6 +61,19 @@ inline Problem logits_problem(DType dtype, const std::vector<std::vector<double>
   return Problem::from_logits(std::move(Z), std::move(targets), ignore_index, "case");
 }
 
+/// shared/cases C03: N rows of V = 10 fp32 logits x_ij = 0.1·(i+1)·(j−4.5), every target ignored.
+inline Problem c03_problem(std::int64_t N) {
+  std::vector<std::vector<double>> rows;
+  for (std::int64_t i = 0; i < N; ++i) {
+    std::vector<double> r;
+    for (int j = 0; j < 10; ++j)
+      r.push_back(round_to(0.1 * static_cast<double>(i + 1) * (j - 4.5), DType::fp32));
+    rows.push_back(r);
+  }
+  return logits_problem(DType::fp32, rows,
+                        std::vector<std::int64_t>(static_cast<std::size_t>(N), -100));
+}
+
 /// Linear problem reproducing a (finite) logits problem exactly: H = I_N (one-hot rows), W = Zᵀ.
 inline Problem linear_from_logits(const Problem& lp, std::int64_t ignore_index = -100) {
   const std::int64_t N = lp.N, V = lp.V;

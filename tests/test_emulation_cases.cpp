@@ -50,17 +50,6 @@ TEST(EmuCaseC01, LargeCommonOffsetWithinBoundsAndTheCancellingFormReproduced) {
   });
 }
 
-Problem c03_problem(std::int64_t N) {
-  std::vector<std::vector<double>> rows;
-  for (std::int64_t i = 0; i < N; ++i) {
-    std::vector<double> r;
-    for (int j = 0; j < 10; ++j)
-      r.push_back(round_to(0.1 * static_cast<double>(i + 1) * (j - 4.5), DType::fp32));
-    rows.push_back(r);
-  }
-  return logits_problem(DType::fp32, rows,
-                        std::vector<std::int64_t>(static_cast<std::size_t>(N), -100));
-}
 
 TEST(EmuCaseC03, EveryTargetIgnored) {
   const Problem lp = c03_problem(5);

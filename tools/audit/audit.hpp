@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/h5.hpp"
 #include "datasets/problem.hpp"
 #include "gpu/strategy.hpp"
 #include "numerics/bounds.hpp"
@@ -128,6 +129,10 @@ struct RegressReport {
 };
 /// Throws FormatError for a file that is not an xentlab results file.
 RegressReport regress(const std::string& baseline_path, const std::string& current_path);
+
+/// Opens an existing results file for reading after checking that it is one (format
+/// "xentlab-results", the format version this xentlab writes). Throws FormatError naming the file.
+h5::File open_results_file(const std::string& path);
 
 /// Terminal table of the runs (one line each) and the verdict section.
 std::string format_summary(const AuditResult& result, bool markdown);

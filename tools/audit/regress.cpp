@@ -18,12 +18,7 @@ struct RunSummary {
 using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
 
 std::map<Key, RunSummary> load_runs(const std::string& path) {
-  const h5::File f = h5::File::open_read(path);
-  if (!f.has_attr("format") || f.attr_string("format") != "xentlab-results")
-    throw FormatError(path + " is not an xentlab results file (attribute format != xentlab-results)");
-  if (f.attr_int("format_version") != 1)
-    throw FormatError(fmt::format("{}: results format version {} (this xentlab reads 1)", path,
-                                  f.attr_int("format_version")));
+  const h5::File f = open_results_file(path);
   std::map<Key, RunSummary> out;
   if (!f.exists("runs")) return out;
   const h5::Group runs = f.open_group("runs");

@@ -142,6 +142,16 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
 
 }  // namespace
 
+h5::File open_results_file(const std::string& path) {
+  h5::File f = h5::File::open_read(path);
+  if (!f.has_attr("format") || f.attr_string("format") != "xentlab-results")
+    throw FormatError(path + " is not an xentlab results file (attribute format != xentlab-results)");
+  if (f.attr_int("format_version") != kResultsFormatVersion)
+    throw FormatError(fmt::format("{}: results format version {} (this xentlab reads {})", path,
+                                  f.attr_int("format_version"), kResultsFormatVersion));
+  return f;
+}
+
 void write_results(const std::string& path, const AuditResult& res, const AuditConfig& cfg,
                    bool force, bool append) {
   const bool exists = std::filesystem::exists(path);
@@ -149,12 +159,7 @@ void write_results(const std::string& path, const AuditResult& res, const AuditC
   std::int64_t first_id = 0;
   if (append && exists) {
     {
-      const h5::File old = h5::File::open_read(path);
-      if (!old.has_attr("format") || old.attr_string("format") != "xentlab-results")
-        throw FormatError(path + " is not an xentlab results file (attribute format != xentlab-results)");
-      if (old.attr_int("format_version") != kResultsFormatVersion)
-        throw FormatError(fmt::format("{}: results format version {} (this xentlab writes {})", path,
-                                      old.attr_int("format_version"), kResultsFormatVersion));
+      const h5::File old = open_results_file(path);
       first_id = old.exists("runs") ? static_cast<std::int64_t>(old.open_group("runs").children().size()) : 0;
     }
     std::filesystem::copy_file(path, out.temp_path(), std::filesystem::copy_options::overwrite_existing);

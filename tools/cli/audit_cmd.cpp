@@ -100,11 +100,7 @@ int run_audit_command(const AuditArgs& a) {
     std::error_code ec;
     if (md_path == a.out || std::filesystem::equivalent(md_path, a.out, ec))
       throw InputError(fmt::format("--markdown {} is the results file itself", md_path));
-    if (a.append && std::filesystem::exists(a.out)) {
-      const h5::File old = h5::File::open_read(a.out);
-      if (!old.has_attr("format") || old.attr_string("format") != "xentlab-results")
-        throw InputError(fmt::format("--append: {} is not an xentlab results file", a.out));
-    }
+    if (a.append && std::filesystem::exists(a.out)) audit::open_results_file(a.out);
     AtomicOutput probe(a.out, a.force || a.append);  // folder exists, not a device, no clobbering
   }
   AtomicOutput md_out(md_path, a.force || a.append);
