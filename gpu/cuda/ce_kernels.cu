@@ -10,55 +10,15 @@
 #include <string>
 
 #include "gpu/cuda/ce_kernels.cuh"
+#include "gpu/cuda/ce_math.cuh"
 #include "gpu/cuda/cuda_check.hpp"
 
 namespace xentlab::gpu {
 namespace {
+using namespace cemath;
 
 constexpr int kThreads = 256;  // T of docs/arithmetic.md §4
 constexpr int kGroup = 8;      // elements per 16-byte load of a 16-bit dtype
-
-// ---- storage conversions -------------------------------------------------------------------
-__device__ __forceinline__ float to_f(float v) {
-  return v;
-}
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float to_f(__half v) {
-  return __half2float(v);
-}
-
-template <class T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) {
-  return __float2half_rn(v);
-}
-
-/// Rounds an fp32 value to the accumulator type A and back (exact for A = float).
-template <class A>
-__device__ __forceinline__ float rnd(float v) {
-  return to_f(from_f<A>(v));
-}
-
-/// Run-time accumulator rounding (0 fp32, 1 fp16, 2 bf16), for the non-hot kernels.
-__device__ __forceinline__ float rnd_rt(float v, int acc) {
-  if (acc == 1) return __half2float(__float2half_rn(v));
-  if (acc == 2) return __bfloat162float(__float2bfloat16_rn(v));
-  return v;
-}
-int acc_code(DType a) {
-  return a == DType::fp16 ? 1 : a == DType::bf16 ? 2 : 0;
-}
 
 // ---- 8-element loads/stores with the contract's ownership --------------------------------------
 template <class T>
@@ -107,32 +67,6 @@ __device__ __forceinline__ void store8(T* row, std::int64_t j0, std::int64_t V, 
     for (int k = 0; k < kGroup; ++k)
       if (j0 + k < V) row[j0 + k] = from_f<T>(v[k]);
   }
-}
-
-// ---- per-element arithmetic ------------------------------------------------------------------
-/// x = scale·z, then softcap; th receives tanh(x/c) (0 without softcap).
-__device__ __forceinline__ float transform(float z, const RowLossParams& p, float& th) {
-  float x = __fmul_rn(p.scale, z);
-  th = 0.0f;
-  if (p.softcap > 0.0f) {
-    th = tanhf(__fdiv_rn(x, p.softcap));
-    x = __fmul_rn(p.softcap, th);
-  }
-  return x;
-}
-
-/// dz_j before rounding to the output dtype (see the header).
-__device__ __forceinline__ float dz_value(float x, float th, bool is_target, float lse, float g,
-                                          const RowLossParams& p) {
-  const float pj = expf(__fsub_rn(x, lse));
-  float v = pj;
-  if (p.zloss) v = __fmul_rn(v, __fadd_rn(1.0f, __fmul_rn(p.two_lambda, lse)));
-  if (is_target) v = __fsub_rn(v, p.one_minus_eps);
-  if (p.smoothing) v = __fsub_rn(v, p.eps_over_V);
-  const float chain =
-      p.softcap > 0.0f ? __fmul_rn(p.scale, __fsub_rn(1.0f, __fmul_rn(th, th))) : p.scale;
-  v = __fmul_rn(v, chain);
-  return __fmul_rn(v, g);
 }
 
 __device__ __forceinline__ float block_max(float v, float* red) {
@@ -229,24 +163,9 @@ __global__ void __launch_bounds__(kThreads)
     s = block_tree_sum<A>(s, red);
     if (p.smoothing) sx = block_tree_sum<A>(sx, red);
 
-    const float lse = m == -INFINITY ? -INFINITY : rnd<A>(__fadd_rn(m, logf(s)));
+    const float lse = row_lse(m, s, RoundTo<A>{});
     if (tid == 0) {
-      float l = 0.0f;
-      if (bad_target) {
-        l = NAN;  // flagged row (the host validates targets before launching)
-      } else if (valid) {
-        if (x_t == -INFINITY) {
-          l = INFINITY;
-        } else {
-          if (p.smoothing)
-            l = __fsub_rn(__fsub_rn(lse, __fmul_rn(p.one_minus_eps, x_t)),
-                          __fmul_rn(p.eps_over_V, sx));
-          else
-            l = __fsub_rn(lse, x_t);
-          l = rnd<A>(l);
-          if (p.zloss) l = rnd<A>(__fadd_rn(l, __fmul_rn(p.lambda, __fmul_rn(lse, lse))));
-        }
-      }
+      const float l = row_loss(lse, x_t, sx, valid, bad_target, p, RoundTo<A>{});
       loss[row] = l;
       lse_out[row] = lse;
     }

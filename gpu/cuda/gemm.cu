@@ -37,18 +37,25 @@ void gemm(const Blas& b, cublasOperation_t ta, cublasOperation_t tb, std::int64_
 
 }  // namespace
 
-Blas::Blas(DeviceMemoryTracker& mem, cudaStream_t stream) : stream_(stream) {
+Blas::Blas(DeviceMemoryTracker& mem, cudaStream_t stream) : mem_(&mem), stream_(stream) {
   XL_CUBLAS_CHECK(cublasCreate(&h_));
   try {
     XL_CUBLAS_CHECK(cublasSetStream(h_, stream));
     XL_CUBLAS_CHECK(cublasSetMathMode(h_, CUBLAS_DEFAULT_MATH));
-    workspace_ = DeviceBuffer(mem, kCublasWorkspaceBytes, MemKind::extra, "cuBLAS workspace");
-    XL_CUBLAS_CHECK(
-        cublasSetWorkspace(h_, workspace_.get(), static_cast<std::size_t>(kCublasWorkspaceBytes)));
   } catch (...) {
     cublasDestroy(h_);
     throw;
   }
+}
+
+cublasHandle_t Blas::handle() const {
+  // The workspace is taken at the first GEMM, so a run that issues none (fused) holds none.
+  if (workspace_.get() == nullptr) {
+    workspace_ = DeviceBuffer(*mem_, kCublasWorkspaceBytes, MemKind::extra, "cuBLAS workspace");
+    XL_CUBLAS_CHECK(
+        cublasSetWorkspace(h_, workspace_.get(), static_cast<std::size_t>(kCublasWorkspaceBytes)));
+  }
+  return h_;
 }
 
 Blas::~Blas() {

@@ -6,8 +6,8 @@
 // output of the operand dtype or fp32 (operands bf16/fp16), or fp32 only (operands fp32). Callers
 // use gemm_output_direct() to choose between a direct write and an fp32 temporary that a rounding
 // kernel (ce_kernels.cuh) converts — the same single rounding of the fp32 accumulator.
-// The cuBLAS workspace is set explicitly (cublasSetWorkspace) from the tracking allocator, so it
-// counts as extra device memory. Errors: DeviceError through XL_CUBLAS_CHECK.
+// The cuBLAS workspace is set explicitly (cublasSetWorkspace) from the tracking allocator at the
+// first GEMM of a handle, so it counts as extra device memory (and a run without GEMMs has none). Errors: DeviceError through XL_CUBLAS_CHECK.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -28,13 +28,15 @@ class Blas {
   ~Blas();
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
-  cublasHandle_t handle() const { return h_; }
+  /// The handle; the first call takes the workspace from the tracker (extra memory).
+  cublasHandle_t handle() const;
   cudaStream_t stream() const { return stream_; }
 
  private:
+  DeviceMemoryTracker* mem_ = nullptr;
   cublasHandle_t h_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  DeviceBuffer workspace_;
+  mutable DeviceBuffer workspace_;
 };
 
 /// True when cuBLAS writes an output of dtype `out` from operands of dtype `operands` directly.

@@ -1,5 +1,5 @@
 // Registration of the CUDA strategies: one explicit list, in the order naive, chunked,
-// checkpointed.
+// checkpointed, fused.
 #include <memory>
 #include <vector>
 
@@ -10,12 +10,14 @@ namespace gpu {
 std::unique_ptr<Strategy> make_cuda_naive();         // naive.cu
 std::unique_ptr<Strategy> make_cuda_chunked();       // chunked.cu
 std::unique_ptr<Strategy> make_cuda_checkpointed();  // checkpointed.cu
+std::unique_ptr<Strategy> make_cuda_fused();         // fused.cu
 }  // namespace gpu
 
 void register_cuda_strategies(std::vector<std::unique_ptr<Strategy>>& out) {
   out.push_back(gpu::make_cuda_naive());
   out.push_back(gpu::make_cuda_chunked());
   out.push_back(gpu::make_cuda_checkpointed());
+  out.push_back(gpu::make_cuda_fused());
 }
 
 }  // namespace xentlab

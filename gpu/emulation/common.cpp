@@ -92,35 +92,51 @@ void block_linear_logits(const Ctx& c, const float* Hs, std::int64_t R, float* Z
   }
 }
 
-// §8 dH = dz·W for a block of R rows: fp32, sequential over j per (r, k), exact products. The
-// hidden dimension is split over threads; each reads its slice of every W row.
-void block_dH(const Ctx& c, const float* dz, std::int64_t R, float* acc, bool par) {
+// §8 dH = dz·W for a block of R rows: fp32 with exact products, per (r, k) sequential over j —
+// over all of V (vocab_tile = 0: one GEMM over the row), or (fused, vocab_tile > 0) within each
+// vocabulary tile into a fresh fp32 partial that is then added to the running sum, as the fused
+// kernel's per-tile tensor-core sums added into its fp32 dH accumulator. The hidden dimension is
+// split over threads; each reads its slice of every W row.
+void block_dH(const Ctx& c, const float* dz, std::int64_t R, float* acc, bool par,
+              std::int64_t vocab_tile) {
   const std::int64_t V = c.V, D = c.D;
   std::fill(acc, acc + R * D, 0.0f);
   const std::int64_t slices = par ? std::max<std::int64_t>(1, std::min<std::int64_t>(D, 64)) : 1;
   const std::int64_t width = (D + slices - 1) / slices;
+  const std::int64_t tile = vocab_tile > 0 ? vocab_tile : V;
 #pragma omp parallel if (par)
   {
     std::vector<double> wbuf(static_cast<std::size_t>(width));
     std::vector<float> w(static_cast<std::size_t>(width));
+    std::vector<float> part(vocab_tile > 0 ? static_cast<std::size_t>(R * width) : 0);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t sl = 0; sl < slices; ++sl) {
       const std::int64_t k0 = sl * width, k1 = std::min(D, k0 + width);
       if (k0 >= k1) continue;
-      for (std::int64_t j = 0; j < V; ++j) {
-        bool any = false;
-        for (std::int64_t r = 0; r < R && !any; ++r) any = dz[r * V + j] != 0.0f;
-        if (!any) continue;  // adding exact zeros leaves fp32 sums unchanged
-        c.pb->W.read(j * D + k0, k1 - k0, wbuf.data());
-        for (std::int64_t k = 0; k < k1 - k0; ++k)
-          w[static_cast<std::size_t>(k)] = static_cast<float>(wbuf[static_cast<std::size_t>(k)]);
-        for (std::int64_t r = 0; r < R; ++r) {
-          const float dzj = dz[r * V + j];
-          if (dzj == 0.0f) continue;
-          float* a = acc + r * D;
-          for (std::int64_t k = k0; k < k1; ++k)
-            a[k] = std::fma(dzj, w[static_cast<std::size_t>(k - k0)], a[k]);
+      for (std::int64_t j0 = 0; j0 < V; j0 += tile) {
+        const std::int64_t j1 = std::min(V, j0 + tile);
+        // Sums of this tile: straight into acc (one tile = the whole row), or into part.
+        float* dst = vocab_tile > 0 ? part.data() : nullptr;
+        const std::int64_t ld = vocab_tile > 0 ? width : D;
+        if (dst != nullptr) std::fill(part.begin(), part.end(), 0.0f);
+        for (std::int64_t j = j0; j < j1; ++j) {
+          bool any = false;
+          for (std::int64_t r = 0; r < R && !any; ++r) any = dz[r * V + j] != 0.0f;
+          if (!any) continue;  // adding exact zeros leaves fp32 sums unchanged
+          c.pb->W.read(j * D + k0, k1 - k0, wbuf.data());
+          for (std::int64_t k = 0; k < k1 - k0; ++k)
+            w[static_cast<std::size_t>(k)] = static_cast<float>(wbuf[static_cast<std::size_t>(k)]);
+          for (std::int64_t r = 0; r < R; ++r) {
+            const float dzj = dz[r * V + j];
+            if (dzj == 0.0f) continue;
+            float* a = dst != nullptr ? dst + r * ld - k0 : acc + r * D;
+            for (std::int64_t k = k0; k < k1; ++k)
+              a[k] = std::fma(dzj, w[static_cast<std::size_t>(k - k0)], a[k]);
+          }
         }
+        if (dst != nullptr)
+          for (std::int64_t r = 0; r < R; ++r)
+            for (std::int64_t k = k0; k < k1; ++k) acc[r * D + k] += dst[r * ld + k - k0];
       }
     }
   }
@@ -360,10 +376,14 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   // into the accum-dtype accumulator (§8). naive/fused: dW is one fp32 GEMM over all rows in order;
   // the fp32 accumulator is carried across blocks, so the block size only bounds the host memory.
   const bool chunk_acc = cfg_.kind == Kind::chunked || cfg_.kind == Kind::checkpointed;
-  std::int64_t block = chunk_acc
-                           ? chunk_of(req, V, S)
-                           : std::max<std::int64_t>(
-                                 1, (std::int64_t{64} << 20) / (4 * std::max<std::int64_t>(V, 1)));
+  // fused: token blocks of kFusedTile rows, each block's dW and db an fp32 partial added into the
+  // fp32 accumulator (the kernel's per-tile sums added atomically; docs/fused.md).
+  const bool tile_acc = cfg_.kind == Kind::fused;
+  std::int64_t block = chunk_acc  ? chunk_of(req, V, S)
+                       : tile_acc ? kFusedTile
+                                  : std::max<std::int64_t>(
+                                        1, (std::int64_t{64} << 20) /
+                                               (4 * std::max<std::int64_t>(V, 1)));
   block = std::max<std::int64_t>(1, std::min(block, S));
   const bool par = S * V * (D + 4) >= (std::int64_t{1} << 18);
   if (grads) {
@@ -416,7 +436,7 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
     }
     if (!grads || !c.linear) continue;
     const float* dz = zbuf.data();
-    block_dH(c, dz, R, dHacc.data(), par);
+    block_dH(c, dz, R, dHacc.data(), par, tile_acc ? kFusedTile : 0);
     for (std::int64_t r = 0; r < R; ++r)
       for (std::int64_t d = 0; d < D; ++d)
         out.dH[sz((q0 + r) * D + d)] = rnd(dHacc[sz(r * D + d)], G);
@@ -427,17 +447,23 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
       std::vector<float> part(sz(D));
 #pragma omp for schedule(static)
       for (std::int64_t j = 0; j < V; ++j) {
-        float* accw = chunk_acc ? part.data() : dW_acc.data() + j * D;
-        if (chunk_acc) std::fill(part.begin(), part.end(), 0.0f);
-        float dbs = chunk_acc ? 0.0f : (db_acc.empty() ? 0.0f : db_acc[sz(j)]);
+        const bool partial = chunk_acc || tile_acc;
+        float* accw = partial ? part.data() : dW_acc.data() + j * D;
+        if (partial) std::fill(part.begin(), part.end(), 0.0f);
+        float dbs = partial ? 0.0f : (db_acc.empty() ? 0.0f : db_acc[sz(j)]);
         for (std::int64_t r = 0; r < R; ++r) {
           const float dzj = dz[r * V + j];
           if (dzj == 0.0f) continue;  // adding exact zeros leaves an fp32 sum unchanged
           const float* h = Hs.data() + (q0 + r) * D;
           for (std::int64_t d = 0; d < D; ++d) accw[d] = std::fma(dzj, h[d], accw[d]);
-          if (!db_acc.empty()) dbs = rnd(dbs + dzj, A);  // db: Σ_i dz_ij in the accum dtype
+          // db: Σ_i dz_ij in the accum dtype (fused: fp32 per block, as its atomics).
+          if (!db_acc.empty()) dbs = tile_acc ? dbs + dzj : rnd(dbs + dzj, A);
         }
-        if (chunk_acc) {
+        if (tile_acc) {
+          float* a = dW_acc.data() + j * D;
+          for (std::int64_t d = 0; d < D; ++d) a[d] += accw[d];
+          if (!db_acc.empty()) db_acc[sz(j)] += dbs;
+        } else if (chunk_acc) {
           float* a = dW_acc.data() + j * D;
           for (std::int64_t d = 0; d < D; ++d) a[d] = rnd(a[d] + accw[d], A);
           if (!db_acc.empty()) db_acc[sz(j)] = rnd(db_acc[sz(j)] + dbs, A);

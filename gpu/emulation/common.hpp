@@ -7,7 +7,8 @@
 //   naive         blocked, T = 256          one fp32 GEMM over all rows (in row order)
 //   chunked       blocked, T = 256          fp32 GEMM per chunk, chunk results added in accum
 //   checkpointed  blocked, T = 256          as chunked (backward recomputes logits exactly)
-//   fused         online tiles of 128       fp32 over all rows (in row order)
+//   fused         online tiles of 128       fp32 partial per block of 128 rows, added in fp32
+//                                           (dH likewise per vocabulary tile of 128; db fp32)
 // Host memory is the emulator's own (a block of rows' logits/dz, the dW accumulator), reported in
 // peak_extra_bytes; W is read on demand in panels, never copied whole.
 // Results of checkpointed equal chunked's (the recomputation is bit-identical by construction);

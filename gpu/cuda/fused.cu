@@ -1,0 +1,716 @@
+// fused: linear + cross-entropy with no logits in device memory (docs/arithmetic.md §9; the
+// kernel design and its measurements: docs/fused.md).
+//
+// Three kernels, each a tensor-core GEMM of H (N×D) against W (V×D) — mma.sync m16n8k16 (HMMA)
+// with bf16 or fp16 operands and fp32 accumulation, tiles of BM = 128 tokens × BN = 128 vocabulary
+// entries, K steps of 32 through a 3-stage cp.async pipeline — whose epilogue never stores a
+// logit:
+//   1. forward: a CTA walks a range of vocabulary tiles for its 128 rows and folds each tile into
+//      a per-thread running (max, sum-exp) in the accumulator dtype (and Σx for label smoothing);
+//      the thread that holds the target column records x_t. The per-thread states are merged
+//      (quad shuffles, then the four warps of a row in order) into one partial per CTA;
+//   2. finalize: per row, the partials of the vocabulary ranges are merged in order → lse, loss;
+//   3. backward: per (token block, vocabulary block) tile, the logits are recomputed with the very
+//      same GEMM and epilogue (bit-identical z), dz is formed in registers from the stored lse and
+//      the upstream gradient, rounded to the logits dtype (= the operand dtype, see below) and
+//      kept in shared memory; then dH[rows, :] += dz·W[cols, :] and dW[cols, :] += dzᵀ·H[rows, :]
+//      are two more tensor-core GEMMs over D in slices of 64, added into fp32 accumulators with
+//      atomics (red.global.add), and db with fp32 atomics. dz is never written to global memory.
+// Gradients therefore accumulate in fp32 in an order that depends on scheduling: repeat runs agree
+// within the a-priori bound, not bit for bit (loss and lse are deterministic: no atomics there).
+//
+// Recipes: operands bf16 or fp16 (the problem's input dtype); logits dtype = input dtype (dz is
+// held in the logits dtype and must be an exact tensor-core operand; an fp32 dz would need an fp32
+// GEMM, which this strategy does not have); any accumulator dtype (fp32/bf16/fp16: the online
+// state is rounded to it after every operation) and grad dtype. Others are refused by
+// can_implement. Linear problems only (a logits problem has its logits in memory already).
+// Extra device memory: the fp32 dH and dW accumulators (none when the grad dtype is fp32: the
+// outputs accumulate), the fp32 db accumulator, and < 64 MiB of per-row partial states.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "gpu/cuda/ce_math.cuh"
+#include "gpu/cuda/cuda_check.hpp"
+#include "gpu/cuda/cuda_strategy.cuh"
+
+namespace xentlab::gpu {
+namespace {
+using namespace cemath;
+
+// ---- tile configuration --------------------------------------------------------------------
+constexpr int kBM = 128;                 // tokens per tile
+constexpr int kBN = 128;                 // vocabulary entries per tile
+constexpr int kBK = 32;                  // K (hidden) step of the logits GEMM
+constexpr int kStages = 3;               // cp.async pipeline depth of the logits GEMM
+constexpr int kThreads = 256;            // 8 warps
+constexpr int kLds = kBK + 8;            // padded smem row (halves): conflict-free ldmatrix
+constexpr int kDS = 64;                  // hidden slice of the gradient GEMMs
+constexpr int kLdg = kDS + 8;            // padded smem row of a gradient slice
+constexpr int kLdz = kBN + 8;            // padded smem row of the dz tile
+constexpr int kMainHalves = kStages * (kBM + kBN) * kLds;  // 30720 halves
+constexpr int kGradHalves = 2 * (kBM + kBN) * kLdg;        // 36864 halves
+constexpr int kRegionHalves = kMainHalves > kGradHalves ? kMainHalves : kGradHalves;
+constexpr int kFwdSmem = kMainHalves * 2;                             // 61440 B
+constexpr int kBwdSmem = (kRegionHalves + kBM * kLdz) * 2;            // 108544 B
+constexpr int kGroupN = 16;  // token blocks per raster group of the backward (L2 reuse)
+constexpr int kTileOrder = 8;  // columns a thread folds per tile (declared online tile)
+
+static_assert(kFwdSmem >= 4 * kBM * 3 * 4, "forward merge scratch fits in the pipeline region");
+
+// ---- PTX wrappers --------------------------------------------------------------------------
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;  // 0 source bytes: the 16 destination bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldsm_x4(std::uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(std::uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+/// c += a·b, m16n8k16, fp32 accumulation; T = __nv_bfloat16 or __half operands.
+template <class T>
+__device__ __forceinline__ void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                    std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// ---- tile loads ----------------------------------------------------------------------------
+/// Loads ROWS × COLS halves of a row-major matrix X (nrows × ld, 16-bit) starting at (r0, c0)
+/// into smem (row stride LD halves); entries outside (nrows, ncols) are zero. kVec: ld % 8 == 0
+/// and 16-byte aligned rows, so cp.async of 8 halves (a chunk is wholly inside or outside);
+/// otherwise plain loads (a slow path for unaligned shapes such as D = 123).
+template <bool kVec, int ROWS, int COLS, int LD>
+__device__ __forceinline__ void load_tile(std::uint16_t* s, const std::uint16_t* X,
+                                          std::int64_t r0, std::int64_t nrows, std::int64_t c0,
+                                          std::int64_t ncols, std::int64_t ld) {
+  if constexpr (kVec) {
+    constexpr int kChunks = ROWS * COLS / 8;
+    static_assert(kChunks % kThreads == 0, "whole chunks per thread");
+#pragma unroll
+    for (int q = 0; q < kChunks / kThreads; ++q) {
+      const int idx = threadIdx.x + q * kThreads;
+      const int r = idx / (COLS / 8), cc = (idx % (COLS / 8)) * 8;
+      const std::int64_t gr = r0 + r, gc = c0 + cc;
+      const bool ok = gr < nrows && gc < ncols;
+      cp_async16(s + r * LD + cc, ok ? X + gr * ld + gc : X, ok);
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < ROWS * COLS; idx += kThreads) {
+      const int r = idx / COLS, cc = idx % COLS;
+      const std::int64_t gr = r0 + r, gc = c0 + cc;
+      s[r * LD + cc] = gr < nrows && gc < ncols ? X[gr * ld + gc] : std::uint16_t{0};
+    }
+  }
+}
+
+/// The logits GEMM of one tile: acc = H[m0:m0+128, :] · W[n0:n0+128, :]ᵀ, fp32 accumulation over
+/// D in steps of 32 (16 per mma), increasing k. Warps 2 (M) × 4 (N), warp tile 64 × 32;
+/// acc[i][j][e] is row wm·64 + 16i + g + 8(e/2), column wn·32 + 8j + 2c + (e%2), with g = lane/4,
+/// c = lane%4 (the mma accumulator layout). Leaves smem free (all groups waited, barrier).
+template <class T, bool kVec>
+__device__ __forceinline__ void logits_tile(float (&acc)[4][4][4], std::uint16_t* smem,
+                                            const std::uint16_t* H, const std::uint16_t* W,
+                                            std::int64_t m0, std::int64_t N, std::int64_t n0,
+                                            std::int64_t V, std::int64_t D) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int wm = warp / 4, wn = warp % 4;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  const std::int64_t KT = (D + kBK - 1) / kBK;
+  auto stage_a = [&](std::int64_t st) { return smem + st * (kBM + kBN) * kLds; };
+  auto load_stage = [&](std::int64_t kt) {
+    std::uint16_t* a = stage_a(kt % kStages);
+    load_tile<kVec, kBM, kBK, kLds>(a, H, m0, N, kt * kBK, D, D);
+    load_tile<kVec, kBN, kBK, kLds>(a + kBM * kLds, W, n0, V, kt * kBK, D, D);
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < KT) load_stage(st);
+    cp_async_commit();
+  }
+  for (std::int64_t kt = 0; kt < KT; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (kt + kStages - 1 < KT) load_stage(kt + kStages - 1);
+    cp_async_commit();
+    const std::uint16_t* As = stage_a(kt % kStages);
+    const std::uint16_t* Bs = As + kBM * kLds;
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      std::uint32_t a[4][4], b[2][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        ldsm_x4(a[i], As + (wm * 64 + i * 16 + lane % 16) * kLds + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj)
+        ldsm_x4(b[jj], Bs + (wn * 32 + jj * 16 + lane % 8 + (lane / 16) * 8) * kLds + kk * 16 +
+                           ((lane / 8) % 2) * 8);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma<T>(acc[i][j], a[i], b[j / 2][(j % 2) * 2], b[j / 2][(j % 2) * 2 + 1]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+}
+
+/// Epilogue value: z = rnd_logits(acc + bias) (§1), x = transform(z) (§2); −inf outside V.
+__device__ __forceinline__ float logit_of(float acc, std::int64_t col, std::int64_t V,
+                                          const float* bias, int logits_code,
+                                          const RowLossParams& p, float& th) {
+  th = 0.0f;
+  if (col >= V) return -INFINITY;
+  float r = acc;
+  if (bias != nullptr) r = __fadd_rn(r, bias[col]);
+  return transform(rnd_rt(r, logits_code), p, th);
+}
+
+struct FusedArgs {
+  const std::uint16_t* H = nullptr;  // (N, D)
+  const std::uint16_t* W = nullptr;  // (V, D)
+  const float* bias = nullptr;       // (V) or null
+  const std::int64_t* targets = nullptr;
+  std::int64_t N = 0, V = 0, D = 0;
+  RowLossParams p;
+  int logits_code = 0, acc_code = 0;
+  // forward
+  int splits = 1;             // vocabulary ranges per token block
+  std::int64_t tiles_per_split = 0;
+  float* part_m = nullptr;    // (splits, N)
+  float* part_s = nullptr;    // (splits, N)
+  float* part_sx = nullptr;   // (splits, N), label smoothing only
+  float* x_target = nullptr;  // (N)
+  // backward
+  const float* lse = nullptr;  // (N)
+  RowGradScale g;
+  float* dH = nullptr;  // (N, D) fp32 accumulator
+  float* dW = nullptr;  // (V, D) fp32 accumulator
+  float* db = nullptr;  // (V) fp32 accumulator or null
+};
+
+__device__ __forceinline__ bool target_valid(std::int64_t t, const RowLossParams& p) {
+  return t != p.ignore_index && t >= 0 && t < p.V;
+}
+
+/// Merges online state (m2, s2) into (m, s): m' = max, s = rnd_A(s·e^{m−m'} + s2·e^{m2−m'}).
+__device__ __forceinline__ void merge_state(float& m, float& s, float m2, float s2, int acc) {
+  const float mn = fmaxf(m, m2);
+  if (mn == -INFINITY) return;  // both empty
+  const float a = m == -INFINITY ? 0.0f : __fmul_rn(s, expf(__fsub_rn(m, mn)));
+  const float b = m2 == -INFINITY ? 0.0f : __fmul_rn(s2, expf(__fsub_rn(m2, mn)));
+  s = rnd_rt(__fadd_rn(a, b), acc);
+  m = mn;
+}
+
+// ---- 1. forward ------------------------------------------------------------------------------
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kThreads, 2) fused_forward_kernel(FusedArgs a) {
+  extern __shared__ __align__(16) std::uint16_t smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int wm = warp / 4, wn = warp % 4, g = lane / 4, c = lane % 4;
+  const std::int64_t split = blockIdx.x % a.splits, mb = blockIdx.x / a.splits;
+  const std::int64_t m0 = mb * kBM;
+  const std::int64_t VT = (a.V + kBN - 1) / kBN;
+  const std::int64_t t0 = split * a.tiles_per_split,
+                     t1 = std::min<std::int64_t>(VT, t0 + a.tiles_per_split);
+  const RowLossParams& p = a.p;
+  // Row slots of this thread: r = wm·64 + 16i + g + 8h.
+  float m[4][2], s[4][2], sx[4][2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m[i][h] = -INFINITY;
+      s[i][h] = 0.0f;
+      sx[i][h] = 0.0f;
+    }
+  float acc[4][4][4];
+  for (std::int64_t vt = t0; vt < t1; ++vt) {
+    const std::int64_t n0 = vt * kBN;
+    logits_tile<T, kVec>(acc, smem, a.H, a.W, m0, a.N, n0, a.V, a.D);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // This thread's 8 columns of the row, in increasing column order. The target is re-read
+        // per tile (L1-resident) rather than held: registers are the forward's limit.
+        const std::int64_t row = m0 + wm * 64 + i * 16 + g + 8 * h;
+        const std::int64_t tgt = row < a.N ? a.targets[row] : p.ignore_index;
+        const bool has_t = target_valid(tgt, p) && tgt >= n0 && tgt < n0 + kBN;
+        float x[8];
+        float tm = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const std::int64_t col = n0 + wn * 32 + j * 8 + 2 * c + e;
+            float th;
+            const float v = logit_of(acc[i][j][2 * h + e], col, a.V, a.bias, a.logits_code, p, th);
+            x[2 * j + e] = v;
+            tm = fmaxf(tm, v);
+            if (has_t && col == tgt) a.x_target[row] = v;
+          }
+        if (p.smoothing) {
+          float ts = 0.0f;
+          const std::int64_t c0 = n0 + wn * 32 + 2 * c;
+#pragma unroll
+          for (int q = 0; q < 8; ++q)
+            if (c0 + (q / 2) * 8 + q % 2 < a.V) ts = rnd_rt(__fadd_rn(ts, rnd_rt(x[q], a.acc_code)), a.acc_code);
+          sx[i][h] = rnd_rt(__fadd_rn(sx[i][h], ts), a.acc_code);
+        }
+        if (tm == -INFINITY) continue;  // all masked or outside V
+        const float mn = fmaxf(m[i][h], tm);
+        float ts = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+          ts = rnd_rt(__fadd_rn(ts, rnd_rt(expf(__fsub_rn(x[q], mn)), a.acc_code)), a.acc_code);
+        const float scaled =
+            m[i][h] == -INFINITY ? 0.0f : __fmul_rn(s[i][h], expf(__fsub_rn(m[i][h], mn)));
+        s[i][h] = rnd_rt(__fadd_rn(scaled, ts), a.acc_code);
+        m[i][h] = mn;
+      }
+  }
+  // Merge the quad (lanes c = 0..3 of a row): xor 1, then xor 2.
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int o = 1; o <= 2; o <<= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m[i][h], o);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s[i][h], o);
+        const float x2 = __shfl_xor_sync(0xffffffffu, sx[i][h], o);
+        // Same operand order on both lanes (lower lane first) so both hold the same result.
+        const bool lower = (c & o) == 0;
+        float ma = lower ? m[i][h] : m2, sa = lower ? s[i][h] : s2;
+        merge_state(ma, sa, lower ? m2 : m[i][h], lower ? s2 : s[i][h], a.acc_code);
+        m[i][h] = ma;
+        s[i][h] = sa;
+        sx[i][h] = rnd_rt(lower ? __fadd_rn(sx[i][h], x2) : __fadd_rn(x2, sx[i][h]), a.acc_code);
+      }
+  // Merge the four warps of a row (wn = 0..3, in order) through smem (the pipeline region is free).
+  float* sm = reinterpret_cast<float*>(smem);  // [4][kBM] m, then s, then sx
+  if (c == 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wm * 64 + i * 16 + g + 8 * h;
+        sm[wn * kBM + r] = m[i][h];
+        sm[4 * kBM + wn * kBM + r] = s[i][h];
+        sm[8 * kBM + wn * kBM + r] = sx[i][h];
+      }
+  }
+  __syncthreads();
+  if (threadIdx.x < kBM) {
+    const int r = threadIdx.x;
+    const std::int64_t row = m0 + r;
+    if (row < a.N) {
+      float mm = sm[r], ss = sm[4 * kBM + r], xx = sm[8 * kBM + r];
+      for (int w = 1; w < 4; ++w) {
+        merge_state(mm, ss, sm[w * kBM + r], sm[4 * kBM + w * kBM + r], a.acc_code);
+        xx = rnd_rt(__fadd_rn(xx, sm[8 * kBM + w * kBM + r]), a.acc_code);
+      }
+      a.part_m[split * a.N + row] = mm;
+      a.part_s[split * a.N + row] = ss;
+      if (a.part_sx != nullptr) a.part_sx[split * a.N + row] = xx;
+    }
+  }
+}
+
+// ---- 2. finalize -----------------------------------------------------------------------------
+__global__ void fused_finalize_kernel(FusedArgs a, float* loss, float* lse) {
+  const std::int64_t row = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= a.N) return;
+  float m = -INFINITY, s = 0.0f, sx = 0.0f;
+  for (int k = 0; k < a.splits; ++k) {
+    merge_state(m, s, a.part_m[k * a.N + row], a.part_s[k * a.N + row], a.acc_code);
+    if (a.part_sx != nullptr) sx = rnd_rt(__fadd_rn(sx, a.part_sx[k * a.N + row]), a.acc_code);
+  }
+  const RoundRt rnd_a{a.acc_code};
+  const float l = row_lse(m, s, rnd_a);
+  const std::int64_t t = a.targets[row];
+  const bool valid = target_valid(t, a.p);
+  const bool bad = t != a.p.ignore_index && !valid;
+  lse[row] = l;
+  loss[row] = row_loss(l, valid ? a.x_target[row] : 0.0f, sx, valid, bad, a.p, rnd_a);
+}
+
+// ---- 3. backward -----------------------------------------------------------------------------
+template <class T>
+__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+  const T a = from_f<T>(lo), b = from_f<T>(hi);
+  std::uint16_t ua, ub;
+  memcpy(&ua, &a, 2);
+  memcpy(&ub, &b, 2);
+  return std::uint32_t(ua) | (std::uint32_t(ub) << 16);
+}
+
+template <bool kVec>
+__device__ __forceinline__ void atomic_add2(float* dst, std::int64_t idx, float v0, float v1,
+                                            bool ok0, bool ok1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kVec) {
+    if (ok0 && ok1) {  // one 8-byte vector reduction (sm_90), idx even and D even
+      atomicAdd(reinterpret_cast<float2*>(dst + idx), make_float2(v0, v1));
+      return;
+    }
+  }
+#endif
+  if (ok0) atomicAdd(dst + idx, v0);
+  if (ok1) atomicAdd(dst + idx + 1, v1);
+}
+
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a) {
+  extern __shared__ __align__(16) std::uint16_t smem[];
+  std::uint16_t* dzs = smem + kRegionHalves;  // (kBM, kLdz) dz tile in the operand dtype
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, c = lane % 4;
+  const RowLossParams& p = a.p;
+  // Raster: groups of kGroupN token blocks, token block fastest within a group (L2 reuse of both
+  // the H rows and the W rows that the CTAs in flight read).
+  const std::int64_t MB = (a.N + kBM - 1) / kBM, VB = (a.V + kBN - 1) / kBN;
+  const std::int64_t b = blockIdx.x, per_group = std::int64_t(kGroupN) * VB;
+  const std::int64_t grp = b / per_group, local = b % per_group;
+  const std::int64_t gn = std::min<std::int64_t>(kGroupN, MB - grp * kGroupN);
+  const std::int64_t mb = grp * kGroupN + local % gn, vb = local / gn;
+  const std::int64_t m0 = mb * kBM, n0 = vb * kBN;
+
+  // Rows of the block with a valid target; a block without any is skipped (its dz is 0).
+  bool any = false;
+  if (threadIdx.x < kBM) {
+    const std::int64_t row = m0 + threadIdx.x;
+    any = row < a.N && target_valid(a.targets[row], p);
+  }
+  if (!__syncthreads_or(any)) return;
+
+  {
+    const int wm = warp / 4, wn = warp % 4;
+    float acc[4][4][4];
+    logits_tile<T, kVec>(acc, smem, a.H, a.W, m0, a.N, n0, a.V, a.D);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wm * 64 + i * 16 + g + 8 * h;
+        const std::int64_t row = m0 + r;
+        std::int64_t t = p.ignore_index;
+        float lse = 0.0f, gi = 0.0f;
+        if (row < a.N) {
+          t = a.targets[row];
+          lse = a.lse[row];
+          gi = a.g.g_rows != nullptr ? a.g.g_rows[row] : a.g.g_scalar;
+        }
+        const bool valid = row < a.N && target_valid(t, p);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float d[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const std::int64_t col = n0 + wn * 32 + j * 8 + 2 * c + e;
+            float th;
+            const float x = logit_of(acc[i][j][2 * h + e], col, a.V, a.bias, a.logits_code, p, th);
+            d[e] = valid && col < a.V
+                       ? rnd_rt(dz_value(x, th, col == t, lse, gi, p), a.logits_code)
+                       : 0.0f;
+          }
+          *reinterpret_cast<std::uint32_t*>(dzs + r * kLdz + wn * 32 + j * 8 + 2 * c) =
+              pack2<T>(d[0], d[1]);
+        }
+      }
+  }
+  __syncthreads();
+  // db: column sums of the tile (fp32, increasing row), added atomically.
+  if (a.db != nullptr && threadIdx.x < kBN && n0 + threadIdx.x < a.V) {
+    float sum = 0.0f;
+    for (int r = 0; r < kBM; ++r) {
+      T v;
+      memcpy(&v, dzs + r * kLdz + threadIdx.x, 2);
+      sum = __fadd_rn(sum, to_f(v));
+    }
+    atomicAdd(a.db + n0 + threadIdx.x, sum);
+  }
+
+  // Gradient GEMMs over D in slices of kDS, double-buffered; warps 4 (M) × 2 (N), warp tile
+  // 32 × 32 for both dH (rows × hidden, K = vocabulary) and dW (vocabulary × hidden, K = rows).
+  const int wm = warp / 2, wn = warp % 2;
+  const std::int64_t slices = (a.D + kDS - 1) / kDS;
+  const std::int64_t first = (mb + vb) % slices;  // rotate so concurrent CTAs add elsewhere
+  auto stage = [&](int st) { return smem + st * (kBM + kBN) * kLdg; };
+  auto load_slice = [&](std::int64_t k, int st) {
+    const std::int64_t d0 = ((first + k) % slices) * kDS;
+    std::uint16_t* Ws = stage(st);
+    load_tile<kVec, kBN, kDS, kLdg>(Ws, a.W, n0, a.V, d0, a.D, a.D);
+    load_tile<kVec, kBM, kDS, kLdg>(Ws + kBN * kLdg, a.H, m0, a.N, d0, a.D, a.D);
+  };
+  load_slice(0, 0);
+  cp_async_commit();
+  for (std::int64_t k = 0; k < slices; ++k) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (k + 1 < slices) load_slice(k + 1, int((k + 1) % 2));
+    cp_async_commit();
+    const std::uint16_t* Ws = stage(int(k % 2));
+    const std::uint16_t* Hs = Ws + kBN * kLdg;
+    float accH[2][4][4] = {}, accW[2][4][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {  // kBN == kBM: one loop serves both K extents
+      std::uint32_t ah[2][4], aw[2][4], bw[2][4], bh[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        // dH: A = dz[rows][vocab] (K = vocab), row-major.
+        ldsm_x4(ah[i], dzs + (wm * 32 + i * 16 + lane % 16) * kLdz + kk * 16 + (lane / 16) * 8);
+        // dW: A = dzᵀ[vocab][rows] (K = rows), transposed from the same tile.
+        ldsm_x4_t(aw[i], dzs + (kk * 16 + lane % 8 + (lane / 16) * 8) * kLdz + wm * 32 + i * 16 +
+                             ((lane / 8) % 2) * 8);
+      }
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {
+        const int row = kk * 16 + lane % 8 + ((lane / 8) % 2) * 8;
+        const int col = wn * 32 + jj * 16 + (lane / 16) * 8;
+        ldsm_x4_t(bw[jj], Ws + row * kLdg + col);  // B = W[vocab][hidden], K = vocab
+        ldsm_x4_t(bh[jj], Hs + row * kLdg + col);  // B = H[rows][hidden], K = rows
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          mma<T>(accH[i][j], ah[i], bw[j / 2][(j % 2) * 2], bw[j / 2][(j % 2) * 2 + 1]);
+          mma<T>(accW[i][j], aw[i], bh[j / 2][(j % 2) * 2], bh[j / 2][(j % 2) * 2 + 1]);
+        }
+    }
+    const std::int64_t d0 = ((first + k) % slices) * kDS;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int rl = wm * 32 + i * 16 + g + 8 * h;
+          const std::int64_t d = d0 + wn * 32 + j * 8 + 2 * c;
+          const std::int64_t row = m0 + rl, col = n0 + rl;
+          if (row < a.N)
+            atomic_add2<kVec>(a.dH, row * a.D + d, accH[i][j][2 * h], accH[i][j][2 * h + 1],
+                              d < a.D, d + 1 < a.D);
+          if (col < a.V)
+            atomic_add2<kVec>(a.dW, col * a.D + d, accW[i][j][2 * h], accW[i][j][2 * h + 1],
+                              d < a.D, d + 1 < a.D);
+        }
+  }
+}
+
+// ---- host side -------------------------------------------------------------------------------
+/// Vocabulary ranges per token block: enough CTAs for two waves of 2 per SM, the partial states
+/// (3 floats per row and range) under 32 MiB.
+int choose_splits(std::int64_t N, std::int64_t V, int sms) {
+  const std::int64_t MB = (N + kBM - 1) / kBM, VT = (V + kBN - 1) / kBN;
+  std::int64_t want = std::max<std::int64_t>(1, (4 * std::int64_t(sms) + MB - 1) / MB);
+  want = std::max<std::int64_t>(want, 16);  // concurrent CTAs share W tiles (L2 reuse)
+  want = std::min<std::int64_t>(want, VT);
+  const std::int64_t cap = std::max<std::int64_t>(1, (std::int64_t{32} << 20) / (12 * N));
+  return static_cast<int>(std::max<std::int64_t>(1, std::min(want, cap)));
+}
+
+template <class T, bool kVec>
+void launch_fused(const FusedArgs& a, bool backward, cudaStream_t stream) {
+  const std::int64_t MB = (a.N + kBM - 1) / kBM, VB = (a.V + kBN - 1) / kBN;
+  if (!backward) {
+    auto k = fused_forward_kernel<T, kVec>;
+    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdSmem));
+    k<<<static_cast<unsigned>(MB * a.splits), kThreads, kFwdSmem, stream>>>(a);
+  } else {
+    auto k = fused_backward_kernel<T, kVec>;
+    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kBwdSmem));
+    k<<<static_cast<unsigned>(MB * VB), kThreads, kBwdSmem, stream>>>(a);
+  }
+  XL_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch(DType input, bool vec, const FusedArgs& a, bool backward, cudaStream_t s) {
+  if (input == DType::bf16)
+    vec ? launch_fused<__nv_bfloat16, true>(a, backward, s)
+        : launch_fused<__nv_bfloat16, false>(a, backward, s);
+  else
+    vec ? launch_fused<__half, true>(a, backward, s) : launch_fused<__half, false>(a, backward, s);
+}
+
+class FusedStrategy final : public CudaStrategy {
+ public:
+  std::string name() const override { return "fused"; }
+
+  DeclaredArithmetic arithmetic(const Recipe& r) const override {
+    DeclaredArithmetic d;
+    d.vocab_order = ReductionOrder::online_tiles;
+    d.tile = kTileOrder;
+    d.block_threads = 1;
+    d.token_order = ReductionOrder::pairwise;
+    d.gemm_k_split = 1;
+    d.note = "cuda fused: mma.sync m16n8k16 (HMMA) tiles 128x128, fp32 accumulation over D; "
+             "online (max,sum) per thread over 8-column tiles in " +
+             std::string(to_string(r.accum)) +
+             ", merged by quad, warp and vocabulary range; dH/dW/db fp32 atomics";
+    return d;
+  }
+
+  WorkspacePlan plan(const WorkspaceQuery& q, std::int64_t, std::int64_t) const override {
+    WorkspacePlan w;
+    w.rows = q.N;
+    w.n_chunks = 1;
+    w.cublas = 0;
+    const int splits = choose_splits(q.N, q.V, sms());
+    // Partial states and x_t ride in logits_f32 (the only per-row scratch of this strategy).
+    w.logits_f32 = (std::int64_t{3} * splits + 1) * q.N * 4;
+    if (q.want_grads) {
+      if (q.recipe.grad != DType::fp32) {
+        w.dH_f32 = q.N * q.D * 4;
+        w.dW_acc = q.V * q.D * 4;
+      }
+      if (q.has_bias) w.db_acc = q.V * 4;
+    }
+    return w;
+  }
+
+  void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
+    const DeviceProblem& P = r.prob;
+    if (!P.linear()) throw InputError("fused: needs a linear problem (H, W)");
+    const WorkspaceQuery q{P.N, P.V, P.D, P.input, P.bias != nullptr, r.recipe, r.want_grads};
+    const WorkspacePlan wp = plan(q, r.memory_budget, r.chunk_tokens);
+    if (r.memory_budget > 0 && wp.total() > r.memory_budget)
+      throw InputError("fused needs " + std::to_string(wp.total()) +
+                       " bytes of extra device memory (fp32 gradient accumulators and row "
+                       "states), over the memory budget of " +
+                       std::to_string(r.memory_budget) + " bytes");
+    const std::int64_t MB = (P.N + kBM - 1) / kBM, VB = (P.V + kBN - 1) / kBN;
+    if (MB * VB > 0x7fffffffLL)
+      throw InputError("fused: " + std::to_string(MB) + "×" + std::to_string(VB) +
+                       " tiles exceed one kernel grid (2^31−1)");
+    Workspace ws(c.mem, wp);
+    const int splits = choose_splits(P.N, P.V, sms());
+    FusedArgs a;
+    a.H = static_cast<const std::uint16_t*>(P.H);
+    a.W = static_cast<const std::uint16_t*>(P.W);
+    a.bias = P.bias;
+    a.targets = P.targets;
+    a.N = P.N;
+    a.V = P.V;
+    a.D = P.D;
+    a.p = make_row_params(r.spec, P.V, r.recipe.accum);
+    a.logits_code = acc_code(r.recipe.logits);
+    a.acc_code = acc_code(r.recipe.accum);
+    a.splits = splits;
+    const std::int64_t VT = VB;
+    a.tiles_per_split = (VT + splits - 1) / splits;
+    float* st = ws.logits_f32.as<float>();
+    a.part_m = st;
+    a.part_s = st + std::int64_t(splits) * P.N;
+    a.part_sx = a.p.smoothing ? st + 2 * std::int64_t(splits) * P.N : nullptr;
+    a.x_target = st + 3 * std::int64_t(splits) * P.N;
+    const bool vec = P.D % 8 == 0 &&
+                     ((reinterpret_cast<std::uintptr_t>(P.H) |
+                       reinterpret_cast<std::uintptr_t>(P.W)) & 15) == 0;
+    launch(P.input, vec, a, false, c.stream);
+    fused_finalize_kernel<<<static_cast<unsigned>((P.N + 255) / 256), 256, 0, c.stream>>>(
+        a, r.out.loss, r.out.lse);
+    XL_CUDA_CHECK(cudaGetLastError());
+    if (!r.want_grads) return;
+
+    const DType grad = r.recipe.grad;
+    float* dH = grad == DType::fp32 ? static_cast<float*>(r.out.dH) : ws.dH_f32.as<float>();
+    float* dW = grad == DType::fp32 ? static_cast<float*>(r.out.dW) : ws.dW_acc.as<float>();
+    XL_CUDA_CHECK(cudaMemsetAsync(dH, 0, static_cast<std::size_t>(P.N * P.D * 4), c.stream));
+    XL_CUDA_CHECK(cudaMemsetAsync(dW, 0, static_cast<std::size_t>(P.V * P.D * 4), c.stream));
+    if (P.bias != nullptr)
+      XL_CUDA_CHECK(cudaMemsetAsync(ws.db_acc.get(), 0, static_cast<std::size_t>(P.V * 4), c.stream));
+    a.lse = r.out.lse;
+    a.g = r.g;
+    a.dH = dH;
+    a.dW = dW;
+    a.db = P.bias != nullptr ? ws.db_acc.as<float>() : nullptr;
+    launch(P.input, vec, a, true, c.stream);
+    if (grad != DType::fp32) {
+      launch_round_rows(dH, nullptr, P.N, P.D, grad, r.out.dH, c.stream);
+      launch_round_rows(dW, nullptr, P.V, P.D, grad, r.out.dW, c.stream);
+    }
+    if (P.bias != nullptr && r.out.db != nullptr)
+      launch_round_rows(ws.db_acc.as<float>(), nullptr, 1, P.V, grad, r.out.db, c.stream);
+  }
+
+ protected:
+  Status check_specific(const Problem& p, const LossSpec&, const Recipe& r) const override {
+    if (!p.is_linear())
+      return Status::NotSupported(
+          "fused (cuda): a logits problem already has its logits in memory; fused needs H and W");
+    if (r.input != DType::bf16 && r.input != DType::fp16)
+      return Status::NotSupported("fused (cuda): recipe " + r.name() + " has " +
+                                  std::string(to_string(r.input)) +
+                                  " inputs; the tensor-core GEMM takes bf16 or fp16 operands "
+                                  "(fp32 would need TF32, which is not the recipe)");
+    if (r.logits != r.input)
+      return Status::NotSupported(
+          "fused (cuda): recipe " + r.name() +
+          " holds logits (and so dz) in " + std::string(to_string(r.logits)) +
+          ", not in the operand dtype " + std::string(to_string(r.input)) +
+          "; the backward GEMMs take dz as a tensor-core operand exactly, so logits must equal "
+          "the input dtype");
+    return Status::Ok();
+  }
+
+ private:
+  static int sms() {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 132;
+    }
+    return n;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_cuda_fused() {
+  return std::make_unique<FusedStrategy>();
+}
+
+}  // namespace xentlab::gpu
