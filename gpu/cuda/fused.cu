@@ -9,7 +9,7 @@
 //      a per-thread running (max, sum-exp) in the accumulator dtype (and Σx for label smoothing);
 //      the thread that holds the target column records x_t. The per-thread states are merged
 //      (quad shuffles, then the four warps of a row in order) into one partial per CTA;
-//   2. finalize: per row, the partials of the vocabulary ranges are merged in order → lse, loss;
+//   2. finalize: per row, the partials of the vocabulary ranges are merged pairwise → lse, loss;
 //   3. backward: per (token block, vocabulary block) tile, the logits are recomputed with the very
 //      same GEMM and epilogue (bit-identical z), dz is formed in registers from the stored lse and
 //      the upstream gradient, rounded to the logits dtype (= the operand dtype, see below) and
@@ -361,10 +361,42 @@ __global__ void __launch_bounds__(kThreads, 2) fused_forward_kernel(FusedArgs a)
 __global__ void fused_finalize_kernel(FusedArgs a, float* loss, float* lse) {
   const std::int64_t row = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= a.N) return;
-  float m = -INFINITY, s = 0.0f, sx = 0.0f;
+  // Pairwise over the vocabulary ranges (a binary-counter stack: merge depth ⌈log2 splits⌉), so
+  // a dominant running sum is not re-rounded once per range: a sequential fold over 250 ranges
+  // lost ~1e-5 of a sum-exp ≈ 1 on case C09 (docs/fused.md).
+  float st_m[32], st_s[32], st_x[32];
+  int st_n[32], top = 0;
   for (int k = 0; k < a.splits; ++k) {
-    merge_state(m, s, a.part_m[k * a.N + row], a.part_s[k * a.N + row], a.acc_code);
-    if (a.part_sx != nullptr) sx = rnd_rt(__fadd_rn(sx, a.part_sx[k * a.N + row]), a.acc_code);
+    float m = a.part_m[k * a.N + row], s = a.part_s[k * a.N + row];
+    float x = a.part_sx != nullptr ? a.part_sx[k * a.N + row] : 0.0f;
+    int n = 1;
+    while (top > 0 && st_n[top - 1] == n) {
+      --top;
+      float ml = st_m[top], sl = st_s[top];
+      merge_state(ml, sl, m, s, a.acc_code);
+      m = ml;
+      s = sl;
+      x = rnd_rt(__fadd_rn(st_x[top], x), a.acc_code);
+      n *= 2;
+    }
+    st_m[top] = m;
+    st_s[top] = s;
+    st_x[top] = x;
+    st_n[top] = n;
+    ++top;
+  }
+  float m = -INFINITY, s = 0.0f, sx = 0.0f;
+  if (top > 0) {
+    m = st_m[top - 1];
+    s = st_s[top - 1];
+    sx = st_x[top - 1];
+    for (int t = top - 2; t >= 0; --t) {
+      float ml = st_m[t], sl = st_s[t];
+      merge_state(ml, sl, m, s, a.acc_code);
+      m = ml;
+      s = sl;
+      sx = rnd_rt(__fadd_rn(st_x[t], sx), a.acc_code);
+    }
   }
   const RoundRt rnd_a{a.acc_code};
   const float l = row_lse(m, s, rnd_a);
@@ -588,7 +620,8 @@ class FusedStrategy final : public CudaStrategy {
     d.note = "cuda fused: mma.sync m16n8k16 (HMMA) tiles 128x128, fp32 accumulation over D; "
              "online (max,sum) per thread over 8-column tiles in " +
              std::string(to_string(r.accum)) +
-             ", merged by quad, warp and vocabulary range; dH/dW/db fp32 atomics";
+             ", merged by quad, warp (in order) and vocabulary range (pairwise); dH/dW/db fp32 "
+             "atomics";
     return d;
   }
 
