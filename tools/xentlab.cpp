@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   xentlab::cli::register_golden(app);
   xentlab::cli::register_verify(app);
   xentlab::cli::register_regress(app);
+  xentlab::cli::register_bench(app);
+  xentlab::cli::set_command_line(argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,12 +6,14 @@
 //   run:    build-gpu/tools/gpu_bench [--sizes 8192x128256x4096,131072x128256x4096] [--repeats 5]
 //           [--recipes bf16/bf16/fp32/fp32,bf16/bf16/fp32/bf16] [--json out.jsonl]
 //
-// Inputs: H (N, D) ~ N(0, 1) and W (V, D) ~ N(0, 1/D) in bf16 (a counter-based hash generator on
+// Inputs: H (N, D) ~ N(0, 1) and W (V, D) ~ N(0, 4/D) in bf16 (a counter-based hash generator on
 // the device, seeded), targets uniform in [0, V), reduction mean. Time: CUDA events around
 // forward_backward (the device-level entry point the host wrapper also uses), one warm-up run
 // excluded, median of the repeats; the device memory tracker caches same-size blocks between
 // repeats as a framework allocator would. Memory: the tracker's peak of extra bytes (everything
 // beyond inputs and outputs: logits chunks, temporaries, accumulators, cuBLAS workspace).
+// The machinery (generator, timing, GEMM rate) is tools/bench/bench_lib.hpp, shared with
+// `xentlab bench`, which adds the reference checks, L2 rotation and the output formats.
 // TFLOP/s on the 6·N·V·D basis (logits GEMM + two backward GEMMs), against cuBLAS bf16 8192³
 // (fp32 compute) measured in the same process. Chunked gets a 2 GiB budget at N ≤ 8192 and 4 GiB
 // above; checkpointed 2 GiB; naive runs unbudgeted where it fits and reports its refusal where not.
@@ -32,37 +34,12 @@
 #include "gpu/cuda/cuda_strategy.cuh"
 #include "gpu/cuda/device.hpp"
 #include "gpu/registry.hpp"
+#include "tools/bench/bench_lib.hpp"
 
 using namespace xentlab;
 using namespace xentlab::gpu;
 
 namespace {
-
-__device__ __forceinline__ unsigned long long mix(unsigned long long x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
-/// Gaussian (Box–Muller on two hashed uniforms) times sigma, rounded to bf16.
-__global__ void fill_normal_bf16(__nv_bfloat16* p, std::int64_t n, float sigma,
-                                 unsigned long long seed) {
-  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x) {
-    const unsigned long long a = mix(seed * 0x9e3779b97f4a7c15ULL + 2 * i);
-    const unsigned long long b = mix(seed * 0x9e3779b97f4a7c15ULL + 2 * i + 1);
-    const float u1 = ((a >> 40) + 1.0f) / 16777217.0f, u2 = (b >> 40) / 16777216.0f;
-    p[i] = __float2bfloat16_rn(sigma * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2));
-  }
-}
-__global__ void fill_targets(std::int64_t* t, std::int64_t n, std::int64_t V,
-                             unsigned long long seed) {
-  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x)
-    t[i] = static_cast<std::int64_t>(mix(seed + i) % static_cast<unsigned long long>(V));
-}
 
 struct Size {
   std::int64_t N, V, D;
@@ -77,44 +54,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-/// cuBLAS bf16 GEMM rate, m = n = k = 8192, fp32 compute, bf16 output, median of 20.
-double gemm_tflops() {
-  const std::int64_t n = 8192;
-  __nv_bfloat16 *A, *B, *C;
-  XL_CUDA_CHECK(cudaMalloc(&A, n * n * 2));
-  XL_CUDA_CHECK(cudaMalloc(&B, n * n * 2));
-  XL_CUDA_CHECK(cudaMalloc(&C, n * n * 2));
-  fill_normal_bf16<<<4096, 256>>>(A, n * n, 1.0f, 11);
-  fill_normal_bf16<<<4096, 256>>>(B, n * n, 1.0f, 12);
-  XL_CUDA_CHECK_LAUNCH();
-  cublasHandle_t h;
-  XL_CUBLAS_CHECK(cublasCreate(&h));
-  const float one = 1.0f, zero = 0.0f;
-  cudaEvent_t e0, e1;
-  XL_CUDA_CHECK(cudaEventCreate(&e0));
-  XL_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<double> ms;
-  for (int it = 0; it < 23; ++it) {
-    XL_CUDA_CHECK(cudaEventRecord(e0));
-    XL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, A, CUDA_R_16BF, n, B,
-                                 CUDA_R_16BF, n, &zero, C, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT));
-    XL_CUDA_CHECK(cudaEventRecord(e1));
-    XL_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (it >= 3) ms.push_back(t);
-  }
-  cublasDestroy(h);
-  cudaFree(A);
-  cudaFree(B);
-  cudaFree(C);
-  return 2.0 * n * n * n / (median(ms) * 1e-3) / 1e12;
+double median(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : bench::summarize_times(v).median;
 }
 
 }  // namespace
@@ -157,7 +98,7 @@ int main(int argc, char** argv) {
   try {
     std::printf("device: %s, %d SMs, %.1f GiB, driver %d, runtime %d\n", dev.name.c_str(),
                 dev.multiprocessors, dev.memory_gib, dev.driver_version, dev.runtime_version);
-    const double peak = gemm_tflops();
+    const double peak = bench::cublas_bf16_gemm_tflops();
     std::printf("cuBLAS bf16 GEMM 8192^3 (fp32 compute): %.1f TFLOP/s (median of 20)\n", peak);
     std::ofstream json;
     if (!json_path.empty()) json.open(json_path);
@@ -170,7 +111,7 @@ int main(int argc, char** argv) {
       DeviceBuffer z(m, rows * V * 2, MemKind::io, "logits"),
           t(m, rows * 8, MemKind::io, "targets");
       DeviceBuffer l(m, rows * 4, MemKind::io, "loss"), e(m, rows * 4, MemKind::io, "lse");
-      fill_targets<<<256, 256>>>(t.as<std::int64_t>(), rows, V, 5);
+      bench::fill_targets(t.as<std::int64_t>(), rows, V, 5);
       const RowLossParams rp = make_row_params(LossSpec{}, V, DType::fp32);
       cudaEvent_t e0, e1;
       XL_CUDA_CHECK(cudaEventCreate(&e0));
@@ -179,7 +120,7 @@ int main(int argc, char** argv) {
                                 std::int64_t{528}, std::int64_t{1056}}) {
         std::vector<double> ms;
         for (int it = 0; it < 6; ++it) {
-          fill_normal_bf16<<<8192, 256>>>(z.as<__nv_bfloat16>(), rows * V, 3.0f, 7 + it);
+          bench::fill_normal(DType::bf16, z.get(), rows * V, 3.0, 7 + it);
           XL_CUDA_CHECK(cudaEventRecord(e0));
           launch_ce_rows(DType::bf16, z.get(), rows, t.as<std::int64_t>(), l.as<float>(),
                          e.as<float>(), rp, true, RowGradScale{nullptr, 1.0f / rows}, nullptr,
@@ -221,11 +162,9 @@ int main(int argc, char** argv) {
           W(io, sz.V * sz.D * 2, MemKind::io, "W");
       DeviceBuffer T(io, sz.N * 8, MemKind::io, "targets");
       DeviceBuffer loss(io, sz.N * 4, MemKind::io, "loss"), lse(io, sz.N * 4, MemKind::io, "lse");
-      fill_normal_bf16<<<8192, 256>>>(H.as<__nv_bfloat16>(), sz.N * sz.D, 1.0f, 1);
-      fill_normal_bf16<<<8192, 256>>>(W.as<__nv_bfloat16>(), sz.V * sz.D,
-                                      1.0f / std::sqrt(float(sz.D)) * 2.0f, 2);
-      fill_targets<<<1024, 256>>>(T.as<std::int64_t>(), sz.N, sz.V, 3);
-      XL_CUDA_CHECK_LAUNCH();
+      bench::fill_normal(DType::bf16, H.get(), sz.N * sz.D, 1.0, 1);
+      bench::fill_normal(DType::bf16, W.get(), sz.V * sz.D, 2.0 / std::sqrt(double(sz.D)), 2);
+      bench::fill_targets(T.as<std::int64_t>(), sz.N, sz.V, 3);
       XL_CUDA_CHECK(cudaDeviceSynchronize());
       for (const auto& rname : split(recipes_arg, ',')) {
         const Recipe recipe = parse_recipe(rname);
@@ -264,31 +203,10 @@ int main(int argc, char** argv) {
           std::int64_t peak_extra = 0, chunk = 0;
           try {
             chunk = cs->plan(q, r.memory_budget, r.chunk_tokens).rows;
-            DeviceMemoryTracker mem;
-            mem.set_caching(true);
-            cudaStream_t st;
-            XL_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-            {
-              Blas blas(mem, st);
-              DeviceContext ctx{mem, blas, st};
-              cudaEvent_t e0, e1;
-              XL_CUDA_CHECK(cudaEventCreate(&e0));
-              XL_CUDA_CHECK(cudaEventCreate(&e1));
-              for (int it = 0; it <= repeats; ++it) {
-                mem.reset_peak();
-                XL_CUDA_CHECK(cudaEventRecord(e0, st));
-                cs->forward_backward(r, ctx);
-                XL_CUDA_CHECK(cudaEventRecord(e1, st));
-                XL_CUDA_CHECK(cudaEventSynchronize(e1));
-                float t = 0;
-                XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-                if (it > 0) ms.push_back(t);  // run 0 is the warm-up
-                peak_extra = std::max(peak_extra, mem.peak_extra());
-              }
-              cudaEventDestroy(e0);
-              cudaEventDestroy(e1);
-            }
-            cudaStreamDestroy(st);
+            const bench::TimedRuns t = bench::time_forward_backward(
+                *cs, r, {{H.get(), W.get(), T.as<std::int64_t>()}}, 1, repeats);
+            ms = t.ms;
+            peak_extra = t.peak_extra_bytes;
             // Sanity: the loss of token 0 is finite.
             float l0 = 0;
             XL_CUDA_CHECK(cudaMemcpy(&l0, loss.get(), 4, cudaMemcpyDeviceToHost));

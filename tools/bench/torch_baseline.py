@@ -1,28 +1,42 @@
 #!/usr/bin/env python3
-"""PyTorch baseline for tools/bench/gpu_bench: forward+backward of the LM-head cross-entropy,
-the way most training code writes it, on the same shapes and input distribution.
+"""PyTorch baseline for `xentlab bench` and tools/bench/gpu_bench: forward+backward of the LM-head
+cross-entropy, the way most training code writes it, on the same shapes and input distribution.
 
   python3 tools/bench/torch_baseline.py [--sizes 8192x128256x4096,131072x128256x4096]
-                                        [--repeats 5] [--json out.jsonl]
+                                        [--tokens N --vocab V --hidden D | --preset llama3-8b-128k]
+                                        [--repeats 5] [--warmup 1] [--json out.jsonl] [--csv bench.csv]
 
 Variants (H (N, D), W (V, D) bf16 leaf tensors with requires_grad, targets uniform, mean):
   upcast:    F.cross_entropy(F.linear(H, W).float(), t)   (bf16 logits, fp32 softmax/CE)
   no-upcast: F.cross_entropy(F.linear(H, W), t)           (bf16 throughout)
-Time: CUDA events around forward+backward, one warm-up excluded, median of the repeats.
-Memory: torch.cuda.max_memory_allocated() during a run minus the bytes allocated before it
-(inputs, targets and the gradient buffers, which exist after the warm-up): peak extra bytes.
-An out-of-memory is reported as such.
+Inputs: H ~ N(0, 1), W ~ N(0, 4/D), as xentlab bench generates them (same distribution, not the
+same bits). Time: CUDA events around forward+backward, warm-up runs excluded, median (and min/max)
+of the repeats. Memory: torch.cuda.max_memory_allocated() during a run minus the bytes allocated
+before it (inputs, targets and the gradient buffers, which exist after the warm-up): peak extra
+bytes beyond inputs and gradients, the quantity xentlab bench reports. An out-of-memory is
+reported as such.
+
+--csv appends rows to a CSV: to an existing `xentlab bench --csv` file with that file's header
+(the columns this script knows are filled, the others left empty; strategy "torch:upcast" or
+"torch:no-upcast"), or to a new file with the columns below.
 """
 import argparse
+import csv
+import datetime
 import json
 import math
+import os
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
 
+PRESETS = {"llama3-8b-128k": (131072, 128256, 4096)}
+RECIPE = {"upcast": "torch bf16 logits, fp32 CE, bf16 grads", "no-upcast": "torch bf16 throughout"}
 
-def run(N, V, D, upcast, repeats):
+
+def run(N, V, D, upcast, repeats, warmup):
     g = torch.Generator(device="cuda").manual_seed(1)
     H = torch.randn(N, D, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
     W = (torch.randn(V, D, device="cuda", generator=g) * (2.0 / math.sqrt(D))).to(torch.bfloat16)
@@ -35,7 +49,8 @@ def run(N, V, D, upcast, repeats):
         loss.backward()
         return loss
 
-    step()  # warm-up; creates H.grad, W.grad
+    for _ in range(max(1, warmup)):  # the first creates H.grad, W.grad
+        step()
     torch.cuda.synchronize()
     times = []
     peak_extra = 0
@@ -54,36 +69,87 @@ def run(N, V, D, upcast, repeats):
     assert math.isfinite(H.grad.float().abs().sum().item())
     del H, W, t
     torch.cuda.empty_cache()
-    return statistics.median(times), peak_extra
+    return times, peak_extra
+
+
+def append_csv(path, rows):
+    """Rows (dicts) under the existing file's header, or a new file with the rows' own columns."""
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            header = next(csv.reader(f))
+        new = False
+    else:
+        header = list(rows[0].keys())
+        new = True
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
+        if new:
+            w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if v is None else v) for k, v in r.items()})
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="8192x128256x4096,131072x128256x4096")
+    ap.add_argument("--tokens", "-N", type=int)
+    ap.add_argument("--vocab", "-V", type=int)
+    ap.add_argument("--hidden", "-D", type=int)
+    ap.add_argument("--preset", choices=sorted(PRESETS))
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--json", default="")
+    ap.add_argument("--csv", default="")
     a = ap.parse_args()
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
+    if a.preset:
+        sizes = [PRESETS[a.preset]]
+    elif a.tokens or a.vocab or a.hidden:
+        if not (a.tokens and a.vocab and a.hidden):
+            ap.error("--tokens, --vocab and --hidden go together")
+        sizes = [(a.tokens, a.vocab, a.hidden)]
+    else:
+        sizes = [tuple(int(x) for x in s.split("x")) for s in a.sizes.split(",")]
+    if not torch.cuda.is_available():
+        print("torch_baseline: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 4
+    gpu = torch.cuda.get_device_name(0)
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    print(f"torch {torch.__version__}, {gpu}")
     out = open(a.json, "w") if a.json else None
-    print(f"{'N':<8} {'V':<7} {'D':<5} {'variant':<10} {'median_ms':>10} {'TFLOP/s':>9} {'extra_GiB':>10}")
-    for s in a.sizes.split(","):
-        N, V, D = (int(x) for x in s.split("x"))
+    rows = []
+    print(f"{'N':<8} {'V':<7} {'D':<5} {'variant':<10} {'median_ms':>10} {'min-max ms':>17} "
+          f"{'TFLOP/s':>9} {'extra_GiB':>10}")
+    for N, V, D in sizes:
         for upcast in (True, False):
             name = "upcast" if upcast else "no-upcast"
+            row = dict(date_utc=date, gpu=gpu, command=" ".join(sys.argv), preset=a.preset or "",
+                       N=N, V=V, D=D, strategy="torch:" + name, recipe=RECIPE[name],
+                       warmup=a.warmup, input_copies=1)
             try:
-                ms, extra = run(N, V, D, upcast, a.repeats)
+                times, extra = run(N, V, D, upcast, a.repeats, a.warmup)
+                ms = statistics.median(times)
                 tf = 6.0 * N * V * D / (ms * 1e-3) / 1e12
-                print(f"{N:<8} {V:<7} {D:<5} {name:<10} {ms:>10.2f} {tf:>9.1f} {extra / 2**30:>10.3f}",
+                print(f"{N:<8} {V:<7} {D:<5} {name:<10} {ms:>10.2f} "
+                      f"{min(times):>8.2f}-{max(times):<8.2f} {tf:>9.1f} {extra / 2**30:>10.3f}",
                       flush=True)
-                rec = dict(N=N, V=V, D=D, variant=name, median_ms=ms, tflops=tf, peak_extra_bytes=extra)
+                rec = dict(N=N, V=V, D=D, variant=name, median_ms=ms, min_ms=min(times),
+                           max_ms=max(times), tflops=tf, peak_extra_bytes=extra)
+                row.update(status="ok", repeats=len(times), median_ms=ms, min_ms=min(times),
+                           max_ms=max(times), tflops=tf, peak_extra_bytes=extra)
             except torch.cuda.OutOfMemoryError as e:
                 torch.cuda.empty_cache()
-                print(f"{N:<8} {V:<7} {D:<5} {name:<10} out of memory: {str(e).splitlines()[0][:120]}",
-                      flush=True)
+                msg = str(e).splitlines()[0][:200]
+                print(f"{N:<8} {V:<7} {D:<5} {name:<10} out of memory: {msg[:120]}", flush=True)
                 rec = dict(N=N, V=V, D=D, variant=name, oom=True)
+                row.update(status="does-not-fit", message="out of memory: " + msg)
+            rows.append(row)
             if out:
                 out.write(json.dumps(rec) + "\n")
+    if a.csv and rows:
+        append_csv(a.csv, rows)
+        print(f"csv: {a.csv} ({len(rows)} rows appended)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,5 +17,9 @@ void register_verify(CLI::App& app);
 void register_audit(CLI::App& app);
 /// `xentlab regress`: compare two audit results files (nightly regression check).
 void register_regress(CLI::App& app);
+/// `xentlab bench`: the memory/throughput table of the CUDA strategies (tools/bench/).
+void register_bench(CLI::App& app);
+/// Records the command line (shell-quoted) for the outputs that carry it (bench).
+void set_command_line(int argc, char** argv);
 
 }  // namespace xentlab::cli

@@ -1,0 +1,641 @@
+// `xentlab bench` (issue 8). Built twice (tests/CMakeLists.txt):
+//  - test_bench, label "cpu", no device needed: option parsing and validation (sizes, names, byte
+//    sizes, the preset), the table/Markdown/CSV/HDF5 formats on synthetic rows, and the program
+//    itself: invalid options exit 2 naming the option, valid ones on a machine without a CUDA
+//    device exit 4 with "no CUDA device" (skipped where a device is present);
+//  - test_bench_gpu (XL_BENCH_GPU_TESTS), label "gpu", skipped without a device: a small bench
+//    run end to end through the program, its CSV rows checked (every registered strategy, finite
+//    and small errors against the reference, refusals as rows).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "datasets/h5.hpp"
+#include "gpu/registry.hpp"
+#include "numerics/error.hpp"
+#include "tools/bench/bench_report.hpp"
+#ifdef XENTLAB_HAVE_CUDA
+#include "gpu/cuda/device.hpp"
+#endif
+
+namespace xentlab::bench {
+namespace {
+namespace fs = std::filesystem;
+
+#ifndef XL_BENCH_GPU_TESTS
+const std::vector<std::string> kKnown = {"naive", "chunked", "checkpointed", "fused"};
+
+BenchArgs sized(std::int64_t N, std::int64_t V, std::int64_t D) {
+  BenchArgs a;
+  a.tokens = N;
+  a.vocab = V;
+  a.hidden = D;
+  return a;
+}
+
+// ---- timing statistics ------------------------------------------------------------------------
+
+TEST(BenchTiming, MedianAndSpread) {
+  const TimingStats odd = summarize_times({5.0, 1.0, 3.0, 2.0, 4.0});
+  EXPECT_EQ(odd.n, 5);
+  EXPECT_EQ(odd.median, 3.0);
+  EXPECT_EQ(odd.min, 1.0);
+  EXPECT_EQ(odd.max, 5.0);
+  EXPECT_EQ(odd.q1, 2.0);
+  EXPECT_EQ(odd.q3, 4.0);
+  const TimingStats even = summarize_times({4.0, 1.0, 2.0, 3.0});
+  EXPECT_EQ(even.median, 2.5);
+  EXPECT_EQ(even.q1, 1.75);
+  const TimingStats none = summarize_times({});
+  EXPECT_EQ(none.n, 0);
+  EXPECT_TRUE(std::isnan(none.median));
+}
+
+// ---- byte sizes -------------------------------------------------------------------------------
+
+TEST(BenchBytes, ParsesUnits) {
+  EXPECT_EQ(parse_bytes("4294967296"), std::int64_t{4} << 30);
+  EXPECT_EQ(parse_bytes("4GiB"), std::int64_t{4} << 30);
+  EXPECT_EQ(parse_bytes("4gib"), std::int64_t{4} << 30);
+  EXPECT_EQ(parse_bytes("4G"), std::int64_t{4} << 30);
+  EXPECT_EQ(parse_bytes("512MiB"), std::int64_t{512} << 20);
+  EXPECT_EQ(parse_bytes("1.5GiB"), std::int64_t{3} << 29);
+  EXPECT_EQ(parse_bytes("2GB"), 2000000000);
+  EXPECT_EQ(parse_bytes("10 KB"), 10000);
+  EXPECT_EQ(parse_bytes("0"), 0);
+  EXPECT_EQ(parse_bytes("1TiB"), std::int64_t{1} << 40);
+  for (const char* bad : {"", "GiB", "-4GiB", "4XB", "4.5.1G", "1e9", "9999999TiB"})
+    EXPECT_THROW(parse_bytes(bad), InputError) << bad;
+}
+
+TEST(BenchBytes, Formats) {
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(std::int64_t{32} << 20), "32.0 MiB");
+  EXPECT_EQ(format_bytes(2134900736), "1.99 GiB");
+  EXPECT_EQ(format_bytes(-1), "—");
+}
+
+// ---- options ----------------------------------------------------------------------------------
+
+TEST(BenchOptions, Preset) {
+  BenchArgs a;
+  a.preset = "llama3-8b-128k";
+  const BenchOptions o = resolve_options(a, kKnown);
+  EXPECT_EQ(o.N, 131072);
+  EXPECT_EQ(o.V, 128256);
+  EXPECT_EQ(o.D, 4096);
+  EXPECT_EQ(o.chunk_tokens, 8192);
+  EXPECT_EQ(o.memory_budget, 0);
+  ASSERT_GE(o.recipes.size(), 1u);
+  EXPECT_EQ(o.recipes[0].name(), "bf16/bf16/fp32/bf16");
+  for (const Recipe& r : o.recipes) EXPECT_EQ(r.input, DType::bf16);
+  EXPECT_TRUE(o.strategies.empty());  // every registered strategy
+  EXPECT_EQ(o.preset, "llama3-8b-128k");
+  // 6·N·V·D and the inputs in bytes, exactly (V·D·2 alone is past 2^31).
+  EXPECT_EQ(o.flops(), 6.0 * 131072.0 * 128256.0 * 4096.0);
+  EXPECT_EQ(
+      o.input_bytes(DType::bf16),
+      (std::int64_t{131072} * 4096 + std::int64_t{128256} * 4096) * 2 + std::int64_t{131072} * 8);
+  const Preset& p = find_preset("llama3-8b-128k");
+  ASSERT_EQ(p.quoted.size(), 4u);
+  EXPECT_EQ(p.quoted[1].strategy, "chunked");
+  EXPECT_EQ(p.quoted[1].peak_memory, "14 GB");
+  EXPECT_EQ(p.quoted[1].throughput_vs_naive, "0.85×");
+}
+
+TEST(BenchOptions, FlagsOverrideThePreset) {
+  BenchArgs a;
+  a.preset = "llama3-8b-128k";
+  a.tokens = 8192;
+  a.chunk_tokens = 0;
+  a.recipes = {"bf16/bf16/fp32/fp32"};
+  a.memory_budget = "4GiB";
+  a.strategies = {"chunked,naive"};
+  const BenchOptions o = resolve_options(a, kKnown);
+  EXPECT_EQ(o.N, 8192);
+  EXPECT_EQ(o.V, 128256);
+  EXPECT_EQ(o.chunk_tokens, 0);
+  EXPECT_EQ(o.memory_budget, std::int64_t{4} << 30);
+  ASSERT_EQ(o.recipes.size(), 1u);
+  EXPECT_EQ(o.recipes[0].grad, DType::fp32);
+  EXPECT_EQ(o.strategies, (std::vector<std::string>{"chunked", "naive"}));
+}
+
+TEST(BenchOptions, Defaults) {
+  const BenchOptions o = resolve_options(sized(64, 1000, 32), kKnown);
+  EXPECT_EQ(o.repeats, 5);
+  EXPECT_EQ(o.warmup, 1);
+  EXPECT_EQ(o.sample_rows, 8);
+  EXPECT_EQ(o.vocab_rows, 1000);  // 2048 clamped to V
+  ASSERT_EQ(o.recipes.size(), 1u);
+  EXPECT_EQ(o.recipes[0].name(), kDefaultRecipes);
+  EXPECT_EQ(o.chunk_tokens, 0);
+  EXPECT_EQ(o.memory_budget, 0);
+  BenchArgs a = sized(4, 100000, 32);
+  a.vocab_rows = 0;
+  a.recipes = {"bf16/bf16/fp32/bf16,bf16/bf16/fp32/bf16", "fp16/fp16/fp32/fp16"};
+  const BenchOptions b = resolve_options(a, kKnown);
+  EXPECT_EQ(b.sample_rows, 4);      // clamped to N
+  EXPECT_EQ(b.vocab_rows, 100000);  // 0 = all
+  EXPECT_EQ(b.recipes.size(), 2u);  // duplicates once
+}
+
+TEST(BenchOptions, BadSizes) {
+  EXPECT_THROW(resolve_options(sized(0, 10, 10), kKnown), InputError);
+  EXPECT_THROW(resolve_options(sized(10, -3, 10), kKnown), InputError);
+  EXPECT_THROW(resolve_options(sized(10, 10, 0), kKnown), InputError);
+  BenchArgs missing;
+  missing.vocab = 10;
+  missing.hidden = 10;
+  try {
+    resolve_options(missing, kKnown);
+    FAIL() << "no --tokens accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--tokens is required"), std::string::npos) << e.what();
+  }
+  // Past 2^48 elements in one matrix: refused, naming it (no overflow on the way).
+  try {
+    resolve_options(sized(std::int64_t{1} << 40, std::int64_t{1} << 20, 8), kKnown);
+    FAIL() << "2^60-element logits accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("logits"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(resolve_options(sized(std::int64_t{1} << 62, 2, 4), kKnown), InputError);
+}
+
+TEST(BenchOptions, MatricesPast2Pow31Elements) {
+  // W = 262144 × 8448 = 2.2·10^9 elements > 2^31, and logits 131072 × 262144 > 2^34: accepted,
+  // with 64-bit byte counts.
+  const BenchOptions o = resolve_options(sized(131072, 262144, 8448), kKnown);
+  EXPECT_GT(o.V * o.D, std::int64_t{1} << 31);
+  EXPECT_EQ(
+      o.input_bytes(DType::fp32),
+      (std::int64_t{131072} * 8448 + std::int64_t{262144} * 8448) * 4 + std::int64_t{131072} * 8);
+  EXPECT_GT(o.input_bytes(DType::fp32), std::int64_t{1} << 33);
+}
+
+TEST(BenchOptions, NamesAndCounts) {
+  auto throws_with = [](BenchArgs a, const std::string& what) {
+    try {
+      resolve_options(a, kKnown);
+      ADD_FAILURE() << "accepted; expected an error naming " << what;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  BenchArgs a = sized(16, 100, 8);
+  a.strategies = {"naive,flash"};
+  throws_with(a, "unknown strategy 'flash'");
+  a = sized(16, 100, 8);
+  a.recipes = {"bf16/bf16/fp32"};
+  throws_with(a, "four dtypes");
+  a.recipes = {"bf16/bf17/fp32/bf16"};
+  throws_with(a, "unknown dtype 'bf17'");
+  a.recipes = {"fp64/fp64/fp64/fp64"};
+  throws_with(a, "not fp64");
+  a = sized(16, 100, 8);
+  a.repeats = 0;
+  throws_with(a, "--repeats");
+  a = sized(16, 100, 8);
+  a.warmup = -1;
+  throws_with(a, "--warmup");
+  a = sized(16, 100, 8);
+  a.chunk_tokens = -5;
+  throws_with(a, "--chunk-tokens");
+  a = sized(16, 100, 8);
+  a.sample_rows = -1;
+  throws_with(a, "--sample-rows");
+  a = sized(16, 100, 8);
+  a.memory_budget = "lots";
+  throws_with(a, "memory size 'lots'");
+  a = sized(16, 100, 8);
+  a.preset = "gpt5";
+  throws_with(a, "unknown preset 'gpt5'");
+  a = sized(16, 100, 8);
+  a.csv = "same.out";
+  a.markdown = "same.out";
+  throws_with(a, "named by two");
+}
+
+TEST(BenchOptions, RegistryNamesAreTheFilter) {
+  // Without the CUDA backend the emulation's names stand in (the same strategies).
+  auto strategies = make_strategies(Backend::cuda);
+  if (strategies.empty()) strategies = make_strategies(Backend::cpu_emulation);
+  std::vector<std::string> names;
+  for (const auto& s : strategies) names.push_back(s->name());
+  ASSERT_FALSE(names.empty());
+  BenchArgs a = sized(16, 100, 8);
+  a.strategies = {names.front()};
+  EXPECT_EQ(resolve_options(a, names).strategies, std::vector<std::string>{names.front()});
+}
+
+// ---- rows and formats -------------------------------------------------------------------------
+
+BenchReport synthetic_report() {
+  BenchReport r;
+  BenchArgs a;
+  a.preset = "llama3-8b-128k";
+  r.options = resolve_options(a, kKnown);
+  r.options.command_line = "xentlab bench --preset llama3-8b-128k --csv 'a,b.csv' --note \"x\"";
+  BenchMeta& m = r.meta;
+  m.gpu_name = "NVIDIA H200";
+  m.driver = "580.159.04";
+  m.cuda_driver_api = 13000;
+  m.cuda_runtime = 13000;
+  m.sm_major = 9;
+  m.multiprocessors = 132;
+  m.sm_clock_mhz = 1980;
+  m.mem_clock_mhz = 3201;
+  m.l2_bytes = 50 << 20;
+  m.memory_bytes = std::int64_t{150} << 30;
+  m.date_utc = "2026-12-01T00:00:00Z";
+  m.xentlab_version = "0.1.0";
+  m.gemm_tflops = 780.0;
+  m.sample_rows = 8;
+  m.vocab_rows = 2048;
+  const std::string rc = "bf16/bf16/fp32/bf16";
+  auto ok = [&](const char* s, double ms, std::int64_t extra) {
+    BenchRow row;
+    row.strategy = s;
+    row.recipe = rc;
+    row.times_ms = {ms, ms * 1.01, ms * 0.99};
+    row.time = summarize_times(row.times_ms);
+    row.tflops = r.options.flops() / (ms * 1e-3) / 1e12;
+    row.peak_extra_bytes = extra;
+    row.planned_extra_bytes = extra;
+    row.io_bytes = std::int64_t{4} << 30;
+    row.chunk_rows = 8192;
+    row.err_loss = 1e-7;
+    row.err_lse = 2e-8;
+    row.err_reduced_loss = 3e-7;
+    row.err_dH = 5e-3;
+    row.err_dW_sub = 1.3e-2;
+    return row;
+  };
+  r.rows.push_back(ok("naive", 680.0, std::int64_t{31} << 30));
+  r.rows.push_back(ok("chunked", 670.0, std::int64_t{4} << 30));
+  BenchRow refused;
+  refused.strategy = "checkpointed";
+  refused.recipe = rc;
+  refused.status = RowStatus::does_not_fit;
+  refused.message = "checkpointed: memory budget 1 bytes is below the 2 bytes needed, \"really\"";
+  refused.planned_extra_bytes = std::int64_t{3} << 30;
+  r.rows.push_back(refused);
+  fill_relative_throughput(r.rows);
+  return r;
+}
+
+TEST(BenchRows, RelativeThroughput) {
+  const BenchReport r = synthetic_report();
+  EXPECT_DOUBLE_EQ(r.rows[0].rel_to_naive, 1.0);
+  EXPECT_DOUBLE_EQ(r.rows[1].rel_to_naive, 680.0 / 670.0);
+  EXPECT_TRUE(std::isnan(r.rows[2].rel_to_naive));
+  std::vector<BenchRow> no_naive{r.rows[1]};
+  fill_relative_throughput(no_naive);
+  EXPECT_TRUE(std::isnan(no_naive[0].rel_to_naive));
+}
+
+TEST(BenchRows, RotationCopies) {
+  EXPECT_EQ(rotation_copies(std::int64_t{2} << 30, 50 << 20), 1);
+  EXPECT_EQ(rotation_copies(30 << 20, 50 << 20), 4);  // 120 MiB ≥ 100 MiB
+  EXPECT_EQ(rotation_copies(100 << 20, 50 << 20), 1);
+  EXPECT_EQ(rotation_copies(1000, 50 << 20), 64);  // capped
+  EXPECT_EQ(rotation_copies(0, 50 << 20), 1);
+}
+
+TEST(BenchFormats, TerminalTable) {
+  const std::string t = format_table(synthetic_report());
+  EXPECT_NE(t.find("NVIDIA H200"), std::string::npos);
+  EXPECT_NE(t.find("580.159.04"), std::string::npos);
+  EXPECT_NE(t.find("does-not-fit"), std::string::npos);
+  EXPECT_NE(t.find("680.00"), std::string::npos);
+  EXPECT_NE(t.find("1.01"), std::string::npos);  // naive / chunked
+  EXPECT_NE(t.find("5.0e-03"), std::string::npos);
+  EXPECT_NE(t.find("below the 2 bytes needed"), std::string::npos);
+  EXPECT_NE(t.find("N=131072 V=128256 D=4096"), std::string::npos);
+}
+
+TEST(BenchFormats, MarkdownWithQuotedTable) {
+  const std::string md = format_markdown(synthetic_report());
+  EXPECT_NE(md.find("| strategy | recipe | status | median ms"), std::string::npos);
+  EXPECT_NE(md.find("## Quoted vs measured (llama3-8b-128k)"), std::string::npos);
+  EXPECT_NE(
+      md.find("| chunked | bf16/bf16/fp32/bf16 | 14 GB | 4.00 GiB (8.00 GiB) | 0.85× | 1.01× |"),
+      std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| fused | bf16/bf16/fp32/bf16 | 6 GB | not measured"), std::string::npos);
+  EXPECT_NE(md.find("does-not-fit: needs 3.00 GiB"), std::string::npos);
+  EXPECT_NE(md.find("needs 3.000"), std::string::npos);
+  // Every table line has its header's number of cells (messages cannot break a row).
+  std::istringstream in(md);
+  std::size_t cells = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("|", 0) != 0) {
+      cells = 0;
+      continue;
+    }
+    const auto n = static_cast<std::size_t>(std::count(line.begin(), line.end(), '|'));
+    if (cells == 0) cells = n;
+    EXPECT_EQ(n, cells) << line;
+  }
+  BenchReport plain = synthetic_report();
+  plain.options.preset.clear();
+  EXPECT_EQ(format_markdown(plain).find("Quoted vs measured"), std::string::npos);
+}
+
+#endif  // !XL_BENCH_GPU_TESTS
+
+/// Splits one CSV record (RFC 4180) into fields.
+std::vector<std::string> parse_csv(const std::string& line) {
+  std::vector<std::string> f(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        f.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        f.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      f.emplace_back();
+    } else {
+      f.back() += c;
+    }
+  }
+  return f;
+}
+
+#ifndef XL_BENCH_GPU_TESTS
+TEST(BenchFormats, CsvRows) {
+  const BenchReport r = synthetic_report();
+  const auto header = parse_csv(csv_header());
+  auto col = [&](const std::string& name) {
+    const auto it = std::find(header.begin(), header.end(), name);
+    EXPECT_NE(it, header.end()) << name;
+    return static_cast<std::size_t>(it - header.begin());
+  };
+  for (const BenchRow& row : r.rows) {
+    const auto f = parse_csv(csv_row(r, row));
+    ASSERT_EQ(f.size(), header.size());
+    EXPECT_EQ(f[col("command")], r.options.command_line);  // commas and quotes survive
+    EXPECT_EQ(f[col("gpu")], "NVIDIA H200");
+    EXPECT_EQ(f[col("strategy")], row.strategy);
+    EXPECT_EQ(f[col("N")], "131072");
+  }
+  const auto naive = parse_csv(csv_row(r, r.rows[0]));
+  EXPECT_EQ(std::stod(naive[col("median_ms")]), 680.0);
+  EXPECT_EQ(naive[col("status")], "ok");
+  EXPECT_EQ(std::stod(naive[col("err_dH")]), 5e-3);
+  const auto refused = parse_csv(csv_row(r, r.rows[2]));
+  EXPECT_EQ(refused[col("status")], "does-not-fit");
+  EXPECT_EQ(refused[col("median_ms")], "");
+  EXPECT_EQ(refused[col("planned_extra_bytes")], std::to_string(std::int64_t{3} << 30));
+  EXPECT_EQ(refused[col("message")], r.rows[2].message);
+}
+
+class BenchFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("xentlab-bench-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& n) const { return (dir_ / n).string(); }
+  fs::path dir_;
+};
+
+TEST_F(BenchFiles, CsvAppends) {
+  const BenchReport r = synthetic_report();
+  append_csv(path("b.csv"), r);
+  append_csv(path("b.csv"), r);
+  std::ifstream in(path("b.csv"));
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 1 + 2 * r.rows.size());
+  EXPECT_EQ(lines[0], csv_header());
+  EXPECT_EQ(lines[1], lines[1 + r.rows.size()]);
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  std::ofstream(path("other.csv")) << "a,b,c\n1,2,3\n";
+  EXPECT_THROW(check_csv_target(path("other.csv")), InputError);
+  EXPECT_THROW(append_csv(path("other.csv"), r), InputError);
+  EXPECT_THROW(check_csv_target(path("no-such-folder/b.csv")), InputError);
+  EXPECT_NO_THROW(check_csv_target(path("new.csv")));
+}
+
+TEST_F(BenchFiles, H5Appends) {
+  const BenchReport r = synthetic_report();
+  append_h5(path("b.h5"), r);
+  append_h5(path("b.h5"), r);
+  const h5::File f = h5::File::open_read(path("b.h5"));
+  EXPECT_EQ(f.attr_string("format"), "xentlab-bench");
+  EXPECT_EQ(f.attr_int("format_version"), 1);
+  const h5::Group s = f.open_group("sessions");
+  ASSERT_EQ(s.children().size(), 2u);
+  const h5::Group g = s.open_group("000001");
+  EXPECT_EQ(g.attr_string("gpu"), "NVIDIA H200");
+  EXPECT_EQ(g.attr_string("driver"), "580.159.04");
+  EXPECT_EQ(g.attr_string("command"), r.options.command_line);
+  EXPECT_EQ(g.attr_int("N"), 131072);
+  EXPECT_EQ(g.attr_int("sm_clock_mhz"), 1980);
+  const h5::Group row = g.open_group("rows/0000");
+  EXPECT_EQ(row.attr_string("strategy"), "naive");
+  EXPECT_EQ(row.attr_double("median_ms"), 680.0);
+  EXPECT_EQ(row.open_dataset("times_ms").read_double().size(), 3u);
+  EXPECT_EQ(g.open_group("rows/0002").attr_string("status"), "does-not-fit");
+  EXPECT_FALSE(g.open_group("rows/0002").exists("times_ms"));
+  {
+    h5::File other = h5::File::create(path("other.h5"));
+    other.set_attr("format", "xentlab-results");
+    other.set_attr("format_version", std::int64_t{1});
+    other.close();
+  }
+  EXPECT_THROW(check_h5_target(path("other.h5")), InputError);
+  std::ofstream(path("text.h5")) << "not hdf5";
+  EXPECT_THROW(check_h5_target(path("text.h5")), FormatError);
+}
+
+#endif  // !XL_BENCH_GPU_TESTS
+
+// ---- the program ------------------------------------------------------------------------------
+
+struct Ran {
+  int status = -1;
+  std::string output;  ///< stdout and stderr
+};
+
+Ran xentlab(const std::string& args) {
+  const std::string cmd = std::string(XENTLAB_BIN) + " " + args + " 2>&1";
+  Ran r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+bool device_present() {
+#ifdef XENTLAB_HAVE_CUDA
+  return gpu::query_device().available;
+#else
+  return false;
+#endif
+}
+
+#ifndef XL_BENCH_GPU_TESTS
+TEST(BenchProgram, InvalidOptionsExit2NamingThem) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bench --tokens 0 --vocab 10 --hidden 4", "--tokens must be at least 1"},
+      {"bench --vocab 10 --hidden 4", "--tokens is required"},
+      {"bench --tokens 8 --vocab 10 --hidden 4 --strategies naive,flash",
+       "unknown strategy 'flash'"},
+      {"bench --tokens 8 --vocab 10 --hidden 4 --recipes bf16/bf16", "four dtypes"},
+      {"bench --tokens 8 --vocab 10 --hidden 4 --memory-budget 4XB", "unknown unit"},
+      {"bench --preset nope", "unknown preset 'nope'"},
+      {"bench --tokens 1099511627776 --vocab 1048576 --hidden 8", "2^48"},
+      {"bench --tokens 8 --vocab 10 --hidden 4 --csv /no/such/folder/x.csv", "does not exist"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Ran r = xentlab(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+  }
+  const Ran h = xentlab("bench --help");
+  EXPECT_EQ(h.status, 0);
+  for (const char* opt : {"--tokens", "--vocab", "--hidden", "--recipes", "--strategies",
+                          "--memory-budget", "--repeats", "--warmup", "--sample-rows", "--preset",
+                          "--chunk-tokens", "--csv", "--h5", "--markdown"})
+    EXPECT_NE(h.output.find(opt), std::string::npos) << opt;
+}
+
+TEST(BenchProgram, NoDeviceExits4WithAClearMessage) {
+  if (device_present()) GTEST_SKIP() << "a CUDA device is present: the bench runs for real";
+  for (const std::string args :
+       {"bench --preset llama3-8b-128k", "bench --tokens 4096 --vocab 262144 --hidden 8448",
+        "bench -N 8 -V 10 -D 4 --strategies naive --recipes fp16/fp16/fp32/fp16 --repeats 1"}) {
+    const Ran r = xentlab(args);
+    EXPECT_EQ(r.status, 4) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("xentlab bench: no CUDA device"), std::string::npos) << r.output;
+  }
+}
+
+#else  // XL_BENCH_GPU_TESTS
+
+/// Temporary folder of one test.
+struct TempFolder {
+  TempFolder() {
+    dir = fs::temp_directory_path() /
+          ("xentlab-bench-gpu-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~TempFolder() { fs::remove_all(dir); }
+  std::string path(const std::string& n) const { return (dir / n).string(); }
+  fs::path dir;
+};
+
+/// The CSV's rows as maps column → value.
+std::vector<std::map<std::string, std::string>> read_rows(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  const auto header = parse_csv(line);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    const auto f = parse_csv(line);
+    EXPECT_EQ(f.size(), header.size()) << line;
+    std::map<std::string, std::string> m;
+    for (std::size_t i = 0; i < f.size() && i < header.size(); ++i) m[header[i]] = f[i];
+    rows.push_back(m);
+  }
+  return rows;
+}
+
+std::size_t registered() {
+  return make_strategies(Backend::cuda).size();
+}
+
+#define XL_REQUIRE_DEVICE() \
+  if (!device_present()) GTEST_SKIP() << "no CUDA device: " << gpu::query_device().reason
+
+TEST(BenchGpu, SmallRunEndToEnd) {
+  XL_REQUIRE_DEVICE();
+  TempFolder t;
+  // 300 tokens in chunks of 128 (3 chunks; the dW sub-problem then runs 3 chunks of 3 rows).
+  const Ran r = xentlab(
+      "bench -N 300 -V 1000 -D 64 --repeats 2 --chunk-tokens 128 "
+      "--recipes bf16/bf16/fp32/bf16,bf16/bf16/fp32/fp32,bf16/fp32/fp32/bf16 "
+      "--csv " +
+      t.path("b.csv") + " --h5 " + t.path("b.h5") + " --markdown " + t.path("b.md"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("TFLOP/s"), std::string::npos) << r.output;
+  const auto rows = read_rows(t.path("b.csv"));
+  ASSERT_EQ(rows.size(), 3 * registered()) << r.output;
+  for (const auto& row : rows) {
+    const std::string what = row.at("strategy") + " " + row.at("recipe") + ": " + row.at("message");
+    if (row.at("status") == "not-supported") {
+      EXPECT_FALSE(row.at("message").empty()) << what;
+      continue;
+    }
+    ASSERT_EQ(row.at("status"), "ok") << what;
+    EXPECT_EQ(row.at("repeats"), "2");
+    EXPECT_GT(std::stod(row.at("median_ms")), 0.0) << what;
+    EXPECT_GT(std::stoll(row.at("peak_extra_bytes")), 0) << what;
+    EXPECT_TRUE(std::isfinite(std::stod(row.at("reduced_loss_full")))) << what;
+    for (const char* e : {"err_loss", "err_lse", "err_reduced_loss", "err_dH", "err_dW_sub"}) {
+      ASSERT_FALSE(row.at(e).empty()) << e << " " << what;
+      const double v = std::stod(row.at(e));
+      EXPECT_TRUE(std::isfinite(v)) << e << " " << what;
+      EXPECT_LT(v, 0.1) << e << " " << what;  // a scaling or row-mapping bug gives O(1)
+    }
+  }
+  const h5::File f = h5::File::open_read(t.path("b.h5"));
+  EXPECT_EQ(f.open_group("sessions/000000/rows").children().size(), rows.size());
+  std::ifstream md(t.path("b.md"));
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("| strategy | recipe | status"), std::string::npos);
+}
+
+TEST(BenchGpu, RefusalsAreRows) {
+  XL_REQUIRE_DEVICE();
+  TempFolder t;
+  const Ran r = xentlab("bench -N 512 -V 4096 -D 64 --repeats 1 --memory-budget 4KiB --csv " +
+                        t.path("b.csv"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto rows = read_rows(t.path("b.csv"));
+  ASSERT_EQ(rows.size(), registered());
+  for (const auto& row : rows) {
+    EXPECT_EQ(row.at("status"), "does-not-fit") << row.at("strategy") << ": " << row.at("message");
+    EXPECT_FALSE(row.at("message").empty());
+    EXPECT_GT(std::stoll(row.at("planned_extra_bytes")), 4096) << row.at("strategy");
+  }
+}
+
+#endif  // XL_BENCH_GPU_TESTS
+
+}  // namespace
+}  // namespace xentlab::bench

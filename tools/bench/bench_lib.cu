@@ -1,0 +1,209 @@
+// Device-level measurement machinery of the benchmarks (see bench_lib.hpp).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/cuda/cuda_check.hpp"
+#include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/cuda/device.hpp"
+#include "numerics/error.hpp"
+#include "tools/bench/bench_lib.hpp"
+
+namespace xentlab::bench {
+namespace {
+
+__device__ __forceinline__ unsigned long long mix(unsigned long long x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+__device__ __forceinline__ void store(float* p, float v) {
+  *p = v;
+}
+__device__ __forceinline__ void store(__half* p, float v) {
+  *p = __float2half_rn(v);
+}
+__device__ __forceinline__ void store(__nv_bfloat16* p, float v) {
+  *p = __float2bfloat16_rn(v);
+}
+
+/// Gaussian (Box–Muller on two hashed uniforms) times sigma, rounded once to T.
+template <class T>
+__global__ void fill_normal_kernel(T* p, std::int64_t n, float sigma, unsigned long long seed) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const unsigned long long a = mix(seed * 0x9e3779b97f4a7c15ULL + 2 * i);
+    const unsigned long long b = mix(seed * 0x9e3779b97f4a7c15ULL + 2 * i + 1);
+    const float u1 = ((a >> 40) + 1.0f) / 16777217.0f, u2 = (b >> 40) / 16777216.0f;
+    store(p + i, sigma * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2));
+  }
+}
+
+__global__ void fill_targets_kernel(std::int64_t* t, std::int64_t n, std::int64_t V,
+                                    unsigned long long seed) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    t[i] = static_cast<std::int64_t>(mix(seed + i) % static_cast<unsigned long long>(V));
+}
+
+unsigned grid_for(std::int64_t n) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>((n + 255) / 256, 1, 8192));
+}
+
+/// The kernel driver's version from /proc/driver/nvidia/version ("" where absent): the first
+/// word of the first line that is digits and dots with at least one dot ("580.159.04").
+std::string kernel_driver_version() {
+  std::ifstream f("/proc/driver/nvidia/version");
+  std::string word;
+  std::getline(f, word);
+  std::istringstream line(word);
+  while (line >> word) {
+    const bool digits_dots = word.find_first_not_of("0123456789.") == std::string::npos;
+    if (digits_dots && word.find('.') != std::string::npos && std::isdigit(word[0])) return word;
+  }
+  return "";
+}
+
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { XL_CUDA_CHECK(cudaEventCreate(&e)); }
+  ~Event() { (void)cudaEventDestroy(e); }
+};
+
+}  // namespace
+
+DeviceDescription describe_device() {
+  DeviceDescription d;
+  const gpu::DeviceInfo info = gpu::query_device();
+  if (!info.available) {
+    d.reason = info.reason;
+    return d;
+  }
+  d.available = true;
+  BenchMeta& m = d.meta;
+  m.gpu_name = info.name;
+  m.sm_major = info.sm_major;
+  m.sm_minor = info.sm_minor;
+  m.multiprocessors = info.multiprocessors;
+  m.memory_bytes = std::llround(info.memory_gib * 1073741824.0);  // exact: bytes / 2^30 in double
+  m.cuda_driver_api = info.driver_version;
+  m.cuda_runtime = info.runtime_version;
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, 0) == cudaSuccess) m.l2_bytes = v;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrClockRate, 0) == cudaSuccess) m.sm_clock_mhz = v / 1000;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrMemoryClockRate, 0) == cudaSuccess)
+    m.mem_clock_mhz = v / 1000;
+  (void)cudaGetLastError();
+  m.driver = kernel_driver_version();
+  return d;
+}
+
+void fill_normal(DType dtype, void* p, std::int64_t n, double sigma, std::uint64_t seed) {
+  if (n <= 0) return;
+  const float s = static_cast<float>(sigma);
+  switch (dtype) {
+    case DType::fp32:
+      fill_normal_kernel<<<grid_for(n), 256>>>(static_cast<float*>(p), n, s, seed);
+      break;
+    case DType::fp16:
+      fill_normal_kernel<<<grid_for(n), 256>>>(static_cast<__half*>(p), n, s, seed);
+      break;
+    case DType::bf16:
+      fill_normal_kernel<<<grid_for(n), 256>>>(static_cast<__nv_bfloat16*>(p), n, s, seed);
+      break;
+    default:
+      throw InputError("fill_normal: the device generator writes fp32, fp16 or bf16");
+  }
+  XL_CUDA_CHECK_LAUNCH();
+}
+
+void fill_targets(std::int64_t* t, std::int64_t n, std::int64_t V, std::uint64_t seed) {
+  if (n <= 0) return;
+  fill_targets_kernel<<<grid_for(n), 256>>>(t, n, V, seed);
+  XL_CUDA_CHECK_LAUNCH();
+}
+
+double cublas_bf16_gemm_tflops(std::int64_t n, int timed, int warmup) {
+  gpu::DeviceMemoryTracker mem;
+  gpu::DeviceBuffer A(mem, n * n * 2, gpu::MemKind::io, "GEMM A"),
+      B(mem, n * n * 2, gpu::MemKind::io, "GEMM B"), C(mem, n * n * 2, gpu::MemKind::io, "GEMM C");
+  fill_normal(DType::bf16, A.get(), n * n, 1.0, 11);
+  fill_normal(DType::bf16, B.get(), n * n, 1.0, 12);
+  cublasHandle_t h;
+  XL_CUBLAS_CHECK(cublasCreate(&h));
+  const float one = 1.0f, zero = 0.0f;
+  Event e0, e1;
+  std::vector<double> ms;
+  try {
+    for (int it = 0; it < warmup + timed; ++it) {
+      XL_CUDA_CHECK(cudaEventRecord(e0.e));
+      XL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(n), int(n), &one,
+                                   A.get(), CUDA_R_16BF, int(n), B.get(), CUDA_R_16BF, int(n),
+                                   &zero, C.get(), CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
+      XL_CUDA_CHECK(cudaEventRecord(e1.e));
+      XL_CUDA_CHECK(cudaEventSynchronize(e1.e));
+      float t = 0;
+      XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0.e, e1.e));
+      if (it >= warmup) ms.push_back(t);
+    }
+  } catch (...) {
+    cublasDestroy(h);
+    throw;
+  }
+  cublasDestroy(h);
+  const double med = summarize_times(ms).median;
+  return 2.0 * double(n) * double(n) * double(n) / (med * 1e-3) / 1e12;
+}
+
+TimedRuns time_forward_backward(const gpu::CudaStrategy& s, const gpu::DeviceRun& base,
+                                const std::vector<InputSet>& inputs, int warmup, int repeats) {
+  if (inputs.empty()) throw InputError("time_forward_backward: no inputs");
+  TimedRuns out;
+  gpu::DeviceMemoryTracker mem;
+  mem.set_caching(true);
+  cudaStream_t st;
+  XL_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  try {
+    gpu::Blas blas(mem, st);
+    gpu::DeviceContext ctx{mem, blas, st};
+    Event e0, e1;
+    gpu::DeviceRun r = base;
+    for (int it = 0; it < warmup + repeats; ++it) {
+      const InputSet& in = inputs[static_cast<std::size_t>(it) % inputs.size()];
+      r.prob.H = in.H;
+      r.prob.W = in.W;
+      r.prob.targets = in.targets;
+      mem.reset_peak();
+      XL_CUDA_CHECK(cudaEventRecord(e0.e, st));
+      s.forward_backward(r, ctx);
+      XL_CUDA_CHECK(cudaEventRecord(e1.e, st));
+      XL_CUDA_CHECK(cudaEventSynchronize(e1.e));
+      float t = 0;
+      XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0.e, e1.e));
+      if (it >= warmup) out.ms.push_back(t);
+      out.peak_extra_bytes = std::max(out.peak_extra_bytes, mem.peak_extra());
+    }
+  } catch (...) {
+    (void)cudaStreamSynchronize(st);
+    (void)cudaStreamDestroy(st);
+    throw;
+  }
+  XL_CUDA_CHECK(cudaStreamDestroy(st));
+  return out;
+}
+
+}  // namespace xentlab::bench

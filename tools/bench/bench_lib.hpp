@@ -1,0 +1,74 @@
+#pragma once
+// The device-level measurement machinery shared by `xentlab bench` and tools/bench/gpu_bench.cu,
+// behind a host-only header (no CUDA types: device pointers are void*, streams are the default
+// stream), so plain C++ files can call it. Built only with the CUDA backend (library xl_bench,
+// tools/CMakeLists.txt); the CLI calls it under XENTLAB_HAVE_CUDA.
+//
+//  - inputs on the device: a counter-based hash generator (splitmix-style mixing of seed and index)
+//    gives two uniforms per element, Box–Muller makes a Gaussian, σ·N(0,1) rounded once to the
+//    dtype; targets uniform in [0, V). Same seed → same bits on every device.
+//  - time: CUDA events around CudaStrategy::forward_backward on a non-blocking stream, warm-up
+//    runs excluded, every run's time kept (summarize with summarize_times); the tracker caches
+//    same-size blocks between runs, as a framework's caching allocator would, so cudaMalloc is not
+//    timed.
+//  - memory: the tracker's peak of extra bytes (everything beyond inputs and outputs: logits
+//    chunks, temporaries, accumulators, the cuBLAS workspace) over all runs.
+//  - the card's cuBLAS bf16 GEMM rate (fp32 compute), the yardstick of the TFLOP/s columns.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "numerics/dtype.hpp"
+#include "tools/bench/bench_report.hpp"
+
+namespace xentlab::gpu {
+class CudaStrategy;
+struct DeviceRun;
+}  // namespace xentlab::gpu
+
+namespace xentlab::bench {
+
+/// Device 0 as the outputs record it. Never throws; !available with the reason when there is none.
+struct DeviceDescription {
+  bool available = false;
+  std::string reason;
+  BenchMeta meta;  ///< the device fields (name, versions, clocks, L2, memory)
+};
+DeviceDescription describe_device();
+
+/// p[i] = rnd_dtype(sigma · N(0,1)_i) for i < n, from (seed, i) only (dtype fp32, fp16 or bf16).
+void fill_normal(DType dtype, void* p, std::int64_t n, double sigma, std::uint64_t seed);
+/// t[i] uniform in [0, V) from (seed, i).
+void fill_targets(std::int64_t* t, std::int64_t n, std::int64_t V, std::uint64_t seed);
+
+/// cuBLAS bf16 GEMM m = n = k = `size`, fp32 compute, bf16 output: TFLOP/s of the median of
+/// `timed` runs after `warmup`.
+double cublas_bf16_gemm_tflops(std::int64_t size = 8192, int timed = 20, int warmup = 3);
+
+/// The inputs of one run: device pointers (H, W in the problem's input dtype; targets int64).
+struct InputSet {
+  const void* H = nullptr;
+  const void* W = nullptr;
+  const std::int64_t* targets = nullptr;
+};
+
+struct TimedRuns {
+  std::vector<double> ms;             ///< the timed runs (warm-up excluded), in order
+  std::int64_t peak_extra_bytes = 0;  ///< max over all runs, warm-up included
+};
+
+/// Runs `warmup` + `repeats` forward+backward passes of `run` (its prob.H/W/targets replaced by
+/// inputs[k mod inputs.size()] for run k). Throws InputError (the strategy does not fit) or
+/// DeviceError as forward_backward does.
+TimedRuns time_forward_backward(const gpu::CudaStrategy& s, const gpu::DeviceRun& run,
+                                const std::vector<InputSet>& inputs, int warmup, int repeats);
+
+/// The whole `xentlab bench` measurement (tools/bench/bench_run.cpp): every registered CUDA
+/// strategy (filtered by options.strategies) × recipe. Throws DeviceError when there is no
+/// device; a strategy that does not fit or fails is a row, not an exception. `progress` receives
+/// one line per step (may be empty).
+BenchReport run_bench(const BenchOptions& options,
+                      const std::function<void(const std::string&)>& progress);
+
+}  // namespace xentlab::bench

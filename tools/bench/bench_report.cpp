@@ -1,0 +1,645 @@
+// `xentlab bench`, host side: options, presets, rows and their formats (see bench_report.hpp).
+#include "tools/bench/bench_report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "datasets/atomic_file.hpp"
+#include "datasets/h5.hpp"
+#include "numerics/error.hpp"
+
+namespace xentlab::bench {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr std::int64_t kBenchFormatVersion = 1;
+constexpr const char* kBenchFormat = "xentlab-bench";
+
+std::vector<std::string> split_commas(const std::vector<std::string>& in) {
+  std::vector<std::string> out;
+  for (const auto& s : in) {
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ','))
+      if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+/// Linear interpolation at fraction q of sorted values (numpy's default percentile).
+double quantile_sorted(const std::vector<double>& v, double q) {
+  if (v.empty()) return kNaN;
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const std::size_t lo = static_cast<std::size_t>(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+/// a·b with overflow → InputError naming what.
+std::int64_t checked_product(std::int64_t a, std::int64_t b, const char* what) {
+  if (a > 0 && b > kMaxMatrixElements / a)
+    throw InputError(
+        fmt::format("{} would hold {}·{} > 2^48 elements: past what the bench can "
+                    "index (and far past any device)",
+                    what, a, b));
+  return a * b;
+}
+
+std::string ms_cell(double v) {
+  return std::isnan(v) ? "—" : fmt::format("{:.2f}", v);
+}
+std::string gib_cell(std::int64_t b) {
+  return b < 0 ? "—" : fmt::format("{:.3f}", static_cast<double>(b) / 1073741824.0);
+}
+std::string num_cell(double v, const char* spec) {
+  return std::isnan(v) ? "—" : fmt::format(fmt::runtime(spec), v);
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+std::string csv_num(double v) {
+  return std::isnan(v) ? "" : fmt::format("{:.9g}", v);
+}
+
+/// One line of text for a table cell (messages may hold newlines or pipes).
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r' || c == '|') c = ' ';
+  return s;
+}
+
+std::string device_line(const BenchMeta& m) {
+  return fmt::format(
+      "{} (sm_{}{}, {} SMs, {}, L2 {}), driver {} (CUDA driver API {}.{}, runtime {}.{}), rated "
+      "clocks SM {} MHz / memory {} MHz",
+      m.gpu_name, m.sm_major, m.sm_minor, m.multiprocessors, format_bytes(m.memory_bytes),
+      format_bytes(m.l2_bytes), m.driver.empty() ? "unknown" : m.driver, m.cuda_driver_api / 1000,
+      m.cuda_driver_api % 1000 / 10, m.cuda_runtime / 1000, m.cuda_runtime % 1000 / 10,
+      m.sm_clock_mhz, m.mem_clock_mhz);
+}
+
+std::string conditions_line(const BenchReport& r) {
+  const BenchOptions& o = r.options;
+  return fmt::format(
+      "N={} V={} D={}; forward+backward, median of {} after {} warm-up, {}; memory budget {}; "
+      "chunk tokens {}; reference check on {} sampled token rows (dW: sub-problem of those rows, "
+      "{} vocabulary rows), seed {}",
+      o.N, o.V, o.D, o.repeats, o.warmup,
+      r.meta.input_copies <= 1
+          ? std::string("inputs in one copy (at least 2× L2 by themselves)")
+          : fmt::format("inputs rotated among {} copies (to exceed 2× L2; 64 at most)",
+                        r.meta.input_copies),
+      o.memory_budget > 0 ? format_bytes(o.memory_budget) : "strategy default",
+      o.chunk_tokens > 0 ? std::to_string(o.chunk_tokens) : "from the budget", r.meta.sample_rows,
+      r.meta.vocab_rows, o.seed);
+}
+
+}  // namespace
+
+// ---- timing, presets, sizes ------------------------------------------------------------------
+
+TimingStats summarize_times(std::vector<double> ms) {
+  TimingStats t;
+  t.n = static_cast<std::int64_t>(ms.size());
+  if (ms.empty()) {
+    t.median = t.min = t.max = t.q1 = t.q3 = kNaN;
+    return t;
+  }
+  std::sort(ms.begin(), ms.end());
+  t.min = ms.front();
+  t.max = ms.back();
+  t.median = quantile_sorted(ms, 0.5);
+  t.q1 = quantile_sorted(ms, 0.25);
+  t.q3 = quantile_sorted(ms, 0.75);
+  return t;
+}
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> p = [] {
+    Preset l;
+    l.name = "llama3-8b-128k";
+    l.description =
+        "Llama-3-8B's LM head (V = 128256, D = 4096) at a 128K-token context (N = 131072), bf16 "
+        "inputs, every registered strategy; chunked and checkpointed with 8K-token chunks";
+    l.N = 131072;
+    l.V = 128256;
+    l.D = 4096;
+    // bf16 gradients (the training default) and fp32 gradients (dW is then its own accumulator);
+    // fp32 logits would make the backward GEMMs fp32 (no TF32): minutes per run at this size.
+    l.recipes = {"bf16/bf16/fp32/bf16", "bf16/bf16/fp32/fp32"};
+    l.chunk_tokens = 8192;
+    l.memory_budget = 0;
+    l.quoted_source =
+        "issue 8: the table practitioners quote, usually for a 16B model at 128K context; how it "
+        "was measured is not published";
+    l.quoted = {{"naive", "110 GB+", "1.0×"},
+                {"chunked", "14 GB", "0.85×"},
+                {"checkpointed", "4 GB", "0.70×"},
+                {"fused", "6 GB", "1.05×"}};
+    return std::vector<Preset>{l};
+  }();
+  return p;
+}
+
+const Preset& find_preset(std::string_view name) {
+  std::vector<std::string> names;
+  for (const Preset& p : presets()) {
+    if (p.name == name) return p;
+    names.push_back(p.name);
+  }
+  throw InputError(fmt::format("unknown preset '{}' (known: {})", name, join(names, ", ")));
+}
+
+std::int64_t parse_bytes(std::string_view text) {
+  std::string s(text);
+  s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }),
+          s.end());
+  std::size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  const std::string num = s.substr(0, i);
+  std::string unit = s.substr(i);
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (num.empty() || std::count(num.begin(), num.end(), '.') > 1 || num == ".")
+    throw InputError(
+        fmt::format("memory size '{}': expected a number of bytes, optionally with a "
+                    "unit (B, KiB, MiB, GiB, TiB, K, M, G, T, KB, MB, GB, TB)",
+                    text));
+  double mult = 1.0;
+  const std::vector<std::pair<std::string, double>> units = {
+      {"", 1.0},       {"b", 1.0},    {"k", 0x1p10},   {"kib", 0x1p10}, {"m", 0x1p20},
+      {"mib", 0x1p20}, {"g", 0x1p30}, {"gib", 0x1p30}, {"t", 0x1p40},   {"tib", 0x1p40},
+      {"kb", 1e3},     {"mb", 1e6},   {"gb", 1e9},     {"tb", 1e12}};
+  bool found = false;
+  for (const auto& [u, m] : units)
+    if (unit == u) {
+      mult = m;
+      found = true;
+    }
+  if (!found)
+    throw InputError(
+        fmt::format("memory size '{}': unknown unit '{}' (B, KiB, MiB, GiB, TiB, K, M, "
+                    "G, T, KB, MB, GB, TB)",
+                    text, s.substr(i)));
+  const double v = std::stod(num) * mult;
+  if (!(v < 0x1p62)) throw InputError(fmt::format("memory size '{}' is past 2^62 bytes", text));
+  return static_cast<std::int64_t>(std::floor(v));
+}
+
+std::string format_bytes(std::int64_t b) {
+  const double x = static_cast<double>(b);
+  if (b < 0) return "—";
+  if (b < 1024) return fmt::format("{} B", b);
+  if (x < 0x1p20) return fmt::format("{:.1f} KiB", x / 0x1p10);
+  if (x < 0x1p30) return fmt::format("{:.1f} MiB", x / 0x1p20);
+  if (x < 0x1p40) return fmt::format("{:.2f} GiB", x / 0x1p30);
+  return fmt::format("{:.2f} TiB", x / 0x1p40);
+}
+
+std::int64_t BenchOptions::input_bytes(DType input) const {
+  return (N * D + V * D) * size_of(input) + N * 8;
+}
+
+BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>& known) {
+  BenchOptions o;
+  const Preset* p = a.preset.empty() ? nullptr : &find_preset(a.preset);
+  if (p != nullptr) {
+    o.preset = p->name;
+    o.N = p->N;
+    o.V = p->V;
+    o.D = p->D;
+    o.chunk_tokens = p->chunk_tokens;
+    o.memory_budget = p->memory_budget;
+  }
+  auto size = [p](const std::optional<std::int64_t>& given, std::int64_t preset_value,
+                  const char* flag) {
+    if (!given && p == nullptr)
+      throw InputError(fmt::format("{} is required (or give --preset)", flag));
+    const std::int64_t v = given ? *given : preset_value;
+    if (v < 1) throw InputError(fmt::format("{} must be at least 1, got {}", flag, v));
+    return v;
+  };
+  o.N = size(a.tokens, o.N, "--tokens");
+  o.V = size(a.vocab, o.V, "--vocab");
+  o.D = size(a.hidden, o.D, "--hidden");
+  checked_product(o.N, o.D, "H (--tokens × --hidden)");
+  checked_product(o.V, o.D, "W (--vocab × --hidden)");
+  checked_product(o.N, o.V, "the logits (--tokens × --vocab)");
+
+  std::vector<std::string> recipes = split_commas(a.recipes);
+  if (recipes.empty())
+    recipes = p != nullptr ? p->recipes : std::vector<std::string>{kDefaultRecipes};
+  for (const auto& name : recipes) {
+    const Recipe r = parse_recipe(name);
+    if (r.input == DType::fp64)
+      throw InputError(
+          fmt::format("recipe '{}': the bench generates fp32, fp16 or bf16 inputs on "
+                      "the device, not fp64",
+                      name));
+    if (std::find(o.recipes.begin(), o.recipes.end(), r) == o.recipes.end()) o.recipes.push_back(r);
+  }
+  for (const auto& s : split_commas(a.strategies)) {
+    if (std::find(known.begin(), known.end(), s) == known.end())
+      throw InputError(fmt::format("unknown strategy '{}' (this build's strategies: {})", s,
+                                   known.empty() ? "none" : join(known, ", ")));
+    if (std::find(o.strategies.begin(), o.strategies.end(), s) == o.strategies.end())
+      o.strategies.push_back(s);
+  }
+  if (!a.memory_budget.empty()) o.memory_budget = parse_bytes(a.memory_budget);
+  if (a.chunk_tokens) {
+    if (*a.chunk_tokens < 0) throw InputError("--chunk-tokens must be 0 (from the budget) or more");
+    o.chunk_tokens = *a.chunk_tokens;
+  }
+  auto count = [](const std::optional<std::int64_t>& v, std::int64_t def, std::int64_t lo,
+                  std::int64_t hi, const char* flag) {
+    if (!v) return def;
+    if (*v < lo || *v > hi)
+      throw InputError(fmt::format("{} must be in [{}, {}], got {}", flag, lo, hi, *v));
+    return *v;
+  };
+  o.repeats = static_cast<int>(count(a.repeats, 5, 1, 100000, "--repeats"));
+  o.warmup = static_cast<int>(count(a.warmup, 1, 0, 100000, "--warmup"));
+  o.sample_rows = std::min(count(a.sample_rows, 8, 0, kMaxMatrixElements, "--sample-rows"), o.N);
+  o.vocab_rows = count(a.vocab_rows, 2048, 0, kMaxMatrixElements, "--vocab-rows");
+  if (o.vocab_rows == 0 || o.vocab_rows > o.V) o.vocab_rows = o.V;
+  o.seed = static_cast<std::uint64_t>(
+      count(a.seed, 1, 0, std::numeric_limits<std::int64_t>::max(), "--seed"));
+  o.csv = a.csv;
+  o.h5 = a.h5;
+  o.markdown = a.markdown;
+  const std::vector<std::string> outs{o.csv, o.h5, o.markdown};
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    for (std::size_t j = i + 1; j < outs.size(); ++j) {
+      std::error_code ec;
+      if (!outs[i].empty() && (outs[i] == outs[j] || fs::equivalent(outs[i], outs[j], ec)))
+        throw InputError(fmt::format("{} is named by two of --csv, --h5 and --markdown", outs[i]));
+    }
+  return o;
+}
+
+std::string_view to_string(RowStatus s) {
+  switch (s) {
+    case RowStatus::ok:
+      return "ok";
+    case RowStatus::does_not_fit:
+      return "does-not-fit";
+    case RowStatus::not_supported:
+      return "not-supported";
+    case RowStatus::failed:
+      return "failed";
+  }
+  return "?";
+}
+
+void fill_relative_throughput(std::vector<BenchRow>& rows) {
+  for (BenchRow& r : rows) {
+    r.rel_to_naive = kNaN;
+    if (r.status != RowStatus::ok) continue;
+    for (const BenchRow& b : rows)
+      if (b.strategy == kBaselineStrategy && b.recipe == r.recipe && b.status == RowStatus::ok &&
+          b.time.median > 0 && r.time.median > 0)
+        r.rel_to_naive = b.time.median / r.time.median;
+  }
+}
+
+int rotation_copies(std::int64_t input_bytes, std::int64_t l2_bytes) {
+  if (input_bytes <= 0) return 1;
+  const std::int64_t want = 2 * std::max<std::int64_t>(l2_bytes, 0);
+  const std::int64_t k = (want + input_bytes - 1) / input_bytes;
+  return static_cast<int>(std::clamp<std::int64_t>(k, 1, 64));
+}
+
+// ---- text formats -----------------------------------------------------------------------------
+
+std::string format_error(double e) {
+  return std::isnan(e) ? "—" : fmt::format("{:.1e}", e);
+}
+
+std::string format_table(const BenchReport& r) {
+  std::string s;
+  s += fmt::format("device   {}\n", device_line(r.meta));
+  s += fmt::format("run      {}, xentlab {}, {}\n", r.meta.date_utc, r.meta.xentlab_version,
+                   r.options.preset.empty() ? "no preset" : "preset " + r.options.preset);
+  s += fmt::format("problem  {}\n", conditions_line(r));
+  s += fmt::format("cuBLAS   bf16 GEMM 8192^3 (fp32 compute): {} TFLOP/s\n\n",
+                   num_cell(r.meta.gemm_tflops, "{:.1f}"));
+  s += fmt::format(
+      "{:<13} {:<20} {:<13} {:>9} {:>19} {:>8} {:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+      "strategy", "recipe", "status", "median ms", "min–max ms", "TFLOP/s", "extra GiB", "vs nv",
+      "loss", "lse", "red.loss", "dH", "dW(sub)");
+  for (const BenchRow& row : r.rows) {
+    const bool ok = row.status == RowStatus::ok;
+    const std::string spread =
+        ok ? fmt::format("{:.2f}–{:.2f}", row.time.min, row.time.max) : std::string("—");
+    s += fmt::format(
+        "{:<13} {:<20} {:<13} {:>9} {:>19} {:>8} {:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+        row.strategy, row.recipe, to_string(row.status), ok ? ms_cell(row.time.median) : "—",
+        spread, num_cell(row.tflops, "{:.1f}"),
+        gib_cell(ok ? row.peak_extra_bytes : row.planned_extra_bytes),
+        num_cell(row.rel_to_naive, "{:.2f}"), format_error(row.err_loss), format_error(row.err_lse),
+        format_error(row.err_reduced_loss), format_error(row.err_dH), format_error(row.err_dW_sub));
+  }
+  bool any_note = false;
+  for (const BenchRow& row : r.rows) {
+    if (row.message.empty()) continue;
+    if (!any_note) s += "\n";
+    any_note = true;
+    s += fmt::format("  {} {}: {}\n", row.strategy, row.recipe, row.message);
+  }
+  s += "\nextra GiB: measured peak beyond inputs and gradients (refused rows: the bytes the plan "
+       "needs); vs nv: naive's median / this one; errors normwise relative against the certified "
+       "reference on the sampled rows (red.loss: relative error of their mean loss; dW(sub): a run "
+       "on the sub-problem of those rows)\n";
+  return s;
+}
+
+std::string format_markdown(const BenchReport& r) {
+  std::string s = "# xentlab bench\n\n";
+  s += fmt::format("- device: {}\n", device_line(r.meta));
+  s += fmt::format("- date: {}; xentlab {}; command: `{}`\n", r.meta.date_utc,
+                   r.meta.xentlab_version, r.options.command_line);
+  s += fmt::format("- problem: {}\n", conditions_line(r));
+  s += fmt::format("- cuBLAS bf16 GEMM 8192³ (fp32 compute) in the same process: {} TFLOP/s\n\n",
+                   num_cell(r.meta.gemm_tflops, "{:.1f}"));
+  s += "| strategy | recipe | status | median ms | min–max ms | TFLOP/s (6·N·V·D) | peak extra GiB "
+       "| "
+       "chunk | vs naive | loss err | lse err | mean-loss err | dH err | dW err (sub-problem) |\n";
+  s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const BenchRow& row : r.rows) {
+    const bool ok = row.status == RowStatus::ok;
+    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                     row.strategy, row.recipe, to_string(row.status),
+                     ok ? ms_cell(row.time.median) : "—",
+                     ok ? fmt::format("{:.2f}–{:.2f}", row.time.min, row.time.max) : "—",
+                     num_cell(row.tflops, "{:.1f}"),
+                     ok ? gib_cell(row.peak_extra_bytes)
+                        : fmt::format("needs {}", gib_cell(row.planned_extra_bytes)),
+                     row.chunk_rows > 0 ? std::to_string(row.chunk_rows) : "—",
+                     num_cell(row.rel_to_naive, "{:.2f}×"), format_error(row.err_loss),
+                     format_error(row.err_lse), format_error(row.err_reduced_loss),
+                     format_error(row.err_dH), format_error(row.err_dW_sub));
+  }
+  bool any_note = false;
+  for (const BenchRow& row : r.rows) {
+    if (row.message.empty()) continue;
+    if (!any_note) s += "\n";
+    any_note = true;
+    s += fmt::format("- {} {}: {}\n", row.strategy, row.recipe, one_line(row.message));
+  }
+  s += "\nPeak extra: device bytes beyond the inputs (H, W, targets) and outputs (loss, lse, dH, "
+       "dW), measured by the tracking allocator (cuBLAS workspace included). Errors: normwise "
+       "relative ‖out − ref‖₂/‖ref‖₂ against the certified CPU reference on the sampled token rows "
+       "of the full-size run (loss, lse, dH); mean-loss: |mean of those rows' losses, reduced as "
+       "the strategy reduces tokens − reference| / |reference|; dW: the same strategy and recipe "
+       "run on the sub-problem made of the sampled rows, on the sampled vocabulary rows.\n";
+
+  if (!r.options.preset.empty()) {
+    const Preset& p = find_preset(r.options.preset);
+    if (!p.quoted.empty()) {
+      s += fmt::format(
+          "\n## Quoted vs measured ({})\n\nQuoted: {}. Measured: this run, N={} V={} "
+          "D={}; \"peak\" is the extra memory beyond inputs and gradients, with the "
+          "total including them (one copy) in parentheses.\n\n",
+          p.name, p.quoted_source, r.options.N, r.options.V, r.options.D);
+      s += "| strategy | recipe | quoted peak memory | measured peak extra (total) | quoted "
+           "throughput vs naive | measured vs naive |\n|---|---|---|---|---|---|\n";
+      for (const Recipe& rc : r.options.recipes)
+        for (const QuotedRow& q : p.quoted) {
+          const BenchRow* m = nullptr;
+          for (const BenchRow& row : r.rows)
+            if (row.strategy == q.strategy && row.recipe == rc.name()) m = &row;
+          std::string mem = "not measured (not in this build or filtered out)", rel = "—";
+          if (m != nullptr && m->status == RowStatus::ok) {
+            mem = fmt::format("{} ({})", format_bytes(m->peak_extra_bytes),
+                              format_bytes(m->peak_extra_bytes + m->io_bytes));
+            rel = num_cell(m->rel_to_naive, "{:.2f}×");
+          } else if (m != nullptr) {
+            mem = fmt::format("{}: needs {}", to_string(m->status),
+                              format_bytes(m->planned_extra_bytes));
+          }
+          s += fmt::format("| {} | {} | {} | {} | {} | {} |\n", q.strategy, rc.name(),
+                           q.peak_memory, mem, q.throughput_vs_naive, rel);
+        }
+    }
+  }
+  return s;
+}
+
+// ---- CSV ---------------------------------------------------------------------------------------
+
+std::string csv_header() {
+  return "date_utc,xentlab_version,gpu,driver,cuda_driver_api,cuda_runtime,sm_clock_mhz,"
+         "mem_clock_mhz,gemm_tflops,command,preset,N,V,D,strategy,recipe,status,repeats,warmup,"
+         "input_copies,median_ms,min_ms,max_ms,q1_ms,q3_ms,tflops,rel_to_naive,peak_extra_bytes,"
+         "planned_extra_bytes,io_bytes,chunk_rows,memory_budget,chunk_tokens,sample_rows,"
+         "vocab_rows,seed,reduced_loss_full,err_loss,err_lse,err_reduced_loss,err_dH,err_dW_sub,"
+         "message";
+}
+
+std::string csv_row(const BenchReport& r, const BenchRow& row) {
+  const BenchMeta& m = r.meta;
+  const BenchOptions& o = r.options;
+  const bool ok = row.status == RowStatus::ok;
+  std::vector<std::string> f = {
+      m.date_utc,
+      m.xentlab_version,
+      m.gpu_name,
+      m.driver,
+      std::to_string(m.cuda_driver_api),
+      std::to_string(m.cuda_runtime),
+      std::to_string(m.sm_clock_mhz),
+      std::to_string(m.mem_clock_mhz),
+      csv_num(m.gemm_tflops),
+      o.command_line,
+      o.preset,
+      std::to_string(o.N),
+      std::to_string(o.V),
+      std::to_string(o.D),
+      row.strategy,
+      row.recipe,
+      std::string(to_string(row.status)),
+      std::to_string(ok ? row.time.n : 0),
+      std::to_string(o.warmup),
+      std::to_string(m.input_copies),
+      csv_num(ok ? row.time.median : kNaN),
+      csv_num(ok ? row.time.min : kNaN),
+      csv_num(ok ? row.time.max : kNaN),
+      csv_num(ok ? row.time.q1 : kNaN),
+      csv_num(ok ? row.time.q3 : kNaN),
+      csv_num(row.tflops),
+      csv_num(row.rel_to_naive),
+      row.peak_extra_bytes >= 0 ? std::to_string(row.peak_extra_bytes) : "",
+      row.planned_extra_bytes >= 0 ? std::to_string(row.planned_extra_bytes) : "",
+      std::to_string(row.io_bytes),
+      std::to_string(row.chunk_rows),
+      std::to_string(o.memory_budget),
+      std::to_string(o.chunk_tokens),
+      std::to_string(m.sample_rows),
+      std::to_string(m.vocab_rows),
+      std::to_string(o.seed),
+      csv_num(row.reduced_loss_full),
+      csv_num(row.err_loss),
+      csv_num(row.err_lse),
+      csv_num(row.err_reduced_loss),
+      csv_num(row.err_dH),
+      csv_num(row.err_dW_sub),
+      row.message};
+  std::string s;
+  for (std::size_t i = 0; i < f.size(); ++i) s += (i ? "," : "") + csv_field(f[i]);
+  return s;
+}
+
+void check_csv_target(const std::string& path) {
+  AtomicOutput probe(path, true);  // folder exists, not a device or folder
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  std::string first;
+  std::getline(in, first);
+  if (first != csv_header())
+    throw InputError(
+        fmt::format("{}: exists with another header (not an xentlab bench CSV of this "
+                    "version); choose another --csv file",
+                    path));
+}
+
+void append_csv(const std::string& path, const BenchReport& r) {
+  check_csv_target(path);
+  AtomicOutput out(path, true);
+  const bool exists = fs::exists(path);
+  if (exists) fs::copy_file(path, out.temp_path(), fs::copy_options::overwrite_existing);
+  {
+    std::ofstream f(out.temp_path(), std::ios::app);
+    if (!exists) f << csv_header() << "\n";
+    for (const BenchRow& row : r.rows) f << csv_row(r, row) << "\n";
+    f.close();
+    if (!f) throw InputError(fmt::format("{}: cannot write the CSV rows", path));
+  }
+  out.commit();
+}
+
+void write_text_atomic(const std::string& path, const std::string& text, bool force) {
+  AtomicOutput out(path, force);
+  {
+    std::ofstream f(out.temp_path());
+    f << text;
+    f.close();
+    if (!f) throw InputError(fmt::format("{}: cannot write", path));
+  }
+  out.commit();
+}
+
+// ---- HDF5 --------------------------------------------------------------------------------------
+
+std::string now_utc() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+void check_h5_target(const std::string& path) {
+  AtomicOutput probe(path, true);
+  if (!fs::exists(path)) return;
+  const h5::File f = h5::File::open_read(path);
+  if (!f.has_attr("format") || f.attr_string("format") != kBenchFormat)
+    throw InputError(
+        fmt::format("{}: exists and is not an xentlab bench file (attribute format != "
+                    "{}); choose another --h5 file",
+                    path, kBenchFormat));
+  if (f.attr_int("format_version") != kBenchFormatVersion)
+    throw InputError(fmt::format("{}: bench format version {} (this xentlab writes {})", path,
+                                 f.attr_int("format_version"), kBenchFormatVersion));
+}
+
+void append_h5(const std::string& path, const BenchReport& r) {
+  check_h5_target(path);
+  const bool exists = fs::exists(path);
+  AtomicOutput out(path, true);
+  if (exists) fs::copy_file(path, out.temp_path(), fs::copy_options::overwrite_existing);
+  h5::File f = exists ? h5::File::open_rw(out.temp_path()) : h5::File::create(out.temp_path());
+  if (!exists) {
+    f.set_attr("format", kBenchFormat);
+    f.set_attr("format_version", kBenchFormatVersion);
+    f.set_attr("created", now_utc());
+  }
+  f.set_attr("updated", now_utc());
+  h5::Group sessions = f.exists("sessions") ? f.open_group("sessions") : f.create_group("sessions");
+  h5::Group g = sessions.create_group(fmt::format("{:06d}", sessions.children().size()));
+  const BenchMeta& m = r.meta;
+  const BenchOptions& o = r.options;
+  g.set_attr("date_utc", m.date_utc);
+  g.set_attr("xentlab_version", m.xentlab_version);
+  g.set_attr("command", o.command_line);
+  g.set_attr("preset", o.preset);
+  g.set_attr("gpu", m.gpu_name);
+  g.set_attr("driver", m.driver);
+  g.set_attr("cuda_driver_api", m.cuda_driver_api);
+  g.set_attr("cuda_runtime", m.cuda_runtime);
+  g.set_attr("sm", fmt::format("{}.{}", m.sm_major, m.sm_minor));
+  g.set_attr("multiprocessors", m.multiprocessors);
+  g.set_attr("sm_clock_mhz", m.sm_clock_mhz);
+  g.set_attr("mem_clock_mhz", m.mem_clock_mhz);
+  g.set_attr("l2_bytes", m.l2_bytes);
+  g.set_attr("memory_bytes", m.memory_bytes);
+  g.set_attr("gemm_tflops", m.gemm_tflops);
+  g.set_attr("N", o.N);
+  g.set_attr("V", o.V);
+  g.set_attr("D", o.D);
+  g.set_attr("repeats", o.repeats);
+  g.set_attr("warmup", o.warmup);
+  g.set_attr("input_copies", m.input_copies);
+  g.set_attr("memory_budget", o.memory_budget);
+  g.set_attr("chunk_tokens", o.chunk_tokens);
+  g.set_attr("sample_rows", m.sample_rows);
+  g.set_attr("vocab_rows", m.vocab_rows);
+  g.set_attr("seed", static_cast<std::int64_t>(o.seed));
+  h5::Group rows = g.create_group("rows");
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const BenchRow& row = r.rows[i];
+    h5::Group q = rows.create_group(fmt::format("{:04d}", i));
+    q.set_attr("strategy", row.strategy);
+    q.set_attr("recipe", row.recipe);
+    q.set_attr("status", std::string(to_string(row.status)));
+    q.set_attr("message", row.message);
+    q.set_attr("repeats", row.time.n);
+    q.set_attr("median_ms", row.time.median);
+    q.set_attr("min_ms", row.time.min);
+    q.set_attr("max_ms", row.time.max);
+    q.set_attr("q1_ms", row.time.q1);
+    q.set_attr("q3_ms", row.time.q3);
+    q.set_attr("tflops", row.tflops);
+    q.set_attr("rel_to_naive", row.rel_to_naive);
+    q.set_attr("peak_extra_bytes", row.peak_extra_bytes);
+    q.set_attr("planned_extra_bytes", row.planned_extra_bytes);
+    q.set_attr("io_bytes", row.io_bytes);
+    q.set_attr("chunk_rows", row.chunk_rows);
+    q.set_attr("reduced_loss_full", row.reduced_loss_full);
+    q.set_attr("err_loss", row.err_loss);
+    q.set_attr("err_lse", row.err_lse);
+    q.set_attr("err_reduced_loss", row.err_reduced_loss);
+    q.set_attr("err_dH", row.err_dH);
+    q.set_attr("err_dW_sub", row.err_dW_sub);
+    if (!row.times_ms.empty()) q.write("times_ms", row.times_ms);
+  }
+  f.close();
+  out.commit();
+}
+
+}  // namespace xentlab::bench

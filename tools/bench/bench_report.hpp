@@ -1,0 +1,186 @@
+#pragma once
+// `xentlab bench` on the host side (no CUDA): the options and their validation, the presets with
+// their quoted tables, the result rows, and every output format (terminal table, Markdown, CSV,
+// HDF5). The measurement itself is tools/bench/bench_lib.hpp (built only with the CUDA backend);
+// everything here is plain C++, so the CPU tests exercise it with synthetic rows.
+// Formats: docs/formats.md, "Benchmark results"; method: docs/benchmarks.md.
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "numerics/recipe.hpp"
+
+namespace xentlab::bench {
+
+/// The strategy that "throughput relative to naive" divides by (a concept of the table, not a
+/// filter: the strategies themselves always come from the registry).
+inline constexpr const char* kBaselineStrategy = "naive";
+
+/// Median and spread of repeated times (ms). Quartiles interpolate linearly between order
+/// statistics (numpy's default); the median of an even count is the mean of the middle two.
+struct TimingStats {
+  std::int64_t n = 0;
+  double median = 0.0, min = 0.0, max = 0.0, q1 = 0.0, q3 = 0.0;
+};
+TimingStats summarize_times(std::vector<double> ms);
+
+/// A row of a quoted table (what practitioners quote, verbatim).
+struct QuotedRow {
+  std::string strategy, peak_memory, throughput_vs_naive;
+};
+
+/// A named configuration: sizes, recipes, chunking and the table it is meant to reproduce.
+struct Preset {
+  std::string name, description;
+  std::int64_t N = 0, V = 0, D = 0;
+  std::vector<std::string> recipes;
+  std::int64_t chunk_tokens = 0;   ///< 0 = from the budget
+  std::int64_t memory_budget = 0;  ///< 0 = each strategy's default
+  std::string quoted_source;       ///< where the quoted table comes from and what it describes
+  std::vector<QuotedRow> quoted;
+};
+const std::vector<Preset>& presets();
+/// The preset of that name; InputError listing the known names otherwise.
+const Preset& find_preset(std::string_view name);
+
+/// Bytes from "4294967296", "4GiB", "512MiB", "1.5G", "2GB": suffixes K/M/G/T and KiB/MiB/GiB/TiB
+/// are powers of 1024, KB/MB/GB/TB powers of 1000, B or none bytes; case-insensitive; fractions are
+/// rounded down to whole bytes. InputError for anything else, negative values or more than 2^62.
+std::int64_t parse_bytes(std::string_view text);
+/// "1.99 GiB", "32.0 MiB", "512 B".
+std::string format_bytes(std::int64_t bytes);
+
+/// The options as typed on the command line (empty: not given).
+struct BenchArgs {
+  std::optional<std::int64_t> tokens, vocab, hidden;
+  std::vector<std::string> recipes, strategies;  ///< comma lists allowed in each entry
+  std::string memory_budget;
+  std::optional<std::int64_t> chunk_tokens, repeats, warmup, sample_rows, vocab_rows, seed;
+  std::string preset;
+  std::string csv, h5, markdown;
+};
+
+/// Validated options of one bench invocation.
+struct BenchOptions {
+  std::int64_t N = 0, V = 0, D = 0;
+  std::vector<Recipe> recipes;
+  std::vector<std::string> strategies;  ///< empty = every registered strategy
+  std::int64_t memory_budget = 0;       ///< 0 = each strategy's default
+  std::int64_t chunk_tokens = 0;        ///< 0 = from the budget
+  int repeats = 5, warmup = 1;
+  std::int64_t sample_rows = 8;    ///< token rows checked against the reference (0 = no check)
+  std::int64_t vocab_rows = 2048;  ///< vocabulary rows of the dW check (0 = all V)
+  std::uint64_t seed = 1;
+  std::string preset;  ///< "" or a preset name
+  std::string csv, h5, markdown;
+  std::string command_line;  ///< recorded in the outputs
+
+  double flops() const { return 6.0 * double(N) * double(V) * double(D); }
+  /// Bytes of one copy of the inputs (H, W, targets) for this input dtype.
+  std::int64_t input_bytes(DType input) const;
+};
+
+/// Largest number of elements of one matrix (H: N·D, W: V·D, logits: N·V) the bench accepts;
+/// 64-bit offsets hold it with room for the byte counts of every dtype.
+inline constexpr std::int64_t kMaxMatrixElements = std::int64_t{1} << 48;
+/// Default recipes without a preset.
+inline constexpr const char* kDefaultRecipes = "bf16/bf16/fp32/bf16";
+
+/// Applies the preset (explicit flags win), the defaults, and checks every value: sizes ≥ 1 with
+/// no matrix past kMaxMatrixElements; recipes parse and have an fp32/fp16/bf16 input (the device
+/// generator's dtypes); strategies are among `known_strategies` (the registry's names); repeats ≥
+/// 1, warm-up ≥ 0, chunk tokens ≥ 0, sample and vocabulary rows ≥ 0 (clamped to N and V); the
+/// outputs are not the same file. Throws InputError naming the option and value.
+BenchOptions resolve_options(const BenchArgs& args,
+                             const std::vector<std::string>& known_strategies);
+
+/// What happened to one strategy × recipe.
+enum class RowStatus : std::uint8_t { ok, does_not_fit, not_supported, failed };
+std::string_view to_string(RowStatus s);
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+/// One strategy × recipe. Errors are normwise relative (‖out − ref‖₂/‖ref‖₂, ErrorStats::
+/// normwise_rel_err) over the sampled token rows; NaN where not measured.
+struct BenchRow {
+  std::string strategy, recipe;
+  RowStatus status = RowStatus::ok;
+  std::string message;                    ///< why it did not run, or a note on a check
+  TimingStats time;                       ///< forward + backward, ms, warm-up excluded
+  std::vector<double> times_ms;           ///< every timed run, in order
+  double tflops = kNaN;                   ///< 6·N·V·D / median
+  double rel_to_naive = kNaN;             ///< naive's median / this median, same recipe
+  std::int64_t peak_extra_bytes = -1;     ///< measured: the tracker's peak beyond inputs/outputs
+  std::int64_t planned_extra_bytes = -1;  ///< the workspace plan (for a refusal: what it needs)
+  std::int64_t chunk_rows = 0;            ///< tokens per chunk of the plan
+  std::int64_t io_bytes = 0;              ///< inputs (one copy) + loss, lse and gradients
+  double reduced_loss_full = kNaN;        ///< the strategy's mean loss over all N tokens
+  double err_loss = kNaN;                 ///< per-token loss, sampled rows of the full-size run
+  double err_lse = kNaN;                  ///< per-token lse, same rows
+  double err_reduced_loss = kNaN;         ///< |mean over sampled rows − reference| / |reference|
+  double err_dH = kNaN;                   ///< dH rows of the full-size run
+  double err_dW_sub = kNaN;               ///< dW of the sub-problem run, sampled vocabulary rows
+};
+
+/// The machine and the conditions of a bench invocation.
+struct BenchMeta {
+  std::string gpu_name;
+  std::string driver;       ///< kernel driver version (/proc/driver/nvidia/version), or ""
+  int cuda_driver_api = 0;  ///< cudaDriverGetVersion, e.g. 13000
+  int cuda_runtime = 0;     ///< cudaRuntimeGetVersion
+  int sm_major = 0, sm_minor = 0, multiprocessors = 0;
+  int sm_clock_mhz = 0, mem_clock_mhz = 0;  ///< rated peak clocks (cudaDeviceGetAttribute)
+  std::int64_t l2_bytes = 0, memory_bytes = 0;
+  std::string date_utc;  ///< ISO 8601, start of the run
+  std::string xentlab_version;
+  double gemm_tflops = kNaN;  ///< cuBLAS bf16 GEMM 8192³ (fp32 compute), same process
+  int input_copies = 1;       ///< inputs rotated among this many copies (beyond L2)
+  std::int64_t sample_rows = 0, vocab_rows = 0;  ///< as used (after clamping)
+};
+
+struct BenchReport {
+  BenchOptions options;
+  BenchMeta meta;
+  std::vector<BenchRow> rows;
+};
+
+/// rel_to_naive of every ok row from the ok baseline row of the same recipe (NaN without one).
+void fill_relative_throughput(std::vector<BenchRow>& rows);
+
+/// Number of input copies so that the rotated working set is at least twice the L2 cache
+/// (1 when one copy already is; at most 64).
+int rotation_copies(std::int64_t input_bytes, std::int64_t l2_bytes);
+
+/// "6.2e-03" for a measured error, "—" for NaN.
+std::string format_error(double e);
+/// The terminal table (fixed-width columns, one line per row, then the refusals' messages).
+std::string format_table(const BenchReport& r);
+/// Markdown: conditions, the measured table, and for a preset with a quoted table the quoted and
+/// measured columns side by side.
+std::string format_markdown(const BenchReport& r);
+
+/// CSV (RFC 4180: fields with a comma, quote or newline are quoted, quotes doubled). The header is
+/// the same for every row; each row repeats the conditions so rows of many runs can be appended.
+std::string csv_header();
+std::string csv_row(const BenchReport& r, const BenchRow& row);
+/// Throws InputError before any work when `path` cannot take the rows: its folder is missing, or
+/// it exists with another header (an older format, another file).
+void check_csv_target(const std::string& path);
+/// Appends the rows (a new file gets the header), through a temporary copy renamed into place.
+void append_csv(const std::string& path, const BenchReport& r);
+
+/// The same checks for an HDF5 results file (format "xentlab-bench").
+void check_h5_target(const std::string& path);
+/// Adds one session group with its rows (docs/formats.md), through a temporary copy + rename.
+void append_h5(const std::string& path, const BenchReport& r);
+
+/// Writes text to path through a temporary file + rename (an existing file only with force).
+void write_text_atomic(const std::string& path, const std::string& text, bool force);
+
+/// Current UTC time, ISO 8601 ("2026-11-30T10:39:00Z").
+std::string now_utc();
+
+}  // namespace xentlab::bench

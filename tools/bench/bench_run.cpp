@@ -1,0 +1,477 @@
+// `xentlab bench`, the measurement: every registered CUDA strategy × recipe on device-generated
+// inputs, timed and memory-tracked (bench_lib.hpp), and checked on sampled token rows against the
+// certified CPU reference. Method: docs/benchmarks.md, "xentlab bench".
+//
+// Accuracy, exactly:
+//  - S token rows are sampled (reference/reference.hpp sample_rows, seed); their H rows and targets
+//    form the sub-problem (S, V, D), whose certified reference (reduction mean over S) is computed
+//    once per input dtype, with dW on J sampled vocabulary rows.
+//  - loss, lse: the full-size run's per-token values at the S rows vs the reference's (the same
+//    quantities: a row's loss does not depend on the other rows).
+//  - mean loss over the S rows: those S fp32 losses reduced as the strategy's host wrapper reduces
+//    tokens (gpu::reduce_tokens: pairwise in the accum dtype, then / S) vs the reference's mean
+//    over the sub-problem; relative error.
+//  - dH: the full-size run's dH rows (gradient scale fp32(1/N)) vs the reference's rows rescaled
+//    from 1/S to 1/N in double (a relative perturbation ≤ 2^-53).
+//  - dW: a second run of the same strategy and recipe on the sub-problem (scale fp32(1/S)), with as
+//    many chunks as the full-size run had, up to one per row, so that the cross-chunk accumulation
+//    is exercised; compared on the J vocabulary rows. Labelled "dW (sub-problem)" everywhere.
+// Every error is ErrorStats::normwise_rel_err (‖out − ref‖₂/‖ref‖₂) except the mean loss.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "datasets/problem.hpp"
+#include "gpu/cuda/cuda_check.hpp"
+#include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/registry.hpp"
+#include "numerics/error.hpp"
+#include "numerics/stats.hpp"
+#include "numerics/version.hpp"
+#include "reference/reference.hpp"
+#include "tools/bench/bench_lib.hpp"
+
+namespace xentlab::bench {
+namespace {
+
+using gpu::DeviceBuffer;
+using gpu::DeviceMemoryTracker;
+using gpu::MemKind;
+
+const void* at(const void* p, std::int64_t bytes) {
+  return static_cast<const char*>(p) + bytes;
+}
+void* at(void* p, std::int64_t bytes) {
+  return static_cast<char*>(p) + bytes;
+}
+
+/// n device values of dtype t at p → exact doubles (through a host Tensor's conversion).
+void download(const void* p, std::int64_t n, DType t, std::vector<double>& out) {
+  Tensor host(t, {n}, "download");
+  if (n > 0) XL_CUDA_CHECK(cudaMemcpy(host.data(), p, host.nbytes(), cudaMemcpyDeviceToHost));
+  const std::size_t first = out.size();
+  out.resize(first + static_cast<std::size_t>(n));
+  host.read(0, n, out.data() + first);
+}
+
+/// Rows `rows` (each `cols` values of dtype t) of a row-major device matrix → doubles.
+std::vector<double> download_rows(const void* p, const std::vector<std::int64_t>& rows,
+                                  std::int64_t cols, DType t) {
+  std::vector<double> out;
+  out.reserve(rows.size() * static_cast<std::size_t>(cols));
+  bool leading = true;  // rows 0, 1, …, n−1: one copy
+  for (std::size_t k = 0; k < rows.size() && leading; ++k)
+    leading = rows[k] == static_cast<std::int64_t>(k);
+  if (leading) {
+    download(p, static_cast<std::int64_t>(rows.size()) * cols, t, out);
+    return out;
+  }
+  for (std::int64_t i : rows) download(at(p, i * cols * size_of(t)), cols, t, out);
+  return out;
+}
+
+std::vector<float> download_floats(const float* p, std::int64_t n) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  if (n > 0) XL_CUDA_CHECK(cudaMemcpy(v.data(), p, v.size() * 4, cudaMemcpyDeviceToHost));
+  return v;
+}
+
+double normwise(const std::vector<double>& out, const std::vector<double>& ref, DType t) {
+  StatsOptions so;
+  so.keep_histograms = false;
+  return compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(out.size()), t,
+                             nullptr, so)
+      .normwise_rel_err;
+}
+
+/// The inputs of one input dtype on the device (copy 0 generated, the others copied from it).
+struct Inputs {
+  DeviceMemoryTracker mem;
+  std::vector<DeviceBuffer> buffers;
+  std::vector<InputSet> copies;
+};
+
+/// The sub-problem of the sampled rows and its reference.
+struct SampleCheck {
+  std::vector<std::int64_t> rows;  ///< sampled token rows, sorted
+  DeviceBuffer H, targets;         ///< the sub-problem's inputs on the device
+  ReferenceResult ref;
+  bool ok = false;
+  std::string why;  ///< when !ok
+};
+
+class Runner {
+ public:
+  Runner(const BenchOptions& o, const std::function<void(const std::string&)>& progress)
+      : o_(o), progress_(progress) {}
+
+  BenchReport run() {
+    const DeviceDescription dev = describe_device();
+    if (!dev.available) throw DeviceError("no CUDA device: " + dev.reason);
+    BenchReport rep;
+    rep.options = o_;
+    rep.meta = dev.meta;
+    rep.meta.date_utc = now_utc();
+    rep.meta.xentlab_version = kVersion;
+    rep.meta.sample_rows = o_.sample_rows;
+    rep.meta.vocab_rows = o_.sample_rows > 0 ? o_.vocab_rows : 0;
+
+    std::vector<std::unique_ptr<Strategy>> all = make_strategies(Backend::cuda);
+    std::vector<const gpu::CudaStrategy*> strategies;
+    for (const auto& s : all) {
+      auto* cs = dynamic_cast<const gpu::CudaStrategy*>(s.get());
+      if (cs == nullptr) continue;
+      if (o_.strategies.empty() ||
+          std::find(o_.strategies.begin(), o_.strategies.end(), cs->name()) != o_.strategies.end())
+        strategies.push_back(cs);
+    }
+    if (strategies.empty()) throw InputError("no CUDA strategy to run (check --strategies)");
+
+    say("measuring the cuBLAS bf16 GEMM rate (8192^3)");
+    rep.meta.gemm_tflops = cublas_bf16_gemm_tflops();
+    say(fmt::format("cuBLAS bf16 GEMM: {:.1f} TFLOP/s", rep.meta.gemm_tflops));
+
+    total_ = static_cast<int>(strategies.size() * o_.recipes.size());
+    std::vector<DType> inputs_seen;
+    for (const Recipe& r : o_.recipes)
+      if (std::find(inputs_seen.begin(), inputs_seen.end(), r.input) == inputs_seen.end())
+        inputs_seen.push_back(r.input);
+    for (DType input : inputs_seen) run_input_dtype(input, strategies, rep);
+
+    // Rows in the order of --recipes, strategies in registry order within a recipe.
+    std::stable_sort(rep.rows.begin(), rep.rows.end(), [&](const BenchRow& a, const BenchRow& b) {
+      return recipe_index(a.recipe) < recipe_index(b.recipe);
+    });
+    fill_relative_throughput(rep.rows);
+    return rep;
+  }
+
+ private:
+  void say(const std::string& s) const {
+    if (progress_) progress_(s);
+  }
+  std::size_t recipe_index(const std::string& name) const {
+    for (std::size_t i = 0; i < o_.recipes.size(); ++i)
+      if (o_.recipes[i].name() == name) return i;
+    return o_.recipes.size();
+  }
+
+  void run_input_dtype(DType input, const std::vector<const gpu::CudaStrategy*>& strategies,
+                       BenchReport& rep) {
+    const std::int64_t N = o_.N, V = o_.V, D = o_.D, isz = size_of(input);
+    const std::int64_t in_bytes = o_.input_bytes(input);
+    const int copies = rotation_copies(in_bytes, rep.meta.l2_bytes);
+    rep.meta.input_copies = std::max(rep.meta.input_copies, copies);
+    {
+      std::size_t free_b = 0, total_b = 0;
+      XL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+      const std::int64_t need = in_bytes * copies + 2 * N * 4 + (N * D + V * D) * 4;
+      if (need > static_cast<std::int64_t>(free_b))
+        throw InputError(fmt::format(
+            "the {} inputs ({} copies) and fp32-sized gradients need {}; the device has {} free",
+            to_string(input), copies, format_bytes(need), format_bytes(std::int64_t(free_b))));
+    }
+    say(fmt::format("generating {} inputs N={} V={} D={} ({} per copy, {} copies rotated)",
+                    to_string(input), N, V, D, format_bytes(in_bytes), copies));
+    Inputs in;
+    for (int k = 0; k < copies; ++k) {
+      in.buffers.emplace_back(in.mem, N * D * isz, MemKind::io, "H");
+      in.buffers.emplace_back(in.mem, V * D * isz, MemKind::io, "W");
+      in.buffers.emplace_back(in.mem, N * 8, MemKind::io, "targets");
+      const auto& b = in.buffers;
+      const std::size_t h = b.size() - 3, w = b.size() - 2, t = b.size() - 1;
+      if (k == 0) {
+        fill_normal(input, b[h].get(), N * D, 1.0, o_.seed);
+        fill_normal(input, b[w].get(), V * D, 2.0 / std::sqrt(double(D)), o_.seed + 1);
+        fill_targets(b[t].as<std::int64_t>(), N, V, o_.seed + 2);
+      } else {
+        for (std::size_t j = 0; j < 3; ++j)
+          XL_CUDA_CHECK(cudaMemcpy(b[h + j].get(), b[j].get(),
+                                   static_cast<std::size_t>(b[j].bytes()),
+                                   cudaMemcpyDeviceToDevice));
+      }
+      in.copies.push_back({b[h].get(), b[w].get(), b[t].as<std::int64_t>()});
+    }
+    XL_CUDA_CHECK(cudaDeviceSynchronize());
+
+    SampleCheck chk;
+    if (o_.sample_rows > 0) prepare_check(input, in.copies[0], chk);
+
+    for (const Recipe& recipe : o_.recipes) {
+      if (recipe.input != input) continue;
+      const DType g = recipe.grad;
+      const std::int64_t gsz = size_of(g);
+      DeviceMemoryTracker omem;
+      DeviceBuffer loss(omem, N * 4, MemKind::io, "loss"), lse(omem, N * 4, MemKind::io, "lse");
+      DeviceBuffer dH(omem, N * D * gsz, MemKind::io, "dH"),
+          dW(omem, V * D * gsz, MemKind::io, "dW");
+      Outputs out{&loss, &lse, &dH, &dW, in_bytes + N * 8 + (N * D + V * D) * gsz};
+      for (const gpu::CudaStrategy* cs : strategies) {
+        ++done_;
+        try {
+          rep.rows.push_back(measure(*cs, recipe, in, out, chk));
+        } catch (const DeviceError& e) {  // a CUDA failure outside the timed runs: a row too
+          BenchRow row;
+          row.strategy = cs->name();
+          row.recipe = recipe.name();
+          row.status = RowStatus::failed;
+          row.message = e.what();
+          row.io_bytes = out.io_bytes;
+          say(fmt::format("[{}/{}] {} {}: failed: {}", done_, total_, row.strategy, row.recipe,
+                          row.message));
+          rep.rows.push_back(row);
+        }
+      }
+    }
+  }
+
+  /// Samples the rows, builds the sub-problem on the device and the host, and its reference.
+  void prepare_check(DType input, const InputSet& in, SampleCheck& chk) {
+    const std::int64_t V = o_.V, D = o_.D, isz = size_of(input);
+    chk.rows = sample_rows(o_.N, o_.sample_rows, o_.seed);
+    const std::int64_t S = static_cast<std::int64_t>(chk.rows.size());
+    DeviceMemoryTracker& mem = check_mem_;
+    chk.H = DeviceBuffer(mem, S * D * isz, MemKind::io, "sampled H rows");
+    chk.targets = DeviceBuffer(mem, S * 8, MemKind::io, "sampled targets");
+    for (std::int64_t k = 0; k < S; ++k) {
+      const std::int64_t i = chk.rows[static_cast<std::size_t>(k)];
+      XL_CUDA_CHECK(cudaMemcpy(at(chk.H.get(), k * D * isz), at(in.H, i * D * isz),
+                               static_cast<std::size_t>(D * isz), cudaMemcpyDeviceToDevice));
+      XL_CUDA_CHECK(
+          cudaMemcpy(at(chk.targets.get(), k * 8), in.targets + i, 8, cudaMemcpyDeviceToDevice));
+    }
+    XL_CUDA_CHECK(cudaDeviceSynchronize());
+    try {
+      Tensor H(input, {S, D}, "H (sampled rows)"), W(input, {V, D}, "W");
+      XL_CUDA_CHECK(cudaMemcpy(H.data(), chk.H.get(), H.nbytes(), cudaMemcpyDeviceToHost));
+      XL_CUDA_CHECK(cudaMemcpy(W.data(), in.W, W.nbytes(), cudaMemcpyDeviceToHost));
+      std::vector<std::int64_t> t(static_cast<std::size_t>(S));
+      XL_CUDA_CHECK(cudaMemcpy(t.data(), chk.targets.get(), t.size() * 8, cudaMemcpyDeviceToHost));
+      const Problem sub = Problem::linear(std::move(H), std::move(W), std::nullopt, std::move(t),
+                                          spec_.ignore_index, "bench sub-problem");
+      ReferenceOptions ro;
+      if (o_.vocab_rows < V) ro.vocab_rows = sample_rows(V, o_.vocab_rows, o_.seed + 1);
+      ro.want_db = false;
+      say(
+          fmt::format("certified reference of the {} sampled rows (V={}, D={}; dW on {} vocabulary "
+                      "rows) on the CPU",
+                      S, V, D, o_.vocab_rows));
+      const auto t0 = std::chrono::steady_clock::now();
+      chk.ref = compute_reference(sub, spec_, ro);
+      say(fmt::format(
+          "reference done in {:.1f} s",
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+      chk.ok = true;
+    } catch (const std::exception& e) {
+      chk.why = std::string("no reference check: ") + e.what();
+      say(chk.why);
+    }
+  }
+
+  struct Outputs {
+    DeviceBuffer *loss, *lse, *dH, *dW;
+    std::int64_t io_bytes;
+  };
+
+  void poison(const Outputs& out) const {
+    for (const DeviceBuffer* b : {out.loss, out.lse, out.dH, out.dW})
+      XL_CUDA_CHECK(cudaMemset(b->get(), 0xFF, static_cast<std::size_t>(b->bytes())));
+    // The strategies run on a non-blocking stream, which does not wait for the legacy stream.
+    XL_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  BenchRow measure(const gpu::CudaStrategy& cs, const Recipe& recipe, const Inputs& in,
+                   const Outputs& out, const SampleCheck& chk) {
+    const std::int64_t N = o_.N, V = o_.V, D = o_.D;
+    BenchRow row;
+    row.strategy = cs.name();
+    row.recipe = recipe.name();
+    row.io_bytes = out.io_bytes;
+    const std::string tag = fmt::format("[{}/{}] {} {}", done_, total_, row.strategy, row.recipe);
+    const gpu::WorkspaceQuery q{N, V, D, recipe.input, false, recipe, true};
+    std::int64_t n_chunks = 1;
+    try {
+      const gpu::WorkspacePlan plan = cs.plan(q, o_.memory_budget, o_.chunk_tokens);
+      row.planned_extra_bytes = plan.total();
+      row.chunk_rows = plan.rows;
+      n_chunks = plan.n_chunks;
+    } catch (const InputError& e) {
+      row.status = RowStatus::does_not_fit;
+      row.message = e.what();
+      try {
+        row.planned_extra_bytes = cs.plan(q, 0, 1).total();  // the least it needs: 1-token chunks
+      } catch (const std::exception&) {
+      }
+      say(fmt::format("{}: does not fit: {}", tag, row.message));
+      return row;
+    }
+    // can_implement reads the shape and dtypes of a problem; the probe carries the device-resident
+    // problem's N, V, D and input dtype (its tensors are placeholders).
+    Problem probe;
+    probe.name = "bench";
+    probe.N = N;
+    probe.V = V;
+    probe.D = D;
+    probe.H = Tensor(recipe.input, {1, D}, "H (shape probe)");
+    probe.W = Tensor(recipe.input, {1, D}, "W (shape probe)");
+    const Status st = cs.can_implement(probe, spec_, recipe);
+    if (!st.ok()) {
+      std::size_t free_b = 0, total_b = 0;
+      XL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+      const bool too_big = row.planned_extra_bytes > static_cast<std::int64_t>(free_b);
+      row.status = too_big ? RowStatus::does_not_fit : RowStatus::not_supported;
+      row.message = st.message;
+      say(fmt::format("{}: {}: {}", tag, to_string(row.status), row.message));
+      return row;
+    }
+
+    gpu::DeviceRun r;
+    r.prob = gpu::DeviceProblem{N,
+                                V,
+                                D,
+                                recipe.input,
+                                in.copies[0].H,
+                                in.copies[0].W,
+                                nullptr,
+                                nullptr,
+                                in.copies[0].targets,
+                                N};
+    r.spec = spec_;
+    r.recipe = recipe;
+    r.g.g_scalar = static_cast<float>(1.0 / double(N));
+    r.want_grads = true;
+    r.memory_budget = o_.memory_budget;
+    r.chunk_tokens = o_.chunk_tokens;
+    r.out = gpu::DeviceOutputs{out.loss->as<float>(),
+                               out.lse->as<float>(),
+                               out.dH->get(),
+                               out.dW->get(),
+                               nullptr,
+                               nullptr};
+    say(fmt::format("{}: {} runs ({} warm-up), chunk {} tokens, plan {} extra", tag,
+                    o_.warmup + o_.repeats, o_.warmup, row.chunk_rows,
+                    format_bytes(row.planned_extra_bytes)));
+    poison(out);
+    TimedRuns t;
+    if (!timed(cs, r, in.copies, o_.warmup, o_.repeats, row, t)) {
+      say(fmt::format("{}: {}: {}", tag, to_string(row.status), row.message));
+      return row;
+    }
+    row.times_ms = t.ms;
+    row.time = summarize_times(t.ms);
+    row.peak_extra_bytes = t.peak_extra_bytes;
+    row.tflops = o_.flops() / (row.time.median * 1e-3) / 1e12;
+
+    const std::vector<float> loss = download_floats(out.loss->as<float>(), N);
+    row.reduced_loss_full = gpu::reduce_tokens(loss, {}, spec_, recipe.accum, N);
+    if (!std::isfinite(row.reduced_loss_full)) row.message = "the mean loss is not finite";
+    say(fmt::format("{}: median {:.2f} ms ({:.1f} TFLOP/s), peak extra {}", tag, row.time.median,
+                    row.tflops, format_bytes(row.peak_extra_bytes)));
+    if (o_.sample_rows > 0) {
+      try {
+        check_rows(cs, recipe, r, n_chunks, in, out, loss, chk, row);
+      } catch (const std::exception& e) {
+        row.message +=
+            (row.message.empty() ? "" : "; ") + std::string("reference check: ") + e.what();
+      }
+    }
+    return row;
+  }
+
+  /// Runs and times; on a refusal or failure fills the row's status and message, returns false.
+  static bool timed(const gpu::CudaStrategy& cs, const gpu::DeviceRun& r,
+                    const std::vector<InputSet>& inputs, int warmup, int repeats, BenchRow& row,
+                    TimedRuns& t) {
+    try {
+      t = time_forward_backward(cs, r, inputs, warmup, repeats);
+      return true;
+    } catch (const InputError& e) {
+      row.status = RowStatus::does_not_fit;
+      row.message = e.what();
+    } catch (const DeviceError& e) {
+      const std::string m = e.what();
+      row.status =
+          m.find("cudaMalloc") != std::string::npos ? RowStatus::does_not_fit : RowStatus::failed;
+      row.message = m;
+    }
+    return false;
+  }
+
+  void check_rows(const gpu::CudaStrategy& cs, const Recipe& recipe, const gpu::DeviceRun& full,
+                  std::int64_t n_chunks, const Inputs& in, const Outputs& out,
+                  const std::vector<float>& loss, const SampleCheck& chk, BenchRow& row) {
+    auto note = [&row](const std::string& s) {
+      row.message += (row.message.empty() ? "" : "; ") + s;
+    };
+    if (!chk.ok) {
+      note(chk.why);
+      return;
+    }
+    const ReferenceResult& ref = chk.ref;
+    const std::int64_t S = static_cast<std::int64_t>(chk.rows.size()), D = o_.D;
+    std::vector<double> l, e;
+    std::vector<float> lf;
+    const std::vector<float> lse = download_floats(out.lse->as<float>(), o_.N);
+    for (std::int64_t i : chk.rows) {
+      lf.push_back(loss[static_cast<std::size_t>(i)]);
+      l.push_back(loss[static_cast<std::size_t>(i)]);
+      e.push_back(lse[static_cast<std::size_t>(i)]);
+    }
+    row.err_loss = normwise(l, ref.loss, recipe.accum);
+    row.err_lse = normwise(e, ref.lse, recipe.accum);
+    const double red = gpu::reduce_tokens(lf, {}, spec_, recipe.accum, S);
+    row.err_reduced_loss = std::fabs(red - ref.reduced_loss) / std::fabs(ref.reduced_loss);
+    const std::vector<double> dH = download_rows(out.dH->get(), chk.rows, D, recipe.grad);
+    std::vector<double> ref_dH = ref.dH;
+    const double rescale = double(S) / double(o_.N);  // reference scale 1/S → the run's 1/N
+    for (double& x : ref_dH) x *= rescale;
+    row.err_dH = normwise(dH, ref_dH, recipe.grad);
+
+    // dW: the same strategy and recipe on the sub-problem of the sampled rows.
+    gpu::DeviceRun sub = full;
+    sub.prob.N = S;
+    sub.prob.n_valid = S;
+    sub.g.g_scalar = static_cast<float>(1.0 / double(S));
+    const std::int64_t chunks = std::min(n_chunks, S);
+    if (chunks > 1) sub.chunk_tokens = (S + chunks - 1) / chunks;
+    poison(out);
+    BenchRow sub_row;
+    TimedRuns t;
+    if (!timed(cs, sub, {{chk.H.get(), in.copies[0].W, chk.targets.as<std::int64_t>()}}, 0, 1,
+               sub_row, t)) {
+      note("dW (sub-problem) run: " + sub_row.message);
+      return;
+    }
+    const std::vector<double> dW = download_rows(out.dW->get(), ref.vocab_rows, D, recipe.grad);
+    row.err_dW_sub = normwise(dW, ref.dW, recipe.grad);
+    say(fmt::format(
+        "[{}/{}] {} {}: errors on {} sampled rows: loss {}, lse {}, mean loss {}, dH {}, "
+        "dW (sub-problem) {}",
+        done_, total_, row.strategy, row.recipe, S, format_error(row.err_loss),
+        format_error(row.err_lse), format_error(row.err_reduced_loss), format_error(row.err_dH),
+        format_error(row.err_dW_sub)));
+  }
+
+  const BenchOptions& o_;
+  std::function<void(const std::string&)> progress_;
+  LossSpec spec_;  ///< mean over the tokens, no ignored rows, no options
+  DeviceMemoryTracker check_mem_;
+  int done_ = 0, total_ = 0;
+};
+
+}  // namespace
+
+BenchReport run_bench(const BenchOptions& options,
+                      const std::function<void(const std::string&)>& progress) {
+  Runner r(options, progress);
+  return r.run();
+}
+
+}  // namespace xentlab::bench
