@@ -23,6 +23,7 @@ reported as such.
 import argparse
 import csv
 import datetime
+import gc
 import json
 import math
 import os
@@ -137,11 +138,14 @@ def main():
                 row.update(status="ok", repeats=len(times), median_ms=ms, min_ms=min(times),
                            max_ms=max(times), tflops=tf, peak_extra_bytes=extra)
             except torch.cuda.OutOfMemoryError as e:
-                torch.cuda.empty_cache()
                 msg = str(e).splitlines()[0][:200]
                 print(f"{N:<8} {V:<7} {D:<5} {name:<10} out of memory: {msg[:120]}", flush=True)
                 rec = dict(N=N, V=V, D=D, variant=name, oom=True)
                 row.update(status="does-not-fit", message="out of memory: " + msg)
+            # Outside the handler: the exception's traceback no longer pins run()'s tensors, so
+            # the next variant starts with the memory the failed one held released.
+            gc.collect()
+            torch.cuda.empty_cache()
             rows.append(row)
             if out:
                 out.write(json.dumps(rec) + "\n")
