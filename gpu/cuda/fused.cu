@@ -58,7 +58,11 @@ constexpr int kGradHalves = 2 * (kBM + kBN) * kLdg;        // 36864 halves
 constexpr int kRegionHalves = kMainHalves > kGradHalves ? kMainHalves : kGradHalves;
 constexpr int kFwdSmem = kMainHalves * 2;                             // 61440 B
 constexpr int kBwdSmem = (kRegionHalves + kBM * kLdz) * 2;            // 108544 B
+#ifndef XL_FUSED_GROUP_N
 constexpr int kGroupN = 16;  // token blocks per raster group of the backward (L2 reuse)
+#else
+constexpr int kGroupN = XL_FUSED_GROUP_N;  // experiments (docs/fused.md)
+#endif
 constexpr int kTileOrder = 8;  // columns a thread folds per tile (declared online tile)
 
 static_assert(kFwdSmem >= 4 * kBM * 3 * 4, "forward merge scratch fits in the pipeline region");
@@ -417,19 +421,46 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
   return std::uint32_t(ua) | (std::uint32_t(ub) << 16);
 }
 
+/// Adds a warp's 32×32 fp32 result (acc[i][j][e]: row r0 + 16i + g + 8(e/2), column
+/// c0 + 8j + 2c + e%2) into dst (rows × D) with fp32 reductions. Vector path (sm_90, D % 8 == 0):
+/// partner lanes (c, c^1) swap one pair so that each lane adds one float4 of 4 consecutive columns
+/// per (i, j) — even lanes row g, odd lanes row g + 8.
 template <bool kVec>
-__device__ __forceinline__ void atomic_add2(float* dst, std::int64_t idx, float v0, float v1,
-                                            bool ok0, bool ok1) {
+__device__ __forceinline__ void flush_tile(float* dst, const float (&acc)[2][4][4],
+                                           std::int64_t r0, std::int64_t rows, std::int64_t c0,
+                                           std::int64_t D, int g, int c) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const std::int64_t ra = r0 + i * 16 + g, col = c0 + j * 8 + 2 * c;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (kVec) {
-    if (ok0 && ok1) {  // one 8-byte vector reduction (sm_90), idx even and D even
-      atomicAdd(reinterpret_cast<float2*>(dst + idx), make_float2(v0, v1));
-      return;
-    }
-  }
+      constexpr bool kVec4 = kVec;  // float4 reductions exist from sm_90
+#else
+      constexpr bool kVec4 = false;
 #endif
-  if (ok0) atomicAdd(dst + idx, v0);
-  if (ok1) atomicAdd(dst + idx + 1, v1);
+      if constexpr (kVec4) {
+        const bool even = (c & 1) == 0;
+        const float s0 = even ? acc[i][j][2] : acc[i][j][0];
+        const float s1 = even ? acc[i][j][3] : acc[i][j][1];
+        const float q0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+        const float q1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+        const std::int64_t row = even ? ra : ra + 8, cc = even ? col : col - 2;
+        if (row < rows && cc < D) {
+          const float4 v = even ? make_float4(acc[i][j][0], acc[i][j][1], q0, q1)
+                                : make_float4(q0, q1, acc[i][j][2], acc[i][j][3]);
+          atomicAdd(reinterpret_cast<float4*>(dst + row * D + cc), v);
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const std::int64_t row = ra + 8 * h;
+          if (row >= rows) continue;
+          if (col < D) atomicAdd(dst + row * D + col, acc[i][j][2 * h]);
+          if (col + 1 < D) atomicAdd(dst + row * D + col + 1, acc[i][j][2 * h + 1]);
+        }
+      }
+    }
 }
 
 template <class T, bool kVec>
@@ -492,6 +523,10 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
       }
   }
   __syncthreads();
+#ifdef XL_FUSED_EXP_NO_GRAD  // experiment: recompute and dz only (docs/fused.md)
+  if (dzs[threadIdx.x] == 12345) a.dH[0] = 1.0f;
+  return;
+#endif
   // db: column sums of the tile (fp32, increasing row), added atomically.
   if (a.db != nullptr && threadIdx.x < kBN && n0 + threadIdx.x < a.V) {
     float sum = 0.0f;
@@ -551,23 +586,13 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
           mma<T>(accW[i][j], aw[i], bh[j / 2][(j % 2) * 2], bh[j / 2][(j % 2) * 2 + 1]);
         }
     }
+#ifndef XL_FUSED_EXP_NO_ATOMICS
     const std::int64_t d0 = ((first + k) % slices) * kDS;
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int rl = wm * 32 + i * 16 + g + 8 * h;
-          const std::int64_t d = d0 + wn * 32 + j * 8 + 2 * c;
-          const std::int64_t row = m0 + rl, col = n0 + rl;
-          if (row < a.N)
-            atomic_add2<kVec>(a.dH, row * a.D + d, accH[i][j][2 * h], accH[i][j][2 * h + 1],
-                              d < a.D, d + 1 < a.D);
-          if (col < a.V)
-            atomic_add2<kVec>(a.dW, col * a.D + d, accW[i][j][2 * h], accW[i][j][2 * h + 1],
-                              d < a.D, d + 1 < a.D);
-        }
+    flush_tile<kVec>(a.dH, accH, m0 + wm * 32, a.N, d0 + wn * 32, a.D, g, c);
+    flush_tile<kVec>(a.dW, accW, n0 + wm * 32, a.V, d0 + wn * 32, a.D, g, c);
+#else
+    if (accH[0][0][0] == 12345.0f && accW[0][0][0] == 12345.0f) a.dH[0] = 1.0f;  // keep the GEMMs
+#endif
   }
 }
 
