@@ -1,0 +1,102 @@
+// fused_breakdown: where the fused strategy's time goes (docs/fused.md, "What limits it").
+// Times CudaStrategy::forward_backward of
+//   fused                 forward only, and forward + backward (the real strategy);
+//   fused-noatomics       gpu/cuda/fused.cu built with XL_FUSED_EXP_NO_ATOMICS: the gradient
+//                         GEMMs run, their fp32 reductions into dH/dW are dropped;
+//   fused-nograd          built with XL_FUSED_EXP_NO_GRAD: the backward recomputes the logits and
+//                         forms dz, then stops;
+// and chunked for comparison. The variants' gradients are wrong by construction: timing only.
+// Inputs as xentlab bench (tools/bench/bench_lib.hpp): H ~ N(0,1), W ~ N(0, 1/64²) in bf16,
+// uniform targets, reduction mean, recipe bf16/bf16/fp32/bf16; median of `repeats` after one
+// warm-up.
+//   build: cmake -S . -B build-gpu -DXENTLAB_BUILD_EXPERIMENTS=ON && cmake --build build-gpu
+//          --target fused_breakdown
+//   run:   build-gpu/tools/fused_breakdown [repeats=3] [N ...]   (default N = 8192)
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/registry.hpp"
+#include "tools/bench/bench_lib.hpp"
+
+namespace xentlab::gpu {
+std::unique_ptr<Strategy> make_cuda_fused_noatomics();  // fused_variants/fused_noatomics.cu
+std::unique_ptr<Strategy> make_cuda_fused_nograd();     // fused_variants/fused_nograd.cu
+}  // namespace xentlab::gpu
+
+using namespace xentlab;
+
+int main(int argc, char** argv) {
+  const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
+  std::vector<std::int64_t> Ns;
+  for (int i = 2; i < argc; ++i) Ns.push_back(std::atoll(argv[i]));
+  if (Ns.empty()) Ns.push_back(8192);
+  const std::int64_t V = 128256, D = 4096;
+  const bench::DeviceDescription dev = bench::describe_device();
+  if (!dev.available) {
+    std::printf("fused_breakdown: %s\n", dev.reason.c_str());
+    return 0;
+  }
+  struct Entry {
+    std::string label;
+    std::unique_ptr<Strategy> s;
+    bool forward_only;
+  };
+  auto registered = [](const std::string& name) {
+    for (auto& s : make_strategies(Backend::cuda))
+      if (s->name() == name) return std::move(s);
+    return std::unique_ptr<Strategy>{};
+  };
+  std::vector<Entry> entries;
+  entries.push_back({"fused forward only", registered("fused"), true});
+  entries.push_back({"fused", registered("fused"), false});
+  entries.push_back({"fused-noatomics", gpu::make_cuda_fused_noatomics(), false});
+  entries.push_back({"fused-nograd", gpu::make_cuda_fused_nograd(), false});
+  entries.push_back({"chunked", registered("chunked"), false});
+  try {
+    for (const std::int64_t N : Ns) {
+      gpu::DeviceMemoryTracker io;
+      gpu::DeviceBuffer H(io, N * D * 2, gpu::MemKind::io, "H"), W(io, V * D * 2, gpu::MemKind::io, "W"),
+          T(io, N * 8, gpu::MemKind::io, "targets"), L(io, N * 4, gpu::MemKind::io, "loss"),
+          E(io, N * 4, gpu::MemKind::io, "lse"), dH(io, N * D * 2, gpu::MemKind::io, "dH"),
+          dW(io, V * D * 2, gpu::MemKind::io, "dW");
+      bench::fill_normal(DType::bf16, H.get(), N * D, 1.0, 1);
+      bench::fill_normal(DType::bf16, W.get(), V * D, 1.0 / 64.0, 2);
+      bench::fill_targets(T.as<std::int64_t>(), N, V, 3);
+      for (const Entry& e : entries) {
+        const auto* cs = dynamic_cast<const gpu::CudaStrategy*>(e.s.get());
+        if (cs == nullptr) continue;
+        gpu::DeviceRun r;
+        r.prob = gpu::DeviceProblem{N, V, D, DType::bf16, H.get(), W.get(), nullptr, nullptr,
+                                    T.as<std::int64_t>(), N};
+        r.recipe = parse_recipe("bf16/bf16/fp32/bf16");
+        r.want_grads = !e.forward_only;
+        r.g.g_scalar = 1.0f / static_cast<float>(N);
+        r.out.loss = L.as<float>();
+        r.out.lse = E.as<float>();
+        r.out.dH = dH.get();
+        r.out.dW = dW.get();
+        const bench::TimedRuns t = bench::time_forward_backward(
+            *cs, r, {{H.get(), W.get(), T.as<std::int64_t>()}}, 1, repeats);
+        std::vector<double> ms = t.ms;
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
+        const double flops = (e.forward_only ? 2.0 : 8.0) * N * V * D;
+        std::printf("N=%lld %-20s median %9.2f ms (min %.2f, max %.2f)  %6.1f TFLOP/s (%s)  "
+                    "peak extra %lld B\n",
+                    static_cast<long long>(N), e.label.c_str(), med, ms.front(), ms.back(),
+                    flops / (med * 1e-3) / 1e12, e.forward_only ? "2NVD" : "8NVD",
+                    static_cast<long long>(t.peak_extra_bytes));
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "fused_breakdown: %s\n", ex.what());
+    return 1;
+  }
+  return 0;
+}
