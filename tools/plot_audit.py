@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plots of an xentlab audit results file (schema: docs/formats.md, "Results file").
+"""Plots of an xentlab audit results file (schema: docs/audit.md, "Results file").
 
     python3 tools/plot_audit.py xentlab-audit.h5 plots/
 
