@@ -4,11 +4,16 @@
 #include <cstdio>
 #include <mutex>
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "numerics/error.hpp"
 
@@ -84,6 +89,19 @@ AtomicOutput::~AtomicOutput() {
   unregister_temp(temp_);
 }
 
+void AtomicOutput::check_writable() const {
+  errno = 0;
+  std::ofstream f(temp_, std::ios::binary);
+  const int err = errno;
+  if (!f)
+    throw InputError(fmt::format("{}: cannot create the temporary file {} beside it: {}", path_,
+                                 fs::path(temp_).filename().string(),
+                                 err != 0 ? std::strerror(err) : "unknown error"));
+  f.close();
+  std::error_code ec;
+  fs::remove(temp_, ec);
+}
+
 void AtomicOutput::commit() {
   std::error_code ec;
   if (!fs::exists(temp_, ec))
@@ -96,6 +114,27 @@ void AtomicOutput::commit() {
     throw InputError(
         fmt::format("{}: cannot rename {} into place: {}", path_, temp_, ec.message()));
   committed_ = true;
+}
+
+FileLock::FileLock(const std::string& path) : lock_path_(path + ".lock") {
+  fd_ = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd_ < 0 && errno == EACCES)  // another user's lock file: flock needs no write access
+    fd_ = ::open(lock_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0)
+    throw InputError(
+        fmt::format("{}: cannot open the lock file: {}", lock_path_, std::strerror(errno)));
+  int r;
+  while ((r = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {
+  }
+  if (r != 0) {
+    const int err = errno;
+    ::close(fd_);
+    throw InputError(fmt::format("{}: cannot lock: {}", lock_path_, std::strerror(err)));
+  }
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the lock
 }
 
 }  // namespace xentlab

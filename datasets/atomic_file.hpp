@@ -26,6 +26,11 @@ class AtomicOutput {
 
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return temp_; }
+  /// Creates the temporary file and removes it again: proves, before any long work, that the
+  /// folder takes a file of that name (permissions, a read-only file system, a name past the
+  /// file system's limit: the temporary name is longer than the destination's). Throws InputError
+  /// naming the path and the reason otherwise.
+  void check_writable() const;
   /// Renames the temporary file onto path (atomic on POSIX within one file system). Checks again
   /// that path does not exist unless force. Throws InputError on failure (the temporary is
   /// removed).
@@ -35,6 +40,25 @@ class AtomicOutput {
   std::string path_, temp_;
   bool force_ = false;
   bool committed_ = false;
+};
+
+/// An advisory exclusive lock (flock(2)) on the file "<path>.lock" beside `path`, held for the
+/// object's lifetime; the constructor waits while another process holds it. Writers that append to
+/// a shared file by copy, edit and rename (xentlab bench --csv/--h5) take it around the whole
+/// read-modify-rename, so concurrent appends are serialized instead of losing rows. The lock file
+/// is created when missing and left in place (removing it is safe when no writer is running).
+/// Throws InputError naming the lock file when it cannot be created or locked.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path);
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  ~FileLock();
+  const std::string& lock_path() const { return lock_path_; }
+
+ private:
+  std::string lock_path_;
+  int fd_ = -1;
 };
 
 }  // namespace xentlab

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "numerics/error.hpp"
 
@@ -251,6 +254,10 @@ double Object::attr_double(const std::string& name) const {
 
 std::int64_t Object::attr_int(const std::string& name) const {
   silence();
+  // An integer attribute, or a floating one holding a whole number (1.0); 1.5 is not version 1.
+  const double v = read_numeric_attr<double>(*this, name, H5T_NATIVE_DOUBLE);
+  if (!(std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 0x1p63))
+    throw FormatError(fmt::format("{}: attribute '{}' is {}, not an integer", where(), name, v));
   return read_numeric_attr<std::int64_t>(*this, name, H5T_NATIVE_INT64);
 }
 
@@ -491,6 +498,15 @@ File File::open(const std::string& path, bool writable) {
   if (!std::filesystem::exists(path, ec)) throw FormatError(fmt::format("{}: no such file", path));
   if (!std::filesystem::is_regular_file(path, ec))
     throw FormatError(fmt::format("{}: not a regular file", path));
+  {
+    // A file we may not read (mode 000, another user's) is not "foreign or damaged": say why.
+    errno = 0;
+    const std::ifstream probe(path, std::ios::binary);
+    const int err = errno;
+    if (!probe)
+      throw FormatError(
+          fmt::format("cannot read {}: {}", path, err != 0 ? std::strerror(err) : "unknown error"));
+  }
 #if H5_VERSION_GE(1, 12, 0)
   const htri_t is = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
 #else
@@ -502,7 +518,10 @@ File File::open(const std::string& path, bool writable) {
         fmt::format("{}: not an HDF5 file (no readable HDF5 signature: foreign or damaged)", path));
   }
   Handle f(H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!f.valid()) fail(path, "cannot be opened as HDF5 (truncated or damaged file?)");
+  if (!f.valid())
+    fail(path,
+         "has an HDF5 signature but cannot be opened (locked by another process that is "
+         "writing it, or truncated or damaged)");
   File file;
   file.h_ = std::move(f);
   file.file_ = path;

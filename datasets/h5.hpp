@@ -74,7 +74,8 @@ class Object {
   void set_attr(const std::string& name, int value) { set_attr(name, std::int64_t{value}); }
   void set_attr(const std::string& name, bool value) { set_attr(name, std::int64_t{value}); }
   /// Readers throw FormatError naming the object and attribute when it is missing or of a type that
-  /// does not convert (a string read as a number, …).
+  /// does not convert (a string read as a number, …); attr_int also when the value is not a whole
+  /// number (a float attribute 1.5 is not the integer 1).
   std::string attr_string(const std::string& name) const;
   double attr_double(const std::string& name) const;
   std::int64_t attr_int(const std::string& name) const;
@@ -140,8 +141,10 @@ class Group : public Object {
   using Object::Object;
 };
 
-/// An HDF5 file. Open for reading checks first that the file exists and carries the HDF5 signature,
-/// so a foreign or truncated file gives "not an HDF5 file" / "cannot be opened (truncated?)".
+/// An HDF5 file. Open for reading checks first that the file exists, can be read ("cannot read
+/// PATH: reason") and carries the HDF5 signature, so a foreign file gives "not an HDF5 file" and a
+/// file with the signature that HDF5 cannot open (locked by a writer, truncated) "cannot be
+/// opened (locked by another process …, or truncated or damaged)".
 class File : public Group {
  public:
   static File open_read(const std::string& path);

@@ -7,10 +7,13 @@
 //    run end to end through the program, its CSV rows checked (every registered strategy, finite
 //    and small errors against the reference, refusals as rows).
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -19,13 +22,17 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "datasets/atomic_file.hpp"
 #include "datasets/h5.hpp"
 #include "gpu/registry.hpp"
 #include "numerics/error.hpp"
+#include "tests/unprivileged.hpp"
 #include "tools/bench/bench_report.hpp"
 #ifdef XENTLAB_HAVE_CUDA
+#include "gpu/cuda/cuda_strategy.cuh"
 #include "gpu/cuda/device.hpp"
 #endif
 
@@ -77,6 +84,31 @@ TEST(BenchBytes, ParsesUnits) {
   EXPECT_EQ(parse_bytes("1TiB"), std::int64_t{1} << 40);
   for (const char* bad : {"", "GiB", "-4GiB", "4XB", "4.5.1G", "1e9", "9999999TiB"})
     EXPECT_THROW(parse_bytes(bad), InputError) << bad;
+}
+
+TEST(BenchBytes, BlanksOnlyAroundTheNumberAndOneBeforeTheUnit) {
+  EXPECT_EQ(parse_bytes(" 4GiB\t"), std::int64_t{4} << 30);
+  EXPECT_EQ(parse_bytes("4 GiB"), std::int64_t{4} << 30);
+  for (const char* bad : {"1 2 G", "1 2", "4  GiB", "4 G iB", "4\tGiB"})
+    EXPECT_THROW(parse_bytes(bad), InputError) << bad;
+  BenchArgs a = sized(16, 100, 8);
+  a.memory_budget = "1 2 G";  // was 12 GiB
+  EXPECT_THROW(resolve_options(a, kKnown), InputError);
+}
+
+TEST(BenchBytes, OutOfRangeIsAnInputErrorNamingTheOption) {
+  const std::string huge(400, '9'), tiny = "0." + std::string(400, '0') + "1";
+  for (const std::string& text : {huge, tiny, std::string("0.5")}) {
+    EXPECT_THROW(parse_bytes(text), InputError) << text;  // not std::out_of_range (exit 3)
+    BenchArgs a = sized(16, 100, 8);
+    a.memory_budget = text;
+    try {
+      resolve_options(a, kKnown);
+      ADD_FAILURE() << "accepted --memory-budget " << text;
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("--memory-budget: ", 0), 0u) << e.what();
+    }
+  }
 }
 
 TEST(BenchBytes, Formats) {
@@ -226,6 +258,30 @@ TEST(BenchOptions, NamesAndCounts) {
   a.csv = "same.out";
   a.markdown = "same.out";
   throws_with(a, "named by two");
+}
+
+TEST(BenchOptions, OneFileInTwoSpellingsIsRefused) {
+  // Files that do not exist yet: fs::equivalent cannot compare them, weakly_canonical can.
+  const std::string x = "xl-bench-no-such-file.out";
+  const std::vector<std::pair<std::string, std::string>> same = {
+      {x, "./" + x},
+      {x, "xl-bench-no-such-folder/../" + x},
+      {x, (fs::current_path() / x).string()},
+      {"." + std::string(1, '/') + x, "././" + x}};
+  for (const auto& [p, q] : same) {
+    BenchArgs a = sized(16, 100, 8);
+    a.csv = p;
+    a.h5 = q;
+    EXPECT_THROW(resolve_options(a, kKnown), InputError) << p << " " << q;
+    a = sized(16, 100, 8);
+    a.markdown = p;
+    a.csv = q;
+    EXPECT_THROW(resolve_options(a, kKnown), InputError) << p << " " << q;
+  }
+  BenchArgs a = sized(16, 100, 8);
+  a.csv = x + ".csv";
+  a.h5 = x + ".h5";
+  EXPECT_NO_THROW(resolve_options(a, kKnown));
 }
 
 TEST(BenchOptions, RegistryNamesAreTheFilter) {
@@ -475,6 +531,276 @@ TEST_F(BenchFiles, H5Appends) {
   EXPECT_THROW(check_h5_target(path("text.h5")), FormatError);
 }
 
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+/// The message of the InputError that f throws ("" and a test failure when it throws none).
+template <class F>
+std::string input_error(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError";
+  return "";
+}
+
+TEST_F(BenchFiles, CsvWithoutFinalNewlineGetsOneBeforeTheRows) {
+  const BenchReport r = synthetic_report();
+  const std::string last = csv_row(r, r.rows[0]);
+  std::ofstream(path("b.csv"), std::ios::binary) << csv_header() << "\n" << last;  // no "\n"
+  append_csv(path("b.csv"), r);
+  const auto lines = read_lines(path("b.csv"));
+  ASSERT_EQ(lines.size(), 2 + r.rows.size());
+  EXPECT_EQ(lines[1], last);  // not glued to the first new row
+  EXPECT_EQ(lines[2], csv_row(r, r.rows[0]));
+  EXPECT_EQ(parse_csv(lines[2]).size(), parse_csv(csv_header()).size());
+  // The header alone without its newline: the same.
+  std::ofstream(path("h.csv"), std::ios::binary) << csv_header();
+  append_csv(path("h.csv"), r);
+  EXPECT_EQ(read_lines(path("h.csv")).size(), 1 + r.rows.size());
+}
+
+TEST_F(BenchFiles, AppendsWaitForTheLockOfTheFile) {
+  const BenchReport r = synthetic_report();
+  std::atomic<bool> done{false};
+  std::string error;
+  std::thread writer;
+  {
+    const FileLock csv_lock(path("b.csv")), h5_lock(path("b.h5"));  // another writer holds them
+    writer = std::thread([&] {
+      try {
+        append_csv(path("b.csv"), r);
+        append_h5(path("b.h5"), r);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_FALSE(done.load()) << "appended while another writer held the lock";
+    EXPECT_FALSE(fs::exists(path("b.csv")));
+  }
+  writer.join();
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(read_lines(path("b.csv")).size(), 1 + r.rows.size());
+  EXPECT_TRUE(fs::exists(path("b.csv.lock")));
+}
+
+TEST_F(BenchFiles, ConcurrentAppendsKeepEveryRow) {
+  const BenchReport r = synthetic_report();
+  constexpr int kWriters = 4, kAppends = 6;
+  std::vector<pid_t> children;
+  std::fflush(nullptr);
+  for (int w = 0; w < kWriters; ++w) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int rc = 0;
+      try {
+        for (int k = 0; k < kAppends; ++k) {
+          append_csv(path("b.csv"), r);
+          append_h5(path("b.h5"), r);
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "writer: %s\n", e.what());
+        rc = 1;
+      }
+      ::_exit(rc);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int st = 0;
+    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  EXPECT_EQ(read_lines(path("b.csv")).size(), 1 + kWriters * kAppends * r.rows.size());
+  const h5::File f = h5::File::open_read(path("b.h5"));
+  EXPECT_EQ(f.open_group("sessions").children().size(),
+            static_cast<std::size_t>(kWriters * kAppends));
+}
+
+TEST_F(BenchFiles, ChecksCreateTheTemporaryFile) {
+  // A name the file system takes, whose temporary name (".NAME.tmp-PID-N") it does not.
+  const std::string long_name = path(std::string(240, 'b') + ".csv");
+  for (auto check : {check_csv_target, check_h5_target}) {
+    const std::string m = input_error([&] { check(long_name); });
+    EXPECT_NE(m.find("cannot create the temporary file"), std::string::npos) << m;
+    EXPECT_NE(m.find("File name too long"), std::string::npos) << m;
+  }
+  EXPECT_THROW(AtomicOutput(long_name, true).check_writable(), InputError);
+  EXPECT_NO_THROW(check_csv_target(path("ok.csv")));
+  EXPECT_NO_THROW(AtomicOutput(path("ok.md"), false).check_writable());
+  for (const auto& e : fs::directory_iterator(dir_)) ADD_FAILURE() << "left behind: " << e.path();
+  // A read-only folder, for an ordinary user.
+  fs::create_directories(dir_ / "ro");
+  fs::permissions(dir_ / "ro", fs::perms::owner_read | fs::perms::owner_exec |
+                                   fs::perms::group_read | fs::perms::group_exec |
+                                   fs::perms::others_read | fs::perms::others_exec);
+  const std::string ro = (dir_ / "ro" / "b").string();
+  XL_EXPECT_UNPRIVILEGED([&] {
+    for (auto check : {check_csv_target, check_h5_target}) {
+      try {
+        check(ro);
+        std::fprintf(stderr, "a read-only folder passed the check\n");
+        return false;
+      } catch (const InputError& e) {
+        if (std::string(e.what()).find("Permission denied") == std::string::npos) return false;
+      }
+    }
+    try {
+      AtomicOutput(ro + ".md", false).check_writable();
+      return false;
+    } catch (const InputError&) {
+    }
+    return true;
+  });
+}
+
+TEST_F(BenchFiles, ReadOnlyFilesTakeTheRowsAndKeepTheirMode) {
+  const BenchReport r = synthetic_report();
+  fs::permissions(dir_, fs::perms::all);  // the unprivileged child writes here
+  const auto ro = fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read;
+  XL_EXPECT_UNPRIVILEGED([&] {
+    append_csv(path("b.csv"), r);
+    append_h5(path("b.h5"), r);
+    fs::permissions(path("b.csv"), ro);
+    fs::permissions(path("b.h5"), ro);
+    check_csv_target(path("b.csv"));
+    check_h5_target(path("b.h5"));
+    append_csv(path("b.csv"), r);  // copy_file gives the temporary mode 0444: it must be writable
+    append_h5(path("b.h5"), r);
+    return read_lines(path("b.csv")).size() == 1 + 2 * r.rows.size() &&
+           h5::File::open_read(path("b.h5")).open_group("sessions").children().size() == 2 &&
+           fs::status(path("b.csv")).permissions() == ro &&
+           fs::status(path("b.h5")).permissions() == ro;
+  });
+}
+
+TEST_F(BenchFiles, H5SessionsAreCheckedAndNumberedPastTheLargest) {
+  const BenchReport r = synthetic_report();
+  append_h5(path("gap.h5"), r);
+  append_h5(path("gap.h5"), r);
+  append_h5(path("gap.h5"), r);
+  {
+    h5::File f = h5::File::open_rw(path("gap.h5"));
+    ASSERT_EQ(H5Ldelete(f.id(), "sessions/000001", H5P_DEFAULT), 0);  // 000000, 000002 remain
+    f.close();
+  }
+  append_h5(path("gap.h5"), r);  // by count this would be 000002 again
+  const auto names = h5::File::open_read(path("gap.h5")).open_group("sessions").children();
+  EXPECT_EQ(names, (std::vector<std::string>{"000000", "000002", "000003"}));
+  {
+    h5::File f = h5::File::create(path("flat.h5"));
+    f.set_attr("format", "xentlab-bench");
+    f.set_attr("format_version", std::int64_t{1});
+    f.write("sessions", std::vector<double>{1.0, 2.0});
+    f.close();
+  }
+  const std::string m = input_error([&] { check_h5_target(path("flat.h5")); });
+  EXPECT_NE(m.find("/sessions is not a group"), std::string::npos) << m;
+}
+
+TEST_F(BenchFiles, EveryOutputIsAttemptedAndTheMarkdownIsNeverLost) {
+  BenchReport r = synthetic_report();
+  r.options.markdown = path("gone/b.md");  // its folder vanished during the run
+  r.options.csv = path("gone/b.csv");
+  r.options.h5 = path("b.h5");
+  const OutputReport out = write_outputs(r, false);
+  ASSERT_EQ(out.failures.size(), 2u);
+  EXPECT_NE(out.failures[0].find("--markdown " + r.options.markdown), std::string::npos)
+      << out.failures[0];
+  EXPECT_NE(out.failures[0].find("does not exist"), std::string::npos) << out.failures[0];
+  EXPECT_NE(out.failures[1].find("--csv " + r.options.csv), std::string::npos) << out.failures[1];
+  EXPECT_NE(out.stdout_text.find(format_markdown(r)), std::string::npos);  // printed instead
+  EXPECT_NE(out.stdout_text.find("h5: " + r.options.h5), std::string::npos);
+  EXPECT_EQ(h5::File::open_read(path("b.h5")).open_group("sessions").children().size(), 1u);
+  // Everything written: no failure, the Markdown only in its file.
+  r.options.markdown = path("b.md");
+  r.options.csv = path("b.csv");
+  const OutputReport ok = write_outputs(r, false);
+  EXPECT_TRUE(ok.failures.empty());
+  EXPECT_EQ(ok.stdout_text.find("| strategy |"), std::string::npos);
+  EXPECT_EQ(read_all(path("b.md")), format_markdown(r));
+  EXPECT_EQ(read_lines(path("b.csv")).size(), 1 + r.rows.size());
+}
+
+TEST_F(BenchFiles, CsvHeaderVariants) {
+  const BenchReport r = synthetic_report();
+  // Empty: taken as new.
+  std::ofstream(path("empty.csv")).close();
+  EXPECT_NO_THROW(check_csv_target(path("empty.csv")));
+  append_csv(path("empty.csv"), r);
+  const auto lines = read_lines(path("empty.csv"));
+  ASSERT_EQ(lines.size(), 1 + r.rows.size());
+  EXPECT_EQ(lines[0], csv_header());
+  // CRLF and a byte-order mark: said so.
+  std::ofstream(path("crlf.csv"), std::ios::binary) << csv_header() << "\r\n";
+  std::string m = input_error([&] { check_csv_target(path("crlf.csv")); });
+  EXPECT_NE(m.find("CRLF"), std::string::npos) << m;
+  std::ofstream(path("bom.csv"), std::ios::binary) << "\xEF\xBB\xBF" << csv_header() << "\n";
+  m = input_error([&] { check_csv_target(path("bom.csv")); });
+  EXPECT_NE(m.find("byte-order mark"), std::string::npos) << m;
+  // No newline in the first 64 KiB: refused without reading the rest.
+  std::ofstream(path("long.csv"), std::ios::binary) << std::string(std::size_t{1} << 20, 'a');
+  m = input_error([&] { check_csv_target(path("long.csv")); });
+  EXPECT_NE(m.find("no line end in its first 64 KiB"), std::string::npos) << m;
+  // Unreadable (for an ordinary user): "cannot read", with the reason.
+  fs::permissions(dir_, fs::perms::all);
+  XL_EXPECT_UNPRIVILEGED([&] {
+    std::ofstream(path("locked.csv")) << csv_header() << "\n";
+    fs::permissions(path("locked.csv"), fs::perms::none);
+    try {
+      check_csv_target(path("locked.csv"));
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return std::string(e.what()).find("cannot read: Permission denied") != std::string::npos;
+    }
+    return false;
+  });
+}
+
+#ifdef XENTLAB_HAVE_CUDA
+TEST(BenchPlan, AnExplicitBudgetBoundsAGivenChunkSize) {
+  // The preset's shape and chunk size (8192 tokens: about 2 GiB of bf16 chunk logits alone).
+  const Recipe rc = parse_recipe("bf16/bf16/fp32/bf16");
+  const gpu::WorkspaceQuery q{131072, 128256, 4096, DType::bf16, false, rc, true};
+  const std::int64_t budget = std::int64_t{1} << 30;
+  EXPECT_NO_THROW(gpu::plan_chunks(q, gpu::kDefaultChunkBudget, 8192, "chunked", false));
+  try {
+    gpu::plan_chunks(q, budget, 8192, "chunked", true);
+    ADD_FAILURE() << "chunks of 8192 tokens accepted within 1 GiB";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("8192 tokens"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(budget)), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(gpu::plan_workspace(q, 8192).total())), std::string::npos) << m;
+  }
+  // Through the strategies: an explicit budget refuses, none keeps the chunk size.
+  int checked = 0;
+  for (const auto& s : make_strategies(Backend::cuda)) {
+    const auto* cs = dynamic_cast<const gpu::CudaStrategy*>(s.get());
+    if (cs == nullptr || (cs->name() != "chunked" && cs->name() != "checkpointed")) continue;
+    ++checked;
+    EXPECT_THROW(cs->plan(q, budget, 8192), InputError) << cs->name();
+    EXPECT_EQ(cs->plan(q, 0, 8192).rows, 8192) << cs->name();
+    EXPECT_EQ(cs->plan(q, std::int64_t{8} << 30, 8192).rows, 8192) << cs->name();
+  }
+  EXPECT_EQ(checked, 2);
+}
+#endif
+
 #endif  // !XL_BENCH_GPU_TESTS
 
 // ---- the program ------------------------------------------------------------------------------
@@ -529,6 +855,40 @@ TEST(BenchProgram, InvalidOptionsExit2NamingThem) {
                           "--memory-budget", "--repeats", "--warmup", "--sample-rows", "--preset",
                           "--chunk-tokens", "--csv", "--h5", "--markdown"})
     EXPECT_NE(h.output.find(opt), std::string::npos) << opt;
+}
+
+TEST(BenchProgram, CommandLinesThatDoNotParseExit2) {
+  // CLI11's own codes (104, 106, 109, 114, …) are not the documented statuses.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "no command given"},
+      {"frobnicate", "unknown command 'frobnicate'"},
+      {"bench --no-such-option", "--no-such-option"},
+      {"bench --tokens eight --vocab 10 --hidden 4", "--tokens"},
+      {"bench --tokens 8 --tokens 9 --vocab 10 --hidden 4", "--tokens"},
+      {"bench --tokens 8 --vocab 10 --hidden 4 --memory-budget '1 2 G'", "--memory-budget"},
+      {"bench --tokens 8 --vocab 10 --hidden 4 --memory-budget " + std::string(400, '9'),
+       "--memory-budget"},
+      {"verify", "required"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Ran r = xentlab(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+  }
+  EXPECT_EQ(xentlab("--help").status, 0);
+  EXPECT_EQ(xentlab("--version").status, 0);
+}
+
+TEST(BenchProgram, EmptyValuesAreRefusedNamingTheOption) {
+  for (const std::string opt :
+       {"--csv ''", "--h5 ''", "--markdown ''", "--preset ''", "--recipes ''", "--recipes ,",
+        "--strategies ''", "--strategies ,", "--memory-budget ''"}) {
+    const Ran r = xentlab("bench --tokens 8 --vocab 10 --hidden 4 " + opt);
+    EXPECT_EQ(r.status, 2) << opt << "\n" << r.output;
+    const std::string name = opt.substr(0, opt.find(' '));
+    EXPECT_NE(r.output.find(name + ": an empty value"), std::string::npos) << opt << "\n"
+                                                                           << r.output;
+  }
 }
 
 TEST(BenchProgram, NoDeviceExits4WithAClearMessage) {

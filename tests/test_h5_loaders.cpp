@@ -2,7 +2,9 @@
 // loaders (datasets/loaders.hpp: HDF5, .npy, safetensors). Expected values are the values written:
 // every storage format must give them back bit for bit, and every damaged file a FormatError that
 // names the file.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "datasets/h5.hpp"
 #include "datasets/loaders.hpp"
 #include "numerics/error.hpp"
+#include "tests/unprivileged.hpp"
 
 namespace xentlab {
 namespace {
@@ -149,6 +152,63 @@ TEST_F(H5Wrapper, ForeignTruncatedAndMissingFiles) {
         f.open_dataset("big").read_double();
       },
       FormatError);
+}
+
+/// The message of the FormatError that f throws ("" and a test failure when it throws none).
+template <class F>
+std::string format_error(F&& f) {
+  try {
+    f();
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no FormatError";
+  return "";
+}
+
+TEST_F(H5Wrapper, UnreadableAndLockedFilesAreNotCalledForeign) {
+  {
+    h5::File f = h5::File::create(path("a.h5"));
+    f.set_attr("format_version", std::int64_t{1});
+    f.close();
+  }
+  // Locked by a writer (HDF5's own flock: another process has it open for writing).
+  {
+    const int fd = ::open(path("a.h5").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+    const std::string m = format_error([&] { h5::File::open_read(path("a.h5")); });
+    EXPECT_EQ(m.find("not an HDF5 file"), std::string::npos) << m;
+    EXPECT_NE(m.find("locked by another process"), std::string::npos) << m;
+    ::close(fd);
+  }
+  EXPECT_NO_THROW(h5::File::open_read(path("a.h5")));
+  // Unreadable (mode 000), for an ordinary user: "cannot read", with the reason.
+  fs::permissions(dir_, fs::perms::all);
+  XL_EXPECT_UNPRIVILEGED([&] {
+    {
+      h5::File f = h5::File::create(path("b.h5"));
+      f.close();
+    }
+    fs::permissions(path("b.h5"), fs::perms::none);
+    const std::string m = format_error([&] { h5::File::open_read(path("b.h5")); });
+    std::fprintf(stderr, "%s\n", m.c_str());
+    return m.find("cannot read " + path("b.h5") + ": Permission denied") != std::string::npos;
+  });
+}
+
+TEST_F(H5Wrapper, IntegerAttributesMustBeWholeNumbers) {
+  h5::File f = h5::File::create(path("v.h5"));
+  f.set_attr("half", 1.5);
+  f.set_attr("whole", 1.0);
+  f.set_attr("int", std::int64_t{-7});
+  f.set_attr("inf", std::numeric_limits<double>::infinity());
+  const std::string m = format_error([&] { f.attr_int("half"); });  // was read as 1
+  EXPECT_NE(m.find("not an integer"), std::string::npos) << m;
+  EXPECT_THROW(f.attr_int("inf"), FormatError);
+  EXPECT_EQ(f.attr_int("whole"), 1);
+  EXPECT_EQ(f.attr_int("int"), -7);
+  EXPECT_EQ(f.attr_double("half"), 1.5);
 }
 
 using Atomic = TempDir;

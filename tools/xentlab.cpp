@@ -5,6 +5,7 @@
 #include <exception>
 #include <new>
 #include <stdexcept>
+#include <string>
 
 #include "numerics/error.hpp"
 #include "numerics/version.hpp"
@@ -25,7 +26,21 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help, --version (exit 0) and a command's own status (CLI::RuntimeError) pass through;
+    // every other parse error is invalid input: CLI11's message, exit 2 (not CLI11's 1xx codes).
+    const int code = app.exit(e);
+    if (code == 0 || e.get_name() == "RuntimeError") return code;
+    if (app.get_subcommands().empty()) {
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands({}))
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      const bool named = argc > 1 && argv[1][0] != '-';
+      fmt::print(
+          stderr, "xentlab: {}; the commands are: {} (xentlab COMMAND --help)\n",
+          named ? fmt::format("unknown command '{}'", argv[1]) : std::string("no command given"),
+          names);
+    }
+    return 2;
   } catch (const xentlab::InputError& e) {
     fmt::print(stderr, "xentlab: invalid input: {}\n", e.what());
     return 2;

@@ -98,8 +98,16 @@ WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows) {
 }
 
 WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t budget, std::int64_t chunk_tokens,
-                          const std::string& strategy) {
-  if (chunk_tokens > 0) return plan_workspace(q, std::min(chunk_tokens, q.N));
+                          const std::string& strategy, bool budget_given) {
+  if (chunk_tokens > 0) {
+    const WorkspacePlan p = plan_workspace(q, std::min(chunk_tokens, q.N));
+    if (budget_given && p.total() > budget)
+      throw InputError(strategy + ": chunks of " + std::to_string(p.rows) + " tokens need " +
+                       std::to_string(p.total()) + " bytes, past the memory budget of " +
+                       std::to_string(budget) +
+                       " bytes (smaller chunks fit, or let the budget size them)");
+    return p;
+  }
   const WorkspacePlan whole = plan_workspace(q, q.N);
   if (whole.total() <= budget) return whole;
   // Multi-chunk plans are affine in rows: fixed + rows·per_row.

@@ -92,9 +92,12 @@ struct WorkspacePlan {
 WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows);
 /// Largest chunk whose plan fits `budget` bytes, balanced over the chunks and rounded to a
 /// multiple of 128 tokens where that still fits; or chunk_tokens when given (> 0). Throws
-/// InputError naming the bytes needed for one token when even that does not fit.
+/// InputError naming the bytes needed for one token when even that does not fit. With
+/// `budget_given` (the caller's memory_budget > 0, not the default) a given chunk_tokens must fit
+/// the budget too: InputError naming both byte counts and the chunk size otherwise; without it an
+/// explicit chunk size wins over the default budget.
 WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t budget, std::int64_t chunk_tokens,
-                          const std::string& strategy);
+                          const std::string& strategy, bool budget_given);
 
 /// Kernel parameters of a LossSpec for rows of length V with accumulator `accum`.
 RowLossParams make_row_params(const LossSpec& s, std::int64_t V, DType accum);

@@ -4,12 +4,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "datasets/atomic_file.hpp"
 #include "datasets/h5.hpp"
@@ -168,12 +171,16 @@ const Preset& find_preset(std::string_view name) {
 }
 
 std::int64_t parse_bytes(std::string_view text) {
-  std::string s(text);
-  s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }),
-          s.end());
+  // Leading and trailing blanks are ignored, and one space may separate the number from its unit
+  // ("10 KB"); a blank anywhere else is an error ("1 2 G" is not 12 GiB).
+  const auto first = text.find_first_not_of(" \t\n\r\f\v");
+  const auto last = text.find_last_not_of(" \t\n\r\f\v");
+  const std::string s(first == std::string_view::npos ? std::string_view()
+                                                      : text.substr(first, last - first + 1));
   std::size_t i = 0;
   while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
   const std::string num = s.substr(0, i);
+  if (i < s.size() && s[i] == ' ') ++i;
   std::string unit = s.substr(i);
   std::transform(unit.begin(), unit.end(), unit.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -198,8 +205,18 @@ std::int64_t parse_bytes(std::string_view text) {
         fmt::format("memory size '{}': unknown unit '{}' (B, KiB, MiB, GiB, TiB, K, M, "
                     "G, T, KB, MB, GB, TB)",
                     text, s.substr(i)));
-  const double v = std::stod(num) * mult;
+  double value = 0.0;
+  try {
+    value = std::stod(num);
+  } catch (const std::out_of_range&) {  // more digits than a double holds, or a tiny fraction
+    throw InputError(fmt::format(
+        "memory size '{}' is out of range (a whole number of bytes from 1 to 2^62)", text));
+  }
+  const double v = value * mult;
   if (!(v < 0x1p62)) throw InputError(fmt::format("memory size '{}' is past 2^62 bytes", text));
+  if (value > 0 && v < 1.0)
+    throw InputError(fmt::format(
+        "memory size '{}' is less than one byte (0 means each strategy's default)", text));
   return static_cast<std::int64_t>(std::floor(v));
 }
 
@@ -262,7 +279,13 @@ BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>&
     if (std::find(o.strategies.begin(), o.strategies.end(), s) == o.strategies.end())
       o.strategies.push_back(s);
   }
-  if (!a.memory_budget.empty()) o.memory_budget = parse_bytes(a.memory_budget);
+  if (!a.memory_budget.empty()) {
+    try {
+      o.memory_budget = parse_bytes(a.memory_budget);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--memory-budget: {}", e.what()));
+    }
+  }
   if (a.chunk_tokens) {
     if (*a.chunk_tokens < 0) throw InputError("--chunk-tokens must be 0 (from the budget) or more");
     o.chunk_tokens = *a.chunk_tokens;
@@ -284,12 +307,25 @@ BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>&
   o.csv = a.csv;
   o.h5 = a.h5;
   o.markdown = a.markdown;
+  // The same file in two spellings ("x" and "./x", "dir/../x", absolute and relative), existing
+  // or not: weakly_canonical resolves what exists and normalizes the rest; equivalent() also
+  // catches hard links to one existing file.
   const std::vector<std::string> outs{o.csv, o.h5, o.markdown};
+  auto canonical = [](const std::string& p) {
+    std::error_code ec;
+    const fs::path c = fs::weakly_canonical(fs::absolute(p, ec), ec);
+    return ec ? fs::path(p).lexically_normal() : c;
+  };
   for (std::size_t i = 0; i < outs.size(); ++i)
     for (std::size_t j = i + 1; j < outs.size(); ++j) {
+      if (outs[i].empty() || outs[j].empty()) continue;
       std::error_code ec;
-      if (!outs[i].empty() && (outs[i] == outs[j] || fs::equivalent(outs[i], outs[j], ec)))
-        throw InputError(fmt::format("{} is named by two of --csv, --h5 and --markdown", outs[i]));
+      if (outs[i] == outs[j] || canonical(outs[i]) == canonical(outs[j]) ||
+          fs::equivalent(outs[i], outs[j], ec))
+        throw InputError(
+            fmt::format("{} and {} are the same file, named by two of --csv, --h5 "
+                        "and --markdown",
+                        outs[i], outs[j]));
     }
   return o;
 }
@@ -506,31 +542,97 @@ std::string csv_row(const BenchReport& r, const BenchRow& row) {
   return s;
 }
 
+namespace {
+
+/// At most this much of an existing CSV is read to find its header line.
+constexpr std::size_t kMaxHeaderBytes = 64 * 1024;
+
+/// Copies an existing destination to the temporary of `out`, made owner-writable (copy_file keeps
+/// a read-only file's mode, and the copy must take the new rows; the rename needs only the
+/// folder). Returns the destination's permissions, restored on the temporary before the rename.
+fs::perms copy_for_append(const std::string& path, const AtomicOutput& out) {
+  const fs::perms mode = fs::status(path).permissions();
+  fs::copy_file(path, out.temp_path(), fs::copy_options::overwrite_existing);
+  fs::permissions(out.temp_path(), fs::perms::owner_read | fs::perms::owner_write,
+                  fs::perm_options::add);
+  return mode;
+}
+
+/// Whether the file's last byte is a newline (true for an empty file).
+bool ends_with_newline(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in || in.tellg() <= 0) return true;
+  in.seekg(-1, std::ios::end);
+  char c = 0;
+  in.get(c);
+  return c == '\n';
+}
+
+}  // namespace
+
 void check_csv_target(const std::string& path) {
   AtomicOutput probe(path, true);  // folder exists, not a device or folder
-  if (!fs::exists(path)) return;
-  std::ifstream in(path);
-  std::string first;
-  std::getline(in, first);
-  if (first != csv_header())
+  probe.check_writable();          // the folder takes the temporary file
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw InputError(fmt::format("{}: cannot read: {}", path,
+                                 errno != 0 ? std::strerror(errno) : "unknown error"));
+  std::string head(kMaxHeaderBytes, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  if (in.bad()) throw InputError(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  if (head.empty()) return;  // an empty file is taken as new: the header is written
+  const std::size_t nl = head.find('\n');
+  if (nl == std::string::npos && head.size() == kMaxHeaderBytes)
+    throw InputError(fmt::format(
+        "{}: no line end in its first {} KiB: not an xentlab bench CSV; choose another --csv file",
+        path, kMaxHeaderBytes / 1024));
+  std::string first = head.substr(0, nl);
+  if (first == csv_header()) return;
+  std::vector<std::string> why;
+  constexpr std::string_view kBom = "\xEF\xBB\xBF";
+  if (first.rfind(kBom, 0) == 0) {
+    first.erase(0, kBom.size());
+    why.push_back("starts with a UTF-8 byte-order mark (remove the first 3 bytes)");
+  }
+  if (!first.empty() && first.back() == '\r') {
+    first.pop_back();
+    why.push_back("has CRLF (Windows) line endings (convert them to LF, e.g. with dos2unix)");
+  }
+  if (first == csv_header())
     throw InputError(
-        fmt::format("{}: exists with another header (not an xentlab bench CSV of this "
-                    "version); choose another --csv file",
-                    path));
+        fmt::format("{}: an xentlab bench CSV that {}; rows appended to it would "
+                    "not match: fix the file or choose another --csv file",
+                    path, join(why, " and ")));
+  throw InputError(
+      fmt::format("{}: exists with another header (not an xentlab bench CSV of this "
+                  "version); choose another --csv file",
+                  path));
 }
 
 void append_csv(const std::string& path, const BenchReport& r) {
-  check_csv_target(path);
+  const FileLock lock(path);  // concurrent appends wait: the read-modify-rename is serialized
+  check_csv_target(path);     // the file as it is now, under the lock
   AtomicOutput out(path, true);
-  const bool exists = fs::exists(path);
-  if (exists) fs::copy_file(path, out.temp_path(), fs::copy_options::overwrite_existing);
+  std::error_code ec;
+  const bool exists = fs::exists(path, ec);
+  const bool has_header = exists && fs::file_size(path, ec) > 0 && !ec;
+  std::optional<fs::perms> mode;
+  if (exists) mode = copy_for_append(path, out);
   {
-    std::ofstream f(out.temp_path(), std::ios::app);
-    if (!exists) f << csv_header() << "\n";
+    std::ofstream f(out.temp_path(), std::ios::app | std::ios::binary);
+    if (!has_header)
+      f << csv_header() << "\n";
+    else if (!ends_with_newline(path))
+      f << "\n";  // a last line without its line end: the first row must not be glued onto it
     for (const BenchRow& row : r.rows) f << csv_row(r, row) << "\n";
     f.close();
     if (!f) throw InputError(fmt::format("{}: cannot write the CSV rows", path));
   }
+  if (mode) fs::permissions(out.temp_path(), *mode);
   out.commit();
 }
 
@@ -545,6 +647,33 @@ void write_text_atomic(const std::string& path, const std::string& text, bool fo
   out.commit();
 }
 
+OutputReport write_outputs(const BenchReport& r, bool force) {
+  OutputReport rep;
+  const BenchOptions& o = r.options;
+  auto attempt = [&rep](const char* option, const std::string& path, auto&& write) {
+    try {
+      write();
+      return true;
+    } catch (const std::exception& e) {
+      rep.failures.push_back(fmt::format("{} {}: not written: {}", option, path, e.what()));
+      return false;
+    }
+  };
+  const std::string md = format_markdown(r);
+  if (o.markdown.empty())
+    rep.stdout_text += "\n" + md;
+  else if (attempt("--markdown", o.markdown, [&] { write_text_atomic(o.markdown, md, force); }))
+    rep.stdout_text += fmt::format("markdown: {}\n", o.markdown);
+  else
+    rep.stdout_text +=
+        fmt::format("\n(the Markdown, which could not be written to {})\n\n{}", o.markdown, md);
+  if (!o.csv.empty() && attempt("--csv", o.csv, [&] { append_csv(o.csv, r); }))
+    rep.stdout_text += fmt::format("csv: {} ({} rows appended)\n", o.csv, r.rows.size());
+  if (!o.h5.empty() && attempt("--h5", o.h5, [&] { append_h5(o.h5, r); }))
+    rep.stdout_text += fmt::format("h5: {} (one session, {} rows)\n", o.h5, r.rows.size());
+  return rep;
+}
+
 // ---- HDF5 --------------------------------------------------------------------------------------
 
 std::string now_utc() {
@@ -554,8 +683,33 @@ std::string now_utc() {
   return buf;
 }
 
+namespace {
+
+/// The number of the next session of a bench file: one past the largest numbered group in
+/// /sessions (0 when there is none), so a gap in the numbering cannot make it collide. InputError
+/// when /sessions is not a group.
+std::int64_t next_session(const h5::File& f, const std::string& path) {
+  if (!f.exists("sessions")) return 0;
+  std::vector<std::string> names;
+  try {
+    names = f.open_group("sessions").children();
+  } catch (const FormatError&) {
+    throw InputError(fmt::format(
+        "{}: /sessions is not a group (a damaged or foreign bench file); choose another --h5 file",
+        path));
+  }
+  std::int64_t next = 0;
+  for (const std::string& n : names)
+    if (!n.empty() && n.size() <= 15 && n.find_first_not_of("0123456789") == std::string::npos)
+      next = std::max<std::int64_t>(next, std::stoll(n) + 1);
+  return next;
+}
+
+}  // namespace
+
 void check_h5_target(const std::string& path) {
   AtomicOutput probe(path, true);
+  probe.check_writable();
   if (!fs::exists(path)) return;
   const h5::File f = h5::File::open_read(path);
   if (!f.has_attr("format") || f.attr_string("format") != kBenchFormat)
@@ -566,13 +720,16 @@ void check_h5_target(const std::string& path) {
   if (f.attr_int("format_version") != kBenchFormatVersion)
     throw InputError(fmt::format("{}: bench format version {} (this xentlab writes {})", path,
                                  f.attr_int("format_version"), kBenchFormatVersion));
+  next_session(f, path);
 }
 
 void append_h5(const std::string& path, const BenchReport& r) {
-  check_h5_target(path);
+  const FileLock lock(path);  // concurrent appends wait: the read-modify-rename is serialized
+  check_h5_target(path);      // the file as it is now, under the lock
   const bool exists = fs::exists(path);
   AtomicOutput out(path, true);
-  if (exists) fs::copy_file(path, out.temp_path(), fs::copy_options::overwrite_existing);
+  std::optional<fs::perms> mode;
+  if (exists) mode = copy_for_append(path, out);
   h5::File f = exists ? h5::File::open_rw(out.temp_path()) : h5::File::create(out.temp_path());
   if (!exists) {
     f.set_attr("format", kBenchFormat);
@@ -580,8 +737,9 @@ void append_h5(const std::string& path, const BenchReport& r) {
     f.set_attr("created", now_utc());
   }
   f.set_attr("updated", now_utc());
+  const std::int64_t number = next_session(f, path);
   h5::Group sessions = f.exists("sessions") ? f.open_group("sessions") : f.create_group("sessions");
-  h5::Group g = sessions.create_group(fmt::format("{:06d}", sessions.children().size()));
+  h5::Group g = sessions.create_group(fmt::format("{:06d}", number));
   const BenchMeta& m = r.meta;
   const BenchOptions& o = r.options;
   g.set_attr("date_utc", m.date_utc);
@@ -639,6 +797,7 @@ void append_h5(const std::string& path, const BenchReport& r) {
     if (!row.times_ms.empty()) q.write("times_ms", row.times_ms);
   }
   f.close();
+  if (mode) fs::permissions(out.temp_path(), *mode);
   out.commit();
 }
 

@@ -48,7 +48,9 @@ const Preset& find_preset(std::string_view name);
 
 /// Bytes from "4294967296", "4GiB", "512MiB", "1.5G", "2GB": suffixes K/M/G/T and KiB/MiB/GiB/TiB
 /// are powers of 1024, KB/MB/GB/TB powers of 1000, B or none bytes; case-insensitive; fractions are
-/// rounded down to whole bytes. InputError for anything else, negative values or more than 2^62.
+/// rounded down to whole bytes. Blanks only around the text and as one space before the unit
+/// ("10 KB"). InputError for anything else, negative values, more than 2^62, or a positive size
+/// below one byte (0 alone means "each strategy's default").
 std::int64_t parse_bytes(std::string_view text);
 /// "1.99 GiB", "32.0 MiB", "512 B".
 std::string format_bytes(std::int64_t bytes);
@@ -166,16 +168,32 @@ std::string format_markdown(const BenchReport& r);
 /// the same for every row; each row repeats the conditions so rows of many runs can be appended.
 std::string csv_header();
 std::string csv_row(const BenchReport& r, const BenchRow& row);
-/// Throws InputError before any work when `path` cannot take the rows: its folder is missing, or
-/// it exists with another header (an older format, another file).
+/// Throws InputError before any work when `path` cannot take the rows: its folder is missing or
+/// does not take the temporary file (created and removed here), it cannot be read, or it exists
+/// with another header (an older format, another file; a UTF-8 BOM or CRLF line endings are named
+/// as such; only the first 64 KiB are read). An empty file counts as new.
 void check_csv_target(const std::string& path);
-/// Appends the rows (a new file gets the header), through a temporary copy renamed into place.
+/// Appends the rows (a new or empty file gets the header; a last line without its newline gets
+/// one first), through a temporary copy renamed into place, under the FileLock of `path`.
 void append_csv(const std::string& path, const BenchReport& r);
 
-/// The same checks for an HDF5 results file (format "xentlab-bench").
+/// The same checks for an HDF5 results file (format "xentlab-bench", /sessions a group).
 void check_h5_target(const std::string& path);
-/// Adds one session group with its rows (docs/formats.md), through a temporary copy + rename.
+/// Adds one session group with its rows (docs/formats.md), numbered one past the largest existing
+/// session, through a temporary copy + rename under the FileLock of `path`.
 void append_h5(const std::string& path, const BenchReport& r);
+
+/// What write_outputs did.
+struct OutputReport {
+  std::string stdout_text;            ///< the Markdown when it has no file (or its file failed),
+                                      ///< and one line per output written
+  std::vector<std::string> failures;  ///< one line per output that failed: option, path, reason
+};
+/// Writes every output of a finished run: the Markdown to options.markdown (else into
+/// stdout_text), the rows appended to options.csv and options.h5. Each output is attempted even
+/// when another one failed, and a Markdown file that cannot be written is replaced by the Markdown
+/// in stdout_text, so that a measurement is never lost to an output error.
+OutputReport write_outputs(const BenchReport& r, bool force);
 
 /// Writes text to path through a temporary file + rename (an existing file only with force).
 void write_text_atomic(const std::string& path, const std::string& text, bool force);

@@ -134,16 +134,20 @@ class Runner {
     }
     if (strategies.empty()) throw InputError("no CUDA strategy to run (check --strategies)");
 
+    // Every input dtype's inputs must fit before anything is measured (InputError: exit 2, no
+    // measurement lost). Later problems of one input dtype become its rows (run_input_dtype_rows).
+    std::vector<DType> inputs_seen;
+    for (const Recipe& r : o_.recipes)
+      if (std::find(inputs_seen.begin(), inputs_seen.end(), r.input) == inputs_seen.end())
+        inputs_seen.push_back(r.input);
+    for (DType input : inputs_seen) check_inputs_fit(input, rep.meta.l2_bytes);
+
     say("measuring the cuBLAS bf16 GEMM rate (8192^3)");
     rep.meta.gemm_tflops = cublas_bf16_gemm_tflops();
     say(fmt::format("cuBLAS bf16 GEMM: {:.1f} TFLOP/s", rep.meta.gemm_tflops));
 
     total_ = static_cast<int>(strategies.size() * o_.recipes.size());
-    std::vector<DType> inputs_seen;
-    for (const Recipe& r : o_.recipes)
-      if (std::find(inputs_seen.begin(), inputs_seen.end(), r.input) == inputs_seen.end())
-        inputs_seen.push_back(r.input);
-    for (DType input : inputs_seen) run_input_dtype(input, strategies, rep);
+    for (DType input : inputs_seen) run_input_dtype_rows(input, strategies, rep);
 
     // Rows in the order of --recipes, strategies in registry order within a recipe.
     std::stable_sort(rep.rows.begin(), rep.rows.end(), [&](const BenchRow& a, const BenchRow& b) {
@@ -163,21 +167,63 @@ class Runner {
     return o_.recipes.size();
   }
 
+  /// InputError when the inputs of one input dtype (all their copies) and fp32-sized gradients do
+  /// not fit in the device's free memory.
+  void check_inputs_fit(DType input, std::int64_t l2_bytes) const {
+    const std::int64_t N = o_.N, V = o_.V, D = o_.D;
+    const std::int64_t in_bytes = o_.input_bytes(input);
+    const int copies = rotation_copies(in_bytes, l2_bytes);
+    std::size_t free_b = 0, total_b = 0;
+    XL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const std::int64_t need = in_bytes * copies + 2 * N * 4 + (N * D + V * D) * 4;
+    if (need > static_cast<std::int64_t>(free_b))
+      throw InputError(fmt::format(
+          "the {} inputs ({} copies) and fp32-sized gradients need {}; the device has {} free",
+          to_string(input), copies, format_bytes(need), format_bytes(std::int64_t(free_b))));
+  }
+
+  /// run_input_dtype, with a failure outside the per-row measurement (the inputs no longer fit,
+  /// a CUDA error while generating them or preparing the check) turned into rows: every strategy
+  /// × recipe of this input dtype not measured yet gets a does-not-fit (InputError) or failed
+  /// (DeviceError) row with the message, and the rows measured so far are kept.
+  void run_input_dtype_rows(DType input, const std::vector<const gpu::CudaStrategy*>& strategies,
+                            BenchReport& rep) {
+    RowStatus status = RowStatus::failed;
+    std::string message;
+    try {
+      run_input_dtype(input, strategies, rep);
+      return;
+    } catch (const InputError& e) {
+      status = RowStatus::does_not_fit;
+      message = e.what();
+    } catch (const DeviceError& e) {
+      message = e.what();
+    }
+    say(fmt::format("{} inputs: {}: {}", to_string(input), to_string(status), message));
+    for (const Recipe& recipe : o_.recipes) {
+      if (recipe.input != input) continue;
+      for (const gpu::CudaStrategy* cs : strategies) {
+        const bool have = std::any_of(rep.rows.begin(), rep.rows.end(), [&](const BenchRow& r) {
+          return r.strategy == cs->name() && r.recipe == recipe.name();
+        });
+        if (have) continue;
+        BenchRow row;
+        row.strategy = cs->name();
+        row.recipe = recipe.name();
+        row.status = status;
+        row.message = message;
+        rep.rows.push_back(row);
+      }
+    }
+  }
+
   void run_input_dtype(DType input, const std::vector<const gpu::CudaStrategy*>& strategies,
                        BenchReport& rep) {
     const std::int64_t N = o_.N, V = o_.V, D = o_.D, isz = size_of(input);
     const std::int64_t in_bytes = o_.input_bytes(input);
     const int copies = rotation_copies(in_bytes, rep.meta.l2_bytes);
     rep.meta.input_copies = std::max(rep.meta.input_copies, copies);
-    {
-      std::size_t free_b = 0, total_b = 0;
-      XL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-      const std::int64_t need = in_bytes * copies + 2 * N * 4 + (N * D + V * D) * 4;
-      if (need > static_cast<std::int64_t>(free_b))
-        throw InputError(fmt::format(
-            "the {} inputs ({} copies) and fp32-sized gradients need {}; the device has {} free",
-            to_string(input), copies, format_bytes(need), format_bytes(std::int64_t(free_b))));
-    }
+    check_inputs_fit(input, rep.meta.l2_bytes);  // again: other processes may have taken memory
     say(fmt::format("generating {} inputs N={} V={} D={} ({} per copy, {} copies rotated)",
                     to_string(input), N, V, D, format_bytes(in_bytes), copies));
     Inputs in;

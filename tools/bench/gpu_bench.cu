@@ -197,6 +197,8 @@ int main(int argc, char** argv) {
           r.out = DeviceOutputs{loss.as<float>(), lse.as<float>(), dH.get(),
                                 dW.get(),         nullptr,         nullptr};
           r.chunk_tokens = forced_chunk;
+          // The sweep's chunk size decides alone: an explicit budget would bound it (plan_chunks).
+          if (forced_chunk > 0) r.memory_budget = 0;
           const WorkspaceQuery q{sz.N, sz.V, sz.D, DType::bf16, false, recipe, true};
           std::string note = forced_chunk > 0 ? "chunk_tokens forced" : "";
           std::vector<double> ms;

@@ -23,6 +23,7 @@ reported as such.
 import argparse
 import csv
 import datetime
+import fcntl
 import gc
 import json
 import math
@@ -74,20 +75,30 @@ def run(N, V, D, upcast, repeats, warmup):
 
 
 def append_csv(path, rows):
-    """Rows (dicts) under the existing file's header, or a new file with the rows' own columns."""
-    if os.path.exists(path):
-        with open(path, newline="") as f:
-            header = next(csv.reader(f))
-        new = False
-    else:
-        header = list(rows[0].keys())
-        new = True
-    with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
-        if new:
-            w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    """Rows (dicts) under the existing file's header, or a new file with the rows' own columns.
+    Holds the exclusive lock `xentlab bench` takes on PATH.lock (docs/formats.md) and writes '\n'
+    line ends, as the bench's CSV does."""
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            with open(path, newline="") as f:
+                header = next(csv.reader(f))
+            with open(path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                needs_newline = f.read(1) != b"\n"
+            new = False
+        else:
+            header = list(rows[0].keys())
+            new = True
+            needs_newline = False
+        with open(path, "a", newline="") as f:
+            if needs_newline:
+                f.write("\n")
+            w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore", lineterminator="\n")
+            if new:
+                w.writeheader()
+            for r in rows:
+                w.writerow({k: ("" if v is None else v) for k, v in r.items()})
 
 
 def main():

@@ -3,8 +3,10 @@
 // relative to naive, and the error against the certified reference on sampled rows, for every
 // registered strategy × recipe. Terminal table, Markdown, CSV and HDF5 rows
 // (tools/bench/bench_report.hpp); the measurement is tools/bench/bench_lib.hpp (CUDA builds only).
-// Exit status: 0 table produced (refusals are rows), 1 a run failed, 2 invalid options,
-// 4 no CUDA device (or no CUDA backend in this build).
+// Exit status: 0 table produced (refusals are rows), 1 a run or an output failed after measuring
+// (every output is still attempted; the Markdown goes to stdout when its file fails) or a device
+// error, 2 invalid options (before any measurement), 4 no CUDA device (or no CUDA backend in this
+// build).
 #include <fmt/core.h>
 
 #include <chrono>
@@ -15,6 +17,7 @@
 
 #include "datasets/atomic_file.hpp"
 #include "gpu/registry.hpp"
+#include "numerics/error.hpp"
 #include "tools/bench/bench_report.hpp"
 #include "tools/cli/commands.hpp"
 #ifdef XENTLAB_HAVE_CUDA
@@ -61,7 +64,7 @@ int run_bench_command(const BenchCliArgs& c) {
   // Every output is checked before any work: a 10-minute run must not end on "file exists".
   if (!o.csv.empty()) bench::check_csv_target(o.csv);
   if (!o.h5.empty()) bench::check_h5_target(o.h5);
-  if (!o.markdown.empty()) AtomicOutput probe(o.markdown, c.force);
+  if (!o.markdown.empty()) AtomicOutput(o.markdown, c.force).check_writable();
 #ifndef XENTLAB_HAVE_CUDA
   return no_device("this build has no CUDA backend (configure on a machine with a CUDA toolkit)");
 #else
@@ -74,23 +77,19 @@ int run_bench_command(const BenchCliArgs& c) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       fmt::print(stderr, "xentlab bench [{:6.1f} s] {}\n", s, line);
     };
-  const bench::BenchReport rep = bench::run_bench(o, progress);
+  bench::BenchReport rep;
+  try {
+    rep = bench::run_bench(o, progress);
+  } catch (const DeviceError& e) {  // before any row was measured (later ones become rows)
+    fmt::print(stderr, "xentlab bench: device error: {}\n", e.what());
+    return 1;
+  }
   fmt::print("{}", bench::format_table(rep));
-  const std::string md = bench::format_markdown(rep);
-  if (!o.markdown.empty()) {
-    bench::write_text_atomic(o.markdown, md, c.force);
-    fmt::print("markdown: {}\n", o.markdown);
-  } else {
-    fmt::print("\n{}", md);
-  }
-  if (!o.csv.empty()) {
-    bench::append_csv(o.csv, rep);
-    fmt::print("csv: {} ({} rows appended)\n", o.csv, rep.rows.size());
-  }
-  if (!o.h5.empty()) {
-    bench::append_h5(o.h5, rep);
-    fmt::print("h5: {} (one session, {} rows)\n", o.h5, rep.rows.size());
-  }
+  const bench::OutputReport out = bench::write_outputs(rep, c.force);
+  fmt::print("{}", out.stdout_text);
+  std::fflush(stdout);
+  for (const std::string& f : out.failures) fmt::print(stderr, "xentlab bench: {}\n", f);
+  if (!out.failures.empty()) return 1;
   for (const auto& row : rep.rows)
     if (row.status == bench::RowStatus::failed) return 1;
   return 0;
@@ -116,6 +115,19 @@ void set_command_line(int argc, char** argv) {
   command_line_storage() = s;
 }
 
+/// An empty value would read as "not given" (e.g. --csv '' writing no CSV): refused, naming the
+/// option (exit 2). For comma lists, a value that lists nothing (',') is refused too.
+const CLI::Validator& non_empty() {
+  static const CLI::Validator v(
+      [](std::string& s) {
+        return s.find_first_not_of(", \t") == std::string::npos
+                   ? std::string("an empty value (leave the option out for its default)")
+                   : std::string();
+      },
+      "NONEMPTY");
+  return v;
+}
+
 void register_bench(CLI::App& app) {
   auto c = std::make_shared<BenchCliArgs>();
   bench::BenchArgs& a = c->args;
@@ -129,17 +141,22 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--vocab,-V", a.vocab, "vocabulary V");
   cmd->add_option("--hidden,-D", a.hidden, "hidden size D");
   cmd->add_option(
-      "--preset", a.preset,
-      "named configuration: llama3-8b-128k (N=131072 V=128256 D=4096, bf16, chunks of "
-      "8192 tokens, with the quoted table beside the measured one); flags given too win");
+         "--preset", a.preset,
+         "named configuration: llama3-8b-128k (N=131072 V=128256 D=4096, bf16, chunks of "
+         "8192 tokens, with the quoted table beside the measured one); flags given too win")
+      ->check(non_empty());
   cmd->add_option("--recipes", a.recipes,
                   std::string("recipes input/logits/accum/grad (comma list); default ") +
-                      bench::kDefaultRecipes);
+                      bench::kDefaultRecipes)
+      ->check(non_empty());
   cmd->add_option("--strategies", a.strategies,
-                  "strategies (comma list); default every registered CUDA strategy");
+                  "strategies (comma list); default every registered CUDA strategy")
+      ->check(non_empty());
   cmd->add_option("--memory-budget", a.memory_budget,
                   "extra device memory allowed per run, e.g. 4GiB, 512MiB or bytes; default each "
-                  "strategy's own (chunked/checkpointed: 2 GiB; naive and fused: none)");
+                  "strategy's own (chunked/checkpointed: 2 GiB; naive and fused: none); given, "
+                  "it also bounds --chunk-tokens (chunks that need more are does-not-fit rows)")
+      ->check(non_empty());
   cmd->add_option("--chunk-tokens", a.chunk_tokens,
                   "tokens per chunk of the chunked strategies (0 = from the budget)");
   cmd->add_option("--repeats", a.repeats, "timed runs (median and spread over them; default 5)");
@@ -149,9 +166,12 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--vocab-rows", a.vocab_rows,
                   "vocabulary rows of the dW check (0 = all; default 2048)");
   cmd->add_option("--seed", a.seed, "seed of the inputs and of the samples (default 1)");
-  cmd->add_option("--csv", a.csv, "append the rows to this CSV file (header written when new)");
-  cmd->add_option("--h5", a.h5, "append the run to this HDF5 file (format xentlab-bench)");
-  cmd->add_option("--markdown", a.markdown, "write the Markdown tables here (default: printed)");
+  cmd->add_option("--csv", a.csv, "append the rows to this CSV file (header written when new)")
+      ->check(non_empty());
+  cmd->add_option("--h5", a.h5, "append the run to this HDF5 file (format xentlab-bench)")
+      ->check(non_empty());
+  cmd->add_option("--markdown", a.markdown, "write the Markdown tables here (default: printed)")
+      ->check(non_empty());
   cmd->add_flag("--force", c->force, "overwrite an existing --markdown file");
   cmd->add_flag("--quiet,-q", c->quiet, "no progress lines on stderr");
   cmd->callback([c]() {
