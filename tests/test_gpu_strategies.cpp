@@ -836,5 +836,52 @@ TEST(GpuStrategies, FusedIndexingPast2Pow31) {
   for (double v : o.dW) ASSERT_TRUE(std::isfinite(v)) << "non-finite dW";
 }
 
+
+/// V·D past 2^31 (W of 524416 × 4096 bf16, 4.3 GB) in one fused run: every W row identical, so
+/// every logit of a row is the same value; the target is the last vocabulary row (its W offset
+/// is past 2^31 elements). N = 2 identical rows (one token block): each dW element receives
+/// exactly one fp32 reduction per hidden slice, so every non-target dW row must equal row 0 bit for
+/// bit (a 32-bit offset would leave rows as zeros or add into the wrong ones), the target row
+/// must be finite and differ, and the loss must be ln V (all logits equal; fp32 accumulator:
+/// the sum of V exact ones is exact, lse and loss are two roundings of ≈ |x| + ln V).
+TEST(GpuStrategies, FusedWeightsPast2Pow31) {
+  XL_REQUIRE_DEVICE();
+  if (device().memory_gib < 40) GTEST_SKIP() << "needs about 15 GiB of device memory";
+  const std::int64_t N = 2, D = 4096, V = (std::int64_t{1} << 31) / D + 128;
+  ASSERT_GT(V * D, std::int64_t{1} << 31);
+  Problem g = make_gaussian_linear(1, 1, D, DType::bf16, 1.0, 77);  // one H row, one W row
+  Tensor H(DType::bf16, {N, D}, "H"), W(DType::bf16, {V, D}, "W");
+  for (std::int64_t i = 0; i < N; ++i)
+    std::memcpy(static_cast<char*>(H.data()) + i * D * 2, g.H.data(), static_cast<std::size_t>(D * 2));
+  for (std::int64_t j = 0; j < V; ++j)
+    std::memcpy(static_cast<char*>(W.data()) + j * D * 2, g.W.data(), static_cast<std::size_t>(D * 2));
+  const Problem p = Problem::linear(std::move(H), std::move(W), std::nullopt,
+                                    std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
+  const auto s = find_strategy(Backend::cuda, "fused");
+  RunRequest req;
+  req.problem = &p;
+  req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
+  const StrategyOutputs o = s->run(req);
+  ASSERT_EQ(o.dW.size(), static_cast<std::size_t>(V * D));
+  EXPECT_EQ(std::memcmp(&o.loss[0], &o.loss[1], 8), 0);
+  const double x = o.lse[0] - o.loss[0];  // the common logit
+  const double u = unit_roundoff(DType::fp32);
+  EXPECT_NEAR(o.loss[0], std::log(static_cast<double>(V)),
+              4 * u * (std::fabs(x) + std::log(static_cast<double>(V))))
+      << "lse " << o.lse[0];
+  std::int64_t first_bad = -1;
+  for (std::int64_t j = 1; j < V - 1 && first_bad < 0; ++j)
+    if (std::memcmp(&o.dW[static_cast<std::size_t>(j * D)], &o.dW[0], 8 * D) != 0) first_bad = j;
+  EXPECT_EQ(first_bad, -1) << "dW row " << first_bad << " (offset " << first_bad * D
+                           << ") differs from row 0";
+  bool differs = false;
+  for (std::int64_t d = 0; d < D; ++d) {
+    const double v = o.dW[static_cast<std::size_t>((V - 1) * D + d)];
+    ASSERT_TRUE(std::isfinite(v)) << "target dW row, column " << d;
+    differs = differs || v != o.dW[static_cast<std::size_t>(d)];
+  }
+  EXPECT_TRUE(differs) << "the target row's dW equals the others'";
+}
+
 }  // namespace
 }  // namespace xentlab
