@@ -29,6 +29,7 @@
 #include "datasets/h5.hpp"
 #include "gpu/registry.hpp"
 #include "numerics/error.hpp"
+#include "tests/temp_folder.hpp"
 #include "tests/unprivileged.hpp"
 #include "tools/bench/bench_report.hpp"
 #ifdef XENTLAB_HAVE_CUDA
@@ -466,18 +467,9 @@ TEST(BenchFormats, CsvRows) {
   EXPECT_EQ(refused[col("message")], r.rows[2].message);
 }
 
-class BenchFiles : public ::testing::Test {
+class BenchFiles : public testing::TempFolderTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("xentlab-bench-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& n) const { return (dir_ / n).string(); }
-  fs::path dir_;
+  BenchFiles() : TempFolderTest("bench") {}
 };
 
 TEST_F(BenchFiles, CsvAppends) {
@@ -777,9 +769,9 @@ TEST(BenchPlan, AnExplicitBudgetBoundsAGivenChunkSize) {
   const Recipe rc = parse_recipe("bf16/bf16/fp32/bf16");
   const gpu::WorkspaceQuery q{131072, 128256, 4096, DType::bf16, false, rc, true};
   const std::int64_t budget = std::int64_t{1} << 30;
-  EXPECT_NO_THROW(gpu::plan_chunks(q, gpu::kDefaultChunkBudget, 8192, "chunked", false));
+  EXPECT_NO_THROW(gpu::plan_chunks(q, 0, 8192, "chunked"));
   try {
-    gpu::plan_chunks(q, budget, 8192, "chunked", true);
+    gpu::plan_chunks(q, budget, 8192, "chunked");
     ADD_FAILURE() << "chunks of 8192 tokens accepted within 1 GiB";
   } catch (const InputError& e) {
     const std::string m = e.what();
@@ -904,20 +896,6 @@ TEST(BenchProgram, NoDeviceExits4WithAClearMessage) {
 
 #else  // XL_BENCH_GPU_TESTS
 
-/// Temporary folder of one test.
-struct TempFolder {
-  TempFolder() {
-    dir = fs::temp_directory_path() /
-          ("xentlab-bench-gpu-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempFolder() { fs::remove_all(dir); }
-  std::string path(const std::string& n) const { return (dir / n).string(); }
-  fs::path dir;
-};
-
 /// The CSV's rows as maps column → value.
 std::vector<std::map<std::string, std::string>> read_rows(const std::string& path) {
   std::ifstream in(path);
@@ -944,7 +922,7 @@ std::size_t registered() {
 
 TEST(BenchGpu, SmallRunEndToEnd) {
   XL_REQUIRE_DEVICE();
-  TempFolder t;
+  testing::TempFolder t("bench-gpu");
   // 300 tokens in chunks of 128 (3 chunks; the dW sub-problem then runs 3 chunks of 3 rows).
   const Ran r = xentlab(
       "bench -N 300 -V 1000 -D 64 --repeats 2 --chunk-tokens 128 "
@@ -982,7 +960,7 @@ TEST(BenchGpu, SmallRunEndToEnd) {
 
 TEST(BenchGpu, RefusalsAreRows) {
   XL_REQUIRE_DEVICE();
-  TempFolder t;
+  testing::TempFolder t("bench-gpu");
   const Ran r = xentlab("bench -N 512 -V 4096 -D 64 --repeats 1 --memory-budget 4KiB --csv " +
                         t.path("b.csv"));
   ASSERT_EQ(r.status, 0) << r.output;

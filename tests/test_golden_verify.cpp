@@ -17,6 +17,7 @@
 #include "datasets/h5.hpp"
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
+#include "tests/temp_folder.hpp"
 #include "tools/golden/golden_file.hpp"
 #include "tools/golden/verify.hpp"
 
@@ -24,21 +25,16 @@ namespace xentlab {
 namespace {
 namespace fs = std::filesystem;
 
-class GoldenVerify : public ::testing::Test {
+class GoldenVerify : public testing::TempFolderTest {
  protected:
+  GoldenVerify() : TempFolderTest("golden") {}
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("xentlab-golden-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    TempFolderTest::SetUp();
     DatasetParams p;
     p.N = 32;
     p.seed = 4;
     ds_ = make_dataset("stories260k", p);
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& n) const { return (dir_ / n).string(); }
 
   // A tensor of the given shape holding values (rounded once into dtype).
   static Tensor tensor(const std::vector<double>& v, std::vector<std::int64_t> shape,
@@ -64,7 +60,6 @@ class GoldenVerify : public ::testing::Test {
     return r.outputs.front();
   }
 
-  fs::path dir_;
   DatasetInstance ds_;
 };
 

@@ -596,18 +596,25 @@ TEST(GpuStrategies, CleanRefusals) {
 
 // ---- 64-bit indexing: N·V > 2^31 in one kernel launch and one GEMM ----------------------------
 
-TEST(GpuStrategies, IndexingPast2Pow31) {
-  XL_REQUIRE_DEVICE();
-  if (device().memory_gib < 24) GTEST_SKIP() << "needs about 20 GiB of device memory";
-  // N·V = 17000·128256 ≈ 2.18e9 > 2^31; every token row identical, so every per-token output and
-  // every dH row must equal row 0's bit for bit (a 32-bit index overflow would break that).
+/// The N·V > 2^31 problem of the indexing tests: N = 17000 identical token rows (one Gaussian H
+/// row), V = 128256, D = 8, every target the last vocabulary entry.
+Problem identical_rows_past_2pow31() {
   const std::int64_t N = 17000, V = 128256, D = 8;
   Problem g = make_gaussian_linear(1, V, D, DType::bf16, 4.0, 31);
   Tensor H(DType::bf16, {N, D}, "H");
   for (std::int64_t i = 0; i < N; ++i)
     for (std::int64_t d = 0; d < D; ++d) H.set(i * D + d, g.H.get(d));
-  const Problem p = Problem::linear(std::move(H), std::move(g.W), std::nullopt,
-                                    std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
+  return Problem::linear(std::move(H), std::move(g.W), std::nullopt,
+                         std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
+}
+
+TEST(GpuStrategies, IndexingPast2Pow31) {
+  XL_REQUIRE_DEVICE();
+  if (device().memory_gib < 24) GTEST_SKIP() << "needs about 20 GiB of device memory";
+  // N·V = 17000·128256 ≈ 2.18e9 > 2^31; every token row identical, so every per-token output and
+  // every dH row must equal row 0's bit for bit (a 32-bit index overflow would break that).
+  const Problem p = identical_rows_past_2pow31();
+  const std::int64_t N = p.N, D = p.D;
   for (const char* name : {"naive", "chunked"}) {
     const auto s = find_strategy(Backend::cuda, name);
     RunRequest req;
@@ -803,15 +810,10 @@ TEST(GpuStrategies, FusedRepeatRuns) {
 TEST(GpuStrategies, FusedIndexingPast2Pow31) {
   XL_REQUIRE_DEVICE();
   if (device().memory_gib < 24) GTEST_SKIP() << "needs about 20 GiB of device memory";
-  const std::int64_t N = 17000, V = 128256, D = 8;
-  Problem g = make_gaussian_linear(1, V, D, DType::bf16, 4.0, 31);
+  const Problem p = identical_rows_past_2pow31();
+  const std::int64_t N = p.N, V = p.V, D = p.D;
   double wmax = 0.0;
-  for (std::int64_t k = 0; k < V * D; ++k) wmax = std::max(wmax, std::fabs(g.W.get(k)));
-  Tensor H(DType::bf16, {N, D}, "H");
-  for (std::int64_t i = 0; i < N; ++i)
-    for (std::int64_t d = 0; d < D; ++d) H.set(i * D + d, g.H.get(d));
-  const Problem p = Problem::linear(std::move(H), std::move(g.W), std::nullopt,
-                                    std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
+  for (std::int64_t k = 0; k < V * D; ++k) wmax = std::max(wmax, std::fabs(p.W.get(k)));
   const auto s = find_strategy(Backend::cuda, "fused");
   RunRequest req;
   req.problem = &p;

@@ -17,24 +17,16 @@
 #include "datasets/h5.hpp"
 #include "datasets/loaders.hpp"
 #include "numerics/error.hpp"
+#include "tests/temp_folder.hpp"
 #include "tests/unprivileged.hpp"
 
 namespace xentlab {
 namespace {
 namespace fs = std::filesystem;
 
-class TempDir : public ::testing::Test {
+class TempDir : public testing::TempFolderTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("xentlab-h5-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& n) const { return (dir_ / n).string(); }
-  fs::path dir_;
+  TempDir() : TempFolderTest("h5") {}
 };
 
 // Values that exercise every storage format: ±0, subnormals, the extremes, -inf.

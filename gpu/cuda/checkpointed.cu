@@ -18,8 +18,7 @@ class CheckpointedStrategy final : public CudaStrategy {
 
   WorkspacePlan plan(const WorkspaceQuery& q, std::int64_t budget,
                      std::int64_t chunk_tokens) const override {
-    return plan_chunks(q, budget > 0 ? budget : kDefaultChunkBudget, chunk_tokens, name(),
-                       budget > 0);
+    return plan_chunks(q, budget, chunk_tokens, name());
   }
 
   void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {

@@ -97,8 +97,10 @@ WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows) {
   return p;
 }
 
-WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t budget, std::int64_t chunk_tokens,
-                          const std::string& strategy, bool budget_given) {
+WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t memory_budget,
+                          std::int64_t chunk_tokens, const std::string& strategy) {
+  const bool budget_given = memory_budget > 0;
+  const std::int64_t budget = budget_given ? memory_budget : kDefaultChunkBudget;
   if (chunk_tokens > 0) {
     const WorkspacePlan p = plan_workspace(q, std::min(chunk_tokens, q.N));
     if (budget_given && p.total() > budget)
@@ -140,7 +142,8 @@ Workspace::Workspace(DeviceMemoryTracker& mem, const WorkspacePlan& p)
       dH_f32(mem, p.dH_f32, MemKind::extra, "fp32 dH chunk"),
       dW_acc(mem, p.dW_acc, MemKind::extra, "dW accumulator"),
       dW_tmp(mem, p.dW_tmp, MemKind::extra, "fp32 dW of one chunk"),
-      db_acc(mem, p.db_acc, MemKind::extra, "db accumulator") {}
+      db_acc(mem, p.db_acc, MemKind::extra, "db accumulator"),
+      row_states(mem, p.row_states, MemKind::extra, "fused row states") {}
 
 RowLossParams make_row_params(const LossSpec& s, std::int64_t V, DType accum) {
   RowLossParams p;

@@ -81,23 +81,23 @@ struct WorkspacePlan {
   std::int64_t dW_acc = 0;      ///< fp32 dW accumulator (V, D) holding accum-dtype values
   std::int64_t dW_tmp = 0;      ///< fp32 per-chunk dW for a 16-bit accumulator (V, D)
   std::int64_t db_acc = 0;      ///< db accumulator (V)
+  std::int64_t row_states = 0;  ///< fused: per-row online (max, sum) partials and x_t, fp32
   std::int64_t cublas = kCublasWorkspaceBytes;
   std::int64_t total() const {
     return logits + logits_f32 + dz_f32 + H_f32 + W_f32 + dH_f32 + dW_acc + dW_tmp + db_acc +
-           cublas;
+           row_states + cublas;
   }
 };
 
 /// Workspace for `rows` tokens per chunk (n_chunks = ⌈N/rows⌉).
 WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows);
-/// Largest chunk whose plan fits `budget` bytes, balanced over the chunks and rounded to a
-/// multiple of 128 tokens where that still fits; or chunk_tokens when given (> 0). Throws
-/// InputError naming the bytes needed for one token when even that does not fit. With
-/// `budget_given` (the caller's memory_budget > 0, not the default) a given chunk_tokens must fit
-/// the budget too: InputError naming both byte counts and the chunk size otherwise; without it an
-/// explicit chunk size wins over the default budget.
+/// Largest chunk whose plan fits the memory budget, balanced over the chunks and rounded to a
+/// multiple of 128 tokens where that still fits; or chunk_tokens when given (> 0). `budget` is
+/// the caller's memory_budget: 0 means kDefaultChunkBudget, which a given chunk_tokens overrides;
+/// a budget > 0 bounds a given chunk_tokens too (InputError naming both byte counts and the chunk
+/// size). Throws InputError naming the bytes needed for one token when even that does not fit.
 WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t budget, std::int64_t chunk_tokens,
-                          const std::string& strategy, bool budget_given);
+                          const std::string& strategy);
 
 /// Kernel parameters of a LossSpec for rows of length V with accumulator `accum`.
 RowLossParams make_row_params(const LossSpec& s, std::int64_t V, DType accum);
@@ -106,7 +106,8 @@ RowLossParams make_row_params(const LossSpec& s, std::int64_t V, DType accum);
 struct Workspace {
   Workspace(DeviceMemoryTracker& mem, const WorkspacePlan& plan);
   WorkspacePlan plan;
-  DeviceBuffer logits, logits_f32, dz_f32, H_f32, W_f32, dH_f32, dW_acc, dW_tmp, db_acc;
+  DeviceBuffer logits, logits_f32, dz_f32, H_f32, W_f32, dH_f32, dW_acc, dW_tmp, db_acc,
+      row_states;
 };
 
 /// Everything a device-level run uses besides its inputs and outputs.

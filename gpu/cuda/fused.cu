@@ -656,8 +656,8 @@ class FusedStrategy final : public CudaStrategy {
     w.n_chunks = 1;
     w.cublas = 0;
     const int splits = choose_splits(q.N, q.V, sms());
-    // Partial states and x_t ride in logits_f32 (the only per-row scratch of this strategy).
-    w.logits_f32 = (std::int64_t{3} * splits + 1) * q.N * 4;
+    // (m, s, Σx) per row and vocabulary range, and x_t per row.
+    w.row_states = (std::int64_t{3} * splits + 1) * q.N * 4;
     if (q.want_grads) {
       if (q.recipe.grad != DType::fp32) {
         w.dH_f32 = q.N * q.D * 4;
@@ -698,7 +698,7 @@ class FusedStrategy final : public CudaStrategy {
     a.splits = splits;
     const std::int64_t VT = VB;
     a.tiles_per_split = (VT + splits - 1) / splits;
-    float* st = ws.logits_f32.as<float>();
+    float* st = ws.row_states.as<float>();
     a.part_m = st;
     a.part_s = st + std::int64_t(splits) * P.N;
     a.part_sx = a.p.smoothing ? st + 2 * std::int64_t(splits) * P.N : nullptr;

@@ -15,10 +15,12 @@
 #include "datasets/synthetic.hpp"
 #include "gpu/registry.hpp"
 #include "reference/reference.hpp"
+#include "tools/bench/certified_rows.hpp"
 
 namespace {
 
 using namespace xentlab;
+using benchmarks::rows_per_second;
 constexpr std::int64_t kV = 128256;
 
 const Problem& logits_rows() {
@@ -28,11 +30,6 @@ const Problem& logits_rows() {
 const Problem& linear_head() {
   static const Problem p = make_gaussian_linear(4, kV, 512, DType::bf16, 4.0, 4);
   return p;
-}
-
-void rows_per_second(benchmark::State& st) {
-  st.counters["rows/s"] =
-      benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
 
 void BM_ReferenceLogitsRow(benchmark::State& st) {
@@ -70,16 +67,7 @@ void BM_EmulatedLogitsRow(benchmark::State& st) {
 }
 
 void BM_ReferenceLinearRow(benchmark::State& st) {
-  const Problem& p = linear_head();
-  ReferenceOptions o;
-  o.want_dW = o.want_db = false;
-  o.threads = 1;
-  std::int64_t i = 0;
-  for (auto _ : st) {
-    o.token_rows = {i++ % p.N};
-    benchmark::DoNotOptimize(compute_reference(p, LossSpec{}, o).dH.data());
-  }
-  rows_per_second(st);
+  benchmarks::certified_rows(st, linear_head());
 }
 
 void BM_EmulatedLinearRow(benchmark::State& st) {

@@ -12,28 +12,18 @@
 #include "datasets/synthetic.hpp"
 #include "reference/oracle.hpp"
 #include "reference/reference.hpp"
+#include "tools/bench/certified_rows.hpp"
 
 namespace {
 
 using namespace xentlab;
+using benchmarks::certified_rows;
 
 const Problem& llama_head() {
   static const Problem p = make_gaussian_linear(8, 128256, 4096, DType::bf16, 4.0, 1);
   return p;
 }
 
-// One certified row (loss + dH, 1 thread) per iteration, rotating over the problem's rows.
-void certified_rows(benchmark::State& st, const Problem& p) {
-  ReferenceOptions o;
-  o.want_dW = o.want_db = false;
-  o.threads = 1;
-  std::int64_t i = 0;
-  for (auto _ : st) {
-    o.token_rows = {i++ % p.N};
-    benchmark::DoNotOptimize(compute_reference(p, LossSpec{}, o).dH.data());
-  }
-  st.counters["rows/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
-}
 
 void BM_CertifiedRow(benchmark::State& st) { certified_rows(st, llama_head()); }
 

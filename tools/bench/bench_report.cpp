@@ -17,6 +17,7 @@
 #include "datasets/atomic_file.hpp"
 #include "datasets/h5.hpp"
 #include "numerics/error.hpp"
+#include "tools/text.hpp"
 
 namespace xentlab::bench {
 namespace fs = std::filesystem;
@@ -24,17 +25,6 @@ namespace {
 
 constexpr std::int64_t kBenchFormatVersion = 1;
 constexpr const char* kBenchFormat = "xentlab-bench";
-
-std::vector<std::string> split_commas(const std::vector<std::string>& in) {
-  std::vector<std::string> out;
-  for (const auto& s : in) {
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ','))
-      if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string s;

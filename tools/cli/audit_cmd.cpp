@@ -24,6 +24,7 @@
 #include "numerics/error.hpp"
 #include "tools/audit/audit.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/text.hpp"
 #ifdef XENTLAB_HAVE_CUDA
 #include "gpu/cuda/device.hpp"
 #endif
@@ -47,17 +48,6 @@ struct AuditArgs {
   std::string reduction;
   std::optional<double> label_smoothing, z_loss, softcap, logit_scale;
 };
-
-std::vector<std::string> split_commas(const std::vector<std::string>& in) {
-  std::vector<std::string> out;
-  for (const auto& s : in) {
-    std::stringstream ss(s);
-    std::string item;
-    while (std::getline(ss, item, ','))
-      if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
 
 Backend choose_backend(const std::string& b, std::string& device) {
   bool have_gpu = false;
