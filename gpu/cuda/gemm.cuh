@@ -7,11 +7,25 @@
 // use gemm_output_direct() to choose between a direct write and an fp32 temporary that a rounding
 // kernel (ce_kernels.cuh) converts — the same single rounding of the fp32 accumulator.
 // The cuBLAS workspace is set explicitly (cublasSetWorkspace) from the tracking allocator at the
-// first GEMM of a handle, so it counts as extra device memory (and a run without GEMMs has none). Errors: DeviceError through XL_CUBLAS_CHECK.
+// first GEMM of a handle, so it counts as extra device memory (and a run without GEMMs has none).
+// Errors: DeviceError through XL_CUBLAS_CHECK.
+//
+// Algorithm choice. cuBLAS picks the kernel of every GEMM by its heuristic, except for the two
+// backward GEMMs with 16-bit operands on compute capability 9.0, where its default was measured
+// slower than another kernel it offers (H200, V = 128256, D = 4096, 8192-token chunks, 2026-11-30:
+// dH 13.42 ms with the default, 12.29 ms with 128×256 tiles; dW with beta = 1 into fp32 13.33 ms,
+// 12.93 ms with 128×160 tiles; docs/benchmarks.md). There the GEMM runs through cuBLASLt with the
+// first candidate of cuBLASLt's own heuristic list that has the preferred tile and no split-K;
+// when the list has none, the default is used. The choice is a function of the shapes, dtypes and
+// cuBLAS version only (never of a timing), so repeat runs use the same kernel and give the same
+// bits; every candidate accumulates the products in fp32 (CUBLAS_COMPUTE_32F) and rounds once.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <tuple>
 
 #include "gpu/cuda/device_buffer.cuh"
 #include "numerics/dtype.hpp"
@@ -30,12 +44,30 @@ class Blas {
   Blas& operator=(const Blas&) = delete;
   /// The handle; the first call takes the workspace from the tracker (extra memory).
   cublasHandle_t handle() const;
+  /// The cuBLASLt handle (same workspace, taken at the first call of either).
+  cublasLtHandle_t lt_handle() const;
+  void* workspace() const { return workspace_.get(); }
   cudaStream_t stream() const { return stream_; }
+  /// True on a device of compute capability 9.0 (where the preferred tiles were measured).
+  bool sm90() const { return sm90_; }
+
+  /// Shapes, transposes, leading dimensions, dtypes and preferred tile of one GEMM.
+  using AlgoKey = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                             std::int64_t, std::int64_t, int, int, int>;
+  /// The chosen cuBLASLt algorithm per key (found = false: use cublasGemmEx's default).
+  struct Choice {
+    bool found = false;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  mutable std::map<AlgoKey, Choice> choices;
 
  private:
+  void take_workspace() const;
   DeviceMemoryTracker* mem_ = nullptr;
   cublasHandle_t h_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  bool sm90_ = false;
   mutable DeviceBuffer workspace_;
 };
 

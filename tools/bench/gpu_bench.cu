@@ -142,6 +142,52 @@ int main(int argc, char** argv) {
       }
     }
 
+    {
+      // The backward GEMMs of one 8192-token chunk at the preset's V and D through the
+      // strategies' wrappers (gemm.cuh): which algorithm they chose, and their time.
+      const std::int64_t rows = 8192, V = 128256, D = 4096;
+      DeviceMemoryTracker m;
+      DeviceBuffer dz(m, rows * V * 2, MemKind::io, "dz"), Wb(m, V * D * 2, MemKind::io, "W"),
+          Hb(m, rows * D * 2, MemKind::io, "H"), dH(m, rows * D * 2, MemKind::io, "dH"),
+          dW(m, V * D * 4, MemKind::io, "dW");
+      bench::fill_normal(DType::bf16, dz.get(), rows * V, 1e-5, 11);
+      bench::fill_normal(DType::bf16, Wb.get(), V * D, 0.03, 12);
+      bench::fill_normal(DType::bf16, Hb.get(), rows * D, 1.0, 13);
+      XL_CUDA_CHECK(cudaMemset(dW.get(), 0, V * D * 4));
+      Blas blas(m, nullptr);
+      cudaEvent_t e0, e1;
+      XL_CUDA_CHECK(cudaEventCreate(&e0));
+      XL_CUDA_CHECK(cudaEventCreate(&e1));
+      auto time_it = [&](const char* what, auto&& f) {
+        std::vector<double> ms;
+        for (int it = 0; it < 6; ++it) {
+          XL_CUDA_CHECK(cudaEventRecord(e0));
+          f();
+          XL_CUDA_CHECK(cudaEventRecord(e1));
+          XL_CUDA_CHECK(cudaEventSynchronize(e1));
+          float tms = 0;
+          XL_CUDA_CHECK(cudaEventElapsedTime(&tms, e0, e1));
+          if (it > 0) ms.push_back(tms);
+        }
+        const double med = median(ms);
+        std::printf("%s (8192-token chunk): %.3f ms, %.1f TFLOP/s\n", what, med,
+                    2.0 * rows * V * D / (med * 1e-3) / 1e12);
+        if (json)
+          json << "{\"kind\":\"gemm_chunk\",\"what\":\"" << what
+               << "\",\"median_ms\":" << med << "}\n";
+      };
+      time_it("dH GEMM (bf16 out)", [&] {
+        gemm_dH(blas, DType::bf16, dz.get(), Wb.get(), rows, V, D, DType::bf16, dH.get());
+      });
+      time_it("dW GEMM (fp32, beta 1)", [&] {
+        gemm_dW(blas, DType::bf16, dz.get(), Hb.get(), rows, V, D, DType::fp32, dW.get(), 1.0f);
+      });
+      int found = 0;
+      for (const auto& kv : blas.choices) found += kv.second.found ? 1 : 0;
+      std::printf("backward GEMMs through a preferred cuBLASLt tile: %d of %zu (sm_90: %s)\n", found,
+                  blas.choices.size(), blas.sm90() ? "yes" : "no");
+    }
+
     std::vector<Size> sizes;
     for (const auto& s : split(sizes_arg, ',')) {
       const auto f = split(s, 'x');
