@@ -13,6 +13,7 @@
 
 #include "datasets/synthetic.hpp"
 #include "gpu/bounds_for.hpp"
+#include "gpu/fused_plan.hpp"
 #include "gpu/registry.hpp"
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
@@ -220,6 +221,48 @@ TEST(EmulationStructure, BitIdenticalForAnyThreadCount) {
     EXPECT_EQ(one.reduced_loss, two.reduced_loss) << s->name();
   }
   omp_set_num_threads(saved);
+}
+
+// The fused kernel's vocabulary ranges (gpu/fused_plan.hpp), from the rule in its comment: 4·SMs
+// CTAs in all, at least 16 ranges, at most one tile each, partial states under 32 MiB.
+TEST(EmulationStructure, FusedVocabularyRangesFollowTheLaunchRule) {
+  EXPECT_EQ(gpu::fused_vocab_ranges(8192, 128256, 132), 16);   // 64 blocks: ⌈528/64⌉ = 9 → 16
+  EXPECT_EQ(gpu::fused_vocab_ranges(1, 128256, 132), 528);     // one block: 4·132 ranges
+  EXPECT_EQ(gpu::fused_vocab_ranges(1, 507, 132), 4);          // capped at the 4 tiles
+  EXPECT_EQ(gpu::fused_vocab_ranges(131072, 128256, 132), 16);  // the minimum
+  EXPECT_EQ(gpu::fused_vocab_ranges(1 << 20, 128256, 132), 2);  // 32 MiB / (12·2^20) = 2
+  EXPECT_EQ(gpu::fused_vocab_ranges(1, 128256, 100), 400);
+}
+
+// The fused emulation sums a row's exponentials in the kernel's tree (8 columns per thread and
+// tile, quad, warps, ranges pairwise), not sequentially over the row. All-zero logits, V = 49152
+// (384 tiles), N = 1, bf16 accumulator: every partial sum of the tree is 2^a or 3·2^a, exact in
+// bf16, so lse = rnd_bf16(logf(49152)) = 10.8125. A sequential fold over the tiles in bf16 would
+// stop at 32768 (32768 + 128 ties back to 32768) and give rnd_bf16(logf(32768)) = 10.375.
+TEST(EmulationStructure, FusedSumExpFollowsTheKernelTree) {
+  const std::int64_t V = 49152;
+  Problem pb;
+  pb.N = 1;
+  pb.V = V;
+  pb.logits = Tensor(DType::bf16, {1, V}, "logits");
+  for (std::int64_t j = 0; j < V; ++j) pb.logits.set(j, 0.0);
+  pb.targets = {7};
+  auto strategies = make_strategies(Backend::cpu_emulation);
+  const auto& fused = strategies[3];
+  ASSERT_EQ(fused->name(), "fused");
+  RunRequest req;
+  req.problem = &pb;
+  req.recipe = parse_recipe("bf16/bf16/bf16/bf16");
+  const double tree = round_to(static_cast<double>(std::log(49152.0f)), DType::bf16);
+  const double sequential = round_to(static_cast<double>(std::log(32768.0f)), DType::bf16);
+  ASSERT_EQ(tree, 10.8125);
+  ASSERT_EQ(sequential, 10.375);
+  for (const int sms : {0, 132, 1}) {  // 384 ranges of 1 tile (0 = 132); 16 ranges of 24 tiles
+    req.emulated_sms = sms;
+    const StrategyOutputs o = fused->run(req);
+    EXPECT_EQ(o.lse[0], tree) << "SMs " << sms;
+    EXPECT_EQ(o.loss[0], tree) << "SMs " << sms;  // lse − x_t with x_t = 0
+  }
 }
 
 TEST(EmulationStructure, RecipesTheEmulationCannotHonourAreNotSupported) {

@@ -138,6 +138,7 @@ void check_run(const Case& c, const ReferenceResult& ref, const Strategy& s, con
   req.recipe = r;
   req.upstream = c.upstream;
   req.chunk_tokens = chunk;
+  req.emulated_sms = device().multiprocessors;  // the fused emulation models this device's launch
   const StrategyOutputs out = s.run(req);
   // naive and fused accumulate dW in fp32 over all tokens (one "chunk" for the bounds).
   const std::int64_t n_chunks =

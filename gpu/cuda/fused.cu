@@ -38,14 +38,15 @@
 #include "gpu/cuda/ce_math.cuh"
 #include "gpu/cuda/cuda_check.hpp"
 #include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/fused_plan.hpp"
 
 namespace xentlab::gpu {
 namespace {
 using namespace cemath;
 
 // ---- tile configuration --------------------------------------------------------------------
-constexpr int kBM = 128;                 // tokens per tile
-constexpr int kBN = 128;                 // vocabulary entries per tile
+constexpr int kBM = 128;                 // tokens per tile (kFusedBlockTokens)
+constexpr int kBN = 128;                 // vocabulary entries per tile (kFusedVocabTile)
 constexpr int kBK = 32;                  // K (hidden) step of the logits GEMM
 constexpr int kStages = 3;               // cp.async pipeline depth of the logits GEMM
 constexpr int kThreads = 256;            // 8 warps
@@ -66,6 +67,8 @@ constexpr int kGroupN = XL_FUSED_GROUP_N;  // experiments (docs/fused.md)
 constexpr int kTileOrder = 8;  // columns a thread folds per tile (declared online tile)
 
 static_assert(kFwdSmem >= 4 * kBM * 3 * 4, "forward merge scratch fits in the pipeline region");
+static_assert(kBM == kFusedBlockTokens && kBN == kFusedVocabTile,
+              "the CPU emulation models this decomposition (gpu/fused_plan.hpp)");
 
 // ---- PTX wrappers --------------------------------------------------------------------------
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
@@ -597,15 +600,9 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
 }
 
 // ---- host side -------------------------------------------------------------------------------
-/// Vocabulary ranges per token block: enough CTAs for two waves of 2 per SM, the partial states
-/// (3 floats per row and range) under 32 MiB.
+/// Vocabulary ranges per token block (gpu/fused_plan.hpp, shared with the CPU emulation).
 int choose_splits(std::int64_t N, std::int64_t V, int sms) {
-  const std::int64_t MB = (N + kBM - 1) / kBM, VT = (V + kBN - 1) / kBN;
-  std::int64_t want = std::max<std::int64_t>(1, (4 * std::int64_t(sms) + MB - 1) / MB);
-  want = std::max<std::int64_t>(want, 16);  // concurrent CTAs share W tiles (L2 reuse)
-  want = std::min<std::int64_t>(want, VT);
-  const std::int64_t cap = std::max<std::int64_t>(1, (std::int64_t{32} << 20) / (12 * N));
-  return static_cast<int>(std::max<std::int64_t>(1, std::min(want, cap)));
+  return fused_vocab_ranges(N, V, sms);
 }
 
 template <class T, bool kVec>

@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "gpu/fused_plan.hpp"
 #include "numerics/emulate.hpp"
 #include "numerics/error.hpp"
 
@@ -33,6 +34,9 @@ struct Ctx {
   bool linear = false;
   std::vector<float> bias;  // (V) bias as float (exact; −Inf allowed), empty when absent
   float scale = 1.0f, cap = 0.0f, eps = 0.0f, lam = 0.0f, eps_over_V = 0.0f, one_minus_eps = 1.0f;
+  // fused: the kernel's vocabulary ranges per token block and tiles per range (fused_plan.hpp).
+  int fused_ranges = 0;
+  std::int64_t fused_tiles_per_range = 0;
 };
 
 // §1 for given logits: z[j] = rnd_logits(stored value) (exact when logits ⊇ the stored dtype).
@@ -154,20 +158,123 @@ struct RowOut {
   float loss = 0.0f;
 };
 
+// §9 as the fused kernel launches it (gpu/cuda/fused.cu forward and finalize): a running
+// (max, sum-exp, Σx) state in the accumulator dtype.
+struct FusedState {
+  float m = -INFINITY, s = 0.0f, sx = 0.0f;
+};
+
+// fused.cu's merge_state (s ← rnd_A(s·e^{m−m'} + s2·e^{m2−m'}), m ← m' = max; nothing when both
+// are empty) and its Σx merge rnd_A(sx + sx2).
+void fused_merge(FusedState& a, const FusedState& b, DType A) {
+  const float mn = std::max(a.m, b.m);
+  if (mn != -INFINITY) {
+    const float x = a.m == -INFINITY ? 0.0f : a.s * std::exp(a.m - mn);
+    const float y = b.m == -INFINITY ? 0.0f : b.s * std::exp(b.m - mn);
+    a.s = rnd(x + y, A);
+    a.m = mn;
+  }
+  a.sx = rnd(a.sx + b.sx, A);
+}
+
+// The row's state through the kernel's decomposition (gpu/fused_plan.hpp): per vocabulary range,
+// 16 threads per row each fold their 8 columns of every 128-column tile of the range (column
+// n0 + 32·w + 8·j + 2·c + e for warp w, lane-in-quad c, j < 4, e < 2, in that order) into an
+// online state; the quad merges (c ⊕ c^1, then ⊕ c^2, lower lane first), then the 4 warps in
+// order; the ranges' states are merged pairwise (binary-counter stack, older first), as the
+// finalize kernel does. Columns past V are −inf (nothing added).
+FusedState fused_row_state(const Ctx& c, const float* x) {
+  const DType A = c.rc.accum;
+  const std::int64_t V = c.V, T = gpu::kFusedVocabTile;
+  const std::int64_t VT = (V + T - 1) / T, tpr = c.fused_tiles_per_range;
+  const bool smoothing = c.eps > 0.0f;
+  std::vector<FusedState> stack;
+  std::vector<std::int64_t> weight;
+  for (int k = 0; k < c.fused_ranges; ++k) {
+    FusedState th[4][4];  // [warp][lane in quad]
+    const std::int64_t t0 = k * tpr, t1 = std::min(VT, t0 + tpr);
+    for (std::int64_t vt = t0; vt < t1; ++vt)
+      for (int w = 0; w < 4; ++w)
+        for (int q = 0; q < 4; ++q) {
+          FusedState& st = th[w][q];
+          const std::int64_t c0 = vt * T + 32 * w + 2 * q;
+          float v[8];
+          float tm = -INFINITY;
+          for (int e = 0; e < 8; ++e) {
+            const std::int64_t col = c0 + (e / 2) * 8 + e % 2;
+            v[e] = col < V ? x[col] : -INFINITY;
+            tm = std::max(tm, v[e]);
+          }
+          if (smoothing) {
+            float ts = 0.0f;
+            for (int e = 0; e < 8; ++e)
+              if (c0 + (e / 2) * 8 + e % 2 < V) ts = rnd(ts + rnd(v[e], A), A);
+            st.sx = rnd(st.sx + ts, A);
+          }
+          if (tm == -INFINITY) continue;
+          const float mn = std::max(st.m, tm);
+          float ts = 0.0f;
+          for (int e = 0; e < 8; ++e) ts = rnd(ts + rnd(std::exp(v[e] - mn), A), A);
+          const float scaled = st.m == -INFINITY ? 0.0f : st.s * std::exp(st.m - mn);
+          st.s = rnd(scaled + ts, A);
+          st.m = mn;
+        }
+    FusedState r;
+    for (int w = 0; w < 4; ++w) {
+      FusedState a = th[w][0], b = th[w][2];
+      fused_merge(a, th[w][1], A);
+      fused_merge(b, th[w][3], A);
+      fused_merge(a, b, A);
+      if (w == 0)
+        r = a;
+      else
+        fused_merge(r, a, A);
+    }
+    std::int64_t n = 1;
+    while (!weight.empty() && weight.back() == n) {
+      FusedState l = stack.back();
+      stack.pop_back();
+      weight.pop_back();
+      fused_merge(l, r, A);
+      r = l;
+      n *= 2;
+    }
+    stack.push_back(r);
+    weight.push_back(n);
+  }
+  FusedState out;
+  if (!stack.empty()) {
+    out = stack.back();
+    for (std::size_t t = stack.size() - 1; t-- > 0;) {
+      FusedState l = stack[t];
+      fused_merge(l, out, A);
+      out = l;
+    }
+  }
+  return out;
+}
+
 // §3–5 (and §9 for online tiles): lse and loss of one row from its kernel logits x (V floats).
 RowOut row_forward(const Ctx& c, const float* x, std::int64_t t, bool valid, float* scratch) {
   const DType A = c.rc.accum;
   RowOut o;
-  float m = 0.0f;
-  const float s = emu::sum_exp(x, c.V, A, c.ar, scratch, &m);
+  float m = 0.0f, s = 0.0f, fused_sx = 0.0f;
+  if (c.fused_ranges > 0) {
+    const FusedState f = fused_row_state(c, x);
+    m = f.m;
+    s = f.s;
+    fused_sx = f.sx;
+  } else {
+    s = emu::sum_exp(x, c.V, A, c.ar, scratch, &m);
+  }
   // §5: lse = rnd_accum(m + logf(sum)); an all-masked row has sum 0 and lse = −Inf.
   o.lse = m == -INFINITY ? -INFINITY : rnd(m + std::log(s), A);
   if (!valid) return o;
   const float xt = x[t];
   float loss;
   if (c.eps > 0.0f) {
-    // Σ_j x_j in the same blocked order in the accum dtype.
-    const float sx = emu::sum_ordered(x, c.V, A, c.ar);
+    // Σ_j x_j in the same order in the accum dtype (blocked; fused: the kernel's).
+    const float sx = c.fused_ranges > 0 ? fused_sx : emu::sum_ordered(x, c.V, A, c.ar);
     loss = rnd(o.lse - c.one_minus_eps * xt - c.eps_over_V * sx, A);
   } else {
     loss = rnd(o.lse - xt, A);
@@ -238,8 +345,13 @@ DeclaredArithmetic EmulatedStrategy::arithmetic(const Recipe& r) const {
     a.vocab_order = ReductionOrder::online_tiles;
     a.tile = kFusedTile;
     a.block_threads = 1;
-    a.note = fmt::format("cpu-emulation fused: online (max,sum) over tiles of {}, accum {}",
-                         kFusedTile, to_string(r.accum));
+    // The bound of online tiles of 128 (c = 127 + 2·⌈V/128⌉) also covers the kernel's tree that
+    // the emulation follows: a term passes ≤ 7 in-tile adds, 2 operations per later tile of its
+    // range (≤ ⌈V/128⌉), 2 quad + 3 warp merges and ≤ 2⌈log2 ranges⌉ range merges (2 each).
+    a.note = fmt::format(
+        "cpu-emulation fused: the kernel's online (max,sum) states (8 columns per thread and "
+        "tile, quad, warps, vocabulary ranges pairwise), accum {}; bound as online tiles of {}",
+        to_string(r.accum), kFusedTile);
   } else {
     a.vocab_order = ReductionOrder::blocked;
     a.block_threads = kBlockThreads;
@@ -302,6 +414,12 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   c.one_minus_eps = 1.0f - c.eps;
   c.eps_over_V = c.eps / static_cast<float>(c.V);
   const std::int64_t N = c.N, V = c.V, D = c.D;
+  if (cfg_.kind == Kind::fused && N > 0 && V > 0) {
+    c.fused_ranges =
+        gpu::fused_vocab_ranges(N, V, req.emulated_sms > 0 ? req.emulated_sms : gpu::kFusedModelSms);
+    const std::int64_t VT = (V + gpu::kFusedVocabTile - 1) / gpu::kFusedVocabTile;
+    c.fused_tiles_per_range = (VT + c.fused_ranges - 1) / c.fused_ranges;
+  }
 
   // Token rows.
   std::vector<std::int64_t> rows = req.token_rows;

@@ -7,8 +7,16 @@
 //   naive         blocked, T = 256          one fp32 GEMM over all rows (in row order)
 //   chunked       blocked, T = 256          fp32 GEMM per chunk, chunk results added in accum
 //   checkpointed  blocked, T = 256          as chunked (backward recomputes logits exactly)
-//   fused         online tiles of 128       fp32 partial per block of 128 rows, added in fp32
-//                                           (dH likewise per vocabulary tile of 128; db fp32)
+//   fused         the kernel's online       fp32 partial per block of 128 rows, added in fp32
+//                 states: 8 columns per     (dH likewise per vocabulary tile of 128; db fp32)
+//                 thread and 128-tile,
+//                 quad, warps, vocabulary
+//                 ranges pairwise (the
+//                 ranges depend on the SM
+//                 count: gpu/fused_plan.hpp;
+//                 declared bound: online
+//                 tiles of 128, which also
+//                 bounds this tree)
 // Host memory is the emulator's own (a block of rows' logits/dz, the dW accumulator), reported in
 // peak_extra_bytes; W is read on demand in panels, never copied whole.
 // Results of checkpointed equal chunked's (the recomputation is bit-identical by construction);

@@ -166,6 +166,7 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
             req.problem = &pr.problem;
             req.spec = ap.spec;
             req.recipe = recipe;
+            req.emulated_sms = cfg.device_sms;
             const auto t0 = std::chrono::steady_clock::now();
             const StrategyOutputs out = st->run(req);
             rec.seconds = out.seconds > 0 ? out.seconds

@@ -50,6 +50,8 @@ struct AuditConfig {
   /// GPU backend: also hold each passed run to the baseline-relative check against the CPU
   /// emulation of the same strategy and recipe (error ≤ factor × emulation error + floor).
   bool baseline = true;
+  /// SM count of the GPU (0 = none): the CPU emulation of fused models that device's launch.
+  int device_sms = 0;
   /// Progress: (runs done, runs total, what is running now).
   std::function<void(std::int64_t, std::int64_t, const std::string&)> progress;
 };

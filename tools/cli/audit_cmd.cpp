@@ -49,19 +49,22 @@ struct AuditArgs {
   std::optional<double> label_smoothing, z_loss, softcap, logit_scale;
 };
 
-Backend choose_backend(const std::string& b, std::string& device) {
+Backend choose_backend(const std::string& b, std::string& device, int& sms) {
   bool have_gpu = false;
   std::string why = "this build has no CUDA backend";
 #ifdef XENTLAB_HAVE_CUDA
   const gpu::DeviceInfo d = gpu::query_device();
   have_gpu = d.available;
   why = d.reason;
-  if (have_gpu)
+  if (have_gpu) {
     device = fmt::format("{} (sm_{}{}, {} SMs, {:.0f} GiB)", d.name, d.sm_major, d.sm_minor,
                          d.multiprocessors, d.memory_gib);
+    sms = d.multiprocessors;
+  }
 #endif
   if (b == "cpu") {
     device = "cpu-emulation";
+    sms = 0;
     return Backend::cpu_emulation;
   }
   if (b == "cuda") {
@@ -71,6 +74,7 @@ Backend choose_backend(const std::string& b, std::string& device) {
   if (b != "auto") throw InputError("--backend must be auto, cpu or cuda, got '" + b + "'");
   if (have_gpu && !make_strategies(Backend::cuda).empty()) return Backend::cuda;
   device = "cpu-emulation";
+  sms = 0;
   return Backend::cpu_emulation;
 }
 
@@ -78,7 +82,7 @@ int run_audit_command(const AuditArgs& a) {
   audit::AuditConfig cfg;
   cfg.strategies = split_commas(a.strategies);
   for (const auto& r : split_commas(a.recipes)) cfg.recipes.push_back(parse_recipe(r));
-  cfg.backend = choose_backend(a.backend, cfg.device);
+  cfg.backend = choose_backend(a.backend, cfg.device, cfg.device_sms);
   cfg.rows = a.rows;
   cfg.vocab_rows = a.vocab_rows;
   cfg.seed = a.seed;
