@@ -136,6 +136,23 @@ void fill_targets(std::int64_t* t, std::int64_t n, std::int64_t V, std::uint64_t
   XL_CUDA_CHECK_LAUNCH();
 }
 
+std::vector<double> time_calls(const std::function<void(int)>& setup,
+                               const std::function<void()>& body, int warmup, int repeats) {
+  Event e0, e1;
+  std::vector<double> ms;
+  for (int it = 0; it < warmup + repeats; ++it) {
+    if (setup) setup(it);
+    XL_CUDA_CHECK(cudaEventRecord(e0.e));
+    body();
+    XL_CUDA_CHECK(cudaEventRecord(e1.e));
+    XL_CUDA_CHECK(cudaEventSynchronize(e1.e));
+    float t = 0;
+    XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0.e, e1.e));
+    if (it >= warmup) ms.push_back(t);
+  }
+  return ms;
+}
+
 double cublas_bf16_gemm_tflops(std::int64_t n, int timed, int warmup) {
   gpu::DeviceMemoryTracker mem;
   gpu::DeviceBuffer A(mem, n * n * 2, gpu::MemKind::io, "GEMM A"),
@@ -145,21 +162,17 @@ double cublas_bf16_gemm_tflops(std::int64_t n, int timed, int warmup) {
   cublasHandle_t h;
   XL_CUBLAS_CHECK(cublasCreate(&h));
   const float one = 1.0f, zero = 0.0f;
-  Event e0, e1;
   std::vector<double> ms;
   try {
-    for (int it = 0; it < warmup + timed; ++it) {
-      XL_CUDA_CHECK(cudaEventRecord(e0.e));
-      XL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(n), int(n), &one,
-                                   A.get(), CUDA_R_16BF, int(n), B.get(), CUDA_R_16BF, int(n),
-                                   &zero, C.get(), CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT));
-      XL_CUDA_CHECK(cudaEventRecord(e1.e));
-      XL_CUDA_CHECK(cudaEventSynchronize(e1.e));
-      float t = 0;
-      XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0.e, e1.e));
-      if (it >= warmup) ms.push_back(t);
-    }
+    ms = time_calls(
+        {},
+        [&] {
+          XL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(n), int(n), &one,
+                                       A.get(), CUDA_R_16BF, int(n), B.get(), CUDA_R_16BF, int(n),
+                                       &zero, C.get(), CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+        },
+        warmup, timed);
   } catch (...) {
     cublasDestroy(h);
     throw;

@@ -42,6 +42,12 @@ void fill_normal(DType dtype, void* p, std::int64_t n, double sigma, std::uint64
 /// t[i] uniform in [0, V) from (seed, i).
 void fill_targets(std::int64_t* t, std::int64_t n, std::int64_t V, std::uint64_t seed);
 
+/// Times `body` with CUDA events on the default stream: `warmup` + `repeats` calls, `setup(k)`
+/// before call k outside the timed region (may be empty); returns the times of the timed calls
+/// (ms, in order). Throws DeviceError on a CUDA error.
+std::vector<double> time_calls(const std::function<void(int)>& setup,
+                               const std::function<void()>& body, int warmup, int repeats);
+
 /// cuBLAS bf16 GEMM m = n = k = `size`, fp32 compute, bf16 output: TFLOP/s of the median of
 /// `timed` runs after `warmup`.
 double cublas_bf16_gemm_tflops(std::int64_t size = 8192, int timed = 20, int warmup = 3);

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include "gpu/cuda/ce_kernels.cuh"
@@ -29,27 +30,9 @@ using namespace xentlab::gpu;
 
 namespace {
 
-template <class F>
-float median_ms(F&& f, int reps) {
-  cudaEvent_t a, b;
-  XL_CUDA_CHECK(cudaEventCreate(&a));
-  XL_CUDA_CHECK(cudaEventCreate(&b));
-  f();
-  XL_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> v;
-  for (int i = 0; i < reps; ++i) {
-    XL_CUDA_CHECK(cudaEventRecord(a));
-    f();
-    XL_CUDA_CHECK(cudaEventRecord(b));
-    XL_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    XL_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    v.push_back(t);
-  }
-  XL_CUDA_CHECK(cudaEventDestroy(a));
-  XL_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+/// Median of `reps` back-to-back calls after one warm-up (bench::time_calls).
+float median_ms(const std::function<void()>& f, int reps) {
+  return static_cast<float>(bench::summarize_times(bench::time_calls({}, f, 1, reps)).median);
 }
 
 struct Gemm {

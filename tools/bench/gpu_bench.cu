@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -113,25 +114,16 @@ int main(int argc, char** argv) {
       DeviceBuffer l(m, rows * 4, MemKind::io, "loss"), e(m, rows * 4, MemKind::io, "lse");
       bench::fill_targets(t.as<std::int64_t>(), rows, V, 5);
       const RowLossParams rp = make_row_params(LossSpec{}, V, DType::fp32);
-      cudaEvent_t e0, e1;
-      XL_CUDA_CHECK(cudaEventCreate(&e0));
-      XL_CUDA_CHECK(cudaEventCreate(&e1));
       for (std::int64_t grid : {std::int64_t{0}, std::int64_t{132}, std::int64_t{264},
                                 std::int64_t{528}, std::int64_t{1056}}) {
-        std::vector<double> ms;
-        for (int it = 0; it < 6; ++it) {
-          bench::fill_normal(DType::bf16, z.get(), rows * V, 3.0, 7 + it);
-          XL_CUDA_CHECK(cudaEventRecord(e0));
-          launch_ce_rows(DType::bf16, z.get(), rows, t.as<std::int64_t>(), l.as<float>(),
-                         e.as<float>(), rp, true, RowGradScale{nullptr, 1.0f / rows}, nullptr,
-                         grid);
-          XL_CUDA_CHECK(cudaEventRecord(e1));
-          XL_CUDA_CHECK(cudaEventSynchronize(e1));
-          float tms = 0;
-          XL_CUDA_CHECK(cudaEventElapsedTime(&tms, e0, e1));
-          if (it > 0) ms.push_back(tms);
-        }
-        const double med = median(ms);
+        const double med = median(bench::time_calls(
+            [&](int it) { bench::fill_normal(DType::bf16, z.get(), rows * V, 3.0, 7 + it); },
+            [&] {
+              launch_ce_rows(DType::bf16, z.get(), rows, t.as<std::int64_t>(), l.as<float>(),
+                             e.as<float>(), rp, true, RowGradScale{nullptr, 1.0f / rows}, nullptr,
+                             grid);
+            },
+            1, 5));
         std::printf(
             "CE kernel (8192 x 128256 bf16, fp32 accum, dz in place, grid %lld%s): %.3f ms, "
             "%.0f GB/s counting 3 reads + 1 write\n",
@@ -155,21 +147,8 @@ int main(int argc, char** argv) {
       bench::fill_normal(DType::bf16, Hb.get(), rows * D, 1.0, 13);
       XL_CUDA_CHECK(cudaMemset(dW.get(), 0, V * D * 4));
       Blas blas(m, nullptr);
-      cudaEvent_t e0, e1;
-      XL_CUDA_CHECK(cudaEventCreate(&e0));
-      XL_CUDA_CHECK(cudaEventCreate(&e1));
-      auto time_it = [&](const char* what, auto&& f) {
-        std::vector<double> ms;
-        for (int it = 0; it < 6; ++it) {
-          XL_CUDA_CHECK(cudaEventRecord(e0));
-          f();
-          XL_CUDA_CHECK(cudaEventRecord(e1));
-          XL_CUDA_CHECK(cudaEventSynchronize(e1));
-          float tms = 0;
-          XL_CUDA_CHECK(cudaEventElapsedTime(&tms, e0, e1));
-          if (it > 0) ms.push_back(tms);
-        }
-        const double med = median(ms);
+      auto time_it = [&](const char* what, const std::function<void()>& f) {
+        const double med = median(bench::time_calls({}, f, 1, 5));
         std::printf("%s (8192-token chunk): %.3f ms, %.1f TFLOP/s\n", what, med,
                     2.0 * rows * V * D / (med * 1e-3) / 1e12);
         if (json)
