@@ -42,7 +42,7 @@ struct RunRequest {
   /// the gradient scale of the whole problem (as ReferenceOptions::token_rows). Empty = all.
   std::vector<std::int64_t> token_rows;
   /// CPU emulation of fused only: the SM count of the GPU whose launch it models (the kernel
-  /// splits each row's vocabulary into ranges by it, gpu/fused_plan.hpp); 0 = kFusedModelSms
+  /// splits each row's vocabulary into ranges by it, gpu/fused_plan.hpp); ≤ 0 = kFusedModelSms
   /// (132, an H200). The CUDA strategies use the device's own count.
   int emulated_sms = 0;
 };
