@@ -94,7 +94,8 @@ bool gemm_preferred(const Blas& b, cublasOperation_t ta, cublasOperation_t tb, s
     const Blas::Choice& ch = choose(b, desc, la, lb, lc, key, tile);
     if (ch.found) {
       const float alpha = 1.0f;
-      XL_CUBLAS_CHECK(cublasLtMatmul(b.lt_handle(), desc, &alpha, A, la, B, lb, &beta, C, lc, C,
+      const cublasLtHandle_t lt = b.lt_handle();  // takes the workspace before it is passed
+      XL_CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, C, lc, C,
                                      lc, &ch.algo, b.workspace(),
                                      static_cast<std::size_t>(kCublasWorkspaceBytes),
                                      b.stream()));

@@ -1,7 +1,8 @@
 #pragma once
 // cuBLAS wrappers of the CUDA strategies, for row-major tensors (docs/arithmetic.md §1, §8).
-// Every GEMM uses cublasGemmEx_64 with compute type CUBLAS_COMPUTE_32F and the default math mode
-// (no TF32, no reduced-precision reductions): products of the stored operands accumulated in fp32,
+// Every GEMM uses cublasGemmEx_64 (or cublasLtMatmul without split-K, see "Algorithm choice")
+// with compute type CUBLAS_COMPUTE_32F and the default math mode (no TF32, no reduced-precision
+// reductions): products of the stored operands accumulated in fp32,
 // the result rounded once to the output dtype. Operands of one GEMM share a dtype; cuBLAS writes an
 // output of the operand dtype or fp32 (operands bf16/fp16), or fp32 only (operands fp32). Callers
 // use gemm_output_direct() to choose between a direct write and an fp32 temporary that a rounding
