@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "datasets/generators.hpp"
 #include "datasets/h5.hpp"
@@ -131,6 +132,97 @@ TEST(Audit, RegressFindsADispositionThatGotWorse) {
   EXPECT_EQ(worse.regressions, 2);
   std::filesystem::remove(base);
   std::filesystem::remove(cur);
+}
+
+/// A copy of `src` at `dst` whose runs all claim `backend`; `edit` may change the copy's runs.
+void copy_as_backend(const std::string& src, const std::string& dst, const std::string& backend,
+                     const std::function<void(h5::File&)>& edit = {}) {
+  std::filesystem::remove(dst);
+  std::filesystem::copy_file(src, dst);
+  h5::File f = h5::File::open_rw(dst);
+  for (const auto& id : f.open_group("runs").children())
+    f.open_group("runs/" + id).set_attr("backend", backend);
+  if (edit) edit(f);
+  f.close();
+}
+
+TEST(Audit, FidelityComparesTheEmulationWithADeviceRunByRun) {
+  const std::string model = temp_path("model.h5"), dev = temp_path("device.h5");
+  std::filesystem::remove(model);
+  const auto cfg = small_config();
+  const auto res = audit::run_audit(small_set(), cfg);
+  audit::write_results(model, res, cfg, true, false);
+  std::int64_t passed = 0;
+  for (const auto& r : res.runs) passed += r.verdict.disposition == Disposition::passed ? 1 : 0;
+  ASSERT_GT(passed, 0);
+
+  // The same errors under another backend's name: every ratio is 1, nothing disagrees.
+  copy_as_backend(model, dev, "cuda");
+  const auto same = audit::compare_backends(model, dev);
+  EXPECT_EQ(same.model_backend, "cpu-emulation");
+  EXPECT_EQ(same.device_backend, "cuda");
+  EXPECT_EQ(same.matched, passed);
+  EXPECT_EQ(same.unmatched, 0);
+  EXPECT_TRUE(same.disagreements.empty());
+  ASSERT_FALSE(same.rows.empty());
+  for (const auto& row : same.rows) {
+    EXPECT_EQ(row.min, 1.0) << row.strategy << " " << row.output;
+    EXPECT_EQ(row.max, 1.0) << row.strategy << " " << row.output;
+  }
+
+  // One device output 10× less accurate than modelled (above the floor), one 10× more accurate
+  // but below the floor (8 units of its dtype): only the first disagrees.
+  std::string changed;
+  copy_as_backend(model, dev, "cuda", [&](h5::File& f) {
+    int done = 0;
+    for (const auto& id : f.open_group("runs").children()) {
+      h5::Group g = f.open_group("runs/" + id);
+      if (g.attr_string("disposition") != "passed") continue;
+      h5::Group loss = g.open_group("loss");
+      const double e = loss.attr_double("normwise_rel_err");
+      const double floor = 8.0 * unit_roundoff(parse_dtype(loss.attr_string("out_dtype")));
+      if (done == 0 && e > floor) {
+        loss.set_attr("normwise_rel_err", 10.0 * e);
+        changed = g.attr_string("problem") + " " + g.attr_string("input_dtype") + " " +
+                  g.attr_string("strategy") + " " + g.attr_string("recipe");
+        ++done;
+      } else if (done == 1 && e > 0 && e < floor / 10.0) {
+        loss.set_attr("normwise_rel_err", e / 10.0);
+        ++done;
+      }
+      if (done == 2) break;
+    }
+    ASSERT_GE(done, 1);
+  });
+  const auto worse = audit::compare_backends(model, dev);
+  ASSERT_EQ(worse.disagreements.size(), 1u);
+  EXPECT_NE(worse.disagreements[0].find(changed + " loss"), std::string::npos)
+      << worse.disagreements[0];
+  EXPECT_NE(worse.disagreements[0].find("ratio 10"), std::string::npos) << worse.disagreements[0];
+  // A wider factor accepts it.
+  EXPECT_TRUE(audit::compare_backends(model, dev, 20.0).disagreements.empty());
+
+  // Both files of one backend, or a factor below 1: InputError naming the problem.
+  try {
+    (void)audit::compare_backends(model, model);
+    ADD_FAILURE() << "two emulation files accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu-emulation"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)audit::compare_backends(model, dev, 0.5), InputError);
+  // A file that mixes backends.
+  copy_as_backend(model, dev, "cuda", [&](h5::File& f) {
+    f.open_group("runs/" + f.open_group("runs").children().front())
+        .set_attr("backend", std::string("cpu-emulation"));
+  });
+  try {
+    (void)audit::compare_backends(model, dev);
+    ADD_FAILURE() << "a file of two backends accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("two backends"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(model);
+  std::filesystem::remove(dev);
 }
 
 }  // namespace

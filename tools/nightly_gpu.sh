@@ -6,7 +6,9 @@
 # 3. runs the audit on the GPU: the embedded set, then the 128K-context problem (N = 131072,
 #    V = 128256, D = 4096, the catalog's Gaussian head with uniform targets — calibrated targets
 #    would need the softmax of all 131072 rows on the CPU) audited on a seeded sub-batch of rows; results in
-#    OUTDIR/audit.h5 (+ .md), summary in OUTDIR/summary.txt;
+#    OUTDIR/audit.h5 (+ .md), summary in OUTDIR/summary.txt; the embedded set also on the CPU
+#    emulation (OUTDIR/audit-cpu.h5) and `xentlab fidelity` of the two (OUTDIR/fidelity.txt:
+#    where the emulation does not model the GPU within 2×; reported, not failing);
 # 4. with BASELINE.h5 (a previous OUTDIR/audit.h5): xentlab regress BASELINE.h5 OUTDIR/audit.h5.
 # Exit status: non-zero when a test failed, a run was incorrect or failed, or a regression was found.
 # Environment: BUILD_DIR (build-nightly), JOBS (nproc), ROWS_128K (sub-batch rows, 8),
@@ -39,6 +41,12 @@ step "audit: embedded set on the GPU"
 timeout "$limit" "$build/tools/xentlab" audit --backend cuda --out "$out/audit.h5" --force ${AUDIT_ARGS:-} \
   >"$out/audit-embedded.txt" 2>&1 || status=1
 grep -E '^runs:|HOLDS|REFUTED' "$out/audit-embedded.txt" | tee -a "$out/summary.txt"
+
+step "fidelity: the CPU emulation of the same set against the GPU runs (reported, not failing)"
+timeout "$limit" "$build/tools/xentlab" audit --backend cpu --out "$out/audit-cpu.h5" --force ${AUDIT_ARGS:-} \
+  >"$out/audit-cpu.txt" 2>&1 &&
+  "$build/tools/xentlab" fidelity "$out/audit-cpu.h5" "$out/audit.h5" >"$out/fidelity.txt" 2>&1
+tail -n 1 "$out/fidelity.txt" 2>/dev/null | tee -a "$out/summary.txt"
 
 step "audit: N=131072 V=128256 D=4096 (sub-batch of ${ROWS_128K:-8} rows)"
 timeout "$limit" "$build/tools/xentlab" audit --backend cuda --dataset gaussian --tokens 131072 --vocab 128256 --hidden 4096 \

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   xentlab::cli::register_golden(app);
   xentlab::cli::register_verify(app);
   xentlab::cli::register_regress(app);
+  xentlab::cli::register_fidelity(app);
   xentlab::cli::register_bench(app);
   xentlab::cli::set_command_line(argc, argv);
   try {

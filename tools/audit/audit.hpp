@@ -132,6 +132,29 @@ struct RegressReport {
 /// Throws FormatError for a file that is not an xentlab results file.
 RegressReport regress(const std::string& baseline_path, const std::string& current_path);
 
+/// Fidelity of a model backend (the CPU emulation) to a device backend: two results files of the
+/// same problems and recipes, one per backend, matched run by run on (problem, input dtype,
+/// strategy, recipe) where both runs passed. For every output, ratio = device normwise error /
+/// model normwise error. An output disagrees when its ratio lies outside [1/factor, factor] and
+/// either error exceeds the floor 8·u(output dtype) (relative): below it two correct
+/// implementations may differ (CUDA's and glibc's expf/logf, 2 + 1 + 1 ULP; docs/audit.md).
+struct FidelityRow {
+  std::string strategy, output;
+  std::int64_t n = 0;  ///< outputs compared (both errors > 0)
+  double median = 0.0, min = 0.0, max = 0.0;  ///< of the ratios
+};
+struct FidelityReport {
+  std::string model_backend, device_backend;
+  std::int64_t matched = 0;                ///< run pairs compared (both passed)
+  std::int64_t unmatched = 0;              ///< passed device runs with no passed model run
+  std::vector<FidelityRow> rows;           ///< per (strategy, output), in name order
+  std::vector<std::string> disagreements;  ///< one line per disagreeing (run, output)
+};
+/// Throws FormatError for a file that is not an xentlab results file, InputError when a file
+/// mixes backends, when both files have the same backend, or when factor < 1.
+FidelityReport compare_backends(const std::string& model_path, const std::string& device_path,
+                                double factor = 2.0);
+
 /// Opens an existing results file for reading after checking that it is one (format
 /// "xentlab-results", the format version this xentlab writes). Throws FormatError naming the file.
 h5::File open_results_file(const std::string& path);

@@ -17,6 +17,8 @@ void register_verify(CLI::App& app);
 void register_audit(CLI::App& app);
 /// `xentlab regress`: compare two audit results files (nightly regression check).
 void register_regress(CLI::App& app);
+/// `xentlab fidelity`: CPU emulation against a device audit, run by run.
+void register_fidelity(CLI::App& app);
 /// `xentlab bench`: the memory/throughput table of the CUDA strategies (tools/bench/).
 void register_bench(CLI::App& app);
 /// Records the command line (shell-quoted) for the outputs that carry it (bench).
