@@ -871,6 +871,29 @@ TEST(BenchProgram, CommandLinesThatDoNotParseExit2) {
   EXPECT_EQ(xentlab("--version").status, 0);
 }
 
+// Every command's integer options take plain decimal integers only: CLI11 alone would read 010
+// as 8, 0x10 as 16, -1 as 2^64 − 1 for an unsigned option, and clamp past 2^63.
+TEST(BenchProgram, IntegersArePlainDecimal) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"bench --tokens 010 --vocab 10 --hidden 4", "'010' is not a plain decimal integer: a leading zero"},
+      {"bench --tokens 0x10 --vocab 10 --hidden 4", "'0x10' is not a plain decimal integer"},
+      {"datasets --make gaussian --seed -1", "'-1' is not a plain decimal integer: it must not be negative"},
+      {"bench --tokens 99999999999999999999 --vocab 10 --hidden 4", "past the largest 64-bit integer"},
+      {"audit --rows 1e3", "--rows: '1e3' is not a plain decimal integer"},
+      {"datasets --make gaussian -N 010", "--tokens: '010'"},
+      {"reference -N 10.0", "--tokens: '10.0'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Ran r = xentlab(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+  }
+  // Plain values still parse: the generated problem has the 10 tokens asked for.
+  const Ran ok = xentlab("datasets --make gaussian -N 10");
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("N=10 "), std::string::npos) << ok.output;
+}
+
 TEST(BenchProgram, EmptyValuesAreRefusedNamingTheOption) {
   for (const std::string opt :
        {"--csv ''", "--h5 ''", "--markdown ''", "--preset ''", "--recipes ''", "--recipes ,",

@@ -21,6 +21,11 @@ void register_regress(CLI::App& app);
 void register_fidelity(CLI::App& app);
 /// `xentlab bench`: the memory/throughput table of the CUDA strategies (tools/bench/).
 void register_bench(CLI::App& app);
+/// Makes every integer option of `app` and its subcommands accept only plain decimal integers in
+/// the range of a 64-bit integer (CLI11 would read "010" as octal 8, "0x10" as hexadecimal, "-1"
+/// as 2^64 − 1 for an unsigned option, and clamp past the range without a word). Call after
+/// every subcommand is registered; a rejected value is a parse error (exit 2) naming the value.
+void require_decimal_integers(CLI::App& app);
 /// Records the command line (shell-quoted) for the outputs that carry it (bench).
 void set_command_line(int argc, char** argv);
 
