@@ -162,7 +162,8 @@ TEST(Audit, FidelityComparesTheEmulationWithADeviceRunByRun) {
   EXPECT_EQ(same.model_backend, "cpu-emulation");
   EXPECT_EQ(same.device_backend, "cuda");
   EXPECT_EQ(same.matched, passed);
-  EXPECT_EQ(same.unmatched, 0);
+  EXPECT_EQ(same.device_only, 0);
+  EXPECT_EQ(same.model_only, 0);
   EXPECT_TRUE(same.disagreements.empty());
   ASSERT_FALSE(same.rows.empty());
   for (const auto& row : same.rows) {
@@ -202,14 +203,57 @@ TEST(Audit, FidelityComparesTheEmulationWithADeviceRunByRun) {
   // A wider factor accepts it.
   EXPECT_TRUE(audit::compare_backends(model, dev, 20.0).disagreements.empty());
 
-  // Both files of one backend, or a factor below 1: InputError naming the problem.
-  try {
-    (void)audit::compare_backends(model, model);
-    ADD_FAILURE() << "two emulation files accepted";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("cpu-emulation"), std::string::npos) << e.what();
-  }
+  // A device run that is incorrect where the emulation passed disagrees too.
+  copy_as_backend(model, dev, "cuda", [&](h5::File& f) {
+    for (const auto& id : f.open_group("runs").children()) {
+      h5::Group g = f.open_group("runs/" + id);
+      if (g.attr_string("disposition") != "passed") continue;
+      g.set_attr("disposition", std::string("incorrect"));
+      break;
+    }
+  });
+  const auto status = audit::compare_backends(model, dev);
+  ASSERT_EQ(status.disagreements.size(), 1u);
+  EXPECT_NE(status.disagreements[0].find("emulation passed, device incorrect"), std::string::npos)
+      << status.disagreements[0];
+  EXPECT_EQ(status.matched, passed - 1);
+
+  auto expect_error = [](const std::function<void()>& f, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << "accepted; expected an error containing: " << what;
+    } catch (const std::exception& e) {  // InputError or FormatError
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  // Both files of one backend, the files swapped, a factor below 1.
+  expect_error([&] { (void)audit::compare_backends(model, model); },
+               "both files hold CPU-emulation runs");
+  copy_as_backend(model, dev, "cuda");
+  expect_error([&] { (void)audit::compare_backends(dev, model); }, "wrong way round");
   EXPECT_THROW((void)audit::compare_backends(model, dev, 0.5), InputError);
+  // A passed run whose error is not a number: a damaged file, named.
+  copy_as_backend(model, dev, "cuda", [&](h5::File& f) {
+    for (const auto& id : f.open_group("runs").children()) {
+      h5::Group g = f.open_group("runs/" + id);
+      if (g.attr_string("disposition") != "passed") continue;
+      g.open_group("loss").set_attr("normwise_rel_err", std::nan(""));
+      break;
+    }
+  });
+  expect_error([&] { (void)audit::compare_backends(model, dev); }, "normwise_rel_err = nan");
+  // The same names over different problems (another seed): refused, not compared.
+  copy_as_backend(model, dev, "cuda", [&](h5::File& f) {
+    for (const auto& id : f.open_group("runs").children())
+      f.open_group("runs/" + id).set_attr("seed", std::int64_t{99});
+  });
+  expect_error([&] { (void)audit::compare_backends(model, dev); }, "seed 1 against 99");
+  // No run in common: nothing compared is an error, not "nothing disagrees".
+  copy_as_backend(model, dev, "cuda", [&](h5::File& f) {
+    for (const auto& id : f.open_group("runs").children())
+      f.open_group("runs/" + id).set_attr("problem", std::string("elsewhere"));
+  });
+  expect_error([&] { (void)audit::compare_backends(model, dev); }, "nothing to compare");
   // A file that mixes backends.
   copy_as_backend(model, dev, "cuda", [&](h5::File& f) {
     f.open_group("runs/" + f.open_group("runs").children().front())

@@ -132,26 +132,33 @@ struct RegressReport {
 /// Throws FormatError for a file that is not an xentlab results file.
 RegressReport regress(const std::string& baseline_path, const std::string& current_path);
 
-/// Fidelity of a model backend (the CPU emulation) to a device backend: two results files of the
-/// same problems and recipes, one per backend, matched run by run on (problem, input dtype,
-/// strategy, recipe) where both runs passed. For every output, ratio = device normwise error /
-/// model normwise error. An output disagrees when its ratio lies outside [1/factor, factor] and
-/// either error exceeds the floor 8·u(output dtype) (relative): below it two correct
-/// implementations may differ (CUDA's and glibc's expf/logf, 2 + 1 + 1 ULP; docs/audit.md).
+/// Fidelity of the CPU emulation to a device backend (docs/audit.md): a CPU-emulation audit and a
+/// device audit of the same problems and options, matched run by run on (problem, input dtype,
+/// strategy, recipe). A matched pair disagrees when exactly one of the two runs passed (a run
+/// not supported on either side is counted apart), or when, both passed, an output's ratio
+/// device normwise error / emulation normwise error lies outside [1/factor, factor] while either
+/// error exceeds the floor 8·u(output dtype): below it two correct implementations may differ
+/// (CUDA's and glibc's expf/logf, 2 + 1 + 1 ULP). 0/0 counts as 1, x/0 as +inf.
 struct FidelityRow {
   std::string strategy, output;
-  std::int64_t n = 0;  ///< outputs compared (both errors > 0)
+  std::int64_t n = 0;  ///< outputs compared
   double median = 0.0, min = 0.0, max = 0.0;  ///< of the ratios
 };
 struct FidelityReport {
   std::string model_backend, device_backend;
-  std::int64_t matched = 0;                ///< run pairs compared (both passed)
-  std::int64_t unmatched = 0;              ///< passed device runs with no passed model run
+  std::int64_t matched = 0;        ///< run pairs that both passed (their outputs compared)
+  std::int64_t outputs = 0;        ///< outputs compared
+  std::int64_t not_supported = 0;  ///< pairs with a run not supported on one side
+  std::int64_t device_only = 0, model_only = 0;  ///< runs without a partner
   std::vector<FidelityRow> rows;           ///< per (strategy, output), in name order
-  std::vector<std::string> disagreements;  ///< one line per disagreeing (run, output)
+  std::vector<std::string> disagreements;  ///< one line per disagreeing run or output
 };
-/// Throws FormatError for a file that is not an xentlab results file, InputError when a file
-/// mixes backends, when both files have the same backend, or when factor < 1.
+/// Throws FormatError for a file that is not an xentlab results file or holds an unusable run
+/// (an unknown output dtype; a passed run's error not a finite number ≥ 0), naming the file and
+/// run; InputError when a file has no runs or mixes backends, when the first file is not the CPU
+/// emulation's or the second is, when a matched pair differs in spec, seed or audited rows or
+/// in an output's dtype, when no run passed on both sides (nothing compared), or when factor is
+/// not a finite number ≥ 1.
 FidelityReport compare_backends(const std::string& model_path, const std::string& device_path,
                                 double factor = 2.0);
 

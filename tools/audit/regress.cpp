@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -96,61 +97,159 @@ namespace {
 
 using RunKey = std::tuple<std::string, std::string, std::string, std::string>;
 
-/// The runs of one file keyed without the backend, and that backend (InputError when mixed).
-std::map<RunKey, RunSummary> runs_of_one_backend(const std::string& path, std::string& backend) {
-  std::map<RunKey, RunSummary> out;
-  backend.clear();
-  for (auto& [k, s] : load_runs(path)) {
-    const std::string& b = std::get<3>(k);
-    if (!backend.empty() && b != backend)
+struct FidelityOutput {
+  double normwise = 0.0;
+  std::string out_dtype;
+};
+struct FidelityRun {
+  std::string where;  ///< file:/runs/ID, for messages
+  std::string disposition, spec;
+  std::int64_t seed = 0;
+  std::vector<std::int64_t> token_rows;  ///< the problem's audited rows
+  std::map<std::string, FidelityOutput> outputs;
+};
+struct FidelityFile {
+  std::string backend;
+  std::map<RunKey, FidelityRun> runs;
+};
+
+/// The runs of one results file keyed without the backend. InputError when the file mixes
+/// backends; FormatError (naming file, run and output) for a missing attribute, an unknown output
+/// dtype, or a normwise error of a passed run that is not a finite number ≥ 0.
+FidelityFile load_fidelity_file(const std::string& path) {
+  const h5::File f = open_results_file(path);
+  FidelityFile out;
+  if (!f.exists("runs")) return out;
+  const h5::Group runs = f.open_group("runs");
+  std::map<std::string, std::vector<std::int64_t>> rows_of;  // problem group → token_rows
+  for (const auto& id : runs.children()) {
+    const h5::Group g = runs.open_group(id);
+    const std::string backend = g.attr_string("backend");
+    if (!out.runs.empty() && backend != out.backend)
       throw InputError(fmt::format("{}: runs of two backends ({}, {}); compare files of one "
                                    "backend each",
-                                   path, backend, b));
-    backend = b;
-    out[RunKey{std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<4>(k)}] = std::move(s);
+                                   path, out.backend, backend));
+    out.backend = backend;
+    FidelityRun r;
+    r.where = g.where();
+    r.disposition = g.attr_string("disposition");
+    r.spec = g.attr_string("spec");
+    r.seed = g.attr_int("seed");
+    const std::string problem = g.attr_string("problem"), input = g.attr_string("input_dtype");
+    const std::string pg = "problems/" + problem + "." + input;
+    if (rows_of.count(pg) == 0 && f.exists(pg + "/token_rows"))
+      rows_of[pg] = f.open_dataset(pg + "/token_rows").read_int64();
+    r.token_rows = rows_of[pg];
+    for (const auto& child : g.children()) {
+      if (child == "loss_abs_err") continue;
+      const h5::Group og = g.open_group(child);
+      FidelityOutput o{og.attr_double("normwise_rel_err"), og.attr_string("out_dtype")};
+      try {
+        (void)parse_dtype(o.out_dtype);
+      } catch (const InputError&) {
+        throw FormatError(fmt::format("{}: out_dtype '{}' is not a dtype of this xentlab",
+                                      og.where(), o.out_dtype));
+      }
+      if (r.disposition == "passed" && !(std::isfinite(o.normwise) && o.normwise >= 0.0))
+        throw FormatError(fmt::format("{}: normwise_rel_err = {} in a passed run (expected a "
+                                      "finite number ≥ 0)",
+                                      og.where(), o.normwise));
+      r.outputs[child] = std::move(o);
+    }
+    out.runs[RunKey{problem, input, g.attr_string("strategy"), g.attr_string("recipe")}] =
+        std::move(r);
   }
   return out;
+}
+
+std::string key_name(const RunKey& k) {
+  return fmt::format("{} {} {} {}", std::get<0>(k), std::get<1>(k), std::get<2>(k),
+                     std::get<3>(k));
 }
 
 }  // namespace
 
 FidelityReport compare_backends(const std::string& model_path, const std::string& device_path,
                                 double factor) {
-  if (!(factor >= 1.0))
-    throw InputError(fmt::format("fidelity: factor {} must be at least 1", factor));
+  if (!(factor >= 1.0) || !std::isfinite(factor))
+    throw InputError(fmt::format("fidelity: factor {} must be a finite number ≥ 1", factor));
   FidelityReport rep;
-  const auto model = runs_of_one_backend(model_path, rep.model_backend);
-  const auto device = runs_of_one_backend(device_path, rep.device_backend);
-  if (!model.empty() && rep.model_backend == rep.device_backend)
-    throw InputError(fmt::format("fidelity: both files hold runs of backend '{}' ({}, {}); "
-                                 "compare a CPU-emulation audit with a device audit",
-                                 rep.model_backend, model_path, device_path));
+  const FidelityFile model = load_fidelity_file(model_path);
+  const FidelityFile device = load_fidelity_file(device_path);
+  rep.model_backend = model.backend;
+  rep.device_backend = device.backend;
+  if (model.runs.empty() || device.runs.empty())
+    throw InputError(fmt::format("fidelity: {} has no runs; nothing to compare",
+                                 model.runs.empty() ? model_path : device_path));
+  if (model.backend != "cpu-emulation")
+    throw InputError(fmt::format(
+        "fidelity: the first file must hold CPU-emulation runs, {} holds '{}' runs{}", model_path,
+        model.backend,
+        device.backend == "cpu-emulation" ? " (the two files are given the wrong way round)"
+                                          : ""));
+  if (device.backend == "cpu-emulation")
+    throw InputError(fmt::format("fidelity: both files hold CPU-emulation runs ({}, {}); the "
+                                 "second must be a device audit (xentlab audit --backend cuda)",
+                                 model_path, device_path));
   std::map<std::pair<std::string, std::string>, std::vector<double>> ratios;
-  for (const auto& [k, d] : device) {
-    if (d.disposition != "passed") continue;
-    auto it = model.find(k);
-    if (it == model.end() || it->second.disposition != "passed") {
-      ++rep.unmatched;
+  for (const auto& [k, d] : device.runs) {
+    auto it = model.runs.find(k);
+    if (it == model.runs.end()) {
+      ++rep.device_only;
       continue;
     }
+    const FidelityRun& m = it->second;
+    if (m.spec != d.spec || m.seed != d.seed || m.token_rows != d.token_rows)
+      throw InputError(fmt::format(
+          "fidelity: {} and {} audited different problems under one name ({}: {}){}", model_path,
+          device_path, key_name(k),
+          m.spec != d.spec ? fmt::format("spec '{}' against '{}'", m.spec, d.spec)
+          : m.seed != d.seed
+              ? fmt::format("seed {} against {}", m.seed, d.seed)
+              : std::string("different audited token rows (--rows)"),
+          "; audit both with the same options"));
+    const bool mp = m.disposition == "passed", dp = d.disposition == "passed";
+    if (d.disposition == "not-supported" || m.disposition == "not-supported") {
+      ++rep.not_supported;
+      continue;
+    }
+    if (mp != dp) {
+      rep.disagreements.push_back(fmt::format("DISAGREE {}: emulation {}, device {}", key_name(k),
+                                              m.disposition, d.disposition));
+      continue;
+    }
+    if (!mp) continue;  // neither passed: both runs report their own problem
     ++rep.matched;
     for (const auto& [out, dv] : d.outputs) {
-      auto jt = it->second.outputs.find(out);
-      if (jt == it->second.outputs.end()) continue;
-      const OutputSummary& mv = jt->second;
-      if (!(dv.normwise > 0.0) || !(mv.normwise > 0.0)) continue;
-      const double q = dv.normwise / mv.normwise;
-      ratios[{std::get<2>(k), out}].push_back(q);
+      auto jt = m.outputs.find(out);
+      if (jt == m.outputs.end()) continue;
+      const FidelityOutput& mv = jt->second;
+      if (mv.out_dtype != dv.out_dtype)
+        throw InputError(fmt::format("fidelity: {} {}: output dtype {} in the emulation, {} on "
+                                     "the device",
+                                     key_name(k), out, mv.out_dtype, dv.out_dtype));
+      ++rep.outputs;
       const double floor = 8.0 * unit_roundoff(parse_dtype(dv.out_dtype));
+      // ratio device / emulation; 0/0 agrees; x/0 is +inf and 0/x is 0.
+      const double q = mv.normwise > 0.0 ? dv.normwise / mv.normwise
+                                         : (dv.normwise > 0.0 ? INFINITY : 1.0);
+      ratios[{std::get<2>(k), out}].push_back(q);
       const bool above_floor = dv.normwise > floor || mv.normwise > floor;
       if (above_floor && (q > factor || q < 1.0 / factor))
         rep.disagreements.push_back(fmt::format(
-            "DISAGREE {} {} {} {} {}: device {:.3g}, model {:.3g} (ratio {:.3g}, outside "
-            "[1/{:g}, {:g}])",
-            std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k), out, dv.normwise,
-            mv.normwise, q, factor, factor));
+            "DISAGREE {} {}: device {:.3g}, emulation {:.3g} (ratio {:.3g}, outside [1/{:g}, "
+            "{:g}])",
+            key_name(k), out, dv.normwise, mv.normwise, q, factor, factor));
     }
   }
+  for (const auto& [k, m] : model.runs)
+    if (device.runs.count(k) == 0) ++rep.model_only;
+  if (rep.matched == 0)
+    throw InputError(fmt::format(
+        "fidelity: no run passed on both backends in {} and {} ({} device runs without an "
+        "emulation run, {} emulation runs without a device run, {} not supported on one side); "
+        "nothing to compare",
+        model_path, device_path, rep.device_only, rep.model_only, rep.not_supported));
   for (auto& [key, v] : ratios) {
     std::sort(v.begin(), v.end());
     FidelityRow r;

@@ -41,9 +41,11 @@ void register_fidelity(CLI::App& app) {
                  r.median, r.min, r.max);
     for (const auto& l : rep.disagreements) fmt::print("{}\n", l);
     fmt::print(
-        "{} run pairs compared ({} passed device runs without a passed emulation run): {} "
-        "output(s) disagree beyond {:g}x\n",
-        rep.matched, rep.unmatched, rep.disagreements.size(), a->factor);
+        "{} run pairs passed on both backends, {} outputs compared; {} pairs with a run not "
+        "supported on one side; {} device runs and {} emulation runs without a partner: {} "
+        "disagreement(s) beyond {:g}x\n",
+        rep.matched, rep.outputs, rep.not_supported, rep.device_only, rep.model_only,
+        rep.disagreements.size(), a->factor);
     if (!rep.disagreements.empty()) throw CLI::RuntimeError(1);
   });
 }
