@@ -64,7 +64,6 @@ constexpr int kGroupN = 16;  // token blocks per raster group of the backward (L
 #else
 constexpr int kGroupN = XL_FUSED_GROUP_N;  // experiments (docs/fused.md)
 #endif
-constexpr int kTileOrder = 8;  // columns a thread folds per tile (declared online tile)
 
 static_assert(kFwdSmem >= 4 * kBM * 3 * 4, "forward merge scratch fits in the pipeline region");
 static_assert(kBM == kFusedBlockTokens && kBN == kFusedVocabTile,
@@ -634,8 +633,15 @@ class FusedStrategy final : public CudaStrategy {
 
   DeclaredArithmetic arithmetic(const Recipe& r) const override {
     DeclaredArithmetic d;
+    // Declared as online tiles of 128 (c = 127 + 2·⌈V/128⌉ roundings, ⌈V/128⌉ rescales), the
+    // bound of the CPU emulation, which follows this kernel's tree exactly. It covers the tree:
+    // a term passes at most 7 in-tile adds, 1 add into its thread's state, 2 operations per later
+    // tile of its range (⌈VT/R⌉ tiles of the VT = ⌈V/128⌉, R ranges), 2 per quad and warp merge
+    // (5) and per range merge (≤ 2⌈log2 R⌉): 16 + 2⌈VT/R⌉ + 4⌈log2 R⌉ ≤ 127 + 2·VT for any R ≤ VT;
+    // its rescales exceed VT by at most 5 (small VT), 25·u32 within the ≥ 100·u_accum of slack.
+    // (Until 2026-11-30 it declared tiles of 8: c ≈ V/4, 15× looser at V = 128256.)
     d.vocab_order = ReductionOrder::online_tiles;
-    d.tile = kTileOrder;
+    d.tile = kFusedVocabTile;
     d.block_threads = 1;
     d.token_order = ReductionOrder::pairwise;
     d.gemm_k_split = 1;
