@@ -1,0 +1,298 @@
+// wgmma_probe: a first Hopper GEMM of this project — TMA loads into 128-byte-swizzled shared
+// memory, an mbarrier pipeline, wgmma.mma_async m64n256k16 (bf16 operands, fp32 accumulators) —
+// for the logits GEMM of the fused strategy (issue 6: its mma.sync phases run at ≈ 30 % of the
+// cuBLAS rate, docs/fused.md). An experiment, built only with -DXENTLAB_BUILD_EXPERIMENTS=ON.
+// STATUS: written and compiled for sm_90a on 2026-11-30 without a device; NOT YET RUN. Its first
+// device call checks it against cuBLAS before any time is believed.
+//
+//   build-gpu/tools/wgmma_probe [M=8192] [N=128256] [K=4096]
+//
+// C (M×N, bf16, row-major) = A (M×K) · Bᵀ, B (N×K): both operands K-major (the H and W of the
+// LM head). CTA tile 128 × 256, K steps of 64 (one 128-byte swizzle row per operand row), 4
+// stages; warpgroup 0 is the producer (one thread issues the TMA copies), warpgroups 1 and 2
+// each compute 64 × 256 with wgmma. Requires M % 128 == 0, N % 256 == 0, K % 64 == 0 (V = 128256
+// = 501·256). Output: max |C − C_cuBLAS| / max |C_cuBLAS| on a validation shape, the count of
+// entries more than 2 bf16 spacings apart, then the median time of both at the full shape.
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "gpu/cuda/cuda_check.hpp"
+#include "tools/bench/bench_lib.hpp"
+
+namespace {
+
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
+constexpr int kConsumers = 2;
+constexpr int kThreads = 128 * (1 + kConsumers);
+constexpr int kABytes = BM * BK * 2;  // 16 KiB
+constexpr int kBBytes = BN * BK * 2;  // 32 KiB
+constexpr int kStageBytes = kABytes + kBBytes;
+constexpr int kSmem = STAGES * kStageBytes + 1024;  // + alignment slack (swizzle needs 1024)
+
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(std::uint64_t* b, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(std::uint64_t* b, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(std::uint64_t* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(std::uint64_t* b, std::uint32_t parity) {
+  std::uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(b)), "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, std::uint64_t* bar,
+                                            int c_inner, int c_outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%3, %4}], [%2];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(smem_u32(bar)), "r"(c_inner), "r"(c_outer)
+      : "memory");
+}
+/// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format" of wgmma): K-major,
+/// 128-byte swizzle; start address, LBO (unused for swizzled K-major: 1), SBO = 1024 bytes (8
+/// rows of 128 bytes), swizzle mode 1 in bits 62–63.
+__device__ __forceinline__ std::uint64_t smem_desc(const void* p) {
+  const std::uint64_t addr = smem_u32(p);
+  return ((addr & 0x3FFFF) >> 4) | (std::uint64_t{1} << 16) | (std::uint64_t{1024 >> 4} << 32) |
+         (std::uint64_t{1} << 62);
+}
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], std::uint64_t desc_a,
+                                                 std::uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap tm_a,
+                      const __grid_constant__ CUtensorMap tm_b, __nv_bfloat16* C, int M, int N,
+                      int K) {
+  extern __shared__ std::uint8_t smem_raw[];
+  __shared__ __align__(8) std::uint64_t full[STAGES], empty[STAGES];
+  std::uint8_t* smem = reinterpret_cast<std::uint8_t*>(
+      (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t{1023});
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+  const int kblocks = K / BK;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (t == 0) {
+      for (int kb = 0; kb < kblocks; ++kb) {
+        const int s = kb % STAGES;
+        if (kb >= STAGES) mbar_wait(&empty[s], ((kb / STAGES) - 1) & 1);
+        std::uint8_t* a = smem + s * kStageBytes;
+        std::uint8_t* b = a + kABytes;
+        mbar_expect_tx(&full[s], kStageBytes);
+        tma_load_2d(a, &tm_a, &full[s], kb * BK, m0);
+        tma_load_2d(b, &tm_b, &full[s], kb * BK, n0);
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int c = wg - 1;  // consumer: rows 64c … 64c + 63 of the tile
+  float d[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+  for (int kb = 0; kb < kblocks; ++kb) {
+    const int s = kb % STAGES;
+    mbar_wait(&full[s], (kb / STAGES) & 1);
+    const std::uint8_t* a = smem + s * kStageBytes + c * (64 * 128);
+    const std::uint8_t* b = smem + s * kStageBytes + kABytes;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk)  // 16 bf16 = 32 bytes along the swizzled row
+      wgmma_m64n256k16(d, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if (t == 0) mbar_arrive(&empty[s]);
+  }
+  // Accumulator layout of m64nNk16 (as mma.sync's m16n8 per 8 columns): warp w of the
+  // warpgroup holds rows 16w + lane/4 (+ 8), columns 8j + 2·(lane % 4) (+ 1).
+  const int w = t / 32, lane = t % 32;
+  const int r = m0 + 64 * c + 16 * w + lane / 4;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int col = n0 + 8 * j + 2 * (lane % 4);
+    *reinterpret_cast<__nv_bfloat162*>(C + std::int64_t(r) * N + col) =
+        __floats2bfloat162_rn(d[4 * j], d[4 * j + 1]);
+    *reinterpret_cast<__nv_bfloat162*>(C + std::int64_t(r + 8) * N + col) =
+        __floats2bfloat162_rn(d[4 * j + 2], d[4 * j + 3]);
+  }
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  XL_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                 cudaEnableDefault, &q));
+  if (fn == nullptr || q != cudaDriverEntryPointSuccess) {
+    std::fprintf(stderr, "wgmma_probe: cuTensorMapEncodeTiled not available\n");
+    std::exit(1);
+  }
+  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+}
+
+/// A 2-D tensor map of a row-major (rows × K) bf16 matrix, boxes of BK × box_rows, 128B swizzle.
+CUtensorMap make_map(const void* base, int rows, int K, int box_rows) {
+  CUtensorMap m{};
+  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(K) * 2};
+  const cuuint32_t box[2] = {BK, cuuint32_t(box_rows)};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base),
+                                 dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "wgmma_probe: cuTensorMapEncodeTiled failed (%d)\n", int(r));
+    std::exit(1);
+  }
+  return m;
+}
+
+void run_ours(const CUtensorMap& ma, const CUtensorMap& mb, __nv_bfloat16* C, int M, int N, int K) {
+  dim3 grid(N / BN, M / BM);
+  wgmma_gemm_kernel<<<grid, kThreads, kSmem>>>(ma, mb, C, M, N, K);
+  XL_CUDA_CHECK(cudaGetLastError());
+}
+
+void run_cublas(cublasHandle_t h, const void* A, const void* B, void* C, int M, int N, int K) {
+  // C (M×N row-major) = column-major Cᵀ (N×M) = B (N×K row-major, i.e. col-major K×N)ᵀ · A.
+  const float one = 1.0f, zero = 0.0f;
+  XL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, B, CUDA_R_16BF, K, A,
+                               CUDA_R_16BF, K, &zero, C, CUDA_R_16BF, N, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace xentlab;
+  const int M = argc > 1 ? std::atoi(argv[1]) : 8192;
+  const int N = argc > 2 ? std::atoi(argv[2]) : 128256;
+  const int K = argc > 3 ? std::atoi(argv[3]) : 4096;
+  if (M <= 0 || N <= 0 || K <= 0 || M % BM || N % BN || K % BK) {
+    std::fprintf(stderr, "wgmma_probe: need M %% %d, N %% %d, K %% %d == 0\n", BM, BN, BK);
+    return 2;
+  }
+  try {
+    XL_CUDA_CHECK(cudaFuncSetAttribute(wgmma_gemm_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    cublasHandle_t h;
+    XL_CUBLAS_CHECK(cublasCreate(&h));
+    // Validation shape first (small enough to copy back), then the full one for time.
+    const int vM = 1024, vN = 2048, vK = K;
+    for (int pass = 0; pass < 2; ++pass) {
+      const int m = pass == 0 ? vM : M, n = pass == 0 ? vN : N, k = pass == 0 ? vK : K;
+      void *A, *B, *C, *R;
+      XL_CUDA_CHECK(cudaMalloc(&A, std::size_t(m) * k * 2));
+      XL_CUDA_CHECK(cudaMalloc(&B, std::size_t(n) * k * 2));
+      XL_CUDA_CHECK(cudaMalloc(&C, std::size_t(m) * n * 2));
+      XL_CUDA_CHECK(cudaMalloc(&R, std::size_t(m) * n * 2));
+      bench::fill_normal(DType::bf16, A, std::int64_t(m) * k, 1.0, 1);
+      bench::fill_normal(DType::bf16, B, std::int64_t(n) * k, 2.0 / 64.0, 2);
+      const CUtensorMap ma = make_map(A, m, k, BM), mb = make_map(B, n, k, BN);
+      if (pass == 0) {
+        run_ours(ma, mb, static_cast<__nv_bfloat16*>(C), m, n, k);
+        run_cublas(h, A, B, R, m, n, k);
+        XL_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<__nv_bfloat16> c(std::size_t(m) * n), r(c.size());
+        XL_CUDA_CHECK(cudaMemcpy(c.data(), C, c.size() * 2, cudaMemcpyDeviceToHost));
+        XL_CUDA_CHECK(cudaMemcpy(r.data(), R, r.size() * 2, cudaMemcpyDeviceToHost));
+        double maxdiff = 0, maxref = 0;
+        std::int64_t far = 0;
+        for (std::size_t i = 0; i < c.size(); ++i) {
+          const double x = __bfloat162float(c[i]), y = __bfloat162float(r[i]);
+          maxdiff = std::max(maxdiff, std::fabs(x - y));
+          maxref = std::max(maxref, std::fabs(y));
+          const double spacing = std::ldexp(1.0, std::ilogb(std::max(std::fabs(y), 1e-30)) - 7);
+          if (!(std::fabs(x - y) <= 2 * spacing)) ++far;
+        }
+        std::printf("validation %dx%dx%d: max|C - cuBLAS| / max|cuBLAS| = %.3g, %lld of %zu "
+                    "entries more than 2 bf16 spacings apart\n",
+                    m, n, k, maxdiff / maxref, static_cast<long long>(far), c.size());
+      } else {
+        const double flop = 2.0 * m * double(n) * k;
+        auto med = [](std::vector<double> v) {
+          std::sort(v.begin(), v.end());
+          return v[v.size() / 2];
+        };
+        const double t_ours = med(bench::time_calls(
+            {}, [&] { run_ours(ma, mb, static_cast<__nv_bfloat16*>(C), m, n, k); }, 1, 5));
+        const double t_cublas =
+            med(bench::time_calls({}, [&] { run_cublas(h, A, B, R, m, n, k); }, 1, 5));
+        std::printf("%dx%dx%d: wgmma probe %.3f ms (%.1f TFLOP/s), cuBLAS %.3f ms (%.1f)\n", m,
+                    n, k, t_ours, flop / t_ours / 1e9, t_cublas, flop / t_cublas / 1e9);
+      }
+      cudaFree(A);
+      cudaFree(B);
+      cudaFree(C);
+      cudaFree(R);
+    }
+    cublasDestroy(h);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wgmma_probe: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
