@@ -7,12 +7,22 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "numerics/arithmetic.hpp"
+
 namespace xentlab::gpu {
 
 inline constexpr std::int64_t kFusedBlockTokens = 128;  ///< BM: token rows per CTA
 inline constexpr std::int64_t kFusedVocabTile = 128;    ///< BN: vocabulary entries per tile
 /// SM count the CPU emulation assumes when the caller gives none (NVIDIA H200: 132 SMs).
 inline constexpr int kFusedModelSms = 132;
+/// Columns a thread folds per vocabulary tile, and threads per row per tile (8 · 16 = 128).
+inline constexpr std::int64_t kFusedThreadColumns = 8, kFusedRowThreads = 16;
+/// Merge levels of a row's 16 thread states in a CTA: 2 within a quad, then 3 across the 4 warps.
+inline constexpr std::int64_t kFusedLaneMerges = 5;
+/// Least number of vocabulary ranges (unless the tiles or the state budget are fewer).
+inline constexpr std::int64_t kFusedMinRanges = 16;
+/// Budget of the per-(row, range) partial states: (m, s, Σx) in fp32, 12 bytes each.
+inline constexpr std::int64_t kFusedStateBytes = std::int64_t{32} << 20;
 
 /// Vocabulary ranges per token block: enough CTAs for two waves of 2 per SM (4·sms in all), at
 /// least 16 (concurrent CTAs share W tiles in L2), at most one tile each, and the partial states
@@ -21,10 +31,26 @@ inline int fused_vocab_ranges(std::int64_t N, std::int64_t V, int sms) {
   const std::int64_t MB = (N + kFusedBlockTokens - 1) / kFusedBlockTokens;
   const std::int64_t VT = (V + kFusedVocabTile - 1) / kFusedVocabTile;
   std::int64_t want = std::max<std::int64_t>(1, (4 * std::int64_t(sms) + MB - 1) / MB);
-  want = std::max<std::int64_t>(want, 16);
+  want = std::max<std::int64_t>(want, kFusedMinRanges);
   want = std::min<std::int64_t>(want, VT);
-  const std::int64_t cap = std::max<std::int64_t>(1, (std::int64_t{32} << 20) / (12 * N));
+  const std::int64_t cap = std::max<std::int64_t>(1, kFusedStateBytes / (12 * N));
   return static_cast<int>(std::max<std::int64_t>(1, std::min(want, cap)));
+}
+
+/// The declared vocabulary reduction of this decomposition (numerics/bounds.hpp, online_tree):
+/// kernel and CPU emulation declare the same. R ≥ max(1, min(16, tiles, ⌊(32 MiB / 12) / N⌋))
+/// holds for every SM count (fused_vocab_ranges takes at least 16 before the caps).
+inline DeclaredArithmetic fused_declared_arithmetic() {
+  DeclaredArithmetic d;
+  d.vocab_order = ReductionOrder::online_tree;
+  d.tile = kFusedThreadColumns;
+  d.block_threads = kFusedRowThreads;
+  d.tree_lane_merges = kFusedLaneMerges;
+  d.tree_min_ranges = kFusedMinRanges;
+  d.tree_state_rows = kFusedStateBytes / 12;
+  d.token_order = ReductionOrder::pairwise;
+  d.gemm_k_split = 1;
+  return d;
 }
 
 }  // namespace xentlab::gpu

@@ -8,6 +8,7 @@ std::string_view to_string(ReductionOrder o) {
     case ReductionOrder::pairwise: return "pairwise";
     case ReductionOrder::blocked: return "blocked";
     case ReductionOrder::online_tiles: return "online-tiles";
+    case ReductionOrder::online_tree: return "online-tree";
   }
   return "?";
 }

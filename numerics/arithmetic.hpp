@@ -14,12 +14,21 @@ enum class ReductionOrder : std::uint8_t {
   pairwise,      ///< balanced tree, c(n) = ⌈log2 n⌉
   blocked,       ///< T threads each sequential over n/T, then a tree: c = n/T + log2 T
   online_tiles,  ///< online (max, sum) merged across vocabulary tiles of `tile` entries
+  online_tree,   ///< online (max, sum) states per thread, merged in a tree (the fused kernel)
 };
 /// What a strategy declares about its arithmetic for a recipe.
 struct DeclaredArithmetic {
   ReductionOrder vocab_order = ReductionOrder::blocked;
   std::int64_t block_threads = 256;  ///< T for blocked
-  std::int64_t tile = 0;             ///< vocabulary tile for online_tiles
+  std::int64_t tile = 0;             ///< vocabulary tile for online_tiles; columns per thread
+                                     ///< and vocabulary tile for online_tree
+  /// online_tree (gpu/fused_plan.hpp): a vocabulary tile is tile·block_threads columns, one
+  /// state per thread; a row's block_threads states merge in tree_lane_merges levels; the tiles
+  /// are split into R ≥ max(1, min(tree_min_ranges, tiles, ⌊tree_state_rows / N⌋)) ranges (N
+  /// tokens), whose states merge pairwise.
+  std::int64_t tree_lane_merges = 0;
+  std::int64_t tree_min_ranges = 1;
+  std::int64_t tree_state_rows = 0;  ///< 0: no bound on R from N
   ReductionOrder token_order = ReductionOrder::pairwise;  ///< reduction of the loss over tokens
   std::int64_t gemm_k_split = 1;     ///< GEMM accumulation: fp32 over D in k-blocks
   std::string note;                  ///< free text (e.g. "cuBLAS GemmEx, fp32 compute")

@@ -63,7 +63,47 @@ double gamma_bound(double c, double u) {
   return cu / (1.0 - cu);
 }
 
-double reduction_constant(ReductionOrder order, std::int64_t n, const DeclaredArithmetic& a) {
+namespace {
+
+/// online_tree: tiles T, tiles per range ⌈T/R⌉ for the least R, and the range-merge depth bound.
+struct TreeShape {
+  std::int64_t tiles = 0, per_range = 0;
+  double range_depth = 0.0;
+};
+TreeShape tree_shape(std::int64_t n, const DeclaredArithmetic& a, std::int64_t N) {
+  if (a.tile < 1 || a.block_threads < 1)
+    throw InputError(fmt::format("online tree: tile = {} and block_threads = {} must be ≥ 1",
+                                 a.tile, a.block_threads));
+  TreeShape t;
+  const std::int64_t cols = a.tile * a.block_threads;
+  t.tiles = (n + cols - 1) / cols;
+  std::int64_t r = 1;
+  if (N > 0) {
+    r = std::min(a.tree_min_ranges, t.tiles);
+    if (a.tree_state_rows > 0) r = std::min(r, a.tree_state_rows / N);
+    r = std::max<std::int64_t>(1, r);
+  }
+  t.per_range = (t.tiles + r - 1) / r;
+  t.range_depth = 2.0 * ceil_log2(t.tiles);
+  return t;
+}
+
+}  // namespace
+
+double online_rescales(const DeclaredArithmetic& a, std::int64_t n, std::int64_t N) {
+  if (n <= 0) return 0.0;
+  if (a.vocab_order == ReductionOrder::online_tiles && a.tile > 0)
+    return static_cast<double>((n + a.tile - 1) / a.tile);
+  if (a.vocab_order == ReductionOrder::online_tree) {
+    const TreeShape t = tree_shape(n, a, N);
+    return static_cast<double>(t.per_range - 1) + static_cast<double>(a.tree_lane_merges) +
+           t.range_depth;
+  }
+  return 0.0;
+}
+
+double reduction_constant(ReductionOrder order, std::int64_t n, const DeclaredArithmetic& a,
+                          std::int64_t N) {
   if (n <= 0) return 0.0;
   switch (order) {
     case ReductionOrder::sequential:
@@ -86,6 +126,12 @@ double reduction_constant(ReductionOrder order, std::int64_t n, const DeclaredAr
         throw InputError(fmt::format("reduction_constant: online tile = {} < 1", a.tile));
       const std::int64_t tiles = (n + a.tile - 1) / a.tile;
       return static_cast<double>(std::min(a.tile, n) - 1) + 2.0 * static_cast<double>(tiles);
+    }
+    case ReductionOrder::online_tree: {
+      const TreeShape t = tree_shape(n, a, N);
+      return static_cast<double>(std::min(a.tile, n) - 1) + 1.0 +
+             2.0 * static_cast<double>(t.per_range - 1) +
+             2.0 * (static_cast<double>(a.tree_lane_merges) + t.range_depth);
     }
   }
   return static_cast<double>(n - 1);
@@ -127,14 +173,12 @@ Bounds compute_bounds(const BoundInputs& in) {
   // within γ_{D+1}; Higham §3.1).
   const double gD = gamma_bound(static_cast<double>(in.D + 1), kU32);
 
-  b.c_vocab = reduction_constant(in.arith.vocab_order, in.V, in.arith);
+  b.c_vocab = reduction_constant(in.arith.vocab_order, in.V, in.arith, in.N);
   const double gV = gamma_bound(b.c_vocab, uA);
   const double log_sum_term = gV >= 1.0 ? kInf : -std::log1p(-gV);
   const double logV = std::max(1.0, std::log(static_cast<double>(std::max<std::int64_t>(in.V, 1))));
   double online_extra_rel = 0.0;
-  if (in.arith.vocab_order == ReductionOrder::online_tiles && in.arith.tile > 0)
-    online_extra_rel =
-        static_cast<double>((in.V + in.arith.tile - 1) / in.arith.tile) * (kLibm32 + kU32);
+  online_extra_rel = online_rescales(in.arith, in.V, in.N) * (kLibm32 + kU32);
   if (!std::isfinite(log_sum_term)) {
     b.meaningful = false;
     b.note = fmt::format(
@@ -166,9 +210,9 @@ Bounds compute_bounds(const BoundInputs& in) {
     // the total), or the number of terms seen (online tiles, relative to a running max); lse and
     // the loss are held in the accum dtype too. Past max_finite the result may be ±Inf: no bound.
     const double maxA = max_finite(r.accum);
-    const double partial_max = in.arith.vocab_order == ReductionOrder::online_tiles
-                                   ? static_cast<double>(in.V)
-                                   : std::exp(lse - a);
+    const bool online = in.arith.vocab_order == ReductionOrder::online_tiles ||
+                        in.arith.vocab_order == ReductionOrder::online_tree;
+    const double partial_max = online ? static_cast<double>(in.V) : std::exp(lse - a);
     if (partial_max * (1.0 + gV) > maxA || std::fabs(lse) + blse > maxA) blse = kInf;
     // Stored logits past the largest finite value of the logits dtype become ±Inf (then NaN in
     // x − max): no bound for the row.

@@ -32,8 +32,21 @@ namespace xentlab {
 ///               that many elements sequentially, then a tree over the partials; arithmetic.md §4)
 ///   online_tiles c = (tile − 1) + 2·⌈n/tile⌉  (sequential within a tile; per merge one rescale
 ///               multiply and one add)
-/// n ≤ 0 gives 0. Throws InputError for block_threads < 1 (blocked) or tile < 1 (online_tiles).
-double reduction_constant(ReductionOrder order, std::int64_t n, const DeclaredArithmetic& a);
+///   online_tree  c = (tile − 1) + 1 + 2·(⌈T/R⌉ − 1) + 2·(tree_lane_merges + 2⌈log2 T⌉) with
+///               T = ⌈n/(tile·block_threads)⌉ vocabulary tiles and R the least number of ranges
+///               for N tokens (DeclaredArithmetic): in-tile adds, the add into the thread's state,
+///               one rescale and one add per later tile of its range, per lane merge and per range
+///               merge (a binary-counter merge of ≤ T ranges has depth ≤ 2⌈log2 T⌉); N ≤ 0 takes
+///               R = 1, the worst case.
+/// n ≤ 0 gives 0. Throws InputError for block_threads < 1 (blocked, online_tree) or tile < 1
+/// (online_tiles, online_tree).
+double reduction_constant(ReductionOrder order, std::int64_t n, const DeclaredArithmetic& a,
+                          std::int64_t N = 0);
+
+/// The most rescaling merges (s·expf(m_old − m_new)) a term of an online reduction of n terms
+/// passes: ⌈n/tile⌉ for online_tiles; (⌈T/R⌉ − 1) + tree_lane_merges + 2⌈log2 T⌉ for online_tree
+/// (as reduction_constant); 0 for the other orders.
+double online_rescales(const DeclaredArithmetic& a, std::int64_t n, std::int64_t N = 0);
 
 /// γ_c(u) = c·u/(1 − c·u), +Inf when c·u ≥ 1 (Higham §3.1).
 double gamma_bound(double c, double u);

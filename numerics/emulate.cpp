@@ -57,6 +57,10 @@ float sum_ordered(const float* x, std::int64_t n, DType t, const DeclaredArithme
       return sum_pairwise(x, n, t);
     case ReductionOrder::blocked:
       return sum_blocked(x, n, t, a.block_threads, 8);
+    case ReductionOrder::online_tree:
+      throw InputError(
+          "sum_ordered: online_tree is the fused kernel's own tree; its emulation "
+          "(gpu/emulation/common.cpp) follows it, there is no generic form");
     case ReductionOrder::online_tiles: {
       if (a.tile < 1) throw InputError(fmt::format("sum_ordered: online tile = {} < 1", a.tile));
       float s = 0.0f;
@@ -84,6 +88,10 @@ void online_merge_tile(OnlineState& st, const float* x, std::int64_t n, DType t)
 
 float sum_exp(const float* x, std::int64_t n, DType t, const DeclaredArithmetic& a, float* scratch,
               float* m_out) {
+  if (a.vocab_order == ReductionOrder::online_tree)
+    throw InputError(
+        "sum_exp: online_tree is the fused kernel's own tree; its emulation "
+        "(gpu/emulation/common.cpp) follows it, there is no generic form");
   if (a.vocab_order == ReductionOrder::online_tiles) {
     if (a.tile < 1) throw InputError(fmt::format("sum_exp: online tile = {} < 1", a.tile));
     OnlineState st;

@@ -4,12 +4,14 @@
 // strategy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "datasets/synthetic.hpp"
 #include "gpu/bounds_for.hpp"
+#include "gpu/fused_plan.hpp"
 #include "gpu/registry.hpp"
 #include "numerics/bounds.hpp"
 #include "numerics/error.hpp"
@@ -49,6 +51,62 @@ TEST(Bounds, ReductionConstants) {
   EXPECT_EQ(reduction_constant(ReductionOrder::online_tiles, 1000, a), 127.0 + 16.0);
   a.tile = 0;
   EXPECT_THROW(reduction_constant(ReductionOrder::online_tiles, 10, a), InputError);
+}
+
+/// The fused kernel's actual deepest path for one launch (gpu/cuda/fused.cu): ranges from the
+/// launch rule for this SM count, tiles of each range counted, the binary-counter merge depth of
+/// the ranges simulated. Returns {roundings, rescales} of the deepest term.
+std::pair<double, double> fused_path_by_count(std::int64_t V, std::int64_t N, int sms) {
+  const std::int64_t VT = (V + 127) / 128;
+  const int R = gpu::fused_vocab_ranges(N, V, sms);
+  const std::int64_t tpr = (VT + R - 1) / R;
+  std::int64_t most_tiles = 0;
+  for (std::int64_t k = 0; k < R; ++k)
+    most_tiles = std::max(most_tiles, std::min(VT, (k + 1) * tpr) - std::min(VT, k * tpr));
+  // Binary counter over the ranges (as fused_finalize_kernel), then the unwinding.
+  std::vector<std::pair<std::int64_t, int>> stack;  // (weight, depth of its deepest leaf)
+  for (int k = 0; k < R; ++k) {
+    std::pair<std::int64_t, int> cur{1, 0};
+    while (!stack.empty() && stack.back().first == cur.first) {
+      cur = {2 * cur.first, std::max(stack.back().second, cur.second) + 1};
+      stack.pop_back();
+    }
+    stack.push_back(cur);
+  }
+  int depth = stack.back().second;
+  for (std::size_t t = stack.size() - 1; t-- > 0;) depth = std::max(stack[t].second, depth) + 1;
+  const double lanes = 5;  // 2 quad levels + 3 warp merges
+  const double roundings = std::min<std::int64_t>(8, V) - 1 + 1 + 2.0 * double(most_tiles - 1) +
+                           2.0 * (lanes + depth);
+  const double rescales = double(most_tiles - 1) + lanes + depth;
+  return {roundings, rescales};
+}
+
+// The declared online_tree constants bound the kernel's actual deepest path for every launch:
+// vocabulary sizes from one tile to past 2^17, token counts from 1 to past the state budget
+// (which caps the ranges), and SM counts from 1 to 200.
+TEST(Bounds, OnlineTreeCoversTheFusedKernelsPathOnEverySmCount) {
+  const DeclaredArithmetic a = gpu::fused_declared_arithmetic();
+  for (const std::int64_t V : {std::int64_t{1}, std::int64_t{100}, std::int64_t{128},
+                               std::int64_t{129}, std::int64_t{507}, std::int64_t{2048},
+                               std::int64_t{32000}, std::int64_t{128256}, std::int64_t{262144}})
+    for (const std::int64_t N :
+         {std::int64_t{1}, std::int64_t{16}, std::int64_t{129}, std::int64_t{8192},
+          std::int64_t{131072}, std::int64_t{174763}, std::int64_t{1} << 20,
+          std::int64_t{3000000}})
+      for (const int sms : {1, 16, 100, 132, 200}) {
+        const auto [roundings, rescales] = fused_path_by_count(V, N, sms);
+        EXPECT_LE(roundings, reduction_constant(ReductionOrder::online_tree, V, a, N))
+            << "V=" << V << " N=" << N << " SMs=" << sms;
+        EXPECT_LE(rescales, online_rescales(a, V, N)) << "V=" << V << " N=" << N << " SMs=" << sms;
+      }
+  // The constant itself at the preset shape (N = 8192: at least 16 ranges of ≤ 63 of the 1002
+  // tiles): 7 + 1 + 2·62 + 2·(5 + 2·10) = 182; without N, one range: 7 + 1 + 2·1001 + 50 = 2060.
+  EXPECT_EQ(reduction_constant(ReductionOrder::online_tree, 128256, a, 8192), 182.0);
+  EXPECT_EQ(reduction_constant(ReductionOrder::online_tree, 128256, a), 2060.0);
+  DeclaredArithmetic bad = a;
+  bad.block_threads = 0;
+  EXPECT_THROW(reduction_constant(ReductionOrder::online_tree, 10, bad), InputError);
 }
 
 TEST(Bounds, GammaIsInfiniteWithoutAMeaningfulBound) {

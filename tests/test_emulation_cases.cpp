@@ -295,20 +295,28 @@ TEST(EmuCaseC09, ConfidentTokenTrueClassGradientBf16) {
   }
   // The faulty recipe: lse rounded to bf16 (accum bf16). At a = 14.9375, lse = 14.94787 rounds to
   // 14.9375 (bf16 spacing 1/16 in [8, 16)), so loss and the true-class gradient are exactly 0 — the
-  // wrong answers the case lists — and the policy reports the run as incorrect (the bf16 sum over
-  // V = 32000 has no meaningful a-priori bound).
+  // wrong answers the case lists. The blocked strategies' bf16 sum over V = 32000 has no
+  // meaningful a-priori bound (c = 133, c·u ≥ 1/2): the policy reports the run as incorrect. The
+  // fused tree is shallower (numerics/bounds.hpp online_tree, N = 1: at least 16 ranges of ≤ 16
+  // tiles, c = 7 + 1 + 2·15 + 2·(5 + 16) = 80): γ_80(2^-8) ≈ 0.45 is a finite bound, and one loose
+  // enough to contain this answer — the arithmetic permits it, so nothing is caught there.
   std::vector<double> z(static_cast<std::size_t>(V), 0.0);
   z[11] = 14.9375;
   each_run(logits_problem(DType::bf16, {z}, {11}), spec_of(Reduction::sum),
            [](const RunCtx& c) {
              EXPECT_EQ(c.out.loss[0], 0.0) << c.what;
              EXPECT_EQ(grad_of(c, 0, 11), 0.0) << c.what;
-             EXPECT_FALSE(c.b.meaningful) << c.what;
              const ErrorStats st = compute_error_stats(c.out.loss.data(), c.ref.loss.data(), 1,
                                                        c.out.loss_dtype, c.b.loss.data());
-             EXPECT_EQ(judge({{"loss", &st, true}}, policy_by_name("default")).disposition,
-                       Disposition::incorrect)
-                 << c.what;
+             const Disposition d = judge({{"loss", &st, true}}, policy_by_name("default")).disposition;
+             if (c.what.rfind("fused ", 0) == 0) {
+               EXPECT_TRUE(c.b.meaningful) << c.what;
+               EXPECT_LE(std::fabs(c.out.loss[0] - c.ref.loss[0]), loss_bound(c, 0)) << c.what;
+               EXPECT_EQ(d, Disposition::passed) << c.what;
+             } else {
+               EXPECT_FALSE(c.b.meaningful) << c.what;
+               EXPECT_EQ(d, Disposition::incorrect) << c.what;
+             }
            },
            {R("bf16/bf16/bf16/fp32")});
 }

@@ -632,19 +632,9 @@ class FusedStrategy final : public CudaStrategy {
   std::string name() const override { return "fused"; }
 
   DeclaredArithmetic arithmetic(const Recipe& r) const override {
-    DeclaredArithmetic d;
-    // Declared as online tiles of 128 (c = 127 + 2·⌈V/128⌉ roundings, ⌈V/128⌉ rescales), the
-    // bound of the CPU emulation, which follows this kernel's tree exactly. It covers the tree:
-    // a term passes at most 7 in-tile adds, 1 add into its thread's state, 2 operations per later
-    // tile of its range (⌈VT/R⌉ tiles of the VT = ⌈V/128⌉, R ranges), 2 per quad and warp merge
-    // (5) and per range merge (≤ 2⌈log2 R⌉): 16 + 2⌈VT/R⌉ + 4⌈log2 R⌉ ≤ 127 + 2·VT for any R ≤ VT;
-    // its rescales exceed VT by at most 5 (small VT), 25·u32 within the ≥ 100·u_accum of slack.
-    // (Until 2026-11-30 it declared tiles of 8: c ≈ V/4, 15× looser at V = 128256.)
-    d.vocab_order = ReductionOrder::online_tiles;
-    d.tile = kFusedVocabTile;
-    d.block_threads = 1;
-    d.token_order = ReductionOrder::pairwise;
-    d.gemm_k_split = 1;
+    // The kernel's own tree (gpu/fused_plan.hpp; numerics/bounds.hpp online_tree), declared
+    // alike by its CPU emulation.
+    DeclaredArithmetic d = fused_declared_arithmetic();
     d.note = "cuda fused: mma.sync m16n8k16 (HMMA) tiles 128x128, fp32 accumulation over D; "
              "online (max,sum) per thread over 8-column tiles in " +
              std::string(to_string(r.accum)) +

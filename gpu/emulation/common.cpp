@@ -342,16 +342,11 @@ DeclaredArithmetic EmulatedStrategy::arithmetic(const Recipe& r) const {
   a.token_order = ReductionOrder::pairwise;
   a.gemm_k_split = 1;
   if (cfg_.kind == Kind::fused) {
-    a.vocab_order = ReductionOrder::online_tiles;
-    a.tile = kFusedTile;
-    a.block_threads = 1;
-    // The bound of online tiles of 128 (c = 127 + 2·⌈V/128⌉) also covers the kernel's tree that
-    // the emulation follows: a term passes ≤ 7 in-tile adds, 2 operations per later tile of its
-    // range (≤ ⌈V/128⌉), 2 quad + 3 warp merges and ≤ 2⌈log2 ranges⌉ range merges (2 each).
+    a = gpu::fused_declared_arithmetic();
     a.note = fmt::format(
         "cpu-emulation fused: the kernel's online (max,sum) states (8 columns per thread and "
-        "tile, quad, warps, vocabulary ranges pairwise), accum {}; bound as online tiles of {}",
-        to_string(r.accum), kFusedTile);
+        "tile, quad, warps, vocabulary ranges pairwise), accum {}",
+        to_string(r.accum));
   } else {
     a.vocab_order = ReductionOrder::blocked;
     a.block_threads = kBlockThreads;

@@ -14,9 +14,8 @@
 //                 ranges pairwise (the
 //                 ranges depend on the SM
 //                 count: gpu/fused_plan.hpp;
-//                 declared bound: online
-//                 tiles of 128, which also
-//                 bounds this tree)
+//                 declared: online_tree,
+//                 as the CUDA kernel)
 // Host memory is the emulator's own (a block of rows' logits/dz, the dW accumulator), reported in
 // peak_extra_bytes; W is read on demand in panels, never copied whole.
 // Results of checkpointed equal chunked's (the recomputation is bit-identical by construction);
