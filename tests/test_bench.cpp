@@ -624,8 +624,10 @@ TEST_F(BenchFiles, ConcurrentAppendsKeepEveryRow) {
 }
 
 TEST_F(BenchFiles, ChecksCreateTheTemporaryFile) {
-  // A name the file system takes, whose temporary name (".NAME.tmp-PID-N") it does not.
-  const std::string long_name = path(std::string(240, 'b') + ".csv");
+  // A name the file system takes (250 ≤ 255 bytes), whose temporary name (".NAME.tmp-PID-N",
+  // at least 1 + 250 + 5 + 1 + 1 + 1 = 259 bytes whatever the PID) it does not. (With 244 bytes
+  // the temporary name fitted when the PID had 3 digits: the test failed after PID wrap-around.)
+  const std::string long_name = path(std::string(246, 'b') + ".csv");
   for (auto check : {check_csv_target, check_h5_target}) {
     const std::string m = input_error([&] { check(long_name); });
     EXPECT_NE(m.find("cannot create the temporary file"), std::string::npos) << m;
