@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # One device session for the CUDA strategies (issue #5): configure, build, run the gpu-labelled
 # tests, the strategy benchmark and the PyTorch baseline. Logs go to $OUT (default ./out).
-#   tools/gpu_session.sh [all|tests|bench|preset]
+#   tools/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma]
 # preset: `xentlab bench --preset llama3-8b-128k` (issue 8: the measured table beside the quoted
 # one, $OUT/bench-preset.{md,csv,h5,log}) and the PyTorch baseline appended to the same CSV.
+# fidelity: the embedded audit on the GPU and on the CPU emulation, then `xentlab fidelity` of the
+# two ($OUT/audit-{gpu,cpu}.h5, $OUT/fidelity.txt; docs/audit.md).
+# wgmma: builds the experiments and runs tools/bench/wgmma_probe (validation against cuBLAS, then
+# time; docs/fused.md) and its SASS instruction count ($OUT/wgmma.log).
 # Each step has its own time limit so that one slow step cannot eat the whole call.
 set -u -o pipefail
 OUT=${OUT:-out}
@@ -14,11 +18,16 @@ what=${1:-all}
   nvcc --version | tail -1; cmake --version | head -1; python3 -c 'import torch; print("torch", torch.__version__)'
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXENTLAB_BUILD_BENCH=ON > "$OUT/build.log" 2>&1; then
+experiments=OFF
+[ "$what" = wgmma ] && experiments=ON
+if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXENTLAB_BUILD_BENCH=ON \
+    -DXENTLAB_BUILD_EXPERIMENTS=$experiments > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"; echo "CONFIGURE FAILED"; exit 1
 fi
 targets="test_gpu_strategies gpu_bench"
 [ "$what" = preset ] && targets="xentlab"
+[ "$what" = fidelity ] && targets="xentlab"
+[ "$what" = wgmma ] && targets="wgmma_probe"
 if ! timeout 420 cmake --build build-gpu -j16 --target $targets >> "$OUT/build.log" 2>&1; then
   grep -E "error|Error" "$OUT/build.log" | head -40; echo "BUILD FAILED"; exit 1
 fi
@@ -42,4 +51,20 @@ if [ "$what" = preset ]; then
   tail -5 "$OUT/bench-preset.progress"
   [ -n "${SKIP_TORCH:-}" ] || PYTHONUNBUFFERED=1 timeout 90 python3 tools/bench/torch_baseline.py \
     --preset llama3-8b-128k --csv "$OUT/bench-preset.csv" 2>&1 | tee "$OUT/torch-preset.log"
+fi
+if [ "$what" = fidelity ]; then
+  timeout ${AUDIT_TIMEOUT:-330} build-gpu/tools/xentlab audit --backend cuda --out "$OUT/audit-gpu.h5" --force -q \
+    > "$OUT/audit-gpu.txt" 2>&1; echo "gpu audit rc=$?"
+  grep -E '^runs:' "$OUT/audit-gpu.txt"
+  timeout ${AUDIT_TIMEOUT:-330} build-gpu/tools/xentlab audit --backend cpu --out "$OUT/audit-cpu.h5" --force -q \
+    > "$OUT/audit-cpu.txt" 2>&1; echo "cpu audit rc=$?"
+  build-gpu/tools/xentlab fidelity "$OUT/audit-cpu.h5" "$OUT/audit-gpu.h5" > "$OUT/fidelity.txt" 2>&1
+  echo "fidelity rc=$?"
+  tail -12 "$OUT/fidelity.txt"
+fi
+if [ "$what" = wgmma ]; then
+  timeout 120 build-gpu/tools/wgmma_probe ${WGMMA_ARGS:-} 2>&1 | tee "$OUT/wgmma.log"
+  echo "wgmma_probe rc=${PIPESTATUS[0]}"
+  cuobjdump -sass build-gpu/tools/wgmma_probe 2>/dev/null | grep -oE 'HGMMA[.A-Z0-9x]*' | sort | uniq -c |
+    tee -a "$OUT/wgmma.log"
 fi
