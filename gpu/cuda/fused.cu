@@ -599,11 +599,6 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
 }
 
 // ---- host side -------------------------------------------------------------------------------
-/// Vocabulary ranges per token block (gpu/fused_plan.hpp, shared with the CPU emulation).
-int choose_splits(std::int64_t N, std::int64_t V, int sms) {
-  return fused_vocab_ranges(N, V, sms);
-}
-
 template <class T, bool kVec>
 void launch_fused(const FusedArgs& a, bool backward, cudaStream_t stream) {
   const std::int64_t MB = (a.N + kBM - 1) / kBM, VB = (a.V + kBN - 1) / kBN;
@@ -648,7 +643,7 @@ class FusedStrategy final : public CudaStrategy {
     w.rows = q.N;
     w.n_chunks = 1;
     w.cublas = 0;
-    const int splits = choose_splits(q.N, q.V, sms());
+    const int splits = fused_vocab_ranges(q.N, q.V, sms());
     // (m, s, Σx) per row and vocabulary range, and x_t per row.
     w.row_states = (std::int64_t{3} * splits + 1) * q.N * 4;
     if (q.want_grads) {
@@ -676,7 +671,7 @@ class FusedStrategy final : public CudaStrategy {
       throw InputError("fused: " + std::to_string(MB) + "×" + std::to_string(VB) +
                        " tiles exceed one kernel grid (2^31−1)");
     Workspace ws(c.mem, wp);
-    const int splits = choose_splits(P.N, P.V, sms());
+    const int splits = fused_vocab_ranges(P.N, P.V, sms());
     FusedArgs a;
     a.H = static_cast<const std::uint16_t*>(P.H);
     a.W = static_cast<const std::uint16_t*>(P.W);

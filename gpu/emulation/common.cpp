@@ -161,18 +161,19 @@ struct RowOut {
 // §9 as the fused kernel launches it (gpu/cuda/fused.cu forward and finalize): a running
 // (max, sum-exp, Σx) state in the accumulator dtype.
 struct FusedState {
-  float m = -INFINITY, s = 0.0f, sx = 0.0f;
+  emu::OnlineState st;  // (m, s)
+  float sx = 0.0f;
 };
 
 // fused.cu's merge_state (s ← rnd_A(s·e^{m−m'} + s2·e^{m2−m'}), m ← m' = max; nothing when both
 // are empty) and its Σx merge rnd_A(sx + sx2).
 void fused_merge(FusedState& a, const FusedState& b, DType A) {
-  const float mn = std::max(a.m, b.m);
+  const float mn = std::max(a.st.m, b.st.m);
   if (mn != -INFINITY) {
-    const float x = a.m == -INFINITY ? 0.0f : a.s * std::exp(a.m - mn);
-    const float y = b.m == -INFINITY ? 0.0f : b.s * std::exp(b.m - mn);
-    a.s = rnd(x + y, A);
-    a.m = mn;
+    const float x = a.st.m == -INFINITY ? 0.0f : a.st.s * std::exp(a.st.m - mn);
+    const float y = b.st.m == -INFINITY ? 0.0f : b.st.s * std::exp(b.st.m - mn);
+    a.st.s = rnd(x + y, A);
+    a.st.m = mn;
   }
   a.sx = rnd(a.sx + b.sx, A);
 }
@@ -199,11 +200,9 @@ FusedState fused_row_state(const Ctx& c, const float* x) {
           FusedState& st = th[w][q];
           const std::int64_t c0 = vt * T + 32 * w + 2 * q;
           float v[8];
-          float tm = -INFINITY;
           for (int e = 0; e < 8; ++e) {
             const std::int64_t col = c0 + (e / 2) * 8 + e % 2;
             v[e] = col < V ? x[col] : -INFINITY;
-            tm = std::max(tm, v[e]);
           }
           if (smoothing) {
             float ts = 0.0f;
@@ -211,13 +210,8 @@ FusedState fused_row_state(const Ctx& c, const float* x) {
               if (c0 + (e / 2) * 8 + e % 2 < V) ts = rnd(ts + rnd(v[e], A), A);
             st.sx = rnd(st.sx + ts, A);
           }
-          if (tm == -INFINITY) continue;
-          const float mn = std::max(st.m, tm);
-          float ts = 0.0f;
-          for (int e = 0; e < 8; ++e) ts = rnd(ts + rnd(std::exp(v[e] - mn), A), A);
-          const float scaled = st.m == -INFINITY ? 0.0f : st.s * std::exp(st.m - mn);
-          st.s = rnd(scaled + ts, A);
-          st.m = mn;
+          // The thread's fold of its 8 columns is §9's tile merge (columns past V add 0).
+          emu::online_merge_tile(st.st, v, 8, A);
         }
     FusedState r;
     for (int w = 0; w < 4; ++w) {
@@ -261,8 +255,8 @@ RowOut row_forward(const Ctx& c, const float* x, std::int64_t t, bool valid, flo
   float m = 0.0f, s = 0.0f, fused_sx = 0.0f;
   if (c.fused_ranges > 0) {
     const FusedState f = fused_row_state(c, x);
-    m = f.m;
-    s = f.s;
+    m = f.st.m;
+    s = f.st.s;
     fused_sx = f.sx;
   } else {
     s = emu::sum_exp(x, c.V, A, c.ar, scratch, &m);

@@ -19,31 +19,60 @@ namespace {
 struct OutputSummary {
   double max_ratio = 0.0, normwise = 0.0;
   std::string out_dtype;
+  std::string where;  ///< file:/runs/ID/OUTPUT, for messages
 };
+/// One run of a results file, as regress and compare_backends read it.
 struct RunSummary {
-  std::string disposition, reason;
+  std::string problem, input_dtype, strategy, backend, recipe;
+  std::string disposition, reason, spec;
+  std::int64_t seed = 0;
+  std::vector<std::int64_t> token_rows;  ///< the problem's audited rows (empty when absent)
   std::map<std::string, OutputSummary> outputs;  // by output name
 };
-using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
 
-std::map<Key, RunSummary> load_runs(const std::string& path) {
+/// The runs of a results file in file order (FormatError for a foreign file or a missing
+/// attribute, naming the object).
+std::vector<RunSummary> load_runs(const std::string& path) {
   const h5::File f = open_results_file(path);
-  std::map<Key, RunSummary> out;
+  std::vector<RunSummary> out;
   if (!f.exists("runs")) return out;
   const h5::Group runs = f.open_group("runs");
+  std::map<std::string, std::vector<std::int64_t>> rows_of;  // problem group → token_rows
   for (const auto& id : runs.children()) {
     const h5::Group g = runs.open_group(id);
-    Key k{g.attr_string("problem"), g.attr_string("input_dtype"), g.attr_string("strategy"),
-          g.attr_string("backend"), g.attr_string("recipe")};
-    RunSummary s{g.attr_string("disposition"), g.attr_string("reason"), {}};
+    RunSummary r;
+    r.problem = g.attr_string("problem");
+    r.input_dtype = g.attr_string("input_dtype");
+    r.strategy = g.attr_string("strategy");
+    r.backend = g.attr_string("backend");
+    r.recipe = g.attr_string("recipe");
+    r.disposition = g.attr_string("disposition");
+    r.reason = g.attr_string("reason");
+    r.spec = g.attr_string("spec");
+    r.seed = g.attr_int("seed");
+    const std::string pg = "problems/" + r.problem + "." + r.input_dtype;
+    if (rows_of.count(pg) == 0 && f.exists(pg + "/token_rows"))
+      rows_of[pg] = f.open_dataset(pg + "/token_rows").read_int64();
+    r.token_rows = rows_of[pg];
     for (const auto& child : g.children()) {
       if (child == "loss_abs_err") continue;
       const h5::Group og = g.open_group(child);
-      s.outputs[child] = {og.attr_double("max_ratio"), og.attr_double("normwise_rel_err"),
-                          og.attr_string("out_dtype")};
+      r.outputs[child] = {og.attr_double("max_ratio"), og.attr_double("normwise_rel_err"),
+                          og.attr_string("out_dtype"), og.where()};
     }
-    out[k] = std::move(s);  // a later run of the same key (appended file) supersedes
+    out.push_back(std::move(r));
   }
+  return out;
+}
+
+using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+
+/// Runs keyed by (problem, input dtype, strategy, backend, recipe); a later run of the same key
+/// (appended file) supersedes.
+std::map<Key, RunSummary> runs_by_key(const std::string& path) {
+  std::map<Key, RunSummary> out;
+  for (RunSummary& r : load_runs(path))
+    out[Key{r.problem, r.input_dtype, r.strategy, r.backend, r.recipe}] = std::move(r);
   return out;
 }
 
@@ -51,8 +80,8 @@ std::map<Key, RunSummary> load_runs(const std::string& path) {
 
 RegressReport regress(const std::string& base_path, const std::string& cur_path) {
   RegressReport rep;
-  const auto base = load_runs(base_path);
-  const auto cur = load_runs(cur_path);
+  const auto base = runs_by_key(base_path);
+  const auto cur = runs_by_key(cur_path);
   int regressions = 0, grown = 0;
   for (const auto& [k, b] : base) {
     const std::string name = fmt::format("{} {} {} {} {}", std::get<0>(k), std::get<1>(k),
@@ -97,67 +126,35 @@ namespace {
 
 using RunKey = std::tuple<std::string, std::string, std::string, std::string>;
 
-struct FidelityOutput {
-  double normwise = 0.0;
-  std::string out_dtype;
-};
-struct FidelityRun {
-  std::string where;  ///< file:/runs/ID, for messages
-  std::string disposition, spec;
-  std::int64_t seed = 0;
-  std::vector<std::int64_t> token_rows;  ///< the problem's audited rows
-  std::map<std::string, FidelityOutput> outputs;
-};
-struct FidelityFile {
+struct OneBackend {
   std::string backend;
-  std::map<RunKey, FidelityRun> runs;
+  std::map<RunKey, RunSummary> runs;  // keyed without the backend
 };
 
 /// The runs of one results file keyed without the backend. InputError when the file mixes
-/// backends; FormatError (naming file, run and output) for a missing attribute, an unknown output
-/// dtype, or a normwise error of a passed run that is not a finite number ≥ 0.
-FidelityFile load_fidelity_file(const std::string& path) {
-  const h5::File f = open_results_file(path);
-  FidelityFile out;
-  if (!f.exists("runs")) return out;
-  const h5::Group runs = f.open_group("runs");
-  std::map<std::string, std::vector<std::int64_t>> rows_of;  // problem group → token_rows
-  for (const auto& id : runs.children()) {
-    const h5::Group g = runs.open_group(id);
-    const std::string backend = g.attr_string("backend");
-    if (!out.runs.empty() && backend != out.backend)
+/// backends; FormatError (naming file, run and output) for an unknown output dtype, or a
+/// normwise error of a passed run that is not a finite number ≥ 0.
+OneBackend load_one_backend(const std::string& path) {
+  OneBackend out;
+  for (RunSummary& r : load_runs(path)) {
+    if (!out.runs.empty() && r.backend != out.backend)
       throw InputError(fmt::format("{}: runs of two backends ({}, {}); compare files of one "
                                    "backend each",
-                                   path, out.backend, backend));
-    out.backend = backend;
-    FidelityRun r;
-    r.where = g.where();
-    r.disposition = g.attr_string("disposition");
-    r.spec = g.attr_string("spec");
-    r.seed = g.attr_int("seed");
-    const std::string problem = g.attr_string("problem"), input = g.attr_string("input_dtype");
-    const std::string pg = "problems/" + problem + "." + input;
-    if (rows_of.count(pg) == 0 && f.exists(pg + "/token_rows"))
-      rows_of[pg] = f.open_dataset(pg + "/token_rows").read_int64();
-    r.token_rows = rows_of[pg];
-    for (const auto& child : g.children()) {
-      if (child == "loss_abs_err") continue;
-      const h5::Group og = g.open_group(child);
-      FidelityOutput o{og.attr_double("normwise_rel_err"), og.attr_string("out_dtype")};
+                                   path, out.backend, r.backend));
+    out.backend = r.backend;
+    for (const auto& [name, o] : r.outputs) {
       try {
         (void)parse_dtype(o.out_dtype);
       } catch (const InputError&) {
         throw FormatError(fmt::format("{}: out_dtype '{}' is not a dtype of this xentlab",
-                                      og.where(), o.out_dtype));
+                                      o.where, o.out_dtype));
       }
       if (r.disposition == "passed" && !(std::isfinite(o.normwise) && o.normwise >= 0.0))
         throw FormatError(fmt::format("{}: normwise_rel_err = {} in a passed run (expected a "
                                       "finite number ≥ 0)",
-                                      og.where(), o.normwise));
-      r.outputs[child] = std::move(o);
+                                      o.where, o.normwise));
     }
-    out.runs[RunKey{problem, input, g.attr_string("strategy"), g.attr_string("recipe")}] =
-        std::move(r);
+    out.runs[RunKey{r.problem, r.input_dtype, r.strategy, r.recipe}] = std::move(r);
   }
   return out;
 }
@@ -174,8 +171,8 @@ FidelityReport compare_backends(const std::string& model_path, const std::string
   if (!(factor >= 1.0) || !std::isfinite(factor))
     throw InputError(fmt::format("fidelity: factor {} must be a finite number ≥ 1", factor));
   FidelityReport rep;
-  const FidelityFile model = load_fidelity_file(model_path);
-  const FidelityFile device = load_fidelity_file(device_path);
+  const OneBackend model = load_one_backend(model_path);
+  const OneBackend device = load_one_backend(device_path);
   rep.model_backend = model.backend;
   rep.device_backend = device.backend;
   if (model.runs.empty() || device.runs.empty())
@@ -198,7 +195,7 @@ FidelityReport compare_backends(const std::string& model_path, const std::string
       ++rep.device_only;
       continue;
     }
-    const FidelityRun& m = it->second;
+    const RunSummary& m = it->second;
     if (m.spec != d.spec || m.seed != d.seed || m.token_rows != d.token_rows)
       throw InputError(fmt::format(
           "fidelity: {} and {} audited different problems under one name ({}: {}){}", model_path,
@@ -223,7 +220,7 @@ FidelityReport compare_backends(const std::string& model_path, const std::string
     for (const auto& [out, dv] : d.outputs) {
       auto jt = m.outputs.find(out);
       if (jt == m.outputs.end()) continue;
-      const FidelityOutput& mv = jt->second;
+      const OutputSummary& mv = jt->second;
       if (mv.out_dtype != dv.out_dtype)
         throw InputError(fmt::format("fidelity: {} {}: output dtype {} in the emulation, {} on "
                                      "the device",

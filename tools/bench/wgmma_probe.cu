@@ -273,10 +273,7 @@ int main(int argc, char** argv) {
                     m, n, k, maxdiff / maxref, static_cast<long long>(far), c.size());
       } else {
         const double flop = 2.0 * m * double(n) * k;
-        auto med = [](std::vector<double> v) {
-          std::sort(v.begin(), v.end());
-          return v[v.size() / 2];
-        };
+        auto med = [](const std::vector<double>& v) { return bench::summarize_times(v).median; };
         const double t_ours = med(bench::time_calls(
             {}, [&] { run_ours(ma, mb, static_cast<__nv_bfloat16*>(C), m, n, k); }, 1, 5));
         const double t_cublas =
