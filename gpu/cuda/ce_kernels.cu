@@ -98,98 +98,131 @@ __device__ __forceinline__ float block_tree_sum(float v, float* red) {
 }
 
 // ---- kernels ---------------------------------------------------------------------------------
-constexpr int kUnroll = 1;  // groups loaded before use (4 was measured slower: 5.4 vs 2.8 ms)
+// One 16-byte group per thread in flight (4 loaded before use was measured slower: 5.4 vs 2.8 ms).
 constexpr std::int64_t kStride = std::int64_t(kThreads) * kGroup;  // a thread's next group
 
+/// The per-element transform of the contract, or the identity when Plain (scale 1, no softcap:
+/// __fmul_rn(1, z) = z exactly, so both give the same bits).
+template <bool Plain>
+__device__ __forceinline__ float xform(float z, const RowLossParams& p, float& th) {
+  if constexpr (Plain) {
+    th = 0.0f;
+    return z;
+  } else {
+    return transform(z, p, th);
+  }
+}
+
+/// One row of ce_rows_kernel. Plain (scale 1, no softcap, no label smoothing, no z-loss) drops
+/// the operations that are exact identities there (×scale, ×chain = ×1, the unused branches), so
+/// it gives the general path's bits with fewer instructions; full 16-byte groups skip the
+/// per-element bounds checks (the tail group keeps them). The kernel is issue-bound, not
+/// bandwidth-bound (docs/benchmarks.md), hence the care.
+template <bool Plain, class L, class A>
+__device__ __forceinline__ void ce_row(L* zr, std::int64_t row, const std::int64_t* targets,
+                                       float* loss, float* lse_out, const RowLossParams& p,
+                                       bool write_dz, const RowGradScale& g, float* red) {
+  const std::int64_t V = p.V;
+  const int tid = threadIdx.x;
+  const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
+  const std::int64_t t = targets[row];
+  const bool valid = t != p.ignore_index && t >= 0 && t < V;
+  const bool bad_target = t != p.ignore_index && !valid;
+
+  // Pass 1: row max (exact in any order).
+  float m = -INFINITY;
+  for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kStride) {
+    float v[kGroup];
+    load8(zr, j0, V, aligned, v);
+    float th;
+    if (j0 + kGroup <= V) {
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) m = fmaxf(m, xform<Plain>(v[k], p, th));
+    } else {
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k)
+        if (j0 + k < V) m = fmaxf(m, xform<Plain>(v[k], p, th));
+    }
+  }
+  m = block_max(m, red);
+
+  // Pass 2: sum-exp (and Σx for label smoothing) in the accumulator dtype, contract order.
+  float s = 0.0f, sx = 0.0f;
+  if (m != -INFINITY) {
+    for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kStride) {
+      float v[kGroup];
+      load8(zr, j0, V, aligned, v);
+      const int n = j0 + kGroup <= V ? kGroup : static_cast<int>(V - j0);
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) {
+        if (n == kGroup || k < n) {
+          float th;
+          const float x = xform<Plain>(v[k], p, th);
+          s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
+          if (!Plain && p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
+        }
+      }
+    }
+  }
+  // The target logit, read by every thread before any in-place dz write (barriers follow).
+  float th_t = 0.0f;
+  const float x_t = valid ? xform<Plain>(to_f(zr[t]), p, th_t) : 0.0f;
+  s = block_tree_sum<A>(s, red);
+  if (!Plain && p.smoothing) sx = block_tree_sum<A>(sx, red);
+
+  const float lse = row_lse(m, s, RoundTo<A>{});
+  if (tid == 0) {
+    const float l = row_loss(lse, x_t, sx, valid, bad_target, p, RoundTo<A>{});
+    loss[row] = l;
+    lse_out[row] = lse;
+  }
+  if (!write_dz) return;
+
+  // Pass 3: dz in place of the logits.
+  const float gi = g.g_rows != nullptr ? g.g_rows[row] : g.g_scalar;
+  for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kStride) {
+    float v[kGroup];
+    if (!valid) {
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) v[k] = bad_target ? NAN : 0.0f;
+    } else {
+      load8(zr, j0, V, aligned, v);
+      const std::int64_t kt = t - j0;  // the target's place in this group, if it is in it
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) {
+        if constexpr (Plain) {
+          // dz_value with scale 1 and no options: ((p_j − [j=t]·(1−ε))·1)·g, ×1 dropped.
+          float pj = expf(__fsub_rn(v[k], lse));
+          if (k == kt) pj = __fsub_rn(pj, p.one_minus_eps);
+          v[k] = __fmul_rn(pj, gi);
+        } else {
+          float th;
+          const float x = transform(v[k], p, th);
+          v[k] = dz_value(x, th, k == kt, lse, gi, p);
+        }
+      }
+    }
+    store8(zr, j0, V, aligned, v);
+  }
+}
+
 /// Grid-stride over rows: block b handles rows b, b + gridDim.x, … (a smaller grid keeps fewer
-/// rows in flight, so the second and third passes over a row can hit L2). Each pass loads kUnroll
-/// groups of a thread before using them, in the thread's increasing-j order (the contract's order
-/// is unchanged).
+/// rows in flight, so the second and third passes over a row can hit L2). Each pass reads a
+/// thread's 16-byte groups in increasing j (the contract's order). general_path forces the
+/// general per-element arithmetic (tests compare the two paths bit for bit).
 template <class L, class A>
 __global__ void __launch_bounds__(kThreads)
     ce_rows_kernel(L* z /* (rows, V) */, std::int64_t rows, const std::int64_t* targets,
                    float* loss, float* lse_out, RowLossParams p, bool write_dz, RowGradScale g) {
   __shared__ float red[kThreads];
-  const std::int64_t V = p.V;
-  const int tid = threadIdx.x;
+  const bool plain = !p.general_path && p.scale == 1.0f && !(p.softcap > 0.0f) && !p.smoothing &&
+                     !p.zloss;
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    L* zr = z + row * V;
-    const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
-    const std::int64_t t = targets[row];
-    const bool valid = t != p.ignore_index && t >= 0 && t < V;
-    const bool bad_target = t != p.ignore_index && !valid;
-
-    // Pass 1: row max (exact in any order).
-    float m = -INFINITY;
-    for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kUnroll * kStride) {
-      float v[kUnroll][kGroup];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (j0 + u * kStride < V) load8(zr, j0 + u * kStride, V, aligned, v[u]);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-        for (int k = 0; k < kGroup; ++k) {
-          float th;
-          if (j0 + u * kStride + k < V) m = fmaxf(m, transform(v[u][k], p, th));
-        }
-    }
-    m = block_max(m, red);
-
-    // Pass 2: sum-exp (and Σx for label smoothing) in the accumulator dtype, contract order.
-    float s = 0.0f, sx = 0.0f;
-    if (m != -INFINITY) {
-      for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kUnroll * kStride) {
-        float v[kUnroll][kGroup];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (j0 + u * kStride < V) load8(zr, j0 + u * kStride, V, aligned, v[u]);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-          for (int k = 0; k < kGroup; ++k) {
-            if (j0 + u * kStride + k < V) {
-              float th;
-              const float x = transform(v[u][k], p, th);
-              s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
-              if (p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
-            }
-          }
-      }
-    }
-    // The target logit, read by every thread before any in-place dz write (barriers follow).
-    float th_t = 0.0f;
-    const float x_t = valid ? transform(to_f(zr[t]), p, th_t) : 0.0f;
-    s = block_tree_sum<A>(s, red);
-    if (p.smoothing) sx = block_tree_sum<A>(sx, red);
-
-    const float lse = row_lse(m, s, RoundTo<A>{});
-    if (tid == 0) {
-      const float l = row_loss(lse, x_t, sx, valid, bad_target, p, RoundTo<A>{});
-      loss[row] = l;
-      lse_out[row] = lse;
-    }
-    if (!write_dz) continue;
-
-    // Pass 3: dz in place of the logits.
-    const float gi = g.g_rows != nullptr ? g.g_rows[row] : g.g_scalar;
-    for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kUnroll * kStride) {
-      float v[kUnroll][kGroup];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (j0 + u * kStride < V) load8(zr, j0 + u * kStride, V, aligned, v[u]);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-        for (int k = 0; k < kGroup; ++k) {
-          float th;
-          const float x = transform(v[u][k], p, th);
-          v[u][k] = valid ? dz_value(x, th, j0 + u * kStride + k == t, lse, gi, p)
-                          : (bad_target ? NAN : 0.0f);
-        }
-        if (j0 + u * kStride < V) store8(zr, j0 + u * kStride, V, aligned, v[u]);
-      }
-    }
+    L* zr = z + row * p.V;
+    if (plain)
+      ce_row<true, L, A>(zr, row, targets, loss, lse_out, p, write_dz, g, red);
+    else
+      ce_row<false, L, A>(zr, row, targets, loss, lse_out, p, write_dz, g, red);
   }
 }
 

@@ -45,6 +45,9 @@ struct RowLossParams {
   float two_lambda = 0.0f;     ///< fp32(2λ)
   bool zloss = false;          ///< λ > 0
   DType accum = DType::fp32;   ///< accumulator dtype A
+  /// Tests only: launch_ce_rows takes its general per-element path even where the plain one
+  /// (scale 1, no softcap, smoothing or z-loss) applies. Both give the same bits by construction.
+  bool general_path = false;
 };
 
 /// Upstream gradient of each row: g_rows[i] when non-null (reduction none), else g_scalar.

@@ -180,7 +180,8 @@ void gemm_logits(const Blas& b, DType in, const void* H, const void* W, std::int
                  std::int64_t V, std::int64_t D, DType out, void* logits) {
   // logitsᵀ (V, rows) = W (V, D) · Hᵀ (D, rows): A = W col-major (D, V) transposed, B = H (D,
   // rows).
-  gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, V, rows, D, W, D, H, D, in, 0.0f, logits, V, out);
+  gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, V, rows, D, W, D, H, D, in, 0.0f, logits, V, out,
+       CUBLASLT_MATMUL_TILE_176x128);
 }
 
 void gemm_dH(const Blas& b, DType op, const void* dz, const void* W, std::int64_t rows,

@@ -113,9 +113,14 @@ int main(int argc, char** argv) {
           t(m, rows * 8, MemKind::io, "targets");
       DeviceBuffer l(m, rows * 4, MemKind::io, "loss"), e(m, rows * 4, MemKind::io, "lse");
       bench::fill_targets(t.as<std::int64_t>(), rows, V, 5);
-      const RowLossParams rp = make_row_params(LossSpec{}, V, DType::fp32);
-      for (std::int64_t grid : {std::int64_t{0}, std::int64_t{132}, std::int64_t{264},
-                                std::int64_t{528}, std::int64_t{1056}}) {
+      const RowLossParams plain = make_row_params(LossSpec{}, V, DType::fp32);
+      RowLossParams general = plain;
+      general.general_path = true;
+      for (int variant = 0; variant < 6; ++variant) {
+        // The plain path (default) at five grids, then the general per-element path (same bits).
+        const std::int64_t grids[] = {0, 132, 264, 528, 1056, 0};
+        const std::int64_t grid = grids[variant];
+        const RowLossParams& rp = variant < 5 ? plain : general;
         const double med = median(bench::time_calls(
             [&](int it) { bench::fill_normal(DType::bf16, z.get(), rows * V, 3.0, 7 + it); },
             [&] {
@@ -125,12 +130,13 @@ int main(int argc, char** argv) {
             },
             1, 5));
         std::printf(
-            "CE kernel (8192 x 128256 bf16, fp32 accum, dz in place, grid %lld%s): %.3f ms, "
-            "%.0f GB/s counting 3 reads + 1 write\n",
-            (long long)grid, grid == 0 ? " = default" : "", med,
+            "CE kernel (8192 x 128256 bf16, fp32 accum, dz in place, %s path, grid %lld%s): "
+            "%.3f ms, %.0f GB/s counting 3 reads + 1 write\n",
+            variant < 5 ? "plain" : "general", (long long)grid, grid == 0 ? " = default" : "", med,
             4.0 * rows * V * 2 / (med * 1e-3) / 1e9);
         if (json)
-          json << "{\"kind\":\"ce_kernel\",\"grid\":" << grid << ",\"median_ms\":" << med << "}\n";
+          json << "{\"kind\":\"ce_kernel\",\"path\":\"" << (variant < 5 ? "plain" : "general")
+               << "\",\"grid\":" << grid << ",\"median_ms\":" << med << "}\n";
       }
     }
 
@@ -155,6 +161,17 @@ int main(int argc, char** argv) {
           json << "{\"kind\":\"gemm_chunk\",\"what\":\"" << what
                << "\",\"median_ms\":" << med << "}\n";
       };
+      DeviceBuffer Z(m, rows * V * 2, MemKind::io, "logits");
+      time_it("logits GEMM (bf16 out)", [&] {
+        gemm_logits(blas, DType::bf16, Hb.get(), Wb.get(), rows, V, D, DType::bf16, Z.get());
+      });
+      time_it("logits GEMM (bf16 out), cublasGemmEx default", [&] {
+        const float one = 1.0f, zero = 0.0f;
+        XL_CUBLAS_CHECK(cublasGemmEx_64(blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, V, rows, D, &one,
+                                        Wb.get(), CUDA_R_16BF, D, Hb.get(), CUDA_R_16BF, D, &zero,
+                                        Z.get(), CUDA_R_16BF, V, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+      });
       time_it("dH GEMM (bf16 out)", [&] {
         gemm_dH(blas, DType::bf16, dz.get(), Wb.get(), rows, V, D, DType::bf16, dH.get());
       });
@@ -163,7 +180,7 @@ int main(int argc, char** argv) {
       });
       int found = 0;
       for (const auto& kv : blas.choices) found += kv.second.found ? 1 : 0;
-      std::printf("backward GEMMs through a preferred cuBLASLt tile: %d of %zu (sm_90: %s)\n", found,
+      std::printf("GEMMs through a preferred cuBLASLt tile: %d of %zu (sm_90: %s)\n", found,
                   blas.choices.size(), blas.sm90() ? "yes" : "no");
     }
 
