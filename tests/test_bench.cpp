@@ -793,6 +793,23 @@ TEST(BenchPlan, AnExplicitBudgetBoundsAGivenChunkSize) {
   }
   EXPECT_EQ(checked, 2);
 }
+
+TEST(BenchPlan, BudgetSizedChunksHoldAtMostKMaxChunkLogits) {
+  const Recipe rc = parse_recipe("bf16/bf16/fp32/fp32");
+  // The 128K preset: 4 GiB or 64 GiB of budget still give 8192-token chunks (2^30 / 128256 =
+  // 8371, balanced over 16 chunks and rounded to 128).
+  const gpu::WorkspaceQuery big{131072, 128256, 4096, DType::bf16, false, rc, true};
+  for (std::int64_t gib : {4, 64}) {
+    const gpu::WorkspacePlan p = gpu::plan_chunks(big, gib << 30, 0, "chunked");
+    EXPECT_EQ(p.rows, 8192) << gib << " GiB";
+    EXPECT_EQ(p.n_chunks, 16) << gib << " GiB";
+    EXPECT_LE(p.rows * big.V, gpu::kMaxChunkLogits);
+  }
+  // Under the cap the whole batch is one chunk when it fits; a given chunk size is not capped.
+  const gpu::WorkspaceQuery small_v{131072, 507, 64, DType::bf16, false, rc, true};
+  EXPECT_EQ(gpu::plan_chunks(small_v, std::int64_t{4} << 30, 0, "chunked").rows, 131072);
+  EXPECT_EQ(gpu::plan_chunks(big, 0, 16384, "chunked").rows, 16384);
+}
 #endif
 
 #endif  // !XL_BENCH_GPU_TESTS

@@ -211,7 +211,7 @@ __device__ __forceinline__ void ce_row(L* zr, std::int64_t row, const std::int64
 /// thread's 16-byte groups in increasing j (the contract's order). general_path forces the
 /// general per-element arithmetic (tests compare the two paths bit for bit).
 template <class L, class A>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 8)
     ce_rows_kernel(L* z /* (rows, V) */, std::int64_t rows, const std::int64_t* targets,
                    float* loss, float* lse_out, RowLossParams p, bool write_dz, RowGradScale g) {
   __shared__ float red[kThreads];

@@ -110,8 +110,9 @@ WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t memory_budget,
                        " bytes (smaller chunks fit, or let the budget size them)");
     return p;
   }
+  const std::int64_t cap = std::max<std::int64_t>(1, kMaxChunkLogits / std::max<std::int64_t>(1, q.V));
   const WorkspacePlan whole = plan_workspace(q, q.N);
-  if (whole.total() <= budget) return whole;
+  if (q.N <= cap && whole.total() <= budget) return whole;
   // Multi-chunk plans are affine in rows: fixed + rows·per_row.
   const WorkspacePlan p1 = plan_workspace(q, 1), p2 = plan_workspace(q, 2);
   // plan_workspace(q, 1) is multi-chunk whenever N > 1, as is every plan below N.
@@ -123,7 +124,7 @@ WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t memory_budget,
                      " bytes needed for one token per chunk (" + std::to_string(fixed) +
                      " fixed + " + std::to_string(per_row) + " per token)");
   std::int64_t rows = per_row > 0 ? (budget - fixed) / per_row : q.N;
-  rows = std::max<std::int64_t>(1, std::min(rows, q.N));
+  rows = std::max<std::int64_t>(1, std::min({rows, q.N, cap}));
   // Balance: the same work in every chunk, in multiples of 128 tokens where that fits.
   const std::int64_t n_chunks = (q.N + rows - 1) / rows;
   std::int64_t balanced = (q.N + n_chunks - 1) / n_chunks;

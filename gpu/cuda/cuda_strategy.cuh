@@ -24,6 +24,13 @@ namespace xentlab::gpu {
 /// Default memory budget of the chunked strategies when RunRequest::memory_budget is 0.
 constexpr std::int64_t kDefaultChunkBudget = std::int64_t{2} << 30;
 
+/// Most logits entries per chunk when the budget sizes the chunks (2^30: 8372 tokens at
+/// V = 128256). Larger chunks were measured slower end to end, not faster (H200, V = 128256,
+/// D = 4096, N = 131072, 2026-11-30: 8192-token chunks 648.9 ms, 16384-token chunks 652.7 ms;
+/// earlier the same day 660.1 against 665.8; docs/benchmarks.md). A given chunk_tokens is not
+/// capped.
+constexpr std::int64_t kMaxChunkLogits = std::int64_t{1} << 30;
+
 /// A problem resident on the device. Pointers are device pointers, row-major.
 struct DeviceProblem {
   std::int64_t N = 0, V = 0, D = 0;  ///< D = 0: logits problem
@@ -91,8 +98,9 @@ struct WorkspacePlan {
 
 /// Workspace for `rows` tokens per chunk (n_chunks = ⌈N/rows⌉).
 WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows);
-/// Largest chunk whose plan fits the memory budget, balanced over the chunks and rounded to a
-/// multiple of 128 tokens where that still fits; or chunk_tokens when given (> 0). `budget` is
+/// Largest chunk whose plan fits the memory budget and holds at most kMaxChunkLogits logits,
+/// balanced over the chunks and rounded to a multiple of 128 tokens where that still fits; or
+/// chunk_tokens when given (> 0). `budget` is
 /// the caller's memory_budget: 0 means kDefaultChunkBudget, which a given chunk_tokens overrides;
 /// a budget > 0 bounds a given chunk_tokens too (InputError naming both byte counts and the chunk
 /// size). Throws InputError naming the bytes needed for one token when even that does not fit.

@@ -1,5 +1,6 @@
 // cuBLAS wrappers (see gemm.cuh). Row-major X (r, c) is column-major Xᵀ (c, r) with ld = c, so
 // every row-major product is issued as its transpose.
+#include <atomic>
 #include <string>
 
 #include "gpu/cuda/cuda_check.hpp"
@@ -21,6 +22,9 @@ cudaDataType_t cuda_type(DType t) {
   }
   throw InputError("cuBLAS GEMM: unsupported dtype " + std::string(to_string(t)));
 }
+
+/// set_preferred_tiles' switch (benchmarks only).
+std::atomic<bool> g_preferred_tiles{true};
 
 /// cuBLASLt heuristic candidates examined for a preferred tile.
 constexpr int kCandidates = 16;
@@ -117,7 +121,8 @@ void gemm(const Blas& b, cublasOperation_t ta, cublasOperation_t tb, std::int64_
     throw InputError("cuBLAS GEMM: no direct " + std::string(to_string(out)) + " output from " +
                      std::string(to_string(op)) + " operands");
   if (m <= 0 || n <= 0) return;
-  if (tile != CUBLASLT_MATMUL_TILE_UNDEFINED && b.sm90() && op != DType::fp32 && k > 0 &&
+  if (tile != CUBLASLT_MATMUL_TILE_UNDEFINED && g_preferred_tiles.load() && b.sm90() &&
+      op != DType::fp32 && k > 0 &&
       gemm_preferred(b, ta, tb, m, n, k, A, lda, B, ldb, op, beta, C, ldc, out, tile))
     return;
   const float alpha = 1.0f;
@@ -167,6 +172,10 @@ cublasLtHandle_t Blas::lt_handle() const {
 Blas::~Blas() {
   if (lt_ != nullptr) cublasLtDestroy(lt_);
   if (h_ != nullptr) cublasDestroy(h_);
+}
+
+void set_preferred_tiles(bool on) {
+  g_preferred_tiles.store(on);
 }
 
 bool gemm_output_direct(DType operands, DType out) {

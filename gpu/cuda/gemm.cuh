@@ -73,6 +73,11 @@ class Blas {
   mutable DeviceBuffer workspace_;
 };
 
+/// Benchmarks only: turns the preferred tiles of "Algorithm choice" off (they are on by default) so
+/// that one process can alternate the two (tools/bench/gpu_bench --ab-tiles). Call it only while no
+/// GEMM is being issued.
+void set_preferred_tiles(bool on);
+
 /// True when cuBLAS writes an output of dtype `out` from operands of dtype `operands` directly.
 bool gemm_output_direct(DType operands, DType out);
 

@@ -9,7 +9,9 @@
 //
 // Operands: bf16, fp32 compute; logits (rows, V) = H·Wᵀ in bf16; dH (rows, D) = dz·W in bf16;
 // dW (V, D) += dzᵀ·H in fp32 with beta = 1, issued exactly as gpu/cuda/gemm.cu issues them
-// (column-major transposes). Each time is the median of 5 after one warm-up call, back to back.
+// (column-major transposes). dH and dW take the CE kernel's dz as their operand. Each time is the
+// median of 5 rounds after a warm-up round; a round calls every candidate of a GEMM once, so that
+// the card's power and thermal state (it runs at its power cap) is shared evenly among them.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "gpu/cuda/ce_kernels.cuh"
@@ -34,6 +37,9 @@ namespace {
 float median_ms(const std::function<void()>& f, int reps) {
   return static_cast<float>(bench::summarize_times(bench::time_calls({}, f, 1, reps)).median);
 }
+
+/// Interleaved timing rounds per candidate.
+constexpr int kRounds = 5;
 
 struct Gemm {
   const char* name;
@@ -86,18 +92,27 @@ int main(int argc, char** argv) {
          CUDA_R_16BF},
         {"dW (fp32, beta 1)", CUBLAS_OP_N, CUBLAS_OP_T, D, V, rows, H.get(), D, Z.get(), V, 1.0f,
          dW.get(), D, CUDA_R_32F}};
+    const RowLossParams p = make_row_params(LossSpec{}, V, DType::fp32);
+    auto ce = [&] {
+      launch_ce_rows(DType::bf16, Z.get(), rows, T.as<std::int64_t>(), loss.as<float>(),
+                     lse.as<float>(), p, true, RowGradScale{nullptr, 1.0f / rows}, nullptr);
+    };
     for (const Gemm& g : gs) {
+      if (&g == &gs[1]) {
+        // Z now holds logits; the CE kernel turns them into dz in place (the backward GEMMs'
+        // real operand) and is timed on the way.
+        std::printf("CE kernel (dz in place): %.3f ms\n", median_ms(ce, 5));
+      }
       const float alpha = 1.0f;
       const double flop = 2.0 * g.m * g.n * g.k;
-      const float t = median_ms(
-          [&] {
-            XL_CUBLAS_CHECK(cublasGemmEx_64(h, g.ta, g.tb, g.m, g.n, g.k, &alpha, g.A, CUDA_R_16BF,
-                                            g.lda, g.B, CUDA_R_16BF, g.ldb, &g.beta, g.C, g.ctype,
-                                            g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-          },
-          5);
-      std::printf("%-18s cublasGemmEx default: %.3f ms, %.1f TFLOP/s\n", g.name, t,
-                  flop / t / 1e9);
+      std::vector<std::function<void()>> calls;
+      std::vector<std::string> names;
+      calls.push_back([&] {
+        XL_CUBLAS_CHECK(cublasGemmEx_64(h, g.ta, g.tb, g.m, g.n, g.k, &alpha, g.A, CUDA_R_16BF,
+                                        g.lda, g.B, CUDA_R_16BF, g.ldb, &g.beta, g.C, g.ctype,
+                                        g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      });
+      names.push_back("cublasGemmEx default");
       cublasLtMatmulDesc_t md;
       XL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&md, CUBLAS_COMPUTE_32F, CUDA_R_32F));
       XL_CUBLAS_CHECK(
@@ -127,15 +142,27 @@ int main(int argc, char** argv) {
                                              &stages, sizeof stages, &w);
         cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
                                              &splitk, sizeof splitk, &w);
-        const float tl = median_ms(
-            [&] {
-              XL_CUBLAS_CHECK(cublasLtMatmul(lt, md, &alpha, g.A, la, g.B, lb, &g.beta, g.C, lc,
-                                             g.C, lc, &res[i].algo, ws.get(), ws_bytes, nullptr));
-            },
-            5);
-        std::printf("   cuBLASLt candidate %2d: tile id %3d, stages id %2d, split-K %d: %.3f ms, "
-                    "%.1f TFLOP/s\n",
-                    i, tile, stages, splitk, tl, flop / tl / 1e9);
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "cuBLASLt candidate %2d: tile id %3d, stages id %2d, split-K %d",
+                      i, tile, stages, splitk);
+        names.push_back(buf);
+        calls.push_back([&, i] {
+          XL_CUBLAS_CHECK(cublasLtMatmul(lt, md, &alpha, g.A, la, g.B, lb, &g.beta, g.C, lc, g.C,
+                                         lc, &res[i].algo, ws.get(), ws_bytes, nullptr));
+        });
+      }
+      // Rounds: every call once per round, so that the card's power and thermal state (it runs
+      // at its power cap) is shared evenly; one warm-up round first.
+      std::vector<std::vector<double>> t(calls.size());
+      for (int round = 0; round < kRounds + 1; ++round)
+        for (std::size_t c = 0; c < calls.size(); ++c) {
+          const std::vector<double> one = bench::time_calls({}, calls[c], 0, 1);
+          if (round > 0) t[c].push_back(one.front());
+        }
+      std::printf("%s (%d interleaved rounds):\n", g.name, kRounds);
+      for (std::size_t c = 0; c < calls.size(); ++c) {
+        const double med = bench::summarize_times(t[c]).median;
+        std::printf("   %-58s %.3f ms, %.1f TFLOP/s\n", names[c].c_str(), med, flop / med / 1e9);
       }
       cublasLtMatmulPreferenceDestroy(pr);
       cublasLtMatrixLayoutDestroy(lc);
@@ -143,14 +170,6 @@ int main(int argc, char** argv) {
       cublasLtMatrixLayoutDestroy(la);
       cublasLtMatmulDescDestroy(md);
     }
-    const RowLossParams p = make_row_params(LossSpec{}, V, DType::fp32);
-    const float tce = median_ms(
-        [&] {
-          launch_ce_rows(DType::bf16, Z.get(), rows, T.as<std::int64_t>(), loss.as<float>(),
-                         lse.as<float>(), p, true, RowGradScale{nullptr, 1.0f / rows}, nullptr);
-        },
-        5);
-    std::printf("CE kernel (dz in place): %.3f ms\n", tce);
     cublasLtDestroy(lt);
     cublasDestroy(h);
   } catch (const std::exception& e) {

@@ -5,6 +5,11 @@
 //           cmake --build build-gpu --target gpu_bench -j16
 //   run:    build-gpu/tools/gpu_bench [--sizes 8192x128256x4096,131072x128256x4096] [--repeats 5]
 //           [--recipes bf16/bf16/fp32/fp32,bf16/bf16/fp32/bf16] [--json out.jsonl]
+//           [--strategies naive,chunked] (default: all)
+//           [--chunk-sweep 8192,16384] (chunked at the last size with these chunk sizes)
+//           [--ab-tiles R] (chunked at the last size, first recipe, R rounds with gemm.cuh's
+//           preferred tiles on and off alternated run by run: isolated GEMM timings on this card
+//           depend on the order they run in, since it runs at its 700 W power cap)
 //
 // Inputs: H (N, D) ~ N(0, 1) and W (V, D) ~ N(0, 4/D) in bf16 (a counter-based hash generator on
 // the device, seeded), targets uniform in [0, V), reduction mean. Time: CUDA events around
@@ -67,6 +72,8 @@ int main(int argc, char** argv) {
   std::string json_path;
   std::string chunk_sweep;  // chunked at the last size with these chunk_tokens (comma-separated)
   int repeats = 5;
+  std::string only;    // --strategies: comma-separated names (default: every CUDA strategy)
+  int ab_rounds = 0;  // --ab-tiles: rounds of chunked with preferred tiles on/off, alternated
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -86,6 +93,10 @@ int main(int argc, char** argv) {
       json_path = next();
     else if (a == "--chunk-sweep")
       chunk_sweep = next();
+    else if (a == "--strategies")
+      only = next();
+    else if (a == "--ab-tiles")
+      ab_rounds = std::atoi(next().c_str());
     else {
       std::fprintf(stderr, "gpu_bench: unknown argument %s\n", a.c_str());
       return 2;
@@ -214,7 +225,9 @@ int main(int argc, char** argv) {
         DeviceBuffer dW(io, sz.V * sz.D * size_of(recipe.grad), MemKind::io, "dW");
         std::vector<std::pair<const CudaStrategy*, std::int64_t>> runs;
         for (const auto& s : strategies)
-          if (auto* cs = dynamic_cast<const CudaStrategy*>(s.get())) runs.push_back({cs, 0});
+          if (auto* cs = dynamic_cast<const CudaStrategy*>(s.get()))
+            if (only.empty() || ("," + only + ",").find("," + cs->name() + ",") != std::string::npos)
+              runs.push_back({cs, 0});
         if (&sz == &sizes.back())
           for (const auto& c : split(chunk_sweep, ','))
             for (const auto& s : strategies)
@@ -273,6 +286,47 @@ int main(int argc, char** argv) {
                  << ",\"budget\":" << r.memory_budget << ",\"repeats\":" << ms.size()
                  << ",\"gemm_tflops\":" << peak << ",\"note\":\"" << (note.empty() ? "" : "see log")
                  << "\"}\n";
+        }
+        if (ab_rounds > 0 && &sz == &sizes.back() && rname == split(recipes_arg, ',').front()) {
+          // Preferred cuBLASLt tiles on and off, alternated run by run (the order flips every
+          // round) so that the card's power and thermal state is shared evenly by the two.
+          for (const auto& s : strategies) {
+            auto* cs = dynamic_cast<const CudaStrategy*>(s.get());
+            if (cs == nullptr || cs->name() != "chunked") continue;
+            DeviceRun r;
+            r.prob = DeviceProblem{sz.N,    sz.V,    sz.D,    DType::bf16,          H.get(),
+                                   W.get(), nullptr, nullptr, T.as<std::int64_t>(), sz.N};
+            r.recipe = recipe;
+            r.spec.reduction = Reduction::mean;
+            r.g.g_scalar = static_cast<float>(1.0 / double(sz.N));
+            r.want_grads = true;
+            r.memory_budget = std::int64_t{4} << 30;
+            r.out = DeviceOutputs{loss.as<float>(), lse.as<float>(), dH.get(), dW.get(),
+                                  nullptr,          nullptr};
+            std::vector<double> on, off;
+            for (int round = 0; round < ab_rounds; ++round)
+              for (int k = 0; k < 2; ++k) {
+                const bool pref = (round + k) % 2 == 0;
+                set_preferred_tiles(pref);
+                const bench::TimedRuns t = bench::time_forward_backward(
+                    *cs, r, {{H.get(), W.get(), T.as<std::int64_t>()}}, 1, 1);
+                (pref ? on : off).push_back(t.ms.front());
+              }
+            set_preferred_tiles(true);
+            auto list = [](const std::vector<double>& v) {
+              std::string o;
+              for (double x : v) o += " " + std::to_string(x).substr(0, 6);
+              return o;
+            };
+            std::printf("A/B chunked N=%lld %s, preferred tiles on: median %.2f ms (%s), off: "
+                        "median %.2f ms (%s)\n",
+                        (long long)sz.N, rname.c_str(), median(on), list(on).c_str(), median(off),
+                        list(off).c_str());
+            if (json)
+              json << "{\"kind\":\"ab_tiles\",\"N\":" << sz.N << ",\"recipe\":\"" << rname
+                   << "\",\"on_median_ms\":" << median(on) << ",\"off_median_ms\":" << median(off)
+                   << "}\n";
+          }
         }
       }
       // Clean refusal of a naive run that does not fit its budget.
