@@ -12,15 +12,17 @@
 // Errors: DeviceError through XL_CUBLAS_CHECK.
 //
 // Algorithm choice. cuBLAS picks the kernel of every GEMM by its heuristic, except for the three
-// GEMMs of a chunk with 16-bit operands on compute capability 9.0, where its default was measured
-// slower than another kernel it offers (H200, V = 128256, D = 4096, 8192-token chunks, 2026-11-30:
-// dH 13.42 ms with the default, 12.29 ms with 128×256 tiles; dW with beta = 1 into fp32 13.33 ms,
-// 12.93 ms with 128×160 tiles; logits 12.29 ms, 12.03 ms with 176×128 tiles; docs/benchmarks.md).
-// There the GEMM runs through cuBLASLt with the first candidate of cuBLASLt's own heuristic list
-// that has the preferred tile and no split-K; when the list has none, the default is used. The
-// choice is a function of the shapes, dtypes and cuBLAS version only (never of a timing), so
-// repeat runs use the same kernel and give the same bits; every candidate accumulates the
-// products in fp32 (CUBLAS_COMPUTE_32F) and rounds once.
+// GEMMs of a chunk with 16-bit operands on compute capability 9.0, where another kernel it offers
+// was measured as fast or faster (H200, V = 128256, D = 4096, 8192-token chunks, 2026-11-30,
+// candidates timed in interleaved rounds since the card runs at its power cap; docs/benchmarks.md
+// "Fourth session"): logits 12.78 ms with the default, 12.19 ms with 176×128 tiles; dW with
+// beta = 1 into fp32 11.56 ms, 10.96 ms with 128×160 tiles; dH 10.87 ms, 10.81 ms with 128×256
+// tiles (no measurable gain, kept). End to end at N = 131072 the three together were worth
+// 650.5 against 652.5 ms (alternated runs). There the GEMM runs through cuBLASLt with the first
+// candidate of cuBLASLt's own heuristic list that has the preferred tile and no split-K; when the
+// list has none, the default is used. The choice is a function of the shapes, dtypes and cuBLAS
+// version only (never of a timing), so repeat runs use the same kernel and give the same bits;
+// every candidate accumulates the products in fp32 (CUBLAS_COMPUTE_32F) and rounds once.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
