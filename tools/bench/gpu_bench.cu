@@ -36,11 +36,14 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "gpu/cuda/cuda_check.hpp"
 #include "gpu/cuda/cuda_strategy.cuh"
 #include "gpu/cuda/device.hpp"
 #include "gpu/registry.hpp"
 #include "tools/bench/bench_lib.hpp"
+#include "tools/cli/commands.hpp"
 
 using namespace xentlab;
 using namespace xentlab::gpu;
@@ -74,34 +77,68 @@ int main(int argc, char** argv) {
   int repeats = 5;
   std::string only;    // --strategies: comma-separated names (default: every CUDA strategy)
   int ab_rounds = 0;  // --ab-tiles: rounds of chunked with preferred tiles on/off, alternated
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "gpu_bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--sizes")
-      sizes_arg = next();
-    else if (a == "--recipes")
-      recipes_arg = next();
-    else if (a == "--repeats")
-      repeats = std::max(1, std::atoi(next().c_str()));
-    else if (a == "--json")
-      json_path = next();
-    else if (a == "--chunk-sweep")
-      chunk_sweep = next();
-    else if (a == "--strategies")
-      only = next();
-    else if (a == "--ab-tiles")
-      ab_rounds = std::atoi(next().c_str());
-    else {
-      std::fprintf(stderr, "gpu_bench: unknown argument %s\n", a.c_str());
+  CLI::App app{"gpu_bench: forward+backward time and peak extra device memory of every CUDA "
+               "strategy (docs/benchmarks.md)"};
+  app.add_option("--sizes", sizes_arg, "comma-separated NxVxD sizes")->capture_default_str();
+  app.add_option("--recipes", recipes_arg, "comma-separated recipes input/logits/accum/grad")
+      ->capture_default_str();
+  app.add_option("--repeats", repeats, "timed runs per strategy (median)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--json", json_path, "also write one JSON object per line to this file");
+  app.add_option("--chunk-sweep", chunk_sweep,
+                 "chunked at the last size with these chunk sizes (comma-separated tokens)");
+  app.add_option("--strategies", only, "only these strategies (comma-separated; default all)");
+  app.add_option("--ab-tiles", ab_rounds,
+                 "rounds of chunked at the last size with the preferred cuBLASLt tiles on and "
+                 "off, alternated run by run")
+      ->check(CLI::Range(0, 1000));
+  xentlab::cli::require_decimal_integers(app);
+  CLI11_PARSE(app, argc, argv);
+  // Sizes NxVxD and chunk sizes: positive decimal integers, checked before any device work.
+  auto positive = [](const std::string& t, std::int64_t& v) {
+    if (t.empty() || t.size() > 12 || t[0] == '0' ||
+        t.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    v = std::stoll(t);
+    return true;
+  };
+  std::vector<Size> sizes;
+  for (const auto& s : split(sizes_arg, ',')) {
+    const auto f = split(s, 'x');
+    Size z{};
+    if (f.size() != 3 || !positive(f[0], z.N) || !positive(f[1], z.V) || !positive(f[2], z.D)) {
+      std::fprintf(stderr, "gpu_bench: --sizes: '%s' is not NxVxD with positive decimal integers\n",
+                   s.c_str());
       return 2;
     }
+    sizes.push_back(z);
   }
+  if (sizes.empty()) {
+    std::fprintf(stderr, "gpu_bench: --sizes: no size given\n");
+    return 2;
+  }
+  try {
+    for (const auto& rname : split(recipes_arg, ',')) (void)parse_recipe(rname);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_bench: --recipes: %s\n", e.what());
+    return 2;
+  }
+  if (split(recipes_arg, ',').empty()) {
+    std::fprintf(stderr, "gpu_bench: --recipes: no recipe given\n");
+    return 2;
+  }
+  std::vector<std::int64_t> chunks;
+  if (!chunk_sweep.empty())
+    for (const auto& c : split(chunk_sweep, ',')) {
+      std::int64_t v = 0;
+      if (!positive(c, v)) {
+        std::fprintf(stderr, "gpu_bench: --chunk-sweep: '%s' is not a positive decimal integer\n",
+                     c.c_str());
+        return 2;
+      }
+      chunks.push_back(v);
+    }
   const DeviceInfo dev = query_device();
   if (!dev.available) {
     std::printf("gpu_bench: %s\n", dev.reason.c_str());
@@ -195,16 +232,6 @@ int main(int argc, char** argv) {
                   blas.choices.size(), blas.sm90() ? "yes" : "no");
     }
 
-    std::vector<Size> sizes;
-    for (const auto& s : split(sizes_arg, ',')) {
-      const auto f = split(s, 'x');
-      if (f.size() != 3) {
-        std::fprintf(stderr, "gpu_bench: bad size %s\n", s.c_str());
-        return 2;
-      }
-      sizes.push_back(
-          {std::atoll(f[0].c_str()), std::atoll(f[1].c_str()), std::atoll(f[2].c_str())});
-    }
     auto strategies = make_strategies(Backend::cuda);
     std::printf("\n%-8s %-7s %-5s %-22s %-13s %10s %9s %12s %10s %8s  %s\n", "N", "V", "D",
                 "recipe", "strategy", "median_ms", "TFLOP/s", "extra_GiB", "budget_GiB", "chunk",
@@ -229,10 +256,10 @@ int main(int argc, char** argv) {
             if (only.empty() || ("," + only + ",").find("," + cs->name() + ",") != std::string::npos)
               runs.push_back({cs, 0});
         if (&sz == &sizes.back())
-          for (const auto& c : split(chunk_sweep, ','))
+          for (std::int64_t c : chunks)
             for (const auto& s : strategies)
               if (s->name() == "chunked")
-                runs.push_back({dynamic_cast<const CudaStrategy*>(s.get()), std::atoll(c.c_str())});
+                runs.push_back({dynamic_cast<const CudaStrategy*>(s.get()), c});
         for (const auto& [cs, forced_chunk] : runs) {
           DeviceRun r;
           r.prob = DeviceProblem{sz.N,    sz.V,    sz.D,    DType::bf16,          H.get(),
