@@ -260,7 +260,8 @@ int main(int argc, char** argv) {
             for (const auto& s : strategies)
               if (s->name() == "chunked")
                 runs.push_back({dynamic_cast<const CudaStrategy*>(s.get()), c});
-        for (const auto& [cs, forced_chunk] : runs) {
+        // A forward+backward run of this size and recipe, reduction mean, every output written.
+        auto base_run = [&] {
           DeviceRun r;
           r.prob = DeviceProblem{sz.N,    sz.V,    sz.D,    DType::bf16,          H.get(),
                                  W.get(), nullptr, nullptr, T.as<std::int64_t>(), sz.N};
@@ -268,6 +269,12 @@ int main(int argc, char** argv) {
           r.spec.reduction = Reduction::mean;
           r.g.g_scalar = static_cast<float>(1.0 / double(sz.N));
           r.want_grads = true;
+          r.out = DeviceOutputs{loss.as<float>(), lse.as<float>(), dH.get(), dW.get(), nullptr,
+                                nullptr};
+          return r;
+        };
+        for (const auto& [cs, forced_chunk] : runs) {
+          DeviceRun r = base_run();
           const std::string nm = cs->name();
           if (nm == "chunked")
             r.memory_budget = sz.N <= 8192 ? (std::int64_t{2} << 30) : (std::int64_t{4} << 30);
@@ -276,8 +283,6 @@ int main(int argc, char** argv) {
           if (nm == "checkpointed")
             r.memory_budget =
                 recipe.grad == DType::fp32 ? (std::int64_t{2} << 30) : (std::int64_t{4} << 30);
-          r.out = DeviceOutputs{loss.as<float>(), lse.as<float>(), dH.get(),
-                                dW.get(),         nullptr,         nullptr};
           r.chunk_tokens = forced_chunk;
           // The sweep's chunk size decides alone: an explicit budget would bound it (plan_chunks).
           if (forced_chunk > 0) r.memory_budget = 0;
@@ -320,16 +325,8 @@ int main(int argc, char** argv) {
           for (const auto& s : strategies) {
             auto* cs = dynamic_cast<const CudaStrategy*>(s.get());
             if (cs == nullptr || cs->name() != "chunked") continue;
-            DeviceRun r;
-            r.prob = DeviceProblem{sz.N,    sz.V,    sz.D,    DType::bf16,          H.get(),
-                                   W.get(), nullptr, nullptr, T.as<std::int64_t>(), sz.N};
-            r.recipe = recipe;
-            r.spec.reduction = Reduction::mean;
-            r.g.g_scalar = static_cast<float>(1.0 / double(sz.N));
-            r.want_grads = true;
+            DeviceRun r = base_run();
             r.memory_budget = std::int64_t{4} << 30;
-            r.out = DeviceOutputs{loss.as<float>(), lse.as<float>(), dH.get(), dW.get(),
-                                  nullptr,          nullptr};
             std::vector<double> on, off;
             for (int round = 0; round < ab_rounds; ++round)
               for (int k = 0; k < 2; ++k) {
