@@ -24,7 +24,7 @@ if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXENTLAB_BUILD_BENCH=ON
     -DXENTLAB_BUILD_EXPERIMENTS=$experiments > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"; echo "CONFIGURE FAILED"; exit 1
 fi
-targets="test_gpu_strategies gpu_bench"
+targets="test_gpu_strategies test_gpu_kernels test_bench_gpu xentlab gpu_bench"
 [ "$what" = preset ] && targets="xentlab"
 [ "$what" = fidelity ] && targets="xentlab"
 [ "$what" = wgmma ] && targets="wgmma_probe"
