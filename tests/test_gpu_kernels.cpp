@@ -39,7 +39,8 @@ std::vector<unsigned char> logits_bytes(DType t, std::int64_t n, std::uint64_t s
       const float f = static_cast<float>(x);
       std::memcpy(&out[i * 4], &f, 4);
     } else {
-      const std::uint16_t b = t == DType::bf16 ? bf16_bits_from_double(x) : fp16_bits_from_double(x);
+      const std::uint16_t b =
+          t == DType::bf16 ? bf16_bits_from_double(x) : fp16_bits_from_double(x);
       std::memcpy(&out[i * 2], &b, 2);
     }
   }
@@ -91,9 +92,9 @@ TEST(GpuKernels, CeRowsPlainPathGivesTheGeneralPathsBits) {
   int compared = 0;
   for (DType t : {DType::bf16, DType::fp16, DType::fp32})
     for (DType a : {DType::fp32, DType::bf16, DType::fp16})
-      for (std::int64_t V : {std::int64_t{1}, std::int64_t{7}, std::int64_t{507},
-                             std::int64_t{2047}, std::int64_t{2048}, std::int64_t{2056},
-                             std::int64_t{20001}}) {
+      for (std::int64_t V :
+           {std::int64_t{1}, std::int64_t{7}, std::int64_t{507}, std::int64_t{2047},
+            std::int64_t{2048}, std::int64_t{2056}, std::int64_t{20001}}) {
         SCOPED_TRACE(std::string(to_string(t)) + " logits, " + std::string(to_string(a)) +
                      " accumulator, V = " + std::to_string(V));
         const auto z = logits_bytes(t, rows * V, 1000 + V);

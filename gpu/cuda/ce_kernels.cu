@@ -215,8 +215,8 @@ __global__ void __launch_bounds__(kThreads, 8)
     ce_rows_kernel(L* z /* (rows, V) */, std::int64_t rows, const std::int64_t* targets,
                    float* loss, float* lse_out, RowLossParams p, bool write_dz, RowGradScale g) {
   __shared__ float red[kThreads];
-  const bool plain = !p.general_path && p.scale == 1.0f && !(p.softcap > 0.0f) && !p.smoothing &&
-                     !p.zloss;
+  const bool plain =
+      !p.general_path && p.scale == 1.0f && !(p.softcap > 0.0f) && !p.smoothing && !p.zloss;
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     L* zr = z + row * p.V;
     if (plain)

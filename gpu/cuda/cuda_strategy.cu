@@ -110,7 +110,8 @@ WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t memory_budget,
                        " bytes (smaller chunks fit, or let the budget size them)");
     return p;
   }
-  const std::int64_t cap = std::max<std::int64_t>(1, kMaxChunkLogits / std::max<std::int64_t>(1, q.V));
+  const std::int64_t cap =
+      std::max<std::int64_t>(1, kMaxChunkLogits / std::max<std::int64_t>(1, q.V));
   const WorkspacePlan whole = plan_workspace(q, q.N);
   if (q.N <= cap && whole.total() <= budget) return whole;
   // Multi-chunk plans are affine in rows: fixed + rows·per_row.

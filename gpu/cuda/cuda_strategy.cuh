@@ -114,8 +114,7 @@ RowLossParams make_row_params(const LossSpec& s, std::int64_t V, DType accum);
 struct Workspace {
   Workspace(DeviceMemoryTracker& mem, const WorkspacePlan& plan);
   WorkspacePlan plan;
-  DeviceBuffer logits, logits_f32, dz_f32, H_f32, W_f32, dH_f32, dW_acc, dW_tmp, db_acc,
-      row_states;
+  DeviceBuffer logits, logits_f32, dz_f32, H_f32, W_f32, dH_f32, dW_acc, dW_tmp, db_acc, row_states;
 };
 
 /// Everything a device-level run uses besides its inputs and outputs.

@@ -26,6 +26,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,8 +36,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "gpu/cuda/cuda_check.hpp"
 #include "gpu/cuda/cuda_strategy.cuh"
@@ -75,10 +74,11 @@ int main(int argc, char** argv) {
   std::string json_path;
   std::string chunk_sweep;  // chunked at the last size with these chunk_tokens (comma-separated)
   int repeats = 5;
-  std::string only;    // --strategies: comma-separated names (default: every CUDA strategy)
+  std::string only;   // --strategies: comma-separated names (default: every CUDA strategy)
   int ab_rounds = 0;  // --ab-tiles: rounds of chunked with preferred tiles on/off, alternated
-  CLI::App app{"gpu_bench: forward+backward time and peak extra device memory of every CUDA "
-               "strategy (docs/benchmarks.md)"};
+  CLI::App app{
+      "gpu_bench: forward+backward time and peak extra device memory of every CUDA "
+      "strategy (docs/benchmarks.md)"};
   app.add_option("--sizes", sizes_arg, "comma-separated NxVxD sizes")->capture_default_str();
   app.add_option("--recipes", recipes_arg, "comma-separated recipes input/logits/accum/grad")
       ->capture_default_str();
@@ -206,8 +206,8 @@ int main(int argc, char** argv) {
         std::printf("%s (8192-token chunk): %.3f ms, %.1f TFLOP/s\n", what, med,
                     2.0 * rows * V * D / (med * 1e-3) / 1e12);
         if (json)
-          json << "{\"kind\":\"gemm_chunk\",\"what\":\"" << what
-               << "\",\"median_ms\":" << med << "}\n";
+          json << "{\"kind\":\"gemm_chunk\",\"what\":\"" << what << "\",\"median_ms\":" << med
+               << "}\n";
       };
       DeviceBuffer Z(m, rows * V * 2, MemKind::io, "logits");
       time_it("logits GEMM (bf16 out)", [&] {
@@ -253,7 +253,8 @@ int main(int argc, char** argv) {
         std::vector<std::pair<const CudaStrategy*, std::int64_t>> runs;
         for (const auto& s : strategies)
           if (auto* cs = dynamic_cast<const CudaStrategy*>(s.get()))
-            if (only.empty() || ("," + only + ",").find("," + cs->name() + ",") != std::string::npos)
+            if (only.empty() ||
+                ("," + only + ",").find("," + cs->name() + ",") != std::string::npos)
               runs.push_back({cs, 0});
         if (&sz == &sizes.back())
           for (std::int64_t c : chunks)
@@ -269,8 +270,8 @@ int main(int argc, char** argv) {
           r.spec.reduction = Reduction::mean;
           r.g.g_scalar = static_cast<float>(1.0 / double(sz.N));
           r.want_grads = true;
-          r.out = DeviceOutputs{loss.as<float>(), lse.as<float>(), dH.get(), dW.get(), nullptr,
-                                nullptr};
+          r.out = DeviceOutputs{loss.as<float>(), lse.as<float>(), dH.get(),
+                                dW.get(),         nullptr,         nullptr};
           return r;
         };
         for (const auto& [cs, forced_chunk] : runs) {
@@ -342,10 +343,11 @@ int main(int argc, char** argv) {
               for (double x : v) o += " " + std::to_string(x).substr(0, 6);
               return o;
             };
-            std::printf("A/B chunked N=%lld %s, preferred tiles on: median %.2f ms (%s), off: "
-                        "median %.2f ms (%s)\n",
-                        (long long)sz.N, rname.c_str(), median(on), list(on).c_str(), median(off),
-                        list(off).c_str());
+            std::printf(
+                "A/B chunked N=%lld %s, preferred tiles on: median %.2f ms (%s), off: "
+                "median %.2f ms (%s)\n",
+                (long long)sz.N, rname.c_str(), median(on), list(on).c_str(), median(off),
+                list(off).c_str());
             if (json)
               json << "{\"kind\":\"ab_tiles\",\"N\":" << sz.N << ",\"recipe\":\"" << rname
                    << "\",\"on_median_ms\":" << median(on) << ",\"off_median_ms\":" << median(off)
