@@ -809,6 +809,20 @@ TEST(BenchPlan, BudgetSizedChunksHoldAtMostKMaxChunkLogits) {
   const gpu::WorkspaceQuery small_v{131072, 507, 64, DType::bf16, false, rc, true};
   EXPECT_EQ(gpu::plan_chunks(small_v, std::int64_t{4} << 30, 0, "chunked").rows, 131072);
   EXPECT_EQ(gpu::plan_chunks(big, 0, 16384, "chunked").rows, 16384);
+  // Past the cap, one chunk still wins where several would not fit: with bf16 gradients several
+  // chunks need a V·D fp32 dW accumulator (16 GiB here) that one chunk does not.
+  const Recipe bf16_grads = parse_recipe("bf16/bf16/fp32/bf16");
+  const gpu::WorkspaceQuery wide{2048, std::int64_t{1} << 20, 4096, DType::bf16, false,
+                                 bf16_grads, true};
+  const std::int64_t eight = std::int64_t{8} << 30;
+  ASSERT_LE(gpu::plan_workspace(wide, 2048).total(), eight);
+  EXPECT_GT(gpu::plan_workspace(wide, 1).total(), eight);
+  EXPECT_EQ(gpu::plan_chunks(wide, eight, 0, "chunked").rows, 2048);
+  // And where several fit but only in chunks smaller than the cap, one chunk as before the cap.
+  const gpu::WorkspaceQuery mid{16384, 128256, 4096, DType::bf16, false, bf16_grads, true};
+  const std::int64_t whole = gpu::plan_workspace(mid, 16384).total();
+  const gpu::WorkspacePlan p = gpu::plan_chunks(mid, whole, 0, "chunked");
+  EXPECT_EQ(p.rows, 16384) << "budget " << whole << " bytes";
 }
 #endif
 

@@ -28,7 +28,8 @@ constexpr std::int64_t kDefaultChunkBudget = std::int64_t{2} << 30;
 /// V = 128256). Larger chunks were measured slower end to end, not faster (H200, V = 128256,
 /// D = 4096, N = 131072, 2026-11-30: 8192-token chunks 648.9 ms, 16384-token chunks 652.7 ms;
 /// earlier the same day 660.1 against 665.8; docs/benchmarks.md). A given chunk_tokens is not
-/// capped.
+/// capped. Several chunks instead of one change the bits of dW and db (their cross-chunk sums),
+/// not their bound.
 constexpr std::int64_t kMaxChunkLogits = std::int64_t{1} << 30;
 
 /// A problem resident on the device. Pointers are device pointers, row-major.
@@ -98,9 +99,12 @@ struct WorkspacePlan {
 
 /// Workspace for `rows` tokens per chunk (n_chunks = ⌈N/rows⌉).
 WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows);
-/// Largest chunk whose plan fits the memory budget and holds at most kMaxChunkLogits logits,
-/// balanced over the chunks and rounded to a multiple of 128 tokens where that still fits; or
-/// chunk_tokens when given (> 0). `budget` is
+/// Largest chunk whose plan fits the memory budget and holds at most kMaxChunkLogits logits (at
+/// least one token: a row of V > 2^30 entries is one chunk by itself), balanced over the chunks
+/// and rounded to a multiple of 128 tokens where that still fits; or the whole batch as one chunk
+/// when it fits and the cap would otherwise make the plan fail or its chunks smaller than the
+/// budget alone would (several chunks can need more memory than one: the cross-chunk dW
+/// accumulator); or chunk_tokens when given (> 0). `budget` is
 /// the caller's memory_budget: 0 means kDefaultChunkBudget, which a given chunk_tokens overrides;
 /// a budget > 0 bounds a given chunk_tokens too (InputError naming both byte counts and the chunk
 /// size). Throws InputError naming the bytes needed for one token when even that does not fit.
