@@ -5,7 +5,8 @@
 // full groups. It must give the general path's bits: loss, lse and the in-place dz are compared
 // bit for bit (NaN equal to NaN) over the three logit dtypes and three accumulators, row lengths
 // around the 2048-element stride and the group of 8 (rows not 16-byte aligned when V is odd),
-// ignored, valid and out-of-range targets, and per-row upstream gradients.
+// ignored, valid and out-of-range targets, a row of −inf logits and a row with a NaN logit,
+// per-row and scalar upstream gradients, with and without dz.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -52,9 +53,11 @@ struct RowsOut {
   std::vector<unsigned char> dz;
 };
 
+/// One launch of ce_rows on a device copy of z_host. per_row: the upstream gradient g_rows[i] per
+/// row (else g_rows[0] for every row); write_dz: dz in place (else z comes back unchanged).
 RowsOut run_ce_rows(DType t, const std::vector<unsigned char>& z_host, std::int64_t rows,
                     const std::vector<std::int64_t>& targets, const std::vector<float>& g_rows,
-                    gpu::RowLossParams p) {
+                    gpu::RowLossParams p, bool per_row, bool write_dz) {
   RowsOut o;
   void* z = nullptr;
   std::int64_t* tg = nullptr;
@@ -67,7 +70,8 @@ RowsOut run_ce_rows(DType t, const std::vector<unsigned char>& z_host, std::int6
   cudaMemcpy(z, z_host.data(), z_host.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(tg, targets.data(), rows * 8, cudaMemcpyHostToDevice);
   cudaMemcpy(g, g_rows.data(), rows * 4, cudaMemcpyHostToDevice);
-  gpu::launch_ce_rows(t, z, rows, tg, loss, lse, p, true, gpu::RowGradScale{g, 0.0f}, nullptr);
+  gpu::launch_ce_rows(t, z, rows, tg, loss, lse, p, write_dz,
+                      gpu::RowGradScale{per_row ? g : nullptr, g_rows[0]}, nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   o.loss.resize(rows);
   o.lse.resize(rows);
@@ -97,7 +101,29 @@ TEST(GpuKernels, CeRowsPlainPathGivesTheGeneralPathsBits) {
             std::int64_t{2048}, std::int64_t{2056}, std::int64_t{20001}}) {
         SCOPED_TRACE(std::string(to_string(t)) + " logits, " + std::string(to_string(a)) +
                      " accumulator, V = " + std::to_string(V));
-        const auto z = logits_bytes(t, rows * V, 1000 + V);
+        auto z = logits_bytes(t, rows * V, 1000 + V);
+        // Row 7: every logit −inf (lse −inf, loss +inf, dz NaN); row 8: one NaN logit.
+        const int es0 = size_of(t);
+        for (std::int64_t j = 0; j < V; ++j) {
+          unsigned char* e = &z[(7 * V + j) * es0];
+          if (t == DType::fp32) {
+            const float v = -INFINITY;
+            std::memcpy(e, &v, 4);
+          } else {
+            const std::uint16_t b = t == DType::bf16 ? 0xFF80 : 0xFC00;
+            std::memcpy(e, &b, 2);
+          }
+        }
+        {
+          unsigned char* e = &z[(8 * V + V / 2) * es0];
+          if (t == DType::fp32) {
+            const float v = NAN;
+            std::memcpy(e, &v, 4);
+          } else {
+            const std::uint16_t b = t == DType::bf16 ? 0x7FC0 : 0x7E00;
+            std::memcpy(e, &b, 2);
+          }
+        }
         std::vector<std::int64_t> targets(rows);
         std::vector<float> g(rows);
         for (std::int64_t i = 0; i < rows; ++i) {
@@ -107,12 +133,15 @@ TEST(GpuKernels, CeRowsPlainPathGivesTheGeneralPathsBits) {
         targets[2] = -100;  // ignored
         targets[5] = V;     // out of range: NaN loss and dz
         targets[6] = V - 1;
+        // Per-row upstream gradients with dz written in odd V, a scalar one without dz in even V.
+        const bool per_row = V % 2 == 1;
         gpu::RowLossParams p;
         p.V = V;
         p.accum = a;
-        const RowsOut plain = run_ce_rows(t, z, rows, targets, g, p);
+        const RowsOut plain = run_ce_rows(t, z, rows, targets, g, p, per_row, per_row);
         p.general_path = true;
-        const RowsOut general = run_ce_rows(t, z, rows, targets, g, p);
+        const RowsOut general = run_ce_rows(t, z, rows, targets, g, p, per_row, per_row);
+        if (!per_row) EXPECT_EQ(plain.dz, z) << "write_dz = false changed the logits";
         for (std::int64_t i = 0; i < rows; ++i) {
           EXPECT_TRUE(same_bits_or_both_nan(plain.loss[i], general.loss[i]))
               << "loss of row " << i << ": " << plain.loss[i] << " vs " << general.loss[i];
