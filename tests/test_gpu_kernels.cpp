@@ -141,7 +141,9 @@ TEST(GpuKernels, CeRowsPlainPathGivesTheGeneralPathsBits) {
         const RowsOut plain = run_ce_rows(t, z, rows, targets, g, p, per_row, per_row);
         p.general_path = true;
         const RowsOut general = run_ce_rows(t, z, rows, targets, g, p, per_row, per_row);
-        if (!per_row) EXPECT_EQ(plain.dz, z) << "write_dz = false changed the logits";
+        if (!per_row) {
+          EXPECT_EQ(plain.dz, z) << "write_dz = false changed the logits";
+        }
         for (std::int64_t i = 0; i < rows; ++i) {
           EXPECT_TRUE(same_bits_or_both_nan(plain.loss[i], general.loss[i]))
               << "loss of row " << i << ": " << plain.loss[i] << " vs " << general.loss[i];
