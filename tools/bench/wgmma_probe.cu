@@ -232,8 +232,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     } else {
       // Online fold of this thread's 64 columns of each of its two rows (docs/fused.md): the
-      // logits rounded to bf16, the tile max, one rescale of the running sum, then the
-      // exponentials in increasing column order.
+      // logits rounded to bf16, the tile max, the tile's sum-exp in increasing column order, then
+      // one rescale of the running sum and the add.
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float tm = -INFINITY;
@@ -252,14 +252,18 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         const float mn = fmaxf(fm[h], tm);
         if (mn == -INFINITY) continue;  // nothing but −inf so far: the state stays empty
-        float sum = fm[h] == -INFINITY ? 0.0f : __fmul_rn(fs[h], expf(__fsub_rn(fm[h], mn)));
+        // docs/arithmetic.md §9 (numerics' online_merge_tile, fused.cu): the tile's own sum
+        // from 0 in column order, then s ← s·e^{m−m'} + tile sum.
+        float ts = 0.0f;
 #pragma unroll
         for (int j = 0; j < 32; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e)
-            sum = __fadd_rn(sum, expf(__fsub_rn(d[4 * j + 2 * h + e], mn)));
+            ts = __fadd_rn(ts, expf(__fsub_rn(d[4 * j + 2 * h + e], mn)));
+        const float scaled =
+            fm[h] == -INFINITY ? 0.0f : __fmul_rn(fs[h], expf(__fsub_rn(fm[h], mn)));
         fm[h] = mn;
-        fs[h] = sum;
+        fs[h] = __fadd_rn(scaled, ts);
       }
     }
   }
