@@ -15,10 +15,18 @@ inline constexpr std::int64_t kFusedBlockTokens = 128;  ///< BM: token rows per 
 inline constexpr std::int64_t kFusedVocabTile = 128;    ///< BN: vocabulary entries per tile
 /// SM count the CPU emulation assumes when the caller gives none (NVIDIA H200: 132 SMs).
 inline constexpr int kFusedModelSms = 132;
+/// Warps that share a row's columns in a vocabulary tile (fused.cu's forward: 2 × 4 warps, each
+/// 64 rows × 32 columns). A row's tile is split among kFusedRowWarps warps of
+/// kFusedVocabTile / kFusedRowWarps consecutive columns each; in a warp, the quad of lanes 4g … 4g + 3 holds the row, lane q the columns
+/// 8j + 2q + {0, 1} of the warp's slice (the tensor-core accumulator layout).
+inline constexpr std::int64_t kFusedRowWarps = 4;
 /// Columns a thread folds per vocabulary tile, and threads per row per tile (8 · 16 = 128).
-inline constexpr std::int64_t kFusedThreadColumns = 8, kFusedRowThreads = 16;
-/// Merge levels of a row's 16 thread states in a CTA: 2 within a quad, then 3 across the 4 warps.
-inline constexpr std::int64_t kFusedLaneMerges = 5;
+inline constexpr std::int64_t kFusedRowThreads = 4 * kFusedRowWarps;
+inline constexpr std::int64_t kFusedThreadColumns = kFusedVocabTile / kFusedRowThreads;
+/// Merge levels of a row's thread states in a CTA: 2 within a quad, then the warps in order (3).
+inline constexpr std::int64_t kFusedLaneMerges = 2 + (kFusedRowWarps - 1);
+static_assert(kFusedVocabTile % (8 * kFusedRowWarps) == 0,
+              "a warp's slice of a tile is whole 8-column blocks");
 /// Least number of vocabulary ranges (unless the tiles or the state budget are fewer).
 inline constexpr std::int64_t kFusedMinRanges = 16;
 /// Budget of the per-(row, range) partial states: (m, s, Σx) in fp32, 12 bytes each.

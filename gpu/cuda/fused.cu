@@ -68,6 +68,9 @@ constexpr int kGroupN = XL_FUSED_GROUP_N;  // experiments (docs/fused.md)
 static_assert(kFwdSmem >= 4 * kBM * 3 * 4, "forward merge scratch fits in the pipeline region");
 static_assert(kBM == kFusedBlockTokens && kBN == kFusedVocabTile,
               "the CPU emulation models this decomposition (gpu/fused_plan.hpp)");
+static_assert(kThreads / 32 / 2 == kFusedRowWarps && kBN / kFusedRowWarps == 32,
+              "the forward's warps: 2 along the tokens × kFusedRowWarps of 32 columns along the "
+              "vocabulary, the layout the CPU emulation folds (gpu/fused_plan.hpp)");
 
 // ---- PTX wrappers --------------------------------------------------------------------------
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {

@@ -179,42 +179,45 @@ void fused_merge(FusedState& a, const FusedState& b, DType A) {
 }
 
 // The row's state through the kernel's decomposition (gpu/fused_plan.hpp): per vocabulary range,
-// 16 threads per row each fold their 8 columns of every 128-column tile of the range (column
-// n0 + 32·w + 8·j + 2·c + e for warp w, lane-in-quad c, j < 4, e < 2, in that order) into an
-// online state; the quad merges (c ⊕ c^1, then ⊕ c^2, lower lane first), then the 4 warps in
-// order; the ranges' states are merged pairwise (binary-counter stack, older first), as the
-// finalize kernel does. Columns past V are −inf (nothing added).
+// kFusedRowThreads threads per row each fold their kFusedThreadColumns columns of every tile of
+// the range (column n0 + (T/W)·w + 8·j + 2·q + e for warp w < W = kFusedRowWarps, lane-in-quad q,
+// j < T/(8W), e < 2, in that order; today 16 threads of 8 columns) into an online state; the quad
+// merges (q ⊕ q^1, then ⊕ q^2, lower lane first), then the W warps in order; the ranges' states
+// are merged pairwise (binary-counter stack, older first), as the finalize kernel does. Columns
+// past V are −inf (nothing added).
 FusedState fused_row_state(const Ctx& c, const float* x) {
   const DType A = c.rc.accum;
-  const std::int64_t V = c.V, T = gpu::kFusedVocabTile;
+  constexpr std::int64_t T = gpu::kFusedVocabTile, W = gpu::kFusedRowWarps,
+                         TC = gpu::kFusedThreadColumns;
+  const std::int64_t V = c.V;
   const std::int64_t VT = (V + T - 1) / T, tpr = c.fused_tiles_per_range;
   const bool smoothing = c.eps > 0.0f;
   std::vector<FusedState> stack;
   std::vector<std::int64_t> weight;
   for (int k = 0; k < c.fused_ranges; ++k) {
-    FusedState th[4][4];  // [warp][lane in quad]
+    FusedState th[W][4];  // [warp][lane in quad]
     const std::int64_t t0 = k * tpr, t1 = std::min(VT, t0 + tpr);
     for (std::int64_t vt = t0; vt < t1; ++vt)
-      for (int w = 0; w < 4; ++w)
+      for (int w = 0; w < W; ++w)
         for (int q = 0; q < 4; ++q) {
           FusedState& st = th[w][q];
-          const std::int64_t c0 = vt * T + 32 * w + 2 * q;
-          float v[8];
-          for (int e = 0; e < 8; ++e) {
+          const std::int64_t c0 = vt * T + (T / W) * w + 2 * q;
+          float v[TC];
+          for (int e = 0; e < TC; ++e) {
             const std::int64_t col = c0 + (e / 2) * 8 + e % 2;
             v[e] = col < V ? x[col] : -INFINITY;
           }
           if (smoothing) {
             float ts = 0.0f;
-            for (int e = 0; e < 8; ++e)
+            for (int e = 0; e < TC; ++e)
               if (c0 + (e / 2) * 8 + e % 2 < V) ts = rnd(ts + rnd(v[e], A), A);
             st.sx = rnd(st.sx + ts, A);
           }
-          // The thread's fold of its 8 columns is §9's tile merge (columns past V add 0).
-          emu::online_merge_tile(st.st, v, 8, A);
+          // The thread's fold of its columns is §9's tile merge (columns past V add 0).
+          emu::online_merge_tile(st.st, v, TC, A);
         }
     FusedState r;
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 0; w < W; ++w) {
       FusedState a = th[w][0], b = th[w][2];
       fused_merge(a, th[w][1], A);
       fused_merge(b, th[w][3], A);
