@@ -17,8 +17,9 @@ inline constexpr std::int64_t kFusedVocabTile = 128;    ///< BN: vocabulary entr
 inline constexpr int kFusedModelSms = 132;
 /// Warps that share a row's columns in a vocabulary tile (fused.cu's forward: 2 × 4 warps, each
 /// 64 rows × 32 columns). A row's tile is split among kFusedRowWarps warps of
-/// kFusedVocabTile / kFusedRowWarps consecutive columns each; in a warp, the quad of lanes 4g … 4g + 3 holds the row, lane q the columns
-/// 8j + 2q + {0, 1} of the warp's slice (the tensor-core accumulator layout).
+/// kFusedVocabTile / kFusedRowWarps consecutive columns each; in a warp, the quad of lanes
+/// 4g … 4g + 3 holds the row, lane q the columns 8j + 2q + {0, 1} of the warp's slice (the
+/// tensor-core accumulator layout).
 inline constexpr std::int64_t kFusedRowWarps = 4;
 /// Columns a thread folds per vocabulary tile, and threads per row per tile (8 · 16 = 128).
 inline constexpr std::int64_t kFusedRowThreads = 4 * kFusedRowWarps;

@@ -177,8 +177,7 @@ Bounds compute_bounds(const BoundInputs& in) {
   const double gV = gamma_bound(b.c_vocab, uA);
   const double log_sum_term = gV >= 1.0 ? kInf : -std::log1p(-gV);
   const double logV = std::max(1.0, std::log(static_cast<double>(std::max<std::int64_t>(in.V, 1))));
-  double online_extra_rel = 0.0;
-  online_extra_rel = online_rescales(in.arith, in.V, in.N) * (kLibm32 + kU32);
+  const double online_extra_rel = online_rescales(in.arith, in.V, in.N) * (kLibm32 + kU32);
   if (!std::isfinite(log_sum_term)) {
     b.meaningful = false;
     b.note = fmt::format(

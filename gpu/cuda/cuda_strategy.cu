@@ -119,17 +119,16 @@ WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t memory_budget,
   // plan_workspace(q, 1) is multi-chunk whenever N > 1, as is every plan below N.
   const std::int64_t per_row = p2.total() - p1.total();
   const std::int64_t fixed = p1.total() - per_row;
+  std::int64_t rows = per_row > 0 ? (budget - fixed) / per_row : q.N;
   // The cap never makes a plan fail or shrink below what one chunk of the whole batch gives:
-  // several chunks can need more than one (the cross-chunk dW accumulator).
-  if (p1.total() > budget && whole.total() <= budget) return whole;
+  // where one chunk fits and the budget, not the cap, limits several (they can need more than
+  // one: the cross-chunk dW accumulator).
+  if (whole.total() <= budget && (p1.total() > budget || rows < std::min(cap, q.N))) return whole;
   if (p1.total() > budget)
     throw InputError(strategy + ": memory budget " + std::to_string(budget) +
                      " bytes is below the " + std::to_string(p1.total()) +
                      " bytes needed for one token per chunk (" + std::to_string(fixed) +
                      " fixed + " + std::to_string(per_row) + " per token)");
-  std::int64_t rows = per_row > 0 ? (budget - fixed) / per_row : q.N;
-  // The budget, not the cap, limits the chunks while one chunk fits: one chunk, as without the cap.
-  if (whole.total() <= budget && rows < std::min(cap, q.N)) return whole;
   rows = std::max<std::int64_t>(1, std::min({rows, q.N, cap}));
   // Balance: the same work in every chunk, in multiples of 128 tokens where that fits.
   const std::int64_t n_chunks = (q.N + rows - 1) / rows;

@@ -33,7 +33,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,6 +42,7 @@
 #include "gpu/registry.hpp"
 #include "tools/bench/bench_lib.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/text.hpp"
 
 using namespace xentlab;
 using namespace xentlab::gpu;
@@ -52,15 +52,6 @@ namespace {
 struct Size {
   std::int64_t N, V, D;
 };
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 double median(const std::vector<double>& v) {
   return v.empty() ? 0.0 : bench::summarize_times(v).median;
@@ -118,13 +109,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpu_bench: --sizes: no size given\n");
     return 2;
   }
+  std::vector<std::pair<std::string, Recipe>> recipes;  // (as given, parsed)
   try {
-    for (const auto& rname : split(recipes_arg, ',')) (void)parse_recipe(rname);
+    for (const auto& rname : split(recipes_arg, ','))
+      recipes.emplace_back(rname, parse_recipe(rname));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_bench: --recipes: %s\n", e.what());
     return 2;
   }
-  if (split(recipes_arg, ',').empty()) {
+  if (recipes.empty()) {
     std::fprintf(stderr, "gpu_bench: --recipes: no recipe given\n");
     return 2;
   }
@@ -246,8 +239,9 @@ int main(int argc, char** argv) {
       bench::fill_normal(DType::bf16, W.get(), sz.V * sz.D, 2.0 / std::sqrt(double(sz.D)), 2);
       bench::fill_targets(T.as<std::int64_t>(), sz.N, sz.V, 3);
       XL_CUDA_CHECK(cudaDeviceSynchronize());
-      for (const auto& rname : split(recipes_arg, ',')) {
-        const Recipe recipe = parse_recipe(rname);
+      for (const auto& given : recipes) {
+        const std::string& rname = given.first;
+        const Recipe& recipe = given.second;
         DeviceBuffer dH(io, sz.N * sz.D * size_of(recipe.grad), MemKind::io, "dH");
         DeviceBuffer dW(io, sz.V * sz.D * size_of(recipe.grad), MemKind::io, "dW");
         std::vector<std::pair<const CudaStrategy*, std::int64_t>> runs;
@@ -320,7 +314,7 @@ int main(int argc, char** argv) {
                  << ",\"gemm_tflops\":" << peak << ",\"note\":\"" << (note.empty() ? "" : "see log")
                  << "\"}\n";
         }
-        if (ab_rounds > 0 && &sz == &sizes.back() && rname == split(recipes_arg, ',').front()) {
+        if (ab_rounds > 0 && &sz == &sizes.back() && rname == recipes.front().first) {
           // Preferred cuBLASLt tiles on and off, alternated run by run (the order flips every
           // round) so that the card's power and thermal state is shared evenly by the two.
           for (const auto& s : strategies) {
