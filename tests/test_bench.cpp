@@ -848,6 +848,15 @@ Ran xentlab(const std::string& args) {
   return r;
 }
 
+/// Each (arguments, message): the program exits 2 and its output contains the message.
+void expect_exit_2_naming(const std::vector<std::pair<std::string, std::string>>& cases) {
+  for (const auto& [args, message] : cases) {
+    const Ran r = xentlab(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+  }
+}
+
 bool device_present() {
 #ifdef XENTLAB_HAVE_CUDA
   return gpu::query_device().available;
@@ -869,11 +878,7 @@ TEST(BenchProgram, InvalidOptionsExit2NamingThem) {
       {"bench --tokens 1099511627776 --vocab 1048576 --hidden 8", "2^48"},
       {"bench --tokens 8 --vocab 10 --hidden 4 --csv /no/such/folder/x.csv", "does not exist"},
   };
-  for (const auto& [args, message] : cases) {
-    const Ran r = xentlab(args);
-    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
-    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
-  }
+  expect_exit_2_naming(cases);
   const Ran h = xentlab("bench --help");
   EXPECT_EQ(h.status, 0);
   for (const char* opt : {"--tokens", "--vocab", "--hidden", "--recipes", "--strategies",
@@ -895,11 +900,7 @@ TEST(BenchProgram, CommandLinesThatDoNotParseExit2) {
        "--memory-budget"},
       {"verify", "required"},
   };
-  for (const auto& [args, message] : cases) {
-    const Ran r = xentlab(args);
-    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
-    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
-  }
+  expect_exit_2_naming(cases);
   EXPECT_EQ(xentlab("--help").status, 0);
   EXPECT_EQ(xentlab("--version").status, 0);
 }
@@ -916,11 +917,7 @@ TEST(BenchProgram, IntegersArePlainDecimal) {
       {"datasets --make gaussian -N 010", "--tokens: '010'"},
       {"reference -N 10.0", "--tokens: '10.0'"},
   };
-  for (const auto& [args, message] : cases) {
-    const Ran r = xentlab(args);
-    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
-    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
-  }
+  expect_exit_2_naming(cases);
   // Plain values still parse: the generated problem has the 10 tokens asked for.
   const Ran ok = xentlab("datasets --make gaussian -N 10");
   EXPECT_EQ(ok.status, 0) << ok.output;
