@@ -1,7 +1,7 @@
 #pragma once
 // The launch decomposition of the fused strategy's forward (gpu/cuda/fused.cu), shared with its
 // CPU emulation (gpu/emulation/common.cpp) so that both split a row's vocabulary the same way:
-// token blocks of 128 rows; vocabulary tiles of 128 entries; each token block's tiles divided into
+// token blocks of 128 rows; vocabulary tiles of 256 entries; each token block's tiles divided into
 // `ranges` contiguous ranges of ⌈tiles/ranges⌉ tiles, one CTA per (block, range), their partial
 // (max, sum-exp) states merged pairwise per row (docs/fused.md).
 #include <algorithm>
@@ -12,19 +12,21 @@
 namespace xentlab::gpu {
 
 inline constexpr std::int64_t kFusedBlockTokens = 128;  ///< BM: token rows per CTA
-inline constexpr std::int64_t kFusedVocabTile = 128;    ///< BN: vocabulary entries per tile
+inline constexpr std::int64_t kFusedVocabTile = 256;    ///< BN: vocabulary entries per forward tile
 /// SM count the CPU emulation assumes when the caller gives none (NVIDIA H200: 132 SMs).
 inline constexpr int kFusedModelSms = 132;
-/// Warps that share a row's columns in a vocabulary tile (fused.cu's forward: 2 × 4 warps, each
-/// 64 rows × 32 columns). A row's tile is split among kFusedRowWarps warps of
-/// kFusedVocabTile / kFusedRowWarps consecutive columns each; in a warp, the quad of lanes
-/// 4g … 4g + 3 holds the row, lane q the columns 8j + 2q + {0, 1} of the warp's slice (the
-/// tensor-core accumulator layout).
-inline constexpr std::int64_t kFusedRowWarps = 4;
-/// Columns a thread folds per vocabulary tile, and threads per row per tile (8 · 16 = 128).
+/// Warps that share a row's columns in a vocabulary tile (fused.cu's forward: one — a warp holds
+/// 16 rows × all 256 columns, the wgmma m64n256 fragment, and the mma.sync forward copies that
+/// layout). A row's tile is split among kFusedRowWarps warps of kFusedVocabTile / kFusedRowWarps
+/// consecutive columns each; in a warp, the quad of lanes 4g … 4g + 3 holds the row, lane q the
+/// columns 8j + 2q + {0, 1} of the warp's slice (the tensor-core accumulator layout). Until
+/// 2026-11-30 (fifth session) the forward was 2 × 4 warps of 64 × 32 over 128-column tiles:
+/// kFusedVocabTile 128, kFusedRowWarps 4.
+inline constexpr std::int64_t kFusedRowWarps = 1;
+/// Columns a thread folds per vocabulary tile, and threads per row per tile (64 · 4 = 256).
 inline constexpr std::int64_t kFusedRowThreads = 4 * kFusedRowWarps;
 inline constexpr std::int64_t kFusedThreadColumns = kFusedVocabTile / kFusedRowThreads;
-/// Merge levels of a row's thread states in a CTA: 2 within a quad, then the warps in order (3).
+/// Merge levels of a row's thread states in a CTA: 2 within a quad, then the warps in order (0).
 inline constexpr std::int64_t kFusedLaneMerges = 2 + (kFusedRowWarps - 1);
 static_assert(kFusedVocabTile % (8 * kFusedRowWarps) == 0,
               "a warp's slice of a tile is whole 8-column blocks");

@@ -57,7 +57,7 @@ TEST(Bounds, ReductionConstants) {
 /// launch rule for this SM count, tiles of each range counted, the binary-counter merge depth of
 /// the ranges simulated. Returns {roundings, rescales} of the deepest term.
 std::pair<double, double> fused_path_by_count(std::int64_t V, std::int64_t N, int sms) {
-  const std::int64_t VT = (V + 127) / 128;
+  const std::int64_t VT = (V + 255) / 256;  // the forward's tiles of 256 columns
   const int R = gpu::fused_vocab_ranges(N, V, sms);
   const std::int64_t tpr = (VT + R - 1) / R;
   std::int64_t most_tiles = 0;
@@ -75,8 +75,9 @@ std::pair<double, double> fused_path_by_count(std::int64_t V, std::int64_t N, in
   }
   int depth = stack.back().second;
   for (std::size_t t = stack.size() - 1; t-- > 0;) depth = std::max(stack[t].second, depth) + 1;
-  const double lanes = 5;  // 2 quad levels + 3 warp merges
-  const double roundings = std::min<std::int64_t>(8, V) - 1 + 1 + 2.0 * double(most_tiles - 1) +
+  const double lanes = 2;  // 2 quad levels; a row's tile is in one warp
+  // A thread folds 64 columns of each tile: 63 in-tile adds, 1 into its state.
+  const double roundings = std::min<std::int64_t>(64, V) - 1 + 1 + 2.0 * double(most_tiles - 1) +
                            2.0 * (lanes + depth);
   const double rescales = double(most_tiles - 1) + lanes + depth;
   return {roundings, rescales};
@@ -100,10 +101,10 @@ TEST(Bounds, OnlineTreeCoversTheFusedKernelsPathOnEverySmCount) {
             << "V=" << V << " N=" << N << " SMs=" << sms;
         EXPECT_LE(rescales, online_rescales(a, V, N)) << "V=" << V << " N=" << N << " SMs=" << sms;
       }
-  // The constant itself at the preset shape (N = 8192: at least 16 ranges of ≤ 63 of the 1002
-  // tiles): 7 + 1 + 2·62 + 2·(5 + 2·10) = 182; without N, one range: 7 + 1 + 2·1001 + 50 = 2060.
-  EXPECT_EQ(reduction_constant(ReductionOrder::online_tree, 128256, a, 8192), 182.0);
-  EXPECT_EQ(reduction_constant(ReductionOrder::online_tree, 128256, a), 2060.0);
+  // The constant itself at the preset shape (N = 8192: at least 16 ranges of ≤ 32 of the 501
+  // tiles): 63 + 1 + 2·31 + 2·(2 + 2·9) = 166; without N, one range: 63 + 1 + 2·500 + 40 = 1104.
+  EXPECT_EQ(reduction_constant(ReductionOrder::online_tree, 128256, a, 8192), 166.0);
+  EXPECT_EQ(reduction_constant(ReductionOrder::online_tree, 128256, a), 1104.0);
   DeclaredArithmetic bad = a;
   bad.block_threads = 0;
   EXPECT_THROW(reduction_constant(ReductionOrder::online_tree, 10, bad), InputError);

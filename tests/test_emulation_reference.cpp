@@ -227,16 +227,17 @@ TEST(EmulationStructure, BitIdenticalForAnyThreadCount) {
 // CTAs in all, at least 16 ranges, at most one tile each, partial states under 32 MiB.
 TEST(EmulationStructure, FusedVocabularyRangesFollowTheLaunchRule) {
   EXPECT_EQ(gpu::fused_vocab_ranges(8192, 128256, 132), 16);   // 64 blocks: ⌈528/64⌉ = 9 → 16
-  EXPECT_EQ(gpu::fused_vocab_ranges(1, 128256, 132), 528);     // one block: 4·132 ranges
-  EXPECT_EQ(gpu::fused_vocab_ranges(1, 507, 132), 4);          // capped at the 4 tiles
+  EXPECT_EQ(gpu::fused_vocab_ranges(1, 128256, 132), 501);     // one block: 4·132, capped at 501 tiles
+  EXPECT_EQ(gpu::fused_vocab_ranges(1, 507, 132), 2);          // capped at the 2 tiles of 256
   EXPECT_EQ(gpu::fused_vocab_ranges(131072, 128256, 132), 16);  // the minimum
   EXPECT_EQ(gpu::fused_vocab_ranges(1 << 20, 128256, 132), 2);  // 32 MiB / (12·2^20) = 2
   EXPECT_EQ(gpu::fused_vocab_ranges(1, 128256, 100), 400);
+  EXPECT_EQ(gpu::fused_vocab_ranges(1, 128256, 200), 501);
 }
 
-// The fused emulation sums a row's exponentials in the kernel's tree (8 columns per thread and
-// tile, quad, warps, ranges pairwise), not sequentially over the row. All-zero logits, V = 49152
-// (384 tiles), N = 1, bf16 accumulator: every partial sum of the tree is 2^a or 3·2^a, exact in
+// The fused emulation sums a row's exponentials in the kernel's tree (64 columns per thread and
+// tile, quad, ranges pairwise), not sequentially over the row. All-zero logits, V = 49152
+// (192 tiles of 256), N = 1, bf16 accumulator: every partial sum of the tree is 2^a or 3·2^a, exact in
 // bf16, so lse = rnd_bf16(logf(49152)) = 10.8125. A sequential fold over the tiles in bf16 would
 // stop at 32768 (32768 + 128 ties back to 32768) and give rnd_bf16(logf(32768)) = 10.375.
 TEST(EmulationStructure, FusedSumExpFollowsTheKernelTree) {
@@ -257,7 +258,7 @@ TEST(EmulationStructure, FusedSumExpFollowsTheKernelTree) {
   const double sequential = round_to(static_cast<double>(std::log(32768.0f)), DType::bf16);
   ASSERT_EQ(tree, 10.8125);
   ASSERT_EQ(sequential, 10.375);
-  for (const int sms : {0, 132, 1}) {  // 384 ranges of 1 tile (0 = 132); 16 ranges of 24 tiles
+  for (const int sms : {0, 132, 1}) {  // 192 ranges of 1 tile (0 = 132); 16 ranges of 12 tiles
     req.emulated_sms = sms;
     const StrategyOutputs o = fused->run(req);
     EXPECT_EQ(o.lse[0], tree) << "SMs " << sms;

@@ -29,6 +29,7 @@
 #include "datasets/synthetic.hpp"
 #include "gpu/bounds_for.hpp"
 #include "gpu/cuda/device.hpp"
+#include "gpu/cuda/fused.cuh"
 #include "gpu/registry.hpp"
 #include "numerics/bounds.hpp"
 #include "numerics/error.hpp"
@@ -771,6 +772,63 @@ TEST(GpuStrategies, FusedShapesAndOptions) {
   const Problem lp = make_gaussian_logits(4, 100, DType::bf16, 1.0, 3);
   EXPECT_EQ(fused->can_implement(lp, {}, parse_recipe("bf16/bf16/fp32/bf16")).code,
             Status::Code::not_supported);
+}
+
+/// The fused forward's two kernels — wgmma with TMA (sm_90a) and mma.sync (every device, the
+/// only one for unaligned shapes) — fold the same tree (gpu/fused_plan.hpp), so loss and lse must
+/// agree bit for bit, provided the two tensor-core instructions give the same fp32 dot products
+/// over D in the same k order (which the backward's recompute, on mma.sync, relies on too: its z
+/// must equal the forward's). Shapes where the wgmma kernel applies, with N, V and D off its tile
+/// multiples (TMA's zero fill at the edges), every loss option, bias and ignored rows, bf16 and
+/// fp16, fp32 and bf16 accumulators; each run is also checked against the reference and the
+/// emulation (check_run). On an sm_90a device the automatic path must have taken wgmma.
+TEST(GpuStrategies, FusedForwardKernelsAgreeBitForBit) {
+  XL_REQUIRE_DEVICE();
+  const auto fused = find_strategy(Backend::cuda, "fused");
+  ASSERT_TRUE(fused);
+  struct Restore {
+    ~Restore() { gpu::set_fused_forward_path(gpu::FusedForwardPath::automatic); }
+  } restore;
+  const bool sm90 = device().sm_major == 9 && device().sm_minor == 0;
+  std::vector<LossSpec> specs(3);
+  specs[1].label_smoothing = 0.1;
+  specs[1].z_loss = 1e-4;
+  specs[2].softcap = 20.0;
+  specs[2].logit_scale = 1.25;
+  specs[2].reduction = Reduction::none;
+  int k = 0;
+  for (const auto& [N, V, D] : std::vector<std::array<std::int64_t, 3>>{
+           {300, 2000, 96}, {256, 1024, 256}, {129, 257, 72}}) {
+    for (const char* rn : {"bf16/bf16/fp32/bf16", "bf16/bf16/bf16/bf16", "fp16/fp16/fp32/fp32"}) {
+      const Recipe r = parse_recipe(rn);
+      const LossSpec& sp = specs[static_cast<std::size_t>(k % 3)];
+      Case c{"fused-fwd-kernels-" + std::to_string(k),
+             gaussian(N, V, D, r.input, r.input == DType::fp16 ? 2.0 : 4.0, 71 + k, k % 2 == 0,
+                      true),
+             sp, sp.reduction == Reduction::none ? random_upstream(N, 5 + k) : std::vector<double>{}};
+      ++k;
+      const std::string ctx = describe(c, r, "fused", 0);
+      const ReferenceResult ref = reference_for(c);
+      RunRequest req;
+      req.problem = &c.pb;
+      req.spec = c.spec;
+      req.recipe = r;
+      req.upstream = c.upstream;
+      gpu::set_fused_forward_path(gpu::FusedForwardPath::automatic);
+      check_run(c, ref, *fused, r, 1);
+      const StrategyOutputs a = fused->run(req);
+      const std::string path = gpu::last_fused_forward_kernel();
+      if (sm90) EXPECT_EQ(path, "wgmma") << ctx;
+      gpu::set_fused_forward_path(gpu::FusedForwardPath::mma_sync);
+      check_run(c, ref, *fused, r, 1);
+      const StrategyOutputs b = fused->run(req);
+      EXPECT_EQ(std::string(gpu::last_fused_forward_kernel()), "mma.sync") << ctx;
+      EXPECT_TRUE(same_bits(a.loss, b.loss)) << ctx << ": loss differs between " << path
+                                             << " and mma.sync";
+      EXPECT_TRUE(same_bits(a.lse, b.lse)) << ctx << ": lse differs between " << path
+                                           << " and mma.sync";
+    }
+  }
 }
 
 /// Repeat runs: loss and lse come from a fixed merge order (no atomics) and must agree bit for

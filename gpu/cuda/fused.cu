@@ -38,6 +38,8 @@
 #include "gpu/cuda/ce_math.cuh"
 #include "gpu/cuda/cuda_check.hpp"
 #include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/cuda/fused.cuh"
+#include "gpu/cuda/hopper.cuh"
 #include "gpu/fused_plan.hpp"
 
 namespace xentlab::gpu {
@@ -46,7 +48,7 @@ using namespace cemath;
 
 // ---- tile configuration --------------------------------------------------------------------
 constexpr int kBM = 128;                 // tokens per tile (kFusedBlockTokens)
-constexpr int kBN = 128;                 // vocabulary entries per tile (kFusedVocabTile)
+constexpr int kBN = 128;                 // vocabulary entries per backward tile
 constexpr int kBK = 32;                  // K (hidden) step of the logits GEMM
 constexpr int kStages = 3;               // cp.async pipeline depth of the logits GEMM
 constexpr int kThreads = 256;            // 8 warps
@@ -57,7 +59,6 @@ constexpr int kLdz = kBN + 8;            // padded smem row of the dz tile
 constexpr int kMainHalves = kStages * (kBM + kBN) * kLds;  // 30720 halves
 constexpr int kGradHalves = 2 * (kBM + kBN) * kLdg;        // 36864 halves
 constexpr int kRegionHalves = kMainHalves > kGradHalves ? kMainHalves : kGradHalves;
-constexpr int kFwdSmem = kMainHalves * 2;                             // 61440 B
 constexpr int kBwdSmem = (kRegionHalves + kBM * kLdz) * 2;            // 108544 B
 #ifndef XL_FUSED_GROUP_N
 constexpr int kGroupN = 16;  // token blocks per raster group of the backward (L2 reuse)
@@ -65,12 +66,8 @@ constexpr int kGroupN = 16;  // token blocks per raster group of the backward (L
 constexpr int kGroupN = XL_FUSED_GROUP_N;  // experiments (docs/fused.md)
 #endif
 
-static_assert(kFwdSmem >= 4 * kBM * 3 * 4, "forward merge scratch fits in the pipeline region");
-static_assert(kBM == kFusedBlockTokens && kBN == kFusedVocabTile,
-              "the CPU emulation models this decomposition (gpu/fused_plan.hpp)");
-static_assert(kThreads / 32 / 2 == kFusedRowWarps && kBN / kFusedRowWarps == 32,
-              "the forward's warps: 2 along the tokens × kFusedRowWarps of 32 columns along the "
-              "vocabulary, the layout the CPU emulation folds (gpu/fused_plan.hpp)");
+static_assert(kBM == kFusedBlockTokens, "the CPU emulation models this decomposition "
+                                        "(gpu/fused_plan.hpp)");
 
 // ---- PTX wrappers --------------------------------------------------------------------------
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
@@ -251,119 +248,278 @@ __device__ __forceinline__ void merge_state(float& m, float& s, float m2, float 
 }
 
 // ---- 1. forward ------------------------------------------------------------------------------
-template <class T, bool kVec>
-__global__ void __launch_bounds__(kThreads, 2) fused_forward_kernel(FusedArgs a) {
-  extern __shared__ __align__(16) std::uint16_t smem[];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int wm = warp / 4, wn = warp % 4, g = lane / 4, c = lane % 4;
-  const std::int64_t split = blockIdx.x % a.splits, mb = blockIdx.x / a.splits;
-  const std::int64_t m0 = mb * kBM;
-  const std::int64_t VT = (a.V + kBN - 1) / kBN;
-  const std::int64_t t0 = split * a.tiles_per_split,
-                     t1 = std::min<std::int64_t>(VT, t0 + a.tiles_per_split);
+// Forward tiles are 128 tokens × kFBN = 256 vocabulary entries. Both forward kernels hold a tile
+// in the layout of wgmma's m64n256 accumulator fragment: the thread with lane l of warp w (w over
+// the CTA's 8 row groups of 16) has d[4j + 2h + e] = logit(row m0 + 16w + l/4 + 8h, column
+// n0 + 8j + 2(l % 4) + e), j < 32. So each row of a tile is folded by the 4 threads of a quad, 64
+// columns each, and both kernels fold the same tree (gpu/fused_plan.hpp, the CPU emulation).
+constexpr int kFBN = 256;
+constexpr int kFwdMmaSmem = kStages * (kBM + kFBN) * kLds * 2;  // 92160 B
+// wgmma kernel: 2 consumer warpgroups of 64 rows + 1 producer warpgroup (one thread issues the
+// TMA copies); K blocks of 64. The producer gives registers up (setmaxnreg) so that the
+// consumers may hold the 128 accumulators and the fold. A block of 288 threads (a producer warp,
+// not a warpgroup) was refused at launch on the H200 with cudaErrorLaunchOutOfResources
+// (2026-11-30): wgmma kernels are launched in whole warpgroups here.
+constexpr int kWgBK = 64, kWgStages = 4, kWgConsumers = 2;
+constexpr int kWgThreads = 128 * (kWgConsumers + 1);
+constexpr int kWgABytes = kBM * kWgBK * 2;   // 16 KiB: H rows, one 128-byte swizzle row each
+constexpr int kWgBBytes = kFBN * kWgBK * 2;  // 32 KiB: W rows
+constexpr int kWgStageBytes = kWgABytes + kWgBBytes;
+constexpr int kWgSmem = kWgStages * kWgStageBytes + 1024;  // + slack to align to 1024 (swizzle)
+static_assert(kFBN == kFusedVocabTile && kFusedRowWarps == 1 && kFusedThreadColumns == 64,
+              "the forward's fold: 4 threads per row of a 256-column tile, 64 columns each — the "
+              "layout the CPU emulation folds (gpu/fused_plan.hpp)");
+
+/// Online states of a thread's two rows (h = 0, 1): max, sum-exp relative to it, Σx (smoothing).
+struct FoldRows {
+  float m[2] = {-INFINITY, -INFINITY}, s[2] = {0.0f, 0.0f}, sx[2] = {0.0f, 0.0f};
+};
+
+/// Folds this thread's share of one forward tile (layout above; d holds the fp32 GEMM results
+/// and is overwritten with the logits x) into its rows' states: x = transform(rnd_logits(acc +
+/// bias)), −inf past V; the thread holding the target column writes x_t; Σx of the 64 columns
+/// from 0 then added; the tile max, the tile's sum-exp from 0 in column order, then
+/// s ← s·e^{m−m'} + tile sum (docs/arithmetic.md §9), every operation rounded to the
+/// accumulator dtype.
+__device__ __forceinline__ void fold_tile(float (&d)[128], std::int64_t row0, int q,
+                                          std::int64_t n0, const FusedArgs& a,
+                                          const std::int64_t (&tgt)[2], FoldRows& f) {
   const RowLossParams& p = a.p;
-  // Row slots of this thread: r = wm·64 + 16i + g + 8h.
-  float m[4][2], s[4][2], sx[4][2];
+  // Column n0 + 2q + o for o = 8j + e: in V while o < lim. Offsets are small ints (registers).
+  const std::int64_t rem = a.V - n0 - 2 * q;
+  const int lim = rem > kFBN ? kFBN : static_cast<int>(rem);
+  const float* bias = a.bias != nullptr ? a.bias + n0 + 2 * q : nullptr;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int h = 0; h < 2; ++h) {
+    const std::int64_t tr = tgt[h] - n0 - 2 * q;  // the target's offset, if in this tile
+    const int toff = target_valid(tgt[h], p) && tr >= 0 && tr < kFBN ? static_cast<int>(tr) : -1;
+    float tm = -INFINITY;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      m[i][h] = -INFINITY;
-      s[i][h] = 0.0f;
-      sx[i][h] = 0.0f;
-    }
-  float acc[4][4][4];
-  for (std::int64_t vt = t0; vt < t1; ++vt) {
-    const std::int64_t n0 = vt * kBN;
-    logits_tile<T, kVec>(acc, smem, a.H, a.W, m0, a.N, n0, a.V, a.D);
+    for (int o8 = 0; o8 < kFBN; o8 += 8)
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        // This thread's 8 columns of the row, in increasing column order. The target is re-read
-        // per tile (L1-resident) rather than held: registers are the forward's limit.
-        const std::int64_t row = m0 + wm * 64 + i * 16 + g + 8 * h;
-        const std::int64_t tgt = row < a.N ? a.targets[row] : p.ignore_index;
-        const bool has_t = target_valid(tgt, p) && tgt >= n0 && tgt < n0 + kBN;
-        float x[8];
-        float tm = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const std::int64_t col = n0 + wn * 32 + j * 8 + 2 * c + e;
-            float th;
-            const float v = logit_of(acc[i][j][2 * h + e], col, a.V, a.bias, a.logits_code, p, th);
-            x[2 * j + e] = v;
-            tm = fmaxf(tm, v);
-            if (has_t && col == tgt) a.x_target[row] = v;
-          }
-        if (p.smoothing) {
-          float ts = 0.0f;
-          const std::int64_t c0 = n0 + wn * 32 + 2 * c;
-#pragma unroll
-          for (int q = 0; q < 8; ++q)
-            if (c0 + (q / 2) * 8 + q % 2 < a.V) ts = rnd_rt(__fadd_rn(ts, rnd_rt(x[q], a.acc_code)), a.acc_code);
-          sx[i][h] = rnd_rt(__fadd_rn(sx[i][h], ts), a.acc_code);
+      for (int e = 0; e < 2; ++e) {
+        const int o = o8 + e, k = o8 / 2 + 2 * h + e;  // d[4j + 2h + e], j = o8 / 8
+        float v = -INFINITY;
+        if (o < lim) {
+          float r = d[k];
+          if (bias != nullptr) r = __fadd_rn(r, bias[o]);
+          float th;
+          v = transform(rnd_rt(r, a.logits_code), p, th);
         }
-        if (tm == -INFINITY) continue;  // all masked or outside V
-        const float mn = fmaxf(m[i][h], tm);
-        float ts = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 8; ++q)
-          ts = rnd_rt(__fadd_rn(ts, rnd_rt(expf(__fsub_rn(x[q], mn)), a.acc_code)), a.acc_code);
-        const float scaled =
-            m[i][h] == -INFINITY ? 0.0f : __fmul_rn(s[i][h], expf(__fsub_rn(m[i][h], mn)));
-        s[i][h] = rnd_rt(__fadd_rn(scaled, ts), a.acc_code);
-        m[i][h] = mn;
+        d[k] = v;
+        tm = fmaxf(tm, v);
+        if (o == toff) a.x_target[row0 + 8 * h] = v;
       }
+    if (p.smoothing) {
+      float ts = 0.0f;
+#pragma unroll
+      for (int o8 = 0; o8 < kFBN; o8 += 8)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (o8 + e < lim)
+            ts = rnd_rt(__fadd_rn(ts, rnd_rt(d[o8 / 2 + 2 * h + e], a.acc_code)), a.acc_code);
+      f.sx[h] = rnd_rt(__fadd_rn(f.sx[h], ts), a.acc_code);
+    }
+    if (tm == -INFINITY) continue;  // all masked or past V: nothing to add
+    const float mn = fmaxf(f.m[h], tm);
+    float ts = 0.0f;
+#pragma unroll
+    for (int o8 = 0; o8 < kFBN; o8 += 8)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        ts = rnd_rt(__fadd_rn(ts, rnd_rt(expf(__fsub_rn(d[o8 / 2 + 2 * h + e], mn)), a.acc_code)),
+                    a.acc_code);
+    const float scaled = f.m[h] == -INFINITY ? 0.0f : __fmul_rn(f.s[h], expf(__fsub_rn(f.m[h], mn)));
+    f.s[h] = rnd_rt(__fadd_rn(scaled, ts), a.acc_code);
+    f.m[h] = mn;
   }
-  // Merge the quad (lanes c = 0..3 of a row): xor 1, then xor 2.
+}
+
+/// Merges the quad's four states of each row (lane q with q^1, then with q^2, lower lane first,
+/// so both lanes hold the same result) and writes the (row, range) partial.
+__device__ __forceinline__ void finish_fold(FoldRows& f, std::int64_t row0, int q,
+                                            std::int64_t split, const FusedArgs& a) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int h = 0; h < 2; ++h) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+    for (int o = 1; o <= 2; o <<= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, f.m[h], o);
+      const float s2 = __shfl_xor_sync(0xffffffffu, f.s[h], o);
+      const float x2 = __shfl_xor_sync(0xffffffffu, f.sx[h], o);
+      const bool lower = (q & o) == 0;
+      float ma = lower ? f.m[h] : m2, sa = lower ? f.s[h] : s2;
+      merge_state(ma, sa, lower ? m2 : f.m[h], lower ? s2 : f.s[h], a.acc_code);
+      f.m[h] = ma;
+      f.s[h] = sa;
+      f.sx[h] = rnd_rt(lower ? __fadd_rn(f.sx[h], x2) : __fadd_rn(x2, f.sx[h]), a.acc_code);
+    }
+    const std::int64_t row = row0 + 8 * h;
+    if (q == 0 && row < a.N) {
+      a.part_m[split * a.N + row] = f.m[h];
+      a.part_s[split * a.N + row] = f.s[h];
+      if (a.part_sx != nullptr) a.part_sx[split * a.N + row] = f.sx[h];
+    }
+  }
+}
+
+/// The forward's logits GEMM on mma.sync: d = H[m0:m0+128, :] · W[n0:n0+256, :]ᵀ, fp32 over D
+/// in steps of 32 (16 per mma), increasing k, through the 3-stage cp.async pipeline. Warp w
+/// computes rows 16w … 16w + 15 × all 256 columns (the layout above). Leaves smem free.
+template <class T, bool kVec>
+__device__ __forceinline__ void logits_tile_rows(float (&d)[128], std::uint16_t* smem,
+                                                 const std::uint16_t* H, const std::uint16_t* W,
+                                                 std::int64_t m0, std::int64_t N, std::int64_t n0,
+                                                 std::int64_t V, std::int64_t D) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m[i][h], o);
-        const float s2 = __shfl_xor_sync(0xffffffffu, s[i][h], o);
-        const float x2 = __shfl_xor_sync(0xffffffffu, sx[i][h], o);
-        // Same operand order on both lanes (lower lane first) so both hold the same result.
-        const bool lower = (c & o) == 0;
-        float ma = lower ? m[i][h] : m2, sa = lower ? s[i][h] : s2;
-        merge_state(ma, sa, lower ? m2 : m[i][h], lower ? s2 : s[i][h], a.acc_code);
-        m[i][h] = ma;
-        s[i][h] = sa;
-        sx[i][h] = rnd_rt(lower ? __fadd_rn(sx[i][h], x2) : __fadd_rn(x2, sx[i][h]), a.acc_code);
+  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+  const std::int64_t KT = (D + kBK - 1) / kBK;
+  auto stage_a = [&](std::int64_t st) { return smem + st * (kBM + kFBN) * kLds; };
+  auto load_stage = [&](std::int64_t kt) {
+    std::uint16_t* s = stage_a(kt % kStages);
+    load_tile<kVec, kBM, kBK, kLds>(s, H, m0, N, kt * kBK, D, D);
+    load_tile<kVec, kFBN, kBK, kLds>(s + kBM * kLds, W, n0, V, kt * kBK, D, D);
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < KT) load_stage(st);
+    cp_async_commit();
+  }
+  for (std::int64_t kt = 0; kt < KT; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (kt + kStages - 1 < KT) load_stage(kt + kStages - 1);
+    cp_async_commit();
+    const std::uint16_t* As = stage_a(kt % kStages);
+    const std::uint16_t* Bs = As + kBM * kLds;
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      std::uint32_t af[4];
+      ldsm_x4(af, As + (warp * 16 + lane % 16) * kLds + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int jj = 0; jj < kFBN / 16; ++jj) {
+        std::uint32_t b[4];
+        ldsm_x4(b, Bs + (jj * 16 + lane % 8 + (lane / 16) * 8) * kLds + kk * 16 +
+                       ((lane / 8) % 2) * 8);
+        mma<T>(*reinterpret_cast<float(*)[4]>(d + 8 * jj), af, b[0], b[1]);
+        mma<T>(*reinterpret_cast<float(*)[4]>(d + 8 * jj + 4), af, b[2], b[3]);
       }
-  // Merge the four warps of a row (wn = 0..3, in order) through smem (the pipeline region is free).
-  float* sm = reinterpret_cast<float*>(smem);  // [4][kBM] m, then s, then sx
-  if (c == 0) {
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+}
+
+/// Vocabulary tiles [t0, t1) of the range `split` of token block mb (CTA blockIdx.x = mb·splits +
+/// split: consecutive CTAs share the H block and stream different W tiles).
+struct FwdRange {
+  std::int64_t split, m0, t0, t1;
+};
+__device__ __forceinline__ FwdRange forward_range(const FusedArgs& a) {
+  FwdRange r;
+  r.split = blockIdx.x % a.splits;
+  r.m0 = (blockIdx.x / a.splits) * kBM;
+  const std::int64_t VT = (a.V + kFBN - 1) / kFBN;
+  r.t0 = r.split * a.tiles_per_split;
+  r.t1 = std::min<std::int64_t>(VT, r.t0 + a.tiles_per_split);
+  return r;
+}
+
+/// The forward on mma.sync: 8 warps of 16 rows × 256 columns (any sm_80+ device, any shape).
+/// Registers capped below 255: at 255 (ptxas's choice under __launch_bounds__(256, 1)) the H200
+/// refused the launch with cudaErrorLaunchOutOfResources (2026-11-30).
+constexpr int kFwdMmaRegs = 240;
+template <class T, bool kVec>
+__global__ void __maxnreg__(kFwdMmaRegs) fused_forward_mma_kernel(FusedArgs a) {
+  extern __shared__ __align__(16) std::uint16_t smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, q = lane % 4;
+  const FwdRange rg = forward_range(a);
+  const std::int64_t row0 = rg.m0 + 16 * warp + lane / 4;
+  std::int64_t tgt[2];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = wm * 64 + i * 16 + g + 8 * h;
-        sm[wn * kBM + r] = m[i][h];
-        sm[4 * kBM + wn * kBM + r] = s[i][h];
-        sm[8 * kBM + wn * kBM + r] = sx[i][h];
-      }
+  for (int h = 0; h < 2; ++h) tgt[h] = row0 + 8 * h < a.N ? a.targets[row0 + 8 * h] : a.p.ignore_index;
+  FoldRows f;
+  float d[128];
+  for (std::int64_t vt = rg.t0; vt < rg.t1; ++vt) {
+    logits_tile_rows<T, kVec>(d, smem, a.H, a.W, rg.m0, a.N, vt * kFBN, a.V, a.D);
+    fold_tile(d, row0, q, vt * kFBN, a, tgt, f);
+  }
+  finish_fold(f, row0, q, rg.split, a);
+}
+
+/// The forward on wgmma (sm_90a): warpgroup 2 is the producer — one thread streams (tile, K
+/// block) pairs of H (128 × 64) and W (256 × 64) boxes by TMA into a 4-stage ring of
+/// 128-byte-swizzled buffers; warpgroups 0 and 1 each compute 64 rows × 256 columns with
+/// wgmma.mma_async m64n256k16 (4 per K block, increasing k, fp32 accumulators; one group kept in
+/// flight, a stage released one K block after its wgmmas were issued), then fold the tile.
+/// Boxes past N, V or D are zero-filled by the TMA unit. Measured first as tools/bench/wgmma_probe.
+template <class T>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    fused_forward_wgmma_kernel(const __grid_constant__ CUtensorMap tm_h,
+                               const __grid_constant__ CUtensorMap tm_w, FusedArgs a) {
+  using namespace hopper;
+  extern __shared__ std::uint8_t wg_smem_raw[];
+  __shared__ __align__(8) std::uint64_t full[kWgStages], empty[kWgStages];
+  std::uint8_t* smem = reinterpret_cast<std::uint8_t*>(
+      (reinterpret_cast<std::uintptr_t>(wg_smem_raw) + 1023) & ~std::uintptr_t{1023});
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const FwdRange rg = forward_range(a);
+  const int kblocks = static_cast<int>((a.D + kWgBK - 1) / kWgBK);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kWgStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kWgConsumers);
+    }
+    fence_mbar_init();
   }
   __syncthreads();
-  if (threadIdx.x < kBM) {
-    const int r = threadIdx.x;
-    const std::int64_t row = m0 + r;
-    if (row < a.N) {
-      float mm = sm[r], ss = sm[4 * kBM + r], xx = sm[8 * kBM + r];
-      for (int w = 1; w < 4; ++w) {
-        merge_state(mm, ss, sm[w * kBM + r], sm[4 * kBM + w * kBM + r], a.acc_code);
-        xx = rnd_rt(__fadd_rn(xx, sm[8 * kBM + w * kBM + r]), a.acc_code);
-      }
-      a.part_m[split * a.N + row] = mm;
-      a.part_s[split * a.N + row] = ss;
-      if (a.part_sx != nullptr) a.part_sx[split * a.N + row] = xx;
+  if (wg == kWgConsumers) {  // producer warpgroup
+    setmaxnreg_dec<40>();
+    if (t == 0) {
+      int it = 0;
+      for (std::int64_t tile = rg.t0; tile < rg.t1; ++tile)
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          const int s = it % kWgStages;
+          if (it >= kWgStages) mbar_wait(&empty[s], ((it / kWgStages) - 1) & 1);
+          std::uint8_t* sa = smem + s * kWgStageBytes;
+          mbar_expect_tx(&full[s], kWgStageBytes);
+          tma_load_2d(sa, &tm_h, &full[s], kb * kWgBK, static_cast<int>(rg.m0));
+          tma_load_2d(sa + kWgABytes, &tm_w, &full[s], kb * kWgBK, static_cast<int>(tile * kFBN));
+        }
     }
+    return;
   }
+  setmaxnreg_inc<232>();
+  const int c = wg, lane = t % 32, q = lane % 4;
+  const std::int64_t row0 = rg.m0 + 64 * c + 16 * (t / 32) + lane / 4;
+  std::int64_t tgt[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) tgt[h] = row0 + 8 * h < a.N ? a.targets[row0 + 8 * h] : a.p.ignore_index;
+  FoldRows f;
+  float d[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+  int it = 0;
+  for (std::int64_t tile = rg.t0; tile < rg.t1; ++tile) {
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      const int s = it % kWgStages;
+      mbar_wait(&full[s], (it / kWgStages) & 1);
+      const std::uint8_t* sa = smem + s * kWgStageBytes + c * (64 * 128);
+      const std::uint8_t* sb = smem + s * kWgStageBytes + kWgABytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kWgBK / 16; ++kk)  // 16 elements = 32 bytes along the swizzled row
+        wgmma_m64n256k16<T>(d, smem_desc(sa + kk * 32), smem_desc(sb + kk * 32),
+                            kb > 0 || kk > 0 ? 1 : 0);  // scale_d 0: the tile's first product
+      wgmma_commit();
+      wgmma_wait<1>();
+      if (kb > 0 && t == 0) mbar_arrive(&empty[(it - 1) % kWgStages]);
+    }
+    wgmma_wait<0>();
+    if (t == 0) mbar_arrive(&empty[(it - 1) % kWgStages]);
+    fold_tile(d, row0, q, tile * kFBN, a, tgt, f);
+  }
+  finish_fold(f, row0, q, rg.split, a);
 }
 
 // ---- 2. finalize -----------------------------------------------------------------------------
@@ -603,26 +759,46 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
 
 // ---- host side -------------------------------------------------------------------------------
 template <class T, bool kVec>
-void launch_fused(const FusedArgs& a, bool backward, cudaStream_t stream) {
+void launch_backward(const FusedArgs& a, cudaStream_t stream) {
   const std::int64_t MB = (a.N + kBM - 1) / kBM, VB = (a.V + kBN - 1) / kBN;
-  if (!backward) {
-    auto k = fused_forward_kernel<T, kVec>;
-    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdSmem));
-    k<<<static_cast<unsigned>(MB * a.splits), kThreads, kFwdSmem, stream>>>(a);
-  } else {
-    auto k = fused_backward_kernel<T, kVec>;
-    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kBwdSmem));
-    k<<<static_cast<unsigned>(MB * VB), kThreads, kBwdSmem, stream>>>(a);
-  }
+  auto k = fused_backward_kernel<T, kVec>;
+  XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kBwdSmem));
+  k<<<static_cast<unsigned>(MB * VB), kThreads, kBwdSmem, stream>>>(a);
   XL_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch(DType input, bool vec, const FusedArgs& a, bool backward, cudaStream_t s) {
-  if (input == DType::bf16)
-    vec ? launch_fused<__nv_bfloat16, true>(a, backward, s)
-        : launch_fused<__nv_bfloat16, false>(a, backward, s);
-  else
-    vec ? launch_fused<__half, true>(a, backward, s) : launch_fused<__half, false>(a, backward, s);
+template <class T>
+void launch_forward(bool vec, bool wgmma, const FusedArgs& a, cudaStream_t stream) {
+  const std::int64_t MB = (a.N + kBM - 1) / kBM;
+  const auto grid = static_cast<unsigned>(MB * a.splits);
+  if (wgmma) {
+    constexpr bool fp16 = std::is_same_v<T, __half>;
+    const CUtensorMap th = hopper::make_tensor_map_2d(a.H, fp16, a.N, a.D, kWgBK, kBM);
+    const CUtensorMap tw = hopper::make_tensor_map_2d(a.W, fp16, a.V, a.D, kWgBK, kFBN);
+    auto k = fused_forward_wgmma_kernel<T>;
+    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmem));
+    k<<<grid, kWgThreads, kWgSmem, stream>>>(th, tw, a);
+  } else {
+    auto k = vec ? fused_forward_mma_kernel<T, true> : fused_forward_mma_kernel<T, false>;
+    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdMmaSmem));
+    k<<<grid, kThreads, kFwdMmaSmem, stream>>>(a);
+  }
+  XL_CUDA_CHECK(cudaGetLastError());
+  note_fused_forward_kernel(wgmma);
+}
+
+void launch(DType input, bool vec, bool wgmma, const FusedArgs& a, bool backward, cudaStream_t s) {
+  if (input == DType::bf16) {
+    if (backward)
+      vec ? launch_backward<__nv_bfloat16, true>(a, s) : launch_backward<__nv_bfloat16, false>(a, s);
+    else
+      launch_forward<__nv_bfloat16>(vec, wgmma, a, s);
+  } else {
+    if (backward)
+      vec ? launch_backward<__half, true>(a, s) : launch_backward<__half, false>(a, s);
+    else
+      launch_forward<__half>(vec, wgmma, a, s);
+  }
 }
 
 class FusedStrategy final : public CudaStrategy {
@@ -633,11 +809,12 @@ class FusedStrategy final : public CudaStrategy {
     // The kernel's own tree (gpu/fused_plan.hpp; numerics/bounds.hpp online_tree), declared
     // alike by its CPU emulation.
     DeclaredArithmetic d = fused_declared_arithmetic();
-    d.note = "cuda fused: mma.sync m16n8k16 (HMMA) tiles 128x128, fp32 accumulation over D; "
-             "online (max,sum) per thread over 8-column tiles in " +
+    d.note = "cuda fused: forward wgmma m64n256k16 (HGMMA, sm_90a) or mma.sync m16n8k16 (HMMA) "
+             "tiles 128x256, fp32 accumulation over D; online (max,sum) per thread over 64 "
+             "columns of each tile in " +
              std::string(to_string(r.accum)) +
-             ", merged by quad, warp (in order) and vocabulary range (pairwise); dH/dW/db fp32 "
-             "atomics";
+             ", merged by quad and vocabulary range (pairwise); backward mma.sync tiles 128x128, "
+             "dH/dW/db fp32 atomics";
     return d;
   }
 
@@ -687,7 +864,7 @@ class FusedStrategy final : public CudaStrategy {
     a.logits_code = acc_code(r.recipe.logits);
     a.acc_code = acc_code(r.recipe.accum);
     a.splits = splits;
-    const std::int64_t VT = VB;
+    const std::int64_t VT = (P.V + kFBN - 1) / kFBN;  // forward tiles
     a.tiles_per_split = (VT + splits - 1) / splits;
     float* st = ws.row_states.as<float>();
     a.part_m = st;
@@ -697,7 +874,12 @@ class FusedStrategy final : public CudaStrategy {
     const bool vec = P.D % 8 == 0 &&
                      ((reinterpret_cast<std::uintptr_t>(P.H) |
                        reinterpret_cast<std::uintptr_t>(P.W)) & 15) == 0;
-    launch(P.input, vec, a, false, c.stream);
+    // The wgmma forward where its TMA boxes apply (16-byte rows and bases; at least one box of
+    // each operand), else mma.sync: the same tree either way (gpu/cuda/fused.cuh).
+    const bool wgmma = vec && fused_forward_path() == FusedForwardPath::automatic &&
+                       P.N >= kBM && P.V >= kFBN && P.D >= kWgBK &&
+                       hopper::hopper_forward_available();
+    launch(P.input, vec, wgmma, a, false, c.stream);
     fused_finalize_kernel<<<static_cast<unsigned>((P.N + 255) / 256), 256, 0, c.stream>>>(
         a, r.out.loss, r.out.lse);
     XL_CUDA_CHECK(cudaGetLastError());
@@ -715,7 +897,7 @@ class FusedStrategy final : public CudaStrategy {
     a.dH = dH;
     a.dW = dW;
     a.db = P.bias != nullptr ? ws.db_acc.as<float>() : nullptr;
-    launch(P.input, vec, a, true, c.stream);
+    launch(P.input, vec, false, a, true, c.stream);
     if (grad != DType::fp32) {
       launch_round_rows(dH, nullptr, P.N, P.D, grad, r.out.dH, c.stream);
       launch_round_rows(dW, nullptr, P.V, P.D, grad, r.out.dW, c.stream);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/cuda/fused.cuh"
 #include "gpu/registry.hpp"
 #include "tools/bench/bench_lib.hpp"
 
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     std::string label;
     std::unique_ptr<Strategy> s;
     bool forward_only;
+    bool mma_forward = false;  // force the mma.sync forward (gpu/cuda/fused.cuh)
   };
   auto registered = [](const std::string& name) {
     for (auto& s : make_strategies(Backend::cuda))
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
     return std::unique_ptr<Strategy>{};
   };
   std::vector<Entry> entries;
+  entries.push_back({"fused forward, mma.sync", registered("fused"), true, true});
   entries.push_back({"fused forward only", registered("fused"), true});
   entries.push_back({"fused", registered("fused"), false});
   entries.push_back({"fused-noatomics", gpu::make_cuda_fused_noatomics(), false});
@@ -80,17 +83,22 @@ int main(int argc, char** argv) {
         r.out.lse = E.as<float>();
         r.out.dH = dH.get();
         r.out.dW = dW.get();
+        gpu::set_fused_forward_path(e.mma_forward ? gpu::FusedForwardPath::mma_sync
+                                                  : gpu::FusedForwardPath::automatic);
         const bench::TimedRuns t = bench::time_forward_backward(
             *cs, r, {{H.get(), W.get(), T.as<std::int64_t>()}}, 1, repeats);
+        gpu::set_fused_forward_path(gpu::FusedForwardPath::automatic);
         std::vector<double> ms = t.ms;
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
         const double flops = (e.forward_only ? 2.0 : 8.0) * N * V * D;
         std::printf("N=%lld %-20s median %9.2f ms (min %.2f, max %.2f)  %6.1f TFLOP/s (%s)  "
-                    "peak extra %lld B\n",
+                    "peak extra %lld B%s%s\n",
                     static_cast<long long>(N), e.label.c_str(), med, ms.front(), ms.back(),
                     flops / (med * 1e-3) / 1e12, e.forward_only ? "2NVD" : "8NVD",
-                    static_cast<long long>(t.peak_extra_bytes));
+                    static_cast<long long>(t.peak_extra_bytes),
+                    e.label.rfind("fused", 0) == 0 ? ", forward kernel " : "",
+                    e.label.rfind("fused", 0) == 0 ? gpu::last_fused_forward_kernel() : "");
         std::fflush(stdout);
       }
     }
