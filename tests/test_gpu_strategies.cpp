@@ -781,7 +781,9 @@ TEST(GpuStrategies, FusedShapesAndOptions) {
 /// must equal the forward's). Shapes where the wgmma kernel applies, with N, V and D off its tile
 /// multiples (TMA's zero fill at the edges), every loss option, bias and ignored rows, bf16 and
 /// fp16, fp32 and bf16 accumulators; each run is also checked against the reference and the
-/// emulation (check_run). On an sm_90a device the automatic path must have taken wgmma.
+/// emulation (check_run). On an sm_90a device the automatic path must have taken wgmma. Case 3
+/// (fp32 accumulator, no bias, no option) takes the wgmma kernel's plain fold, which the mma.sync
+/// kernel never does: its equality checks that the plain fold drops only identities.
 TEST(GpuStrategies, FusedForwardKernelsAgreeBitForBit) {
   XL_REQUIRE_DEVICE();
   const auto fused = find_strategy(Backend::cuda, "fused");

@@ -280,7 +280,10 @@ struct FoldRows {
 /// bias)), −inf past V; the thread holding the target column writes x_t; Σx of the 64 columns
 /// from 0 then added; the tile max, the tile's sum-exp from 0 in column order, then
 /// s ← s·e^{m−m'} + tile sum (docs/arithmetic.md §9), every operation rounded to the
-/// accumulator dtype.
+/// accumulator dtype. kPlain (the host checks: no bias, scale 1, no softcap, no smoothing, fp32
+/// accumulator) drops the operations that are then exact identities (×1, rounding to fp32), as
+/// ce_kernels.cu's plain path does; T is the logits dtype (= the input dtype).
+template <bool kPlain, class T>
 __device__ __forceinline__ void fold_tile(float (&d)[128], std::int64_t row0, int q,
                                           std::int64_t n0, const FusedArgs& a,
                                           const std::int64_t (&tgt)[2], FoldRows& f) {
@@ -301,16 +304,20 @@ __device__ __forceinline__ void fold_tile(float (&d)[128], std::int64_t row0, in
         const int o = o8 + e, k = o8 / 2 + 2 * h + e;  // d[4j + 2h + e], j = o8 / 8
         float v = -INFINITY;
         if (o < lim) {
-          float r = d[k];
-          if (bias != nullptr) r = __fadd_rn(r, bias[o]);
-          float th;
-          v = transform(rnd_rt(r, a.logits_code), p, th);
+          if constexpr (kPlain) {
+            v = to_f(from_f<T>(d[k]));
+          } else {
+            float r = d[k];
+            if (bias != nullptr) r = __fadd_rn(r, bias[o]);
+            float th;
+            v = transform(rnd_rt(r, a.logits_code), p, th);
+          }
         }
         d[k] = v;
         tm = fmaxf(tm, v);
         if (o == toff) a.x_target[row0 + 8 * h] = v;
       }
-    if (p.smoothing) {
+    if (!kPlain && p.smoothing) {
       float ts = 0.0f;
 #pragma unroll
       for (int o8 = 0; o8 < kFBN; o8 += 8)
@@ -326,11 +333,12 @@ __device__ __forceinline__ void fold_tile(float (&d)[128], std::int64_t row0, in
 #pragma unroll
     for (int o8 = 0; o8 < kFBN; o8 += 8)
 #pragma unroll
-      for (int e = 0; e < 2; ++e)
-        ts = rnd_rt(__fadd_rn(ts, rnd_rt(expf(__fsub_rn(d[o8 / 2 + 2 * h + e], mn)), a.acc_code)),
-                    a.acc_code);
+      for (int e = 0; e < 2; ++e) {
+        const float ex = expf(__fsub_rn(d[o8 / 2 + 2 * h + e], mn));
+        ts = kPlain ? __fadd_rn(ts, ex) : rnd_rt(__fadd_rn(ts, rnd_rt(ex, a.acc_code)), a.acc_code);
+      }
     const float scaled = f.m[h] == -INFINITY ? 0.0f : __fmul_rn(f.s[h], expf(__fsub_rn(f.m[h], mn)));
-    f.s[h] = rnd_rt(__fadd_rn(scaled, ts), a.acc_code);
+    f.s[h] = kPlain ? __fadd_rn(scaled, ts) : rnd_rt(__fadd_rn(scaled, ts), a.acc_code);
     f.m[h] = mn;
   }
 }
@@ -442,7 +450,7 @@ __global__ void __maxnreg__(kFwdMmaRegs) fused_forward_mma_kernel(FusedArgs a) {
   float d[128];
   for (std::int64_t vt = rg.t0; vt < rg.t1; ++vt) {
     logits_tile_rows<T, kVec>(d, smem, a.H, a.W, rg.m0, a.N, vt * kFBN, a.V, a.D);
-    fold_tile(d, row0, q, vt * kFBN, a, tgt, f);
+    fold_tile<false, T>(d, row0, q, vt * kFBN, a, tgt, f);
   }
   finish_fold(f, row0, q, rg.split, a);
 }
@@ -453,7 +461,7 @@ __global__ void __maxnreg__(kFwdMmaRegs) fused_forward_mma_kernel(FusedArgs a) {
 /// wgmma.mma_async m64n256k16 (4 per K block, increasing k, fp32 accumulators; one group kept in
 /// flight, a stage released one K block after its wgmmas were issued), then fold the tile.
 /// Boxes past N, V or D are zero-filled by the TMA unit. Measured first as tools/bench/wgmma_probe.
-template <class T>
+template <class T, bool kPlain>
 __global__ void __launch_bounds__(kWgThreads, 1)
     fused_forward_wgmma_kernel(const __grid_constant__ CUtensorMap tm_h,
                                const __grid_constant__ CUtensorMap tm_w, FusedArgs a) {
@@ -517,7 +525,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
     wgmma_wait<0>();
     if (t == 0) mbar_arrive(&empty[(it - 1) % kWgStages]);
-    fold_tile(d, row0, q, tile * kFBN, a, tgt, f);
+    fold_tile<kPlain, T>(d, row0, q, tile * kFBN, a, tgt, f);
   }
   finish_fold(f, row0, q, rg.split, a);
 }
@@ -775,7 +783,10 @@ void launch_forward(bool vec, bool wgmma, const FusedArgs& a, cudaStream_t strea
     constexpr bool fp16 = std::is_same_v<T, __half>;
     const CUtensorMap th = hopper::make_tensor_map_2d(a.H, fp16, a.N, a.D, kWgBK, kBM);
     const CUtensorMap tw = hopper::make_tensor_map_2d(a.W, fp16, a.V, a.D, kWgBK, kFBN);
-    auto k = fused_forward_wgmma_kernel<T>;
+    // The plain fold where its dropped operations are identities (fold_tile).
+    const bool plain = a.bias == nullptr && a.p.scale == 1.0f && !(a.p.softcap > 0.0f) &&
+                       !a.p.smoothing && a.acc_code == 0;
+    auto k = plain ? fused_forward_wgmma_kernel<T, true> : fused_forward_wgmma_kernel<T, false>;
     XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmem));
     k<<<grid, kWgThreads, kWgSmem, stream>>>(th, tw, a);
   } else {
