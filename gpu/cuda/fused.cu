@@ -1,17 +1,19 @@
 // fused: linear + cross-entropy with no logits in device memory (docs/arithmetic.md §9; the
 // kernel design and its measurements: docs/fused.md).
 //
-// Three kernels, each a tensor-core GEMM of H (N×D) against W (V×D) — mma.sync m16n8k16 (HMMA)
-// with bf16 or fp16 operands and fp32 accumulation, tiles of BM = 128 tokens × BN = 128 vocabulary
-// entries, K steps of 32 through a 3-stage cp.async pipeline — whose epilogue never stores a
-// logit:
-//   1. forward: a CTA walks a range of vocabulary tiles for its 128 rows and folds each tile into
-//      a per-thread running (max, sum-exp) in the accumulator dtype (and Σx for label smoothing);
-//      the thread that holds the target column records x_t. The per-thread states are merged
-//      (quad shuffles, then the four warps of a row in order) into one partial per CTA;
+// Three kernels, each a tensor-core GEMM of H (N×D) against W (V×D) with bf16 or fp16 operands and
+// fp32 accumulation over D in increasing k, whose epilogue never stores a logit:
+//   1. forward: a CTA walks a range of vocabulary tiles (128 tokens × 256 entries) for its 128
+//      rows and folds each tile into per-thread running (max, sum-exp) states in the accumulator
+//      dtype (and Σx for label smoothing), 4 threads per row with 64 columns each; the thread that
+//      holds the target column records x_t; the quad's states are merged into one partial per
+//      (row, range). Two kernels with the same tree: wgmma m64n256k16 (HGMMA) fed by TMA on
+//      sm_90a, and mma.sync m16n8k16 (HMMA) through cp.async elsewhere (gpu/cuda/fused.cuh);
 //   2. finalize: per row, the partials of the vocabulary ranges are merged pairwise → lse, loss;
-//   3. backward: per (token block, vocabulary block) tile, the logits are recomputed with the very
-//      same GEMM and epilogue (bit-identical z), dz is formed in registers from the stored lse and
+//   3. backward (mma.sync, tiles 128 × 128, K steps of 32, 3-stage cp.async pipeline): per (token
+//      block, vocabulary block) tile, the logits are recomputed (the same fp32 dot products over
+//      D in the same k order, rounded alike: z equals the forward's, which the bit-for-bit test
+//      of the two forward kernels supports), dz is formed in registers from the stored lse and
 //      the upstream gradient, rounded to the logits dtype (= the operand dtype, see below) and
 //      kept in shared memory; then dH[rows, :] += dz·W[cols, :] and dW[cols, :] += dzᵀ·H[rows, :]
 //      are two more tensor-core GEMMs over D in slices of 64, added into fp32 accumulators with
@@ -257,9 +259,10 @@ constexpr int kFBN = 256;
 constexpr int kFwdMmaSmem = kStages * (kBM + kFBN) * kLds * 2;  // 92160 B
 // wgmma kernel: 2 consumer warpgroups of 64 rows + 1 producer warpgroup (one thread issues the
 // TMA copies); K blocks of 64. The producer gives registers up (setmaxnreg) so that the
-// consumers may hold the 128 accumulators and the fold. A block of 288 threads (a producer warp,
-// not a warpgroup) was refused at launch on the H200 with cudaErrorLaunchOutOfResources
-// (2026-11-30): wgmma kernels are launched in whole warpgroups here.
+// consumers may hold the 128 accumulators and the fold (ptxas: 168 registers, no spills). A
+// first version with a producer warp instead of a warpgroup (288 threads, 180 registers) was
+// refused at every launch on the H200 with cudaErrorLaunchOutOfResources (2026-11-30; the cause
+// was not established): this kernel is launched in whole warpgroups.
 constexpr int kWgBK = 64, kWgStages = 4, kWgConsumers = 2;
 constexpr int kWgThreads = 128 * (kWgConsumers + 1);
 constexpr int kWgABytes = kBM * kWgBK * 2;   // 16 KiB: H rows, one 128-byte swizzle row each
@@ -434,8 +437,9 @@ __device__ __forceinline__ FwdRange forward_range(const FusedArgs& a) {
 }
 
 /// The forward on mma.sync: 8 warps of 16 rows × 256 columns (any sm_80+ device, any shape).
-/// Registers capped below 255: at 255 (ptxas's choice under __launch_bounds__(256, 1)) the H200
-/// refused the launch with cudaErrorLaunchOutOfResources (2026-11-30).
+/// Registers capped at 240 (ptxas takes 234–240, no spills but 8 bytes of stack in the vector
+/// variant). The cap was set while diagnosing a launch failure that was the wgmma kernel's (see
+/// kWgThreads); the uncapped 255-register build also ran on the H200 (2026-11-30).
 constexpr int kFwdMmaRegs = 240;
 template <class T, bool kVec>
 __global__ void __maxnreg__(kFwdMmaRegs) fused_forward_mma_kernel(FusedArgs a) {
