@@ -820,7 +820,9 @@ TEST(GpuStrategies, FusedForwardKernelsAgreeBitForBit) {
       check_run(c, ref, *fused, r, 1);
       const StrategyOutputs a = fused->run(req);
       const std::string path = gpu::last_fused_forward_kernel();
-      if (sm90) EXPECT_EQ(path, "wgmma") << ctx;
+      if (sm90) {
+        EXPECT_EQ(path, "wgmma") << ctx;
+      }
       gpu::set_fused_forward_path(gpu::FusedForwardPath::mma_sync);
       check_run(c, ref, *fused, r, 1);
       const StrategyOutputs b = fused->run(req);

@@ -770,10 +770,10 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
 }
 
 // ---- host side -------------------------------------------------------------------------------
-template <class T, bool kVec>
-void launch_backward(const FusedArgs& a, cudaStream_t stream) {
+template <class T>
+void launch_backward(bool vec, const FusedArgs& a, cudaStream_t stream) {
   const std::int64_t MB = (a.N + kBM - 1) / kBM, VB = (a.V + kBN - 1) / kBN;
-  auto k = fused_backward_kernel<T, kVec>;
+  auto k = vec ? fused_backward_kernel<T, true> : fused_backward_kernel<T, false>;
   XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kBwdSmem));
   k<<<static_cast<unsigned>(MB * VB), kThreads, kBwdSmem, stream>>>(a);
   XL_CUDA_CHECK(cudaGetLastError());
@@ -800,20 +800,6 @@ void launch_forward(bool vec, bool wgmma, const FusedArgs& a, cudaStream_t strea
   }
   XL_CUDA_CHECK(cudaGetLastError());
   note_fused_forward_kernel(wgmma);
-}
-
-void launch(DType input, bool vec, bool wgmma, const FusedArgs& a, bool backward, cudaStream_t s) {
-  if (input == DType::bf16) {
-    if (backward)
-      vec ? launch_backward<__nv_bfloat16, true>(a, s) : launch_backward<__nv_bfloat16, false>(a, s);
-    else
-      launch_forward<__nv_bfloat16>(vec, wgmma, a, s);
-  } else {
-    if (backward)
-      vec ? launch_backward<__half, true>(a, s) : launch_backward<__half, false>(a, s);
-    else
-      launch_forward<__half>(vec, wgmma, a, s);
-  }
 }
 
 class FusedStrategy final : public CudaStrategy {
@@ -894,7 +880,8 @@ class FusedStrategy final : public CudaStrategy {
     const bool wgmma = vec && fused_forward_path() == FusedForwardPath::automatic &&
                        P.N >= kBM && P.V >= kFBN && P.D >= kWgBK &&
                        hopper::hopper_forward_available();
-    launch(P.input, vec, wgmma, a, false, c.stream);
+    P.input == DType::bf16 ? launch_forward<__nv_bfloat16>(vec, wgmma, a, c.stream)
+                           : launch_forward<__half>(vec, wgmma, a, c.stream);
     fused_finalize_kernel<<<static_cast<unsigned>((P.N + 255) / 256), 256, 0, c.stream>>>(
         a, r.out.loss, r.out.lse);
     XL_CUDA_CHECK(cudaGetLastError());
@@ -912,7 +899,8 @@ class FusedStrategy final : public CudaStrategy {
     a.dH = dH;
     a.dW = dW;
     a.db = P.bias != nullptr ? ws.db_acc.as<float>() : nullptr;
-    launch(P.input, vec, false, a, true, c.stream);
+    P.input == DType::bf16 ? launch_backward<__nv_bfloat16>(vec, a, c.stream)
+                           : launch_backward<__half>(vec, a, c.stream);
     if (grad != DType::fp32) {
       launch_round_rows(dH, nullptr, P.N, P.D, grad, r.out.dH, c.stream);
       launch_round_rows(dW, nullptr, P.V, P.D, grad, r.out.dW, c.stream);
