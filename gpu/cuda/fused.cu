@@ -145,6 +145,39 @@ __device__ __forceinline__ void load_tile(std::uint16_t* s, const std::uint16_t*
   }
 }
 
+/// The cp.async pipeline of the mma.sync logits GEMMs: over D in K steps of 32, increasing k,
+/// kStages deep, stage kt holding H[m0:m0+128, kt·32:+32] and then W[n0:n0+BROWS, kt·32:+32]
+/// (rows past N or V and columns past D zero); step(As, Bs) computes one K step from them.
+/// Leaves smem free (all groups waited, barrier).
+template <bool kVec, int BROWS, class Step>
+__device__ __forceinline__ void mma_logits_pipeline(std::uint16_t* smem, const std::uint16_t* H,
+                                                    const std::uint16_t* W, std::int64_t m0,
+                                                    std::int64_t N, std::int64_t n0,
+                                                    std::int64_t V, std::int64_t D, Step&& step) {
+  const std::int64_t KT = (D + kBK - 1) / kBK;
+  auto stage_a = [&](std::int64_t st) { return smem + st * (kBM + BROWS) * kLds; };
+  auto load_stage = [&](std::int64_t kt) {
+    std::uint16_t* a = stage_a(kt % kStages);
+    load_tile<kVec, kBM, kBK, kLds>(a, H, m0, N, kt * kBK, D, D);
+    load_tile<kVec, BROWS, kBK, kLds>(a + kBM * kLds, W, n0, V, kt * kBK, D, D);
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < KT) load_stage(st);
+    cp_async_commit();
+  }
+  for (std::int64_t kt = 0; kt < KT; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (kt + kStages - 1 < KT) load_stage(kt + kStages - 1);
+    cp_async_commit();
+    const std::uint16_t* As = stage_a(kt % kStages);
+    step(As, As + kBM * kLds);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+}
+
 /// The logits GEMM of one tile: acc = H[m0:m0+128, :] · W[n0:n0+128, :]ᵀ, fp32 accumulation over
 /// D in steps of 32 (16 per mma), increasing k. Warps 2 (M) × 4 (N), warp tile 64 × 32;
 /// acc[i][j][e] is row wm·64 + 16i + g + 8(e/2), column wn·32 + 8j + 2c + (e%2), with g = lane/4,
@@ -162,43 +195,25 @@ __device__ __forceinline__ void logits_tile(float (&acc)[4][4][4], std::uint16_t
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-  const std::int64_t KT = (D + kBK - 1) / kBK;
-  auto stage_a = [&](std::int64_t st) { return smem + st * (kBM + kBN) * kLds; };
-  auto load_stage = [&](std::int64_t kt) {
-    std::uint16_t* a = stage_a(kt % kStages);
-    load_tile<kVec, kBM, kBK, kLds>(a, H, m0, N, kt * kBK, D, D);
-    load_tile<kVec, kBN, kBK, kLds>(a + kBM * kLds, W, n0, V, kt * kBK, D, D);
-  };
+  mma_logits_pipeline<kVec, kBN>(
+      smem, H, W, m0, N, n0, V, D, [&](const std::uint16_t* As, const std::uint16_t* Bs) {
 #pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < KT) load_stage(st);
-    cp_async_commit();
-  }
-  for (std::int64_t kt = 0; kt < KT; ++kt) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    if (kt + kStages - 1 < KT) load_stage(kt + kStages - 1);
-    cp_async_commit();
-    const std::uint16_t* As = stage_a(kt % kStages);
-    const std::uint16_t* Bs = As + kBM * kLds;
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          std::uint32_t a[4][4], b[2][4];
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      std::uint32_t a[4][4], b[2][4];
+          for (int i = 0; i < 4; ++i)
+            ldsm_x4(a[i], As + (wm * 64 + i * 16 + lane % 16) * kLds + kk * 16 + (lane / 16) * 8);
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        ldsm_x4(a[i], As + (wm * 64 + i * 16 + lane % 16) * kLds + kk * 16 + (lane / 16) * 8);
+          for (int jj = 0; jj < 2; ++jj)
+            ldsm_x4(b[jj], Bs + (wn * 32 + jj * 16 + lane % 8 + (lane / 16) * 8) * kLds +
+                               kk * 16 + ((lane / 8) % 2) * 8);
 #pragma unroll
-      for (int jj = 0; jj < 2; ++jj)
-        ldsm_x4(b[jj], Bs + (wn * 32 + jj * 16 + lane % 8 + (lane / 16) * 8) * kLds + kk * 16 +
-                           ((lane / 8) % 2) * 8);
+          for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) mma<T>(acc[i][j], a[i], b[j / 2][(j % 2) * 2], b[j / 2][(j % 2) * 2 + 1]);
-    }
-  }
-  cp_async_wait<0>();
-  __syncthreads();
+            for (int j = 0; j < 4; ++j)
+              mma<T>(acc[i][j], a[i], b[j / 2][(j % 2) * 2], b[j / 2][(j % 2) * 2 + 1]);
+        }
+      });
 }
 
 /// Epilogue value: z = rnd_logits(acc + bias) (§1), x = transform(z) (§2); −inf outside V.
@@ -374,7 +389,7 @@ __device__ __forceinline__ void finish_fold(FoldRows& f, std::int64_t row0, int 
 }
 
 /// The forward's logits GEMM on mma.sync: d = H[m0:m0+128, :] · W[n0:n0+256, :]ᵀ, fp32 over D
-/// in steps of 32 (16 per mma), increasing k, through the 3-stage cp.async pipeline. Warp w
+/// in steps of 32 (16 per mma), increasing k, through the same cp.async pipeline. Warp w
 /// computes rows 16w … 16w + 15 × all 256 columns (the layout above). Leaves smem free.
 template <class T, bool kVec>
 __device__ __forceinline__ void logits_tile_rows(float (&d)[128], std::uint16_t* smem,
@@ -384,41 +399,22 @@ __device__ __forceinline__ void logits_tile_rows(float (&d)[128], std::uint16_t*
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int i = 0; i < 128; ++i) d[i] = 0.0f;
-  const std::int64_t KT = (D + kBK - 1) / kBK;
-  auto stage_a = [&](std::int64_t st) { return smem + st * (kBM + kFBN) * kLds; };
-  auto load_stage = [&](std::int64_t kt) {
-    std::uint16_t* s = stage_a(kt % kStages);
-    load_tile<kVec, kBM, kBK, kLds>(s, H, m0, N, kt * kBK, D, D);
-    load_tile<kVec, kFBN, kBK, kLds>(s + kBM * kLds, W, n0, V, kt * kBK, D, D);
-  };
+  mma_logits_pipeline<kVec, kFBN>(
+      smem, H, W, m0, N, n0, V, D, [&](const std::uint16_t* As, const std::uint16_t* Bs) {
 #pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < KT) load_stage(st);
-    cp_async_commit();
-  }
-  for (std::int64_t kt = 0; kt < KT; ++kt) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    if (kt + kStages - 1 < KT) load_stage(kt + kStages - 1);
-    cp_async_commit();
-    const std::uint16_t* As = stage_a(kt % kStages);
-    const std::uint16_t* Bs = As + kBM * kLds;
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          std::uint32_t af[4];
+          ldsm_x4(af, As + (warp * 16 + lane % 16) * kLds + kk * 16 + (lane / 16) * 8);
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      std::uint32_t af[4];
-      ldsm_x4(af, As + (warp * 16 + lane % 16) * kLds + kk * 16 + (lane / 16) * 8);
-#pragma unroll
-      for (int jj = 0; jj < kFBN / 16; ++jj) {
-        std::uint32_t b[4];
-        ldsm_x4(b, Bs + (jj * 16 + lane % 8 + (lane / 16) * 8) * kLds + kk * 16 +
-                       ((lane / 8) % 2) * 8);
-        mma<T>(*reinterpret_cast<float(*)[4]>(d + 8 * jj), af, b[0], b[1]);
-        mma<T>(*reinterpret_cast<float(*)[4]>(d + 8 * jj + 4), af, b[2], b[3]);
-      }
-    }
-  }
-  cp_async_wait<0>();
-  __syncthreads();
+          for (int jj = 0; jj < kFBN / 16; ++jj) {
+            std::uint32_t b[4];
+            ldsm_x4(b, Bs + (jj * 16 + lane % 8 + (lane / 16) * 8) * kLds + kk * 16 +
+                           ((lane / 8) % 2) * 8);
+            mma<T>(*reinterpret_cast<float(*)[4]>(d + 8 * jj), af, b[0], b[1]);
+            mma<T>(*reinterpret_cast<float(*)[4]>(d + 8 * jj + 4), af, b[2], b[3]);
+          }
+        }
+      });
 }
 
 /// Vocabulary tiles [t0, t1) of the range `split` of token block mb (CTA blockIdx.x = mb·splits +
