@@ -278,12 +278,10 @@ constexpr int kFwdMmaSmem = kStages * (kBM + kFBN) * kLds * 2;  // 92160 B
 // first version with a producer warp instead of a warpgroup (288 threads, 180 registers) was
 // refused at every launch on the H200 with cudaErrorLaunchOutOfResources (2026-11-30; the cause
 // was not established): this kernel is launched in whole warpgroups.
-constexpr int kWgBK = 64, kWgStages = 4, kWgConsumers = 2;
+constexpr int kWgConsumers = 2;
 constexpr int kWgThreads = 128 * (kWgConsumers + 1);
-constexpr int kWgABytes = kBM * kWgBK * 2;   // 16 KiB: H rows, one 128-byte swizzle row each
-constexpr int kWgBBytes = kFBN * kWgBK * 2;  // 32 KiB: W rows
-constexpr int kWgStageBytes = kWgABytes + kWgBBytes;
-constexpr int kWgSmem = kWgStages * kWgStageBytes + 1024;  // + slack to align to 1024 (swizzle)
+using Ring = hopper::WgmmaRing;  // 128 × 256 tiles, K blocks of 64, 4 stages (hopper.cuh)
+static_assert(kBM == 64 * kWgConsumers && kFBN == 256, "the ring's tile is the forward's");
 static_assert(kFBN == kFusedVocabTile && kFusedRowWarps == 1 && kFusedThreadColumns == 64,
               "the forward's fold: 4 threads per row of a 256-column tile, 64 columns each — the "
               "layout the CPU emulation folds (gpu/fused_plan.hpp)");
@@ -467,33 +465,23 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                                const __grid_constant__ CUtensorMap tm_w, FusedArgs a) {
   using namespace hopper;
   extern __shared__ std::uint8_t wg_smem_raw[];
-  __shared__ __align__(8) std::uint64_t full[kWgStages], empty[kWgStages];
-  std::uint8_t* smem = reinterpret_cast<std::uint8_t*>(
-      (reinterpret_cast<std::uintptr_t>(wg_smem_raw) + 1023) & ~std::uintptr_t{1023});
+  __shared__ __align__(8) std::uint64_t full[Ring::kStages], empty[Ring::kStages];
+  const Ring ring{reinterpret_cast<std::uint8_t*>(
+                      (reinterpret_cast<std::uintptr_t>(wg_smem_raw) + 1023) & ~std::uintptr_t{1023}),
+                  full, empty};
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const FwdRange rg = forward_range(a);
-  const int kblocks = static_cast<int>((a.D + kWgBK - 1) / kWgBK);
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kWgStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kWgConsumers);
-    }
-    fence_mbar_init();
-  }
+  const int kblocks = static_cast<int>((a.D + Ring::kBK - 1) / Ring::kBK);
+  if (threadIdx.x == 0) ring.init(kWgConsumers);
   __syncthreads();
   if (wg == kWgConsumers) {  // producer warpgroup
     setmaxnreg_dec<40>();
     if (t == 0) {
       int it = 0;
       for (std::int64_t tile = rg.t0; tile < rg.t1; ++tile)
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
-          const int s = it % kWgStages;
-          if (it >= kWgStages) mbar_wait(&empty[s], ((it / kWgStages) - 1) & 1);
-          std::uint8_t* sa = smem + s * kWgStageBytes;
-          mbar_expect_tx(&full[s], kWgStageBytes);
-          tma_load_2d(sa, &tm_h, &full[s], kb * kWgBK, static_cast<int>(rg.m0));
-          tma_load_2d(sa + kWgABytes, &tm_w, &full[s], kb * kWgBK, static_cast<int>(tile * kFBN));
-        }
+        for (int kb = 0; kb < kblocks; ++kb, ++it)
+          ring.produce(it, &tm_h, &tm_w, kb * Ring::kBK, static_cast<int>(rg.m0),
+                       static_cast<int>(tile * kFBN));
     }
     return;
   }
@@ -509,22 +497,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   for (int i = 0; i < 128; ++i) d[i] = 0.0f;
   int it = 0;
   for (std::int64_t tile = rg.t0; tile < rg.t1; ++tile) {
-    for (int kb = 0; kb < kblocks; ++kb, ++it) {
-      const int s = it % kWgStages;
-      mbar_wait(&full[s], (it / kWgStages) & 1);
-      const std::uint8_t* sa = smem + s * kWgStageBytes + c * (64 * 128);
-      const std::uint8_t* sb = smem + s * kWgStageBytes + kWgABytes;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kWgBK / 16; ++kk)  // 16 elements = 32 bytes along the swizzled row
-        wgmma_m64n256k16<T>(d, smem_desc(sa + kk * 32), smem_desc(sb + kk * 32),
-                            kb > 0 || kk > 0 ? 1 : 0);  // scale_d 0: the tile's first product
-      wgmma_commit();
-      wgmma_wait<1>();
-      if (kb > 0 && t == 0) mbar_arrive(&empty[(it - 1) % kWgStages]);
-    }
-    wgmma_wait<0>();
-    if (t == 0) mbar_arrive(&empty[(it - 1) % kWgStages]);
+    ring.consume_tile<T>(d, it, kblocks, c, t);
     fold_tile<kPlain, T>(d, row0, q, tile * kFBN, a, tgt, f);
   }
   finish_fold(f, row0, q, rg.split, a);
@@ -781,14 +754,14 @@ void launch_forward(bool vec, bool wgmma, const FusedArgs& a, cudaStream_t strea
   const auto grid = static_cast<unsigned>(MB * a.splits);
   if (wgmma) {
     constexpr bool fp16 = std::is_same_v<T, __half>;
-    const CUtensorMap th = hopper::make_tensor_map_2d(a.H, fp16, a.N, a.D, kWgBK, kBM);
-    const CUtensorMap tw = hopper::make_tensor_map_2d(a.W, fp16, a.V, a.D, kWgBK, kFBN);
+    const CUtensorMap th = hopper::make_tensor_map_2d(a.H, fp16, a.N, a.D, Ring::kBK, kBM);
+    const CUtensorMap tw = hopper::make_tensor_map_2d(a.W, fp16, a.V, a.D, Ring::kBK, kFBN);
     // The plain fold where its dropped operations are identities (fold_tile).
     const bool plain = a.bias == nullptr && a.p.scale == 1.0f && !(a.p.softcap > 0.0f) &&
                        !a.p.smoothing && a.acc_code == 0;
     auto k = plain ? fused_forward_wgmma_kernel<T, true> : fused_forward_wgmma_kernel<T, false>;
-    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmem));
-    k<<<grid, kWgThreads, kWgSmem, stream>>>(th, tw, a);
+    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Ring::kSmemBytes));
+    k<<<grid, kWgThreads, Ring::kSmemBytes, stream>>>(th, tw, a);
   } else {
     auto k = vec ? fused_forward_mma_kernel<T, true> : fused_forward_mma_kernel<T, false>;
     XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdMmaSmem));
@@ -874,7 +847,7 @@ class FusedStrategy final : public CudaStrategy {
     // The wgmma forward where its TMA boxes apply (16-byte rows and bases; at least one box of
     // each operand), else mma.sync: the same tree either way (gpu/cuda/fused.cuh).
     const bool wgmma = vec && fused_forward_path() == FusedForwardPath::automatic &&
-                       P.N >= kBM && P.V >= kFBN && P.D >= kWgBK &&
+                       P.N >= kBM && P.V >= kFBN && P.D >= Ring::kBK &&
                        hopper::hopper_forward_available();
     P.input == DType::bf16 ? launch_forward<__nv_bfloat16>(vec, wgmma, a, c.stream)
                            : launch_forward<__half>(vec, wgmma, a, c.stream);

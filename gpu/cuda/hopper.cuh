@@ -148,6 +148,67 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], std::uint64_t 
 #endif
 }
 
+/// The shared-memory pipeline of a 128 × 256 output tile over K blocks of 64 (the fused forward,
+/// tools/bench/wgmma_probe): kStages stages, each the A box (128 rows × 64 elements, 128-byte
+/// swizzle) then the B box (256 rows); a TMA producer thread fills stage it % kStages for iteration
+/// it (one K block of one tile), consumer warpgroups c (rows 64c … 64c + 63) drain it with four
+/// wgmma m64n256k16 each, keep one wgmma group in flight, and release a stage one K block later.
+/// smem must be 1024-byte aligned (the swizzle); full and empty are kStages mbarriers each.
+struct WgmmaRing {
+  static constexpr int kBK = 64, kStages = 4;
+  static constexpr int kABytes = 128 * kBK * 2, kBBytes = 256 * kBK * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack for the alignment
+  std::uint8_t* smem;
+  std::uint64_t* full;
+  std::uint64_t* empty;
+
+  /// One thread, before a __syncthreads: the barriers (full: 1 arrival + bytes; empty: one
+  /// arrival per consumer warpgroup).
+  __device__ __forceinline__ void init(int consumers) const {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], consumers);
+    }
+    fence_mbar_init();
+  }
+  /// Producer thread, iteration it: waits for the stage to be free, then loads the A box at
+  /// (k0, a_row) and the B box at (k0, b_row).
+  __device__ __forceinline__ void produce(int it, const CUtensorMap* ta, const CUtensorMap* tb,
+                                          int k0, int a_row, int b_row) const {
+    const int s = it % kStages;
+    if (it >= kStages) mbar_wait(&empty[s], ((it / kStages) - 1) & 1);
+    std::uint8_t* sa = smem + s * kStageBytes;
+    mbar_expect_tx(&full[s], kStageBytes);
+    tma_load_2d(sa, ta, &full[s], k0, a_row);
+    tma_load_2d(sa + kABytes, tb, &full[s], k0, b_row);
+  }
+  /// Consumer warpgroup c (thread t of it): d = A[64c:64c+64, :] · B[0:256, :]ᵀ over kblocks K
+  /// blocks starting at iteration it (advanced past them), fp32, increasing k; scale_d 0 on the
+  /// tile's first product. All of the tile's wgmmas are complete on return.
+  template <class T>
+  __device__ __forceinline__ void consume_tile(float (&d)[128], int& it, int kblocks, int c,
+                                               int t) const {
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      const int s = it % kStages;
+      mbar_wait(&full[s], (it / kStages) & 1);
+      const std::uint8_t* sa = smem + s * kStageBytes + c * (64 * 128);
+      const std::uint8_t* sb = smem + s * kStageBytes + kABytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk)  // 16 elements = 32 bytes along the swizzled row
+        wgmma_m64n256k16<T>(d, smem_desc(sa + kk * 32), smem_desc(sb + kk * 32),
+                            kb > 0 || kk > 0 ? 1 : 0);
+      wgmma_commit();
+      // One group in flight: the previous K block's wgmmas are done, so its stage is free.
+      wgmma_wait<1>();
+      if (kb > 0 && t == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+    }
+    wgmma_wait<0>();
+    if (t == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+  }
+};
+
 /// A 2-D tensor map of a row-major (rows × cols) 16-bit matrix at base (row stride cols·2 bytes,
 /// which must be a multiple of 16; base 16-byte aligned), boxes of box_cols × box_rows, 128-byte
 /// swizzle, zero fill outside. Throws DeviceError (cuda_check.hpp) when the driver refuses.

@@ -52,10 +52,9 @@ namespace {
 constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
 constexpr int kConsumers = 2;
 constexpr int kThreads = 128 * (1 + kConsumers);
-constexpr int kABytes = BM * BK * 2;  // 16 KiB
-constexpr int kBBytes = BN * BK * 2;  // 32 KiB
-constexpr int kStageBytes = kABytes + kBBytes;
-constexpr int kSmem = STAGES * kStageBytes + 1024;  // + alignment slack (swizzle needs 1024)
+constexpr int kSmem = xentlab::gpu::hopper::WgmmaRing::kSmemBytes;  // the ring of hopper.cuh
+static_assert(BK == xentlab::gpu::hopper::WgmmaRing::kBK &&
+              STAGES == xentlab::gpu::hopper::WgmmaRing::kStages, "the ring's geometry");
 
 // The PTX wrappers (mbarrier, TMA, wgmma descriptor and m64n256k16) and the tensor maps are
 // gpu/cuda/hopper.cuh's, shared with the fused strategy's forward.
@@ -82,21 +81,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                       int K, FoldOut fo) {
   extern __shared__ std::uint8_t smem_raw[];
   __shared__ __align__(8) std::uint64_t full[STAGES], empty[STAGES];
-  std::uint8_t* smem = reinterpret_cast<std::uint8_t*>(
-      (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t{1023});
+  const WgmmaRing ring{reinterpret_cast<std::uint8_t*>(
+                           (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t{1023}),
+                       full, empty};
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const int m0 = blockIdx.y * BM;
   const int n_tiles = N / BN;
   const int tile0 = kFold ? blockIdx.x * fo.tiles_per_range : blockIdx.x;
   const int tile1 = kFold ? min(n_tiles, tile0 + fo.tiles_per_range) : tile0 + 1;
   const int kblocks = K / BK;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumers);
-    }
-    fence_mbar_init();
-  }
+  if (threadIdx.x == 0) ring.init(kConsumers);
   __syncthreads();
 
   if (wg == 0) {  // producer
@@ -104,15 +98,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (t == 0) {
       int it = 0;
       for (int tile = tile0; tile < tile1; ++tile)
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
-          const int s = it % STAGES;
-          if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) - 1) & 1);
-          std::uint8_t* a = smem + s * kStageBytes;
-          std::uint8_t* b = a + kABytes;
-          mbar_expect_tx(&full[s], kStageBytes);
-          tma_load_2d(a, &tm_a, &full[s], kb * BK, m0);
-          tma_load_2d(b, &tm_b, &full[s], kb * BK, tile * BN);
-        }
+        for (int kb = 0; kb < kblocks; ++kb, ++it)
+          ring.produce(it, &tm_a, &tm_b, kb * BK, m0, tile * BN);
     }
     return;
   }
@@ -135,23 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < 128; ++i) d[i] = 0.0f;
   int it = 0;
   for (int tile = tile0; tile < tile1; ++tile) {
-    for (int kb = 0; kb < kblocks; ++kb, ++it) {
-      const int s = it % STAGES;
-      mbar_wait(&full[s], (it / STAGES) & 1);
-      const std::uint8_t* a = smem + s * kStageBytes + c * (64 * 128);
-      const std::uint8_t* b = smem + s * kStageBytes + kABytes;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk)  // 16 bf16 = 32 bytes along the swizzled row
-        wgmma_m64n256k16<__nv_bfloat16>(d, smem_desc(a + kk * 32), smem_desc(b + kk * 32),
-                         kb > 0 || kk > 0 ? 1 : 0);  // scale_d 0: the tile's first product
-      wgmma_commit();
-      // One group in flight: the previous K block's wgmmas are done, so its stage is free.
-      wgmma_wait<1>();
-      if (kb > 0 && t == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
-    }
-    wgmma_wait<0>();
-    if (t == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+    ring.consume_tile<__nv_bfloat16>(d, it, kblocks, c, t);
     const int n0 = tile * BN;
     if constexpr (!kFold) {
 #pragma unroll
