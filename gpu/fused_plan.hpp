@@ -13,6 +13,12 @@ namespace xentlab::gpu {
 
 inline constexpr std::int64_t kFusedBlockTokens = 128;  ///< BM: token rows per CTA
 inline constexpr std::int64_t kFusedVocabTile = 256;    ///< BN: vocabulary entries per forward tile
+/// Vocabulary entries per backward tile of the wgmma backward (sm_90a; since 2026-11-30, sixth
+/// session): each tile's dH = dz·W over its 256 entries is an fp32 partial added into the fp32 dH
+/// accumulator, and the CPU emulation models that. (The mma.sync backward, used off sm_90a and for
+/// shapes TMA cannot take, has tiles of 128 entries: the same bounds, a slightly different order.)
+/// The backward's token block (the dW and db partials) is kFusedBlockTokens in both.
+inline constexpr std::int64_t kFusedBackwardVocabTile = 256;
 /// SM count the CPU emulation assumes when the caller gives none (NVIDIA H200: 132 SMs).
 inline constexpr int kFusedModelSms = 132;
 /// Warps that share a row's columns in a vocabulary tile (fused.cu's forward: one — a warp holds

@@ -10,14 +10,15 @@
 //      (row, range). Two kernels with the same tree: wgmma m64n256k16 (HGMMA) fed by TMA on
 //      sm_90a, and mma.sync m16n8k16 (HMMA) through cp.async elsewhere (gpu/cuda/fused.cuh);
 //   2. finalize: per row, the partials of the vocabulary ranges are merged pairwise → lse, loss;
-//   3. backward (mma.sync, tiles 128 × 128, K steps of 32, 3-stage cp.async pipeline): per (token
-//      block, vocabulary block) tile, the logits are recomputed (the same fp32 dot products over
-//      D in the same k order, rounded alike: z equals the forward's, which the bit-for-bit test
-//      of the two forward kernels supports), dz is formed in registers from the stored lse and
-//      the upstream gradient, rounded to the logits dtype (= the operand dtype, see below) and
-//      kept in shared memory; then dH[rows, :] += dz·W[cols, :] and dW[cols, :] += dzᵀ·H[rows, :]
-//      are two more tensor-core GEMMs over D in slices of 64, added into fp32 accumulators with
-//      atomics (red.global.add), and db with fp32 atomics. dz is never written to global memory.
+//   3. backward: per (token block, vocabulary block) tile the logits are recomputed (the same fp32
+//      dot products over D in the same k order, rounded alike: z equals the forward's), dz is
+//      formed in registers from the stored lse and the upstream gradient, rounded to the logits
+//      dtype (= the operand dtype, see below) and kept in shared memory; then dH[rows, :] +=
+//      dz·W[cols, :] and dW[cols, :] += dzᵀ·H[rows, :] are two more tensor-core GEMMs over D in
+//      slices of 64, added into fp32 accumulators with atomics (red.global.add), and db with fp32
+//      atomics. dz is never written to global memory. Two kernels: wgmma (sm_90a, where the
+//      forward is wgmma: tiles 128 × 256, the forward's TMA mainloop for the recompute, wgmma
+//      m64n64k16 for the gradient GEMMs) and mma.sync (tiles 128 × 128, cp.async; elsewhere).
 // Gradients therefore accumulate in fp32 in an order that depends on scheduling: repeat runs agree
 // within the a-priori bound, not bit for bit (loss and lse are deterministic: no atomics there).
 //
@@ -62,10 +63,15 @@ constexpr int kMainHalves = kStages * (kBM + kBN) * kLds;  // 30720 halves
 constexpr int kGradHalves = 2 * (kBM + kBN) * kLdg;        // 36864 halves
 constexpr int kRegionHalves = kMainHalves > kGradHalves ? kMainHalves : kGradHalves;
 constexpr int kBwdSmem = (kRegionHalves + kBM * kLdz) * 2;            // 108544 B
+// Token blocks per raster group of the backward (L2 reuse; docs/fused.md): the mma.sync kernel's
+// 16 was measured against 64 (2026-11-30, third session); the wgmma kernel's 8 against 16 and 32
+// (sixth session: 119.9, 125.8, 137.2 ms at N = 8192; 1947.6, 2071.6, 2261.0 ms at N = 131072).
 #ifndef XL_FUSED_GROUP_N
-constexpr int kGroupN = 16;  // token blocks per raster group of the backward (L2 reuse)
+constexpr int kGroupN = 16;
+constexpr int kWbGroupN = 8;
 #else
-constexpr int kGroupN = XL_FUSED_GROUP_N;  // experiments (docs/fused.md)
+constexpr int kGroupN = XL_FUSED_GROUP_N;  // experiments (tools/bench/fused_variants)
+constexpr int kWbGroupN = XL_FUSED_GROUP_N;
 #endif
 
 static_assert(kBM == kFusedBlockTokens, "the CPU emulation models this decomposition "
@@ -466,9 +472,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   using namespace hopper;
   extern __shared__ std::uint8_t wg_smem_raw[];
   __shared__ __align__(8) std::uint64_t full[Ring::kStages], empty[Ring::kStages];
-  const Ring ring{reinterpret_cast<std::uint8_t*>(
-                      (reinterpret_cast<std::uintptr_t>(wg_smem_raw) + 1023) & ~std::uintptr_t{1023}),
-                  full, empty};
+  const Ring ring{align_1024(wg_smem_raw), full, empty};
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const FwdRange rg = forward_range(a);
   const int kblocks = static_cast<int>((a.D + Ring::kBK - 1) / Ring::kBK);
@@ -563,46 +567,114 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
   return std::uint32_t(ua) | (std::uint32_t(ub) << 16);
 }
 
-/// Adds a warp's 32×32 fp32 result (acc[i][j][e]: row r0 + 16i + g + 8(e/2), column
-/// c0 + 8j + 2c + e%2) into dst (rows × D) with fp32 reductions. Vector path (sm_90, D % 8 == 0):
-/// partner lanes (c, c^1) swap one pair so that each lane adds one float4 of 4 consecutive columns
-/// per (i, j) — even lanes row g, odd lanes row g + 8.
+/// Adds a warp's fp32 fragment of 16 rows × 8·J columns into dst (rows × D) with fp32 reductions:
+/// acc[4j + 2h + e] is row r0 + g + 8h, column c0 + 8j + 2c + e (g = lane/4, c = lane%4: the
+/// accumulator layout of mma m16n8 tiles side by side and of wgmma m64nN per warp). Vector path
+/// (sm_90, D % 8 == 0): partner lanes (c, c^1) swap one pair so that each lane adds one float4 of
+/// 4 consecutive columns per j — even lanes row g, odd lanes row g + 8.
+template <bool kVec, int J>
+__device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::int64_t r0,
+                                           std::int64_t rows, std::int64_t c0, std::int64_t D,
+                                           int g, int c) {
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    const float* f = acc + 4 * j;
+    const std::int64_t ra = r0 + g, col = c0 + j * 8 + 2 * c;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr bool kVec4 = kVec;  // float4 reductions exist from sm_90
+#else
+    constexpr bool kVec4 = false;
+#endif
+    if constexpr (kVec4) {
+      const bool even = (c & 1) == 0;
+      const float s0 = even ? f[2] : f[0];
+      const float s1 = even ? f[3] : f[1];
+      const float q0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+      const float q1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+      const std::int64_t row = even ? ra : ra + 8, cc = even ? col : col - 2;
+      if (row < rows && cc < D) {
+        const float4 v = even ? make_float4(f[0], f[1], q0, q1) : make_float4(q0, q1, f[2], f[3]);
+        atomicAdd(reinterpret_cast<float4*>(dst + row * D + cc), v);
+      }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const std::int64_t row = ra + 8 * h;
+        if (row >= rows) continue;
+        if (col < D) atomicAdd(dst + row * D + col, f[2 * h]);
+        if (col + 1 < D) atomicAdd(dst + row * D + col + 1, f[2 * h + 1]);
+      }
+    }
+  }
+}
+
+/// A warp's 32×32 result of the mma.sync backward (acc[i][j][e]: row r0 + 16i + g + 8(e/2),
+/// column c0 + 8j + 2c + e%2) into dst: two 16-row fragments.
 template <bool kVec>
 __device__ __forceinline__ void flush_tile(float* dst, const float (&acc)[2][4][4],
                                            std::int64_t r0, std::int64_t rows, std::int64_t c0,
                                            std::int64_t D, int g, int c) {
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const std::int64_t ra = r0 + i * 16 + g, col = c0 + j * 8 + 2 * c;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      constexpr bool kVec4 = kVec;  // float4 reductions exist from sm_90
-#else
-      constexpr bool kVec4 = false;
-#endif
-      if constexpr (kVec4) {
-        const bool even = (c & 1) == 0;
-        const float s0 = even ? acc[i][j][2] : acc[i][j][0];
-        const float s1 = even ? acc[i][j][3] : acc[i][j][1];
-        const float q0 = __shfl_xor_sync(0xffffffffu, s0, 1);
-        const float q1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-        const std::int64_t row = even ? ra : ra + 8, cc = even ? col : col - 2;
-        if (row < rows && cc < D) {
-          const float4 v = even ? make_float4(acc[i][j][0], acc[i][j][1], q0, q1)
-                                : make_float4(q0, q1, acc[i][j][2], acc[i][j][3]);
-          atomicAdd(reinterpret_cast<float4*>(dst + row * D + cc), v);
-        }
-      } else {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const std::int64_t row = ra + 8 * h;
-          if (row >= rows) continue;
-          if (col < D) atomicAdd(dst + row * D + col, acc[i][j][2 * h]);
-          if (col + 1 < D) atomicAdd(dst + row * D + col + 1, acc[i][j][2 * h + 1]);
-        }
-      }
-    }
+  for (int i = 0; i < 2; ++i) flush_frag<kVec, 4>(dst, &acc[i][0][0], r0 + 16 * i, rows, c0, D, g, c);
+}
+
+/// The backward's tile of CTA blockIdx.x for tiles of kBM tokens × BN vocabulary entries: raster
+/// groups of GROUP token blocks, token block fastest within a group (L2 reuse of both the H rows
+/// and the W rows that the CTAs in flight read, and of the gradient lines they add into); the last
+/// group may be smaller. A bijection of [0, MB·VB) for any GROUP ≥ 1.
+struct BwdTile {
+  std::int64_t mb, vb, m0, n0;
+};
+template <int BN, int GROUP>
+__device__ __forceinline__ BwdTile backward_tile(const FusedArgs& a) {
+  const std::int64_t MB = (a.N + kBM - 1) / kBM, VB = (a.V + BN - 1) / BN;
+  const std::int64_t b = blockIdx.x, per_group = std::int64_t(GROUP) * VB;
+  const std::int64_t grp = b / per_group, local = b % per_group;
+  const std::int64_t gn = std::min<std::int64_t>(GROUP, MB - grp * GROUP);
+  BwdTile t;
+  t.mb = grp * GROUP + local % gn;
+  t.vb = local / gn;
+  t.m0 = t.mb * kBM;
+  t.n0 = t.vb * BN;
+  return t;
+}
+
+/// Whether any row of the token block at m0 has a valid target (a block without one has dz = 0
+/// and is skipped). Every thread of the CTA must call it (a barrier); threads < kBM read a row.
+__device__ __forceinline__ bool block_has_targets(const FusedArgs& a, std::int64_t m0) {
+  bool any = false;
+  if (threadIdx.x < kBM) {
+    const std::int64_t row = m0 + threadIdx.x;
+    any = row < a.N && target_valid(a.targets[row], a.p);
+  }
+  return __syncthreads_or(any) != 0;
+}
+
+/// What dz of one row needs: target, lse, upstream gradient, and whether the row has a valid
+/// target (rows past N and ignored rows get dz = 0).
+struct DzRow {
+  std::int64_t t;
+  float lse, gi;
+  bool valid;
+};
+__device__ __forceinline__ DzRow dz_row(const FusedArgs& a, std::int64_t row) {
+  DzRow r{a.p.ignore_index, 0.0f, 0.0f, false};
+  if (row < a.N) {
+    r.t = a.targets[row];
+    r.lse = a.lse[row];
+    r.gi = a.g.g_rows != nullptr ? a.g.g_rows[row] : a.g.g_scalar;
+    r.valid = target_valid(r.t, a.p);
+  }
+  return r;
+}
+/// dz of (row, col) from the recomputed fp32 dot product acc (§7; the forward's z: logit_of),
+/// rounded to the logits dtype; 0 past V and on rows without a valid target.
+__device__ __forceinline__ float dz_of(float acc, std::int64_t col, const DzRow& r,
+                                       const FusedArgs& a) {
+  float th;
+  const float x = logit_of(acc, col, a.V, a.bias, a.logits_code, a.p, th);
+  return r.valid && col < a.V ? rnd_rt(dz_value(x, th, col == r.t, r.lse, r.gi, a.p), a.logits_code)
+                              : 0.0f;
 }
 
 template <class T, bool kVec>
@@ -611,23 +683,9 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
   std::uint16_t* dzs = smem + kRegionHalves;  // (kBM, kLdz) dz tile in the operand dtype
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, c = lane % 4;
-  const RowLossParams& p = a.p;
-  // Raster: groups of kGroupN token blocks, token block fastest within a group (L2 reuse of both
-  // the H rows and the W rows that the CTAs in flight read).
-  const std::int64_t MB = (a.N + kBM - 1) / kBM, VB = (a.V + kBN - 1) / kBN;
-  const std::int64_t b = blockIdx.x, per_group = std::int64_t(kGroupN) * VB;
-  const std::int64_t grp = b / per_group, local = b % per_group;
-  const std::int64_t gn = std::min<std::int64_t>(kGroupN, MB - grp * kGroupN);
-  const std::int64_t mb = grp * kGroupN + local % gn, vb = local / gn;
-  const std::int64_t m0 = mb * kBM, n0 = vb * kBN;
-
-  // Rows of the block with a valid target; a block without any is skipped (its dz is 0).
-  bool any = false;
-  if (threadIdx.x < kBM) {
-    const std::int64_t row = m0 + threadIdx.x;
-    any = row < a.N && target_valid(a.targets[row], p);
-  }
-  if (!__syncthreads_or(any)) return;
+  const BwdTile tl = backward_tile<kBN, kGroupN>(a);
+  const std::int64_t mb = tl.mb, vb = tl.vb, m0 = tl.m0, n0 = tl.n0;
+  if (!block_has_targets(a, m0)) return;
 
   {
     const int wm = warp / 4, wn = warp % 4;
@@ -638,29 +696,12 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = wm * 64 + i * 16 + g + 8 * h;
-        const std::int64_t row = m0 + r;
-        std::int64_t t = p.ignore_index;
-        float lse = 0.0f, gi = 0.0f;
-        if (row < a.N) {
-          t = a.targets[row];
-          lse = a.lse[row];
-          gi = a.g.g_rows != nullptr ? a.g.g_rows[row] : a.g.g_scalar;
-        }
-        const bool valid = row < a.N && target_valid(t, p);
+        const DzRow dr = dz_row(a, m0 + r);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          float d[2];
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const std::int64_t col = n0 + wn * 32 + j * 8 + 2 * c + e;
-            float th;
-            const float x = logit_of(acc[i][j][2 * h + e], col, a.V, a.bias, a.logits_code, p, th);
-            d[e] = valid && col < a.V
-                       ? rnd_rt(dz_value(x, th, col == t, lse, gi, p), a.logits_code)
-                       : 0.0f;
-          }
+          const std::int64_t col = n0 + wn * 32 + j * 8 + 2 * c;
           *reinterpret_cast<std::uint32_t*>(dzs + r * kLdz + wn * 32 + j * 8 + 2 * c) =
-              pack2<T>(d[0], d[1]);
+              pack2<T>(dz_of(acc[i][j][2 * h], col, dr, a), dz_of(acc[i][j][2 * h + 1], col + 1, dr, a));
         }
       }
   }
@@ -738,14 +779,188 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
   }
 }
 
+// ---- 3b. backward on wgmma (sm_90a) -------------------------------------------------------------
+// Tiles of 128 tokens × 256 vocabulary entries (kWbBN), one CTA each, 2 consumer warpgroups + 1
+// producer warpgroup as the forward. The producer streams the H (128 × 64) and W (256 × 64) boxes
+// of the tile twice through a 3-stage ring: first in increasing k for the recompute (the forward's
+// mainloop, so z is the forward's bit for bit), then the D slices of the gradient GEMMs from a
+// rotated start. The dz tile (bf16/fp16, 64 KiB) lives in four 128-byte-swizzled blocks of 64
+// vocabulary entries, which makes it both the K-major A operand of dH = dz·W and the MN-major A
+// operand of dW = dzᵀ·H; the W and H boxes are the MN-major B operands (hopper.cuh smem_desc_mn).
+// Per D slice of 64 each consumer warpgroup computes dH[64 rows × 64] (K = 256, 16 wgmma
+// m64n64k16) and dW[128 vocabulary rows × 64] (K = 128, 2 × 8), then adds them into the fp32
+// accumulators with float4 reductions. The 256-entry tile halves the dW reductions of the
+// mma.sync backward's 128 × 128 tile (docs/fused.md: the reductions are half of its time).
+constexpr int kWbBN = 256;
+using BwdRing = hopper::WgmmaRingT<3>;
+constexpr int kDzBlockBytes = kBM * 128;  // 128 rows × 64 entries × 2 bytes
+constexpr int kWbSmem = BwdRing::kStages * BwdRing::kStageBytes + 4 * kDzBlockBytes + 1024;
+static_assert(kWbBN == kFusedBackwardVocabTile, "the CPU emulation's dH partials (gpu/fused_plan.hpp)");
+static_assert(kWbBN == 4 * 64 && BwdRing::kBK == 64, "four dz blocks of 64 entries; D slices of 64");
+static_assert(kWbSmem <= 227 * 1024, "one CTA per SM within the H100/H200's 227 KiB");
+
+/// Byte offset of dz(r, v) in the wgmma backward's dz tile: block v / 64, row r of 128 bytes,
+/// 16-byte chunk (v % 64) / 8 stored at chunk ^ (r % 8) (the 128-byte swizzle of TMA and wgmma).
+__device__ __forceinline__ int dz_byte(int r, int v) {
+  return (v >> 6) * kDzBlockBytes + r * 128 + ((((v >> 3) & 7) ^ (r & 7)) << 4) + (v & 7) * 2;
+}
+
+/// The wgmma backward. kPlain (the host checks: no bias, scale 1, no softcap, no label smoothing,
+/// no z-loss) forms dz without the operations that are then identities (adding no bias, ×1, a
+/// tanh-free chain, subtracting 0), as the forward's plain fold does; T is the logits dtype.
+template <class T, bool kPlain>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    fused_backward_wgmma_kernel(const __grid_constant__ CUtensorMap tm_h,
+                                const __grid_constant__ CUtensorMap tm_w, FusedArgs a) {
+  using namespace hopper;
+  extern __shared__ std::uint8_t wg_smem_raw[];
+  __shared__ __align__(8) std::uint64_t full[BwdRing::kStages], empty[BwdRing::kStages];
+  std::uint8_t* base = align_1024(wg_smem_raw);
+  const BwdRing ring{base, full, empty};
+  std::uint8_t* dzs = base + BwdRing::kStages * BwdRing::kStageBytes;
+  const BwdTile tl = backward_tile<kWbBN, kWbGroupN>(a);
+  if (!block_has_targets(a, tl.m0)) return;
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int kblocks = static_cast<int>((a.D + BwdRing::kBK - 1) / BwdRing::kBK);
+  const int first = static_cast<int>((tl.mb + tl.vb) % kblocks);  // concurrent CTAs add elsewhere
+  if (threadIdx.x == 0) ring.init(kWgConsumers);
+  __syncthreads();
+  if (wg == kWgConsumers) {  // producer warpgroup
+    setmaxnreg_dec<40>();
+    if (t == 0) {
+      const int m0 = static_cast<int>(tl.m0), n0 = static_cast<int>(tl.n0);
+      for (int kb = 0; kb < kblocks; ++kb)
+        ring.produce(kb, &tm_h, &tm_w, kb * BwdRing::kBK, m0, n0);
+#ifndef XL_FUSED_EXP_NO_GRAD  // (that experiment's consumers stop after dz: nothing to feed)
+      for (int i = 0; i < kblocks; ++i)
+        ring.produce(kblocks + i, &tm_h, &tm_w, ((first + i) % kblocks) * BwdRing::kBK, m0, n0);
+#endif
+    }
+    return;
+  }
+  setmaxnreg_inc<232>();
+  const int c = wg, w = t / 32, lane = t % 32, g = lane / 4, q = lane % 4;
+  int it = 0;
+  {
+    float d[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+    ring.consume_tile<T>(d, it, kblocks, c, t);
+    // Columns n0 + o for o < lim are in V; offsets are small ints (registers), as in fold_tile.
+    const std::int64_t rem = a.V - tl.n0;
+    const int lim = rem > kWbBN ? kWbBN : static_cast<int>(rem);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 64 * c + 16 * w + g + 8 * h;
+      const DzRow dr = dz_row(a, tl.m0 + r);
+      const std::int64_t tr = dr.t - tl.n0;  // the target's offset, if in this tile
+      const int toff = dr.valid && tr >= 0 && tr < kWbBN ? static_cast<int>(tr) : -1;
+      // dz of offset o from its fp32 dot product y.
+      auto dz = [&](float y, int o) {
+        if constexpr (kPlain) {
+          if (!dr.valid || o >= lim) return 0.0f;
+          float e = expf(__fsub_rn(to_f(from_f<T>(y)), dr.lse));  // x = rnd_logits(y)
+          if (o == toff) e = __fsub_rn(e, a.p.one_minus_eps);
+          return to_f(from_f<T>(__fmul_rn(e, dr.gi)));
+        } else {
+          return dz_of(y, tl.n0 + o, dr, a);
+        }
+      };
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int v = 8 * j + 2 * q;
+        *reinterpret_cast<std::uint32_t*>(dzs + dz_byte(r, v)) =
+            pack2<T>(dz(d[4 * j + 2 * h], v), dz(d[4 * j + 2 * h + 1], v + 1));
+      }
+    }
+  }
+  fence_proxy_async_shared();  // dz: written here, read by wgmma
+  named_barrier(1, 128 * kWgConsumers);
+#ifdef XL_FUSED_EXP_NO_GRAD  // experiment: recompute and dz only (docs/fused.md)
+  if (dzs[threadIdx.x] == 123) a.dH[0] = 1.0f;
+  return;
+#endif
+  // db: column sums of the tile (fp32, increasing row), added atomically; one column per thread.
+  if (a.db != nullptr && tl.n0 + threadIdx.x < a.V) {
+    const int v = static_cast<int>(threadIdx.x);
+    float sum = 0.0f;
+    for (int r = 0; r < kBM; ++r) {
+      T x;
+      memcpy(&x, dzs + dz_byte(r, v), 2);
+      sum = __fadd_rn(sum, to_f(x));
+    }
+    atomicAdd(a.db + tl.n0 + v, sum);
+  }
+  // Per D slice: both GEMMs, then their reductions. (Issuing each GEMM's reductions while the
+  // other runs, and dH's A operand from registers, were measured slower: docs/fused.md.)
+  float accH[32], accW[2][32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) accH[i] = accW[0][i] = accW[1][i] = 0.0f;
+  for (int i = 0; i < kblocks; ++i, ++it) {
+    const std::uint8_t* hs = ring.wait_full(it);     // H[m0 : m0+128, slice]
+    const std::uint8_t* ws = hs + BwdRing::kABytes;  // W[n0 : n0+256, slice]
+    wgmma_fence();
+    // dH[rows 64c…, slice] = dz[rows, 0:256] · W[0:256, slice]: A K-major, B MN-major.
+#pragma unroll
+    for (int kk = 0; kk < kWbBN / 16; ++kk)
+      wgmma_m64n64k16<T, 0, 1>(accH,
+                               smem_desc(dzs + (kk / 4) * kDzBlockBytes + c * 8192 + (kk % 4) * 32),
+                               smem_desc_mn(ws + kk * 2048), kk > 0 ? 1 : 0);
+    // dW[vocabulary 128c + 64i2…, slice] = dzᵀ[…, rows 0:128] · H[0:128, slice]: both MN-major.
+#pragma unroll
+    for (int i2 = 0; i2 < 2; ++i2)
+#pragma unroll
+      for (int kk = 0; kk < kBM / 16; ++kk)
+        wgmma_m64n64k16<T, 1, 1>(accW[i2],
+                                 smem_desc_mn(dzs + (2 * c + i2) * kDzBlockBytes + kk * 2048),
+                                 smem_desc_mn(hs + kk * 2048), kk > 0 ? 1 : 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    if (t == 0) ring.release(it);
+#ifndef XL_FUSED_EXP_NO_ATOMICS
+    const std::int64_t d0 = std::int64_t((first + i) % kblocks) * BwdRing::kBK;
+    flush_frag<true, 8>(a.dH, accH, tl.m0 + 64 * c + 16 * w, a.N, d0, a.D, g, q);
+#pragma unroll
+    for (int i2 = 0; i2 < 2; ++i2)
+      flush_frag<true, 8>(a.dW, accW[i2], tl.n0 + 64 * (2 * c + i2) + 16 * w, a.V, d0, a.D, g, q);
+#else
+    if (accH[0] == 12345.0f && accW[0][0] == 12345.0f && accW[1][0] == 1.0f) a.dH[0] = 1.0f;
+#endif
+  }
+}
+
 // ---- host side -------------------------------------------------------------------------------
+/// TMA maps of H (boxes of 64 × 128) and W (64 × 256) for the wgmma kernels.
+struct OperandMaps {
+  CUtensorMap h, w;
+};
 template <class T>
-void launch_backward(bool vec, const FusedArgs& a, cudaStream_t stream) {
-  const std::int64_t MB = (a.N + kBM - 1) / kBM, VB = (a.V + kBN - 1) / kBN;
-  auto k = vec ? fused_backward_kernel<T, true> : fused_backward_kernel<T, false>;
-  XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kBwdSmem));
-  k<<<static_cast<unsigned>(MB * VB), kThreads, kBwdSmem, stream>>>(a);
+OperandMaps operand_maps(const FusedArgs& a) {
+  constexpr bool fp16 = std::is_same_v<T, __half>;
+  return {hopper::make_tensor_map_2d(a.H, fp16, a.N, a.D, Ring::kBK, kBM),
+          hopper::make_tensor_map_2d(a.W, fp16, a.V, a.D, Ring::kBK, kFBN)};
+}
+
+template <class T>
+void launch_backward(bool vec, bool wgmma, const FusedArgs& a, cudaStream_t stream) {
+  const std::int64_t MB = (a.N + kBM - 1) / kBM;
+  if (wgmma) {
+    const OperandMaps m = operand_maps<T>(a);
+    const std::int64_t VB = (a.V + kWbBN - 1) / kWbBN;
+    // The plain dz where its dropped operations are identities (fused_backward_wgmma_kernel).
+    const bool plain = a.bias == nullptr && a.p.scale == 1.0f && !(a.p.softcap > 0.0f) &&
+                       !a.p.smoothing && !a.p.zloss;
+    auto k = plain ? fused_backward_wgmma_kernel<T, true> : fused_backward_wgmma_kernel<T, false>;
+    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWbSmem));
+    k<<<static_cast<unsigned>(MB * VB), kWgThreads, kWbSmem, stream>>>(m.h, m.w, a);
+  } else {
+    const std::int64_t VB = (a.V + kBN - 1) / kBN;
+    auto k = vec ? fused_backward_kernel<T, true> : fused_backward_kernel<T, false>;
+    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kBwdSmem));
+    k<<<static_cast<unsigned>(MB * VB), kThreads, kBwdSmem, stream>>>(a);
+  }
   XL_CUDA_CHECK(cudaGetLastError());
+  note_fused_backward_kernel(wgmma);
 }
 
 template <class T>
@@ -753,15 +968,13 @@ void launch_forward(bool vec, bool wgmma, const FusedArgs& a, cudaStream_t strea
   const std::int64_t MB = (a.N + kBM - 1) / kBM;
   const auto grid = static_cast<unsigned>(MB * a.splits);
   if (wgmma) {
-    constexpr bool fp16 = std::is_same_v<T, __half>;
-    const CUtensorMap th = hopper::make_tensor_map_2d(a.H, fp16, a.N, a.D, Ring::kBK, kBM);
-    const CUtensorMap tw = hopper::make_tensor_map_2d(a.W, fp16, a.V, a.D, Ring::kBK, kFBN);
+    const OperandMaps m = operand_maps<T>(a);
     // The plain fold where its dropped operations are identities (fold_tile).
     const bool plain = a.bias == nullptr && a.p.scale == 1.0f && !(a.p.softcap > 0.0f) &&
                        !a.p.smoothing && a.acc_code == 0;
     auto k = plain ? fused_forward_wgmma_kernel<T, true> : fused_forward_wgmma_kernel<T, false>;
     XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Ring::kSmemBytes));
-    k<<<grid, kWgThreads, Ring::kSmemBytes, stream>>>(th, tw, a);
+    k<<<grid, kWgThreads, Ring::kSmemBytes, stream>>>(m.h, m.w, a);
   } else {
     auto k = vec ? fused_forward_mma_kernel<T, true> : fused_forward_mma_kernel<T, false>;
     XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdMmaSmem));
@@ -783,8 +996,8 @@ class FusedStrategy final : public CudaStrategy {
              "tiles 128x256, fp32 accumulation over D; online (max,sum) per thread over 64 "
              "columns of each tile in " +
              std::string(to_string(r.accum)) +
-             ", merged by quad and vocabulary range (pairwise); backward mma.sync tiles 128x128, "
-             "dH/dW/db fp32 atomics";
+             ", merged by quad and vocabulary range (pairwise); backward recomputes tiles 128x256 "
+             "(wgmma, sm_90a) or 128x128 (mma.sync), dH/dW/db fp32 atomics";
     return d;
   }
 
@@ -846,7 +1059,7 @@ class FusedStrategy final : public CudaStrategy {
                        reinterpret_cast<std::uintptr_t>(P.W)) & 15) == 0;
     // The wgmma forward where its TMA boxes apply (16-byte rows and bases; at least one box of
     // each operand), else mma.sync: the same tree either way (gpu/cuda/fused.cuh).
-    const bool wgmma = vec && fused_forward_path() == FusedForwardPath::automatic &&
+    const bool wgmma = vec && fused_kernel_path() == FusedKernelPath::automatic &&
                        P.N >= kBM && P.V >= kFBN && P.D >= Ring::kBK &&
                        hopper::hopper_forward_available();
     P.input == DType::bf16 ? launch_forward<__nv_bfloat16>(vec, wgmma, a, c.stream)
@@ -868,8 +1081,8 @@ class FusedStrategy final : public CudaStrategy {
     a.dH = dH;
     a.dW = dW;
     a.db = P.bias != nullptr ? ws.db_acc.as<float>() : nullptr;
-    P.input == DType::bf16 ? launch_backward<__nv_bfloat16>(vec, a, c.stream)
-                           : launch_backward<__half>(vec, a, c.stream);
+    P.input == DType::bf16 ? launch_backward<__nv_bfloat16>(vec, wgmma, a, c.stream)
+                           : launch_backward<__half>(vec, wgmma, a, c.stream);
     if (grad != DType::fp32) {
       launch_round_rows(dH, nullptr, P.N, P.D, grad, r.out.dH, c.stream);
       launch_round_rows(dW, nullptr, P.V, P.D, grad, r.out.dW, c.stream);

@@ -1,7 +1,7 @@
 #pragma once
-// Hopper (sm_90a) building blocks of the fused strategy's forward (gpu/cuda/fused.cu): mbarriers,
-// TMA tensor loads into 128-byte-swizzled shared memory, the wgmma shared-memory descriptor and
-// wgmma.mma_async m64n256k16 with fp32 accumulators. First written and measured in
+// Hopper (sm_90a) building blocks of the fused strategy (gpu/cuda/fused.cu): mbarriers, TMA tensor
+// loads into 128-byte-swizzled shared memory, the wgmma shared-memory descriptors (K-major and
+// MN-major) and wgmma.mma_async m64n256k16 / m64n64k16 with fp32 accumulators. First written and measured in
 // tools/bench/wgmma_probe.cu (docs/fused.md). Sources: PTX ISA 8.x, sections "Asynchronous
 // Warpgroup Level Matrix Multiply-Accumulate" (the matrix-descriptor format and the register
 // fragment layout) and "Tensor Copy" (cp.async.bulk.tensor); CUDA Driver API
@@ -30,6 +30,12 @@ namespace xentlab::gpu::hopper {
 
 __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+/// p rounded up to a multiple of 1024 bytes (the 128-byte swizzle's atom; dynamic shared memory
+/// is allocated with 1024 bytes of slack for it).
+__device__ __forceinline__ std::uint8_t* align_1024(std::uint8_t* p) {
+  return reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(p) + 1023) &
+                                         ~std::uintptr_t{1023});
 }
 __device__ __forceinline__ void mbar_init(std::uint64_t* b, int count) {
 #if XL_HOPPER_DEVICE
@@ -87,6 +93,29 @@ __device__ __forceinline__ std::uint64_t smem_desc(const void* p) {
   const std::uint64_t addr = smem_u32(p);
   return ((addr & 0x3FFFF) >> 4) | (std::uint64_t{1} << 16) | (std::uint64_t{1024 >> 4} << 32) |
          (std::uint64_t{1} << 62);
+}
+/// Shared-memory matrix descriptor of an MN-major operand with 128-byte swizzle (the wgmma
+/// operand is transposed: imm-trans 1): each 128-byte row holds 64 consecutive M (or N) elements
+/// of one k, 8 rows of k form a 1024-byte swizzle atom. PTX ISA "Canonical Layouts", 128B MN-major:
+/// ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) — SBO is the stride between groups of 8 k rows (1024 bytes
+/// here) and LBO between blocks of 64 M/N elements. This library's MN-major operands are one block
+/// wide (64 elements), so LBO is never used; it is set to 1024 too, so that the descriptor is right
+/// whichever of the two fields the hardware takes for the k-group stride.
+__device__ __forceinline__ std::uint64_t smem_desc_mn(const void* p) {
+  const std::uint64_t addr = smem_u32(p);
+  return ((addr & 0x3FFFF) >> 4) | (std::uint64_t{1024 >> 4} << 16) |
+         (std::uint64_t{1024 >> 4} << 32) | (std::uint64_t{1} << 62);
+}
+/// Orders this thread's earlier generic-proxy writes to shared memory before later async-proxy
+/// reads (wgmma operands, TMA stores); then a barrier makes them visible to the other threads.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if XL_HOPPER_DEVICE
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+/// Named barrier `id` (1–15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 __device__ __forceinline__ void wgmma_fence() {
 #if XL_HOPPER_DEVICE
@@ -148,14 +177,45 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], std::uint64_t 
 #endif
 }
 
+/// d (+)= A·B for a warpgroup, m64n64k16: A 64×16 and B 16×64 in shared memory (descriptors;
+/// kTransA/kTransB 0 = K-major (smem_desc), 1 = MN-major (smem_desc_mn)), fp32 accumulators;
+/// scale_d = 0 overwrites d. Fragment layout as wgmma_m64n256k16's with j < 8.
+template <class T, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], std::uint64_t desc_a,
+                                                std::uint64_t desc_b, int scale_d) {
+#if XL_HOPPER_DEVICE
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+  }
+#else
+  (void)d;
+  (void)desc_a;
+  (void)desc_b;
+  (void)scale_d;
+  __trap();
+#endif
+}
+
 /// The shared-memory pipeline of a 128 × 256 output tile over K blocks of 64 (the fused forward,
 /// tools/bench/wgmma_probe): kStages stages, each the A box (128 rows × 64 elements, 128-byte
 /// swizzle) then the B box (256 rows); a TMA producer thread fills stage it % kStages for iteration
 /// it (one K block of one tile), consumer warpgroups c (rows 64c … 64c + 63) drain it with four
 /// wgmma m64n256k16 each, keep one wgmma group in flight, and release a stage one K block later.
-/// smem must be 1024-byte aligned (the swizzle); full and empty are kStages mbarriers each.
-struct WgmmaRing {
-  static constexpr int kBK = 64, kStages = 4;
+/// smem must be 1024-byte aligned (the swizzle); full and empty are kStages mbarriers each. The
+/// fused forward takes 4 stages (WgmmaRing); its backward 3, to leave room for its dz tile.
+template <int kStagesT>
+struct WgmmaRingT {
+  static constexpr int kBK = 64, kStages = kStagesT;
   static constexpr int kABytes = 128 * kBK * 2, kBBytes = 256 * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + slack for the alignment
@@ -207,7 +267,16 @@ struct WgmmaRing {
     wgmma_wait<0>();
     if (t == 0) mbar_arrive(&empty[(it - 1) % kStages]);
   }
+  /// Consumer: waits until iteration it's stage is full and returns it (A box, then B box at
+  /// + kABytes).
+  __device__ __forceinline__ const std::uint8_t* wait_full(int it) const {
+    mbar_wait(&full[it % kStages], (it / kStages) & 1);
+    return smem + (it % kStages) * kStageBytes;
+  }
+  /// Consumer warpgroup, one thread, after all its reads of iteration it's stage are complete.
+  __device__ __forceinline__ void release(int it) const { mbar_arrive(&empty[it % kStages]); }
 };
+using WgmmaRing = WgmmaRingT<4>;
 
 /// A 2-D tensor map of a row-major (rows × cols) 16-bit matrix at base (row stride cols·2 bytes,
 /// which must be a multiple of 16; base 16-byte aligned), boxes of box_cols × box_rows, 128-byte

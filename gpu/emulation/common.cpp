@@ -486,11 +486,11 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   // into the accum-dtype accumulator (§8). naive/fused: dW is one fp32 GEMM over all rows in order;
   // the fp32 accumulator is carried across blocks, so the block size only bounds the host memory.
   const bool chunk_acc = cfg_.kind == Kind::chunked || cfg_.kind == Kind::checkpointed;
-  // fused: token blocks of kFusedTile rows, each block's dW and db an fp32 partial added into the
-  // fp32 accumulator (the kernel's per-tile sums added atomically; docs/fused.md).
+  // fused: token blocks of kFusedBlockTokens rows, each block's dW and db an fp32 partial added
+  // into the fp32 accumulator (the kernel's per-tile sums added atomically; docs/fused.md).
   const bool tile_acc = cfg_.kind == Kind::fused;
   std::int64_t block = chunk_acc  ? chunk_of(req, V, S)
-                       : tile_acc ? kFusedTile
+                       : tile_acc ? gpu::kFusedBlockTokens
                                   : std::max<std::int64_t>(
                                         1, (std::int64_t{64} << 20) /
                                                (4 * std::max<std::int64_t>(V, 1)));
@@ -546,7 +546,7 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
     }
     if (!grads || !c.linear) continue;
     const float* dz = zbuf.data();
-    block_dH(c, dz, R, dHacc.data(), par, tile_acc ? kFusedTile : 0);
+    block_dH(c, dz, R, dHacc.data(), par, tile_acc ? gpu::kFusedBackwardVocabTile : 0);
     for (std::int64_t r = 0; r < R; ++r)
       for (std::int64_t d = 0; d < D; ++d)
         out.dH[sz((q0 + r) * D + d)] = rnd(dHacc[sz(r * D + d)], G);

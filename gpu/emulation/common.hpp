@@ -50,8 +50,7 @@ class EmulatedStrategy : public Strategy {
 /// Default token chunk of chunked/checkpointed when the request gives neither chunk_tokens nor a
 /// memory budget.
 inline constexpr std::int64_t kDefaultChunkTokens = 1024;
-/// Block size (threads) of the blocked vocabulary reduction and the fused vocabulary tile.
+/// Block size (threads) of the blocked vocabulary reduction.
 inline constexpr std::int64_t kBlockThreads = 256;
-inline constexpr std::int64_t kFusedTile = 128;
 
 }  // namespace xentlab::emulation

@@ -1,5 +1,5 @@
-// CPU emulation of the fused strategy: no logits tensor: online (max, sum) over vocabulary tiles of
-// 128, backward recomputes tiles. The arithmetic is docs/arithmetic.md; the shared engine is
+// CPU emulation of the fused strategy: no logits tensor: the forward's online (max, sum) tree over
+// vocabulary tiles of 256, backward recomputes tiles (gpu/fused_plan.hpp). The arithmetic is docs/arithmetic.md; the shared engine is
 // gpu/emulation/common.cpp.
 #include <memory>
 

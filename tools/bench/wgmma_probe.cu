@@ -81,9 +81,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       int K, FoldOut fo) {
   extern __shared__ std::uint8_t smem_raw[];
   __shared__ __align__(8) std::uint64_t full[STAGES], empty[STAGES];
-  const WgmmaRing ring{reinterpret_cast<std::uint8_t*>(
-                           (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t{1023}),
-                       full, empty};
+  const WgmmaRing ring{align_1024(smem_raw), full, empty};
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const int m0 = blockIdx.y * BM;
   const int n_tiles = N / BN;
