@@ -1,10 +1,13 @@
 // fused_breakdown: where the fused strategy's time goes (docs/fused.md, "What limits it").
 // Times CudaStrategy::forward_backward of
-//   fused                 forward only, and forward + backward (the real strategy);
+//   fused                 forward only, and forward + backward (the real strategy), each also
+//                         with the mma.sync kernels forced (gpu/cuda/fused.cuh);
 //   fused-noatomics       gpu/cuda/fused.cu built with XL_FUSED_EXP_NO_ATOMICS: the gradient
 //                         GEMMs run, their fp32 reductions into dH/dW are dropped;
 //   fused-nograd          built with XL_FUSED_EXP_NO_GRAD: the backward recomputes the logits and
 //                         forms dz, then stops;
+//   fused-group4, -16, -32  the backward rastered in groups of 4, 16 or 32 token blocks
+//                         (XL_FUSED_GROUP_N; the strategy's wgmma backward takes 8);
 // and chunked for comparison. The variants' gradients are wrong by construction: timing only.
 // Inputs as xentlab bench (tools/bench/bench_lib.hpp): H ~ N(0,1), W ~ N(0, 1/64²) in bf16,
 // uniform targets, reduction mean, recipe bf16/bf16/fp32/bf16; median of `repeats` after one
@@ -12,6 +15,7 @@
 //   build: cmake -S . -B build-gpu -DXENTLAB_BUILD_EXPERIMENTS=ON && cmake --build build-gpu
 //          --target fused_breakdown
 //   run:   build-gpu/tools/fused_breakdown [repeats=3] [N ...]   (default N = 8192)
+//          XL_BREAKDOWN_ONLY=label,label,... runs only the entries with those labels.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +31,9 @@
 namespace xentlab::gpu {
 std::unique_ptr<Strategy> make_cuda_fused_noatomics();  // fused_variants/fused_noatomics.cu
 std::unique_ptr<Strategy> make_cuda_fused_nograd();     // fused_variants/fused_nograd.cu
+std::unique_ptr<Strategy> make_cuda_fused_group4();     // fused_variants/fused_group4.cu
+std::unique_ptr<Strategy> make_cuda_fused_group16();    // fused_variants/fused_group16.cu
+std::unique_ptr<Strategy> make_cuda_fused_group32();    // fused_variants/fused_group32.cu
 }  // namespace xentlab::gpu
 
 using namespace xentlab;
@@ -46,7 +53,7 @@ int main(int argc, char** argv) {
     std::string label;
     std::unique_ptr<Strategy> s;
     bool forward_only;
-    bool mma_forward = false;  // force the mma.sync forward (gpu/cuda/fused.cuh)
+    bool mma_forward = false;  // force the mma.sync kernels (gpu/cuda/fused.cuh)
   };
   auto registered = [](const std::string& name) {
     for (auto& s : make_strategies(Backend::cuda))
@@ -54,12 +61,24 @@ int main(int argc, char** argv) {
     return std::unique_ptr<Strategy>{};
   };
   std::vector<Entry> entries;
-  entries.push_back({"fused forward, mma.sync", registered("fused"), true, true});
   entries.push_back({"fused forward only", registered("fused"), true});
   entries.push_back({"fused", registered("fused"), false});
   entries.push_back({"fused-noatomics", gpu::make_cuda_fused_noatomics(), false});
   entries.push_back({"fused-nograd", gpu::make_cuda_fused_nograd(), false});
+  entries.push_back({"fused-group4", gpu::make_cuda_fused_group4(), false});
+  entries.push_back({"fused-group16", gpu::make_cuda_fused_group16(), false});
+  entries.push_back({"fused-group32", gpu::make_cuda_fused_group32(), false});
+  entries.push_back({"fused, mma.sync", registered("fused"), false, true});
+  entries.push_back({"fused forward, mma.sync", registered("fused"), true, true});
   entries.push_back({"chunked", registered("chunked"), false});
+  if (const char* only = std::getenv("XL_BREAKDOWN_ONLY"); only != nullptr && *only != '\0') {
+    const std::string list = "," + std::string(only) + ",";
+    entries.erase(std::remove_if(entries.begin(), entries.end(),
+                                 [&](const Entry& e) {
+                                   return list.find("," + e.label + ",") == std::string::npos;
+                                 }),
+                  entries.end());
+  }
   try {
     for (const std::int64_t N : Ns) {
       gpu::DeviceMemoryTracker io;
@@ -83,22 +102,26 @@ int main(int argc, char** argv) {
         r.out.lse = E.as<float>();
         r.out.dH = dH.get();
         r.out.dW = dW.get();
-        gpu::set_fused_forward_path(e.mma_forward ? gpu::FusedForwardPath::mma_sync
-                                                  : gpu::FusedForwardPath::automatic);
+        gpu::set_fused_kernel_path(e.mma_forward ? gpu::FusedKernelPath::mma_sync
+                                                  : gpu::FusedKernelPath::automatic);
         const bench::TimedRuns t = bench::time_forward_backward(
             *cs, r, {{H.get(), W.get(), T.as<std::int64_t>()}}, 1, repeats);
-        gpu::set_fused_forward_path(gpu::FusedForwardPath::automatic);
+        gpu::set_fused_kernel_path(gpu::FusedKernelPath::automatic);
         std::vector<double> ms = t.ms;
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
         const double flops = (e.forward_only ? 2.0 : 8.0) * N * V * D;
         std::printf("N=%lld %-20s median %9.2f ms (min %.2f, max %.2f)  %6.1f TFLOP/s (%s)  "
-                    "peak extra %lld B%s%s\n",
+                    "peak extra %lld B%s%s%s%s\n",
                     static_cast<long long>(N), e.label.c_str(), med, ms.front(), ms.back(),
                     flops / (med * 1e-3) / 1e12, e.forward_only ? "2NVD" : "8NVD",
                     static_cast<long long>(t.peak_extra_bytes),
                     e.label.rfind("fused", 0) == 0 ? ", forward kernel " : "",
-                    e.label.rfind("fused", 0) == 0 ? gpu::last_fused_forward_kernel() : "");
+                    e.label.rfind("fused", 0) == 0 ? gpu::last_fused_forward_kernel() : "",
+                    e.label.rfind("fused", 0) == 0 && !e.forward_only ? ", backward " : "",
+                    e.label.rfind("fused", 0) == 0 && !e.forward_only
+                        ? gpu::last_fused_backward_kernel()
+                        : "");
         std::fflush(stdout);
       }
     }
