@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # One device session for the CUDA strategies (issue #5): configure, build, run the gpu-labelled
 # tests, the strategy benchmark and the PyTorch baseline. Logs go to $OUT (default ./out).
-#   tools/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma]
+#   tools/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma|fused]
 # preset: `xentlab bench --preset llama3-8b-128k` (issue 8: the measured table beside the quoted
 # one, $OUT/bench-preset.{md,csv,h5,log}) and the PyTorch baseline appended to the same CSV.
 # fidelity: the embedded audit on the GPU and on the CPU emulation, then `xentlab fidelity` of the
 # two ($OUT/audit-{gpu,cpu}.h5, $OUT/fidelity.txt; docs/audit.md).
 # wgmma: builds the experiments and runs tools/bench/wgmma_probe (validation against cuBLAS, then
 # time; docs/fused.md) and its SASS instruction count ($OUT/wgmma.log).
+# fused: issue 6's check in one call — the gpu-labelled tests, the side-by-side table (gpu_bench of
+# naive, chunked and fused at 8K and 128K, then the PyTorch baseline), the fused time breakdown
+# with its raster-group variants, and the fused kernels' resources and SASS ($OUT/fused-*.log).
 # Each step has its own time limit so that one slow step cannot eat the whole call.
 set -u -o pipefail
 OUT=${OUT:-out}
+# The shared data (stories260K): $XENTLAB_SHARED_DIR, else a copy carried as .shared/ beside the
+# tree (the device tool carries ignored folders by name), else ../shared (the build's default).
+if [ -z "${XENTLAB_SHARED_DIR:-}" ] && [ -d .shared ]; then export XENTLAB_SHARED_DIR=$PWD/.shared; fi
 mkdir -p "$OUT"
 what=${1:-all}
 {
@@ -20,6 +26,7 @@ what=${1:-all}
 cat "$OUT/env.txt"
 experiments=OFF
 [ "$what" = wgmma ] && experiments=ON
+[ "$what" = fused ] && experiments=ON
 if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXENTLAB_BUILD_BENCH=ON \
     -DXENTLAB_BUILD_EXPERIMENTS=$experiments > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"; echo "CONFIGURE FAILED"; exit 1
@@ -28,6 +35,7 @@ targets="test_gpu_strategies test_gpu_kernels test_bench_gpu xentlab gpu_bench"
 [ "$what" = preset ] && targets="xentlab"
 [ "$what" = fidelity ] && targets="xentlab"
 [ "$what" = wgmma ] && targets="wgmma_probe"
+[ "$what" = fused ] && targets="test_gpu_strategies test_gpu_kernels test_bench_gpu gpu_bench fused_breakdown"
 if ! timeout 420 cmake --build build-gpu -j16 --target $targets >> "$OUT/build.log" 2>&1; then
   grep -E "error|Error" "$OUT/build.log" | head -40; echo "BUILD FAILED"; exit 1
 fi
@@ -67,4 +75,23 @@ if [ "$what" = wgmma ]; then
   echo "wgmma_probe rc=${PIPESTATUS[0]}"
   cuobjdump -sass build-gpu/tools/wgmma_probe 2>/dev/null | grep -oE 'HGMMA[.A-Z0-9x]*' | sort | uniq -c |
     tee -a "$OUT/wgmma.log"
+fi
+if [ "$what" = fused ]; then
+  (cd build-gpu && timeout 240 ctest -L gpu --output-on-failure --timeout 200) > "$OUT/ctest_gpu.log" 2>&1
+  echo "ctest rc=$?"
+  grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest_gpu.log" | tail -20
+  timeout 120 build-gpu/tools/gpu_bench --sizes 8192x128256x4096,131072x128256x4096 \
+    --strategies naive,chunked,fused --recipes bf16/bf16/fp32/fp32 --repeats 3 \
+    --json "$OUT/fused-bench.jsonl" > "$OUT/fused-bench.log" 2>&1
+  echo "gpu_bench rc=$?"
+  sed -n '/^N /,$p' "$OUT/fused-bench.log"
+  [ -n "${SKIP_TORCH:-}" ] || PYTHONUNBUFFERED=1 timeout 60 python3 tools/bench/torch_baseline.py \
+    --sizes 8192x128256x4096,131072x128256x4096 --repeats 3 --json "$OUT/fused-torch.jsonl" 2>&1 |
+    tee "$OUT/fused-torch.log"
+  XL_BREAKDOWN_ONLY=${BREAKDOWN_ONLY:-"fused forward only,fused,fused-group4,fused-group16,fused-noatomics,fused-nograd"} \
+    timeout 150 build-gpu/tools/fused_breakdown 3 8192 131072 2>&1 | tee "$OUT/fused-breakdown.log"
+  o=build-gpu/gpu/CMakeFiles/xl_gpu_cuda.dir/cuda/fused.cu.o
+  { cuobjdump -res-usage "$o"; cuobjdump -sass "$o" | grep -oE 'HGMMA[.A-Z0-9x]*|HMMA[.A-Z0-9x]*' |
+    sort | uniq -c; } > "$OUT/fused-resources.log" 2>&1
+  tail -8 "$OUT/fused-resources.log"
 fi
