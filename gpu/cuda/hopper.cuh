@@ -1,11 +1,11 @@
 #pragma once
 // Hopper (sm_90a) building blocks of the fused strategy (gpu/cuda/fused.cu): mbarriers, TMA tensor
 // loads into 128-byte-swizzled shared memory, the wgmma shared-memory descriptors (K-major and
-// MN-major) and wgmma.mma_async m64n256k16 / m64n64k16 with fp32 accumulators. First written and measured in
-// tools/bench/wgmma_probe.cu (docs/fused.md). Sources: PTX ISA 8.x, sections "Asynchronous
-// Warpgroup Level Matrix Multiply-Accumulate" (the matrix-descriptor format and the register
-// fragment layout) and "Tensor Copy" (cp.async.bulk.tensor); CUDA Driver API
-// cuTensorMapEncodeTiled.
+// MN-major) and wgmma.mma_async m64n256k16 / m64n64k16 with fp32 accumulators. First written and
+// measured in tools/bench/wgmma_probe.cu (docs/fused.md). Sources: PTX ISA 8.x, sections
+// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" (the matrix-descriptor format, the
+// canonical shared-memory layouts and the register fragment layout) and "Tensor Copy"
+// (cp.async.bulk.tensor); CUDA Driver API cuTensorMapEncodeTiled.
 //
 // Every wgmma/TMA instruction is compiled only where the target has them
 // (__CUDA_ARCH_FEAT_SM90_ALL: sm_90a machine code); elsewhere (the portable compute_90 PTX) the
