@@ -599,9 +599,10 @@ TEST(GpuStrategies, CleanRefusals) {
 // ---- 64-bit indexing: N·V > 2^31 in one kernel launch and one GEMM ----------------------------
 
 /// The N·V > 2^31 problem of the indexing tests: N = 17000 identical token rows (one Gaussian H
-/// row), V = 128256, D = 8, every target the last vocabulary entry.
-Problem identical_rows_past_2pow31() {
-  const std::int64_t N = 17000, V = 128256, D = 8;
+/// row), V = 128256, hidden size D (8 by default; the fused test uses 64, the smallest that its
+/// wgmma kernels take), every target the last vocabulary entry.
+Problem identical_rows_past_2pow31(std::int64_t D = 8) {
+  const std::int64_t N = 17000, V = 128256;
   Problem g = make_gaussian_linear(1, V, D, DType::bf16, 4.0, 31);
   Tensor H(DType::bf16, {N, D}, "H");
   for (std::int64_t i = 0; i < N; ++i)
@@ -641,6 +642,23 @@ TEST(GpuStrategies, IndexingPast2Pow31) {
 
 
 // ---- fused: the cases in bf16 linear form, unaligned shapes, repeat runs, 64-bit indexing ------
+
+/// Runs `body(path name)` once per fused kernel path this device has: the automatic choice (on
+/// sm_90 the wgmma kernels where the shape allows) and the forced mma.sync kernels; restores the
+/// automatic choice afterwards, also when an assertion returns early.
+template <class Body>
+void for_each_fused_kernel_path(Body&& body) {
+  struct Restore {
+    ~Restore() { gpu::set_fused_kernel_path(gpu::FusedKernelPath::automatic); }
+  } restore;
+  for (const auto path : {gpu::FusedKernelPath::automatic, gpu::FusedKernelPath::mma_sync}) {
+    gpu::set_fused_kernel_path(path);
+    body(path == gpu::FusedKernelPath::automatic ? "automatic" : "mma.sync");
+  }
+}
+
+/// Whether this device runs the fused wgmma kernels (sm_90 exactly: the sm_90a build).
+bool fused_wgmma_device() { return device().sm_major == 9 && device().sm_minor == 0; }
 
 /// A logits case as a linear bf16 problem: H = I (N×N), W = the finite logits (V×N), and an fp32
 /// bias of −inf where a logit is −inf (0 elsewhere), so masked entries stay masked exactly.
@@ -795,7 +813,7 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
   struct Restore {
     ~Restore() { gpu::set_fused_kernel_path(gpu::FusedKernelPath::automatic); }
   } restore;
-  const bool sm90 = device().sm_major == 9 && device().sm_minor == 0;
+  const bool sm90 = fused_wgmma_device();
   std::vector<LossSpec> specs(3);
   specs[1].label_smoothing = 0.1;
   specs[1].z_loss = 1e-4;
@@ -883,86 +901,107 @@ TEST(GpuStrategies, FusedRepeatRuns) {
   }
 }
 
-/// N·V past 2^31 (17000 × 128256) in one fused launch: every token row identical, targets the
-/// last vocabulary entry; loss and lse of every row must equal row 0's bit for bit (same
-/// arithmetic per row, no atomics), and dH rows must be finite and within the atomic-order bound
-/// of row 0 (|Δ| ≤ 2·γ_V·Σ_j|dz_j||W_jd| ≤ 2·γ_V·2g·max|W|, γ_V = V·u32/(1 − V·u32)).
+/// N·V past 2^31 (17000 × 128256, D = 64) in one fused launch, on each kernel path (on sm_90 the
+/// automatic path must be the wgmma kernels, so both are covered): every token row identical,
+/// targets the last vocabulary entry; loss and lse of every row must equal row 0's bit for bit
+/// (same arithmetic per row, no atomics), and dH rows must be finite and within the atomic-order
+/// bound of row 0 (|Δ| ≤ 2·γ_V·Σ_j|dz_j||W_jd| ≤ 2·γ_V·2g·max|W|, γ_V = V·u32/(1 − V·u32)).
 TEST(GpuStrategies, FusedIndexingPast2Pow31) {
   XL_REQUIRE_DEVICE();
   if (device().memory_gib < 24) GTEST_SKIP() << "needs about 20 GiB of device memory";
-  const Problem p = identical_rows_past_2pow31();
+  const Problem p = identical_rows_past_2pow31(64);
   const std::int64_t N = p.N, V = p.V, D = p.D;
   double wmax = 0.0;
   for (std::int64_t k = 0; k < V * D; ++k) wmax = std::max(wmax, std::fabs(p.W.get(k)));
   const auto s = find_strategy(Backend::cuda, "fused");
-  RunRequest req;
-  req.problem = &p;
-  req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
-  const StrategyOutputs o = s->run(req);
-  ASSERT_EQ(o.loss.size(), static_cast<std::size_t>(N));
-  ASSERT_TRUE(std::isfinite(o.loss[0]) && std::isfinite(o.lse[0]));
   const double u = unit_roundoff(DType::fp32);
   const double gamma = V * u / (1.0 - V * u);
   const double tol = 2.0 * gamma * 2.0 * (1.0 / N) * wmax;
-  std::int64_t first_bad = -1;
-  for (std::int64_t i = 0; i < N && first_bad < 0; ++i) {
-    const auto k = static_cast<std::size_t>(i);
-    if (std::memcmp(&o.loss[k], &o.loss[0], 8) != 0 || std::memcmp(&o.lse[k], &o.lse[0], 8) != 0)
-      first_bad = i;
-    for (std::int64_t d = 0; d < D; ++d) {
-      const double v = o.dH[k * D + d], v0 = o.dH[d];
-      if (!std::isfinite(v) || std::fabs(v - v0) > tol) first_bad = i;
+  for_each_fused_kernel_path([&](const char* path) {
+    RunRequest req;
+    req.problem = &p;
+    req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
+    const StrategyOutputs o = s->run(req);
+    const std::string kernels = std::string(gpu::last_fused_forward_kernel()) + "/" +
+                                gpu::last_fused_backward_kernel();
+    SCOPED_TRACE(std::string("path ") + path + ", kernels " + kernels);
+    if (fused_wgmma_device() && std::string(path) == "automatic") {
+      EXPECT_EQ(kernels, "wgmma/wgmma");
     }
-  }
-  EXPECT_EQ(first_bad, -1) << "token row " << first_bad << " differs from row 0";
-  for (double v : o.dW) ASSERT_TRUE(std::isfinite(v)) << "non-finite dW";
+    ASSERT_EQ(o.loss.size(), static_cast<std::size_t>(N));
+    ASSERT_TRUE(std::isfinite(o.loss[0]) && std::isfinite(o.lse[0]));
+    std::int64_t first_bad = -1;
+    for (std::int64_t i = 0; i < N && first_bad < 0; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      if (std::memcmp(&o.loss[k], &o.loss[0], 8) != 0 ||
+          std::memcmp(&o.lse[k], &o.lse[0], 8) != 0)
+        first_bad = i;
+      for (std::int64_t d = 0; d < D; ++d) {
+        const double v = o.dH[k * D + d], v0 = o.dH[d];
+        if (!std::isfinite(v) || std::fabs(v - v0) > tol) first_bad = i;
+      }
+    }
+    EXPECT_EQ(first_bad, -1) << "token row " << first_bad << " differs from row 0";
+    for (double v : o.dW) ASSERT_TRUE(std::isfinite(v)) << "non-finite dW";
+  });
 }
 
 
 /// V·D past 2^31 (W of 524416 × 4096 bf16, 4.3 GB) in one fused run: every W row identical, so
 /// every logit of a row is the same value; the target is the last vocabulary row (its W offset
-/// is past 2^31 elements). N = 2 identical rows (one token block): each dW element receives
-/// exactly one fp32 reduction per hidden slice, so every non-target dW row must equal row 0 bit for
-/// bit (a 32-bit offset would leave rows as zeros or add into the wrong ones), the target row
-/// must be finite and differ, and the loss must be ln V (all logits equal; fp32 accumulator:
-/// the sum of V exact ones is exact, lse and loss are two roundings of ≈ |x| + ln V).
+/// is past 2^31 elements). N identical token rows in one token block: N = 2 (the mma.sync
+/// kernels: fewer rows than a wgmma tile) and N = 128 (on sm_90 the wgmma kernels). Each dW
+/// element then receives exactly one fp32 reduction per hidden slice, of the same products, so
+/// every non-target dW row must equal row 0 bit for bit (a 32-bit offset would leave rows as zeros
+/// or add into the wrong ones), the target row must be finite and differ, and the loss must be
+/// ln V (all logits equal; fp32 accumulator: the sum of V exact ones is exact, lse and loss are
+/// two roundings of ≈ |x| + ln V).
 TEST(GpuStrategies, FusedWeightsPast2Pow31) {
   XL_REQUIRE_DEVICE();
   if (device().memory_gib < 40) GTEST_SKIP() << "needs about 15 GiB of device memory";
-  const std::int64_t N = 2, D = 4096, V = (std::int64_t{1} << 31) / D + 128;
+  const std::int64_t D = 4096, V = (std::int64_t{1} << 31) / D + 128;
   ASSERT_GT(V * D, std::int64_t{1} << 31);
   Problem g = make_gaussian_linear(1, 1, D, DType::bf16, 1.0, 77);  // one H row, one W row
-  Tensor H(DType::bf16, {N, D}, "H"), W(DType::bf16, {V, D}, "W");
-  for (std::int64_t i = 0; i < N; ++i)
-    std::memcpy(static_cast<char*>(H.data()) + i * D * 2, g.H.data(), static_cast<std::size_t>(D * 2));
+  Tensor W(DType::bf16, {V, D}, "W");
   for (std::int64_t j = 0; j < V; ++j)
     std::memcpy(static_cast<char*>(W.data()) + j * D * 2, g.W.data(), static_cast<std::size_t>(D * 2));
-  const Problem p = Problem::linear(std::move(H), std::move(W), std::nullopt,
-                                    std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
   const auto s = find_strategy(Backend::cuda, "fused");
-  RunRequest req;
-  req.problem = &p;
-  req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
-  const StrategyOutputs o = s->run(req);
-  ASSERT_EQ(o.dW.size(), static_cast<std::size_t>(V * D));
-  EXPECT_EQ(std::memcmp(&o.loss[0], &o.loss[1], 8), 0);
-  const double x = o.lse[0] - o.loss[0];  // the common logit
-  const double u = unit_roundoff(DType::fp32);
-  EXPECT_NEAR(o.loss[0], std::log(static_cast<double>(V)),
-              4 * u * (std::fabs(x) + std::log(static_cast<double>(V))))
-      << "lse " << o.lse[0];
-  std::int64_t first_bad = -1;
-  for (std::int64_t j = 1; j < V - 1 && first_bad < 0; ++j)
-    if (std::memcmp(&o.dW[static_cast<std::size_t>(j * D)], &o.dW[0], 8 * D) != 0) first_bad = j;
-  EXPECT_EQ(first_bad, -1) << "dW row " << first_bad << " (offset " << first_bad * D
-                           << ") differs from row 0";
-  bool differs = false;
-  for (std::int64_t d = 0; d < D; ++d) {
-    const double v = o.dW[static_cast<std::size_t>((V - 1) * D + d)];
-    ASSERT_TRUE(std::isfinite(v)) << "target dW row, column " << d;
-    differs = differs || v != o.dW[static_cast<std::size_t>(d)];
+  for (const std::int64_t N : {std::int64_t{2}, std::int64_t{128}}) {
+    Tensor H(DType::bf16, {N, D}, "H");
+    for (std::int64_t i = 0; i < N; ++i)
+      std::memcpy(static_cast<char*>(H.data()) + i * D * 2, g.H.data(), static_cast<std::size_t>(D * 2));
+    const Problem p = Problem::linear(std::move(H), W, std::nullopt,
+                                      std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
+    RunRequest req;
+    req.problem = &p;
+    req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
+    const StrategyOutputs o = s->run(req);
+    const std::string kernels = std::string(gpu::last_fused_forward_kernel()) + "/" +
+                                gpu::last_fused_backward_kernel();
+    SCOPED_TRACE("N = " + std::to_string(N) + ", kernels " + kernels);
+    if (fused_wgmma_device()) {
+      EXPECT_EQ(kernels, N >= 128 ? "wgmma/wgmma" : "mma.sync/mma.sync");
+    }
+    ASSERT_EQ(o.dW.size(), static_cast<std::size_t>(V * D));
+    EXPECT_EQ(std::memcmp(&o.loss[0], &o.loss[static_cast<std::size_t>(N - 1)], 8), 0);
+    const double x = o.lse[0] - o.loss[0];  // the common logit
+    const double u = unit_roundoff(DType::fp32);
+    EXPECT_NEAR(o.loss[0], std::log(static_cast<double>(V)),
+                4 * u * (std::fabs(x) + std::log(static_cast<double>(V))))
+        << "lse " << o.lse[0];
+    std::int64_t first_bad = -1;
+    for (std::int64_t j = 1; j < V - 1 && first_bad < 0; ++j)
+      if (std::memcmp(&o.dW[static_cast<std::size_t>(j * D)], &o.dW[0], 8 * D) != 0) first_bad = j;
+    EXPECT_EQ(first_bad, -1) << "dW row " << first_bad << " (offset " << first_bad * D
+                             << ") differs from row 0";
+    bool differs = false;
+    for (std::int64_t d = 0; d < D; ++d) {
+      const double v = o.dW[static_cast<std::size_t>((V - 1) * D + d)];
+      ASSERT_TRUE(std::isfinite(v)) << "target dW row, column " << d;
+      differs = differs || v != o.dW[static_cast<std::size_t>(d)];
+    }
+    EXPECT_TRUE(differs) << "the target row's dW equals the others'";
   }
-  EXPECT_TRUE(differs) << "the target row's dW equals the others'";
 }
 
 }  // namespace
