@@ -663,11 +663,20 @@ bool fused_wgmma_device() { return device().sm_major == 9 && device().sm_minor =
 /// A logits case as a linear bf16 problem: H = I (N×N), W = the finite logits (V×N), and an fp32
 /// bias of −inf where a logit is −inf (0 elsewhere), so masked entries stay masked exactly.
 /// Every finite logit of the cases used here is a bf16 value (checked).
-Problem bf16_linear_with_mask(const Problem& lp) {
+/// With `wgmma_shape`, the shape the fused wgmma kernels take (N ≥ 128, D ≥ 64; the case must
+/// have V ≥ 256 and N ≤ 128): 128 token rows, row i being the case's row i mod N (its target
+/// too), and D = 64 with H's and W's extra columns zero, so every logit is still the case's.
+Problem bf16_linear_with_mask(const Problem& lp, bool wgmma_shape = false) {
   const std::int64_t N = lp.N, V = lp.V;
-  Tensor H(DType::bf16, {N, N}, "H"), W(DType::bf16, {V, N}, "W"), b(DType::fp32, {V}, "bias");
+  const std::int64_t rows = wgmma_shape ? 128 : N, D = wgmma_shape ? std::max<std::int64_t>(N, 64) : N;
+  EXPECT_TRUE(!wgmma_shape || (V >= 256 && N <= rows)) << "case too small or too tall for wgmma";
+  Tensor H(DType::bf16, {rows, D}, "H"), W(DType::bf16, {V, D}, "W"), b(DType::fp32, {V}, "bias");
   bool masked = false;
-  for (std::int64_t i = 0; i < N; ++i) H.set(i * N + i, 1.0);
+  std::vector<std::int64_t> targets(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    H.set(i * D + i % N, 1.0);
+    targets[static_cast<std::size_t>(i)] = lp.targets[static_cast<std::size_t>(i % N)];
+  }
   for (std::int64_t j = 0; j < V; ++j) b.set(j, 0.0);
   for (std::int64_t i = 0; i < N; ++i)
     for (std::int64_t j = 0; j < V; ++j) {
@@ -678,12 +687,12 @@ Problem bf16_linear_with_mask(const Problem& lp) {
         continue;
       }
       EXPECT_EQ(round_to(z, DType::bf16), z) << "case logit not exact in bf16";
-      W.set(j * N + i, z);
+      W.set(j * D + i, z);
     }
   std::optional<Tensor> bias;
   if (masked) bias = std::move(b);
-  return Problem::linear(std::move(H), std::move(W), std::move(bias), lp.targets, -100,
-                         "case-linear-bf16");
+  return Problem::linear(std::move(H), std::move(W), std::move(bias), std::move(targets), -100,
+                         wgmma_shape ? "case-linear-bf16-128rows" : "case-linear-bf16");
 }
 
 TEST(GpuStrategies, FusedSharedCasesLinearBf16) {
@@ -724,40 +733,42 @@ TEST(GpuStrategies, FusedSharedCasesLinearBf16) {
                      s,
                      {}});
   }
-  cases.push_back({"C07-V129920-bf16",
-                   bf16_linear_with_mask(logits_problem(
-                       DType::fp32,
-                       std::vector<std::vector<double>>(3, std::vector<double>(129920, -20.0)),
-                       {5, 0, 129919})),
-                   {},
-                   {}});
+  // The cases with V ≥ 256 also in the wgmma kernels' shape (128 rows, D = 64; suffix "-wgmma"):
+  // the small ones above stay below it, on the mma.sync kernels.
+  const auto add_both = [&](const std::string& name, const Problem& lp) {
+    cases.push_back({name, bf16_linear_with_mask(lp), {}, {}});
+    cases.push_back({name + "-wgmma", bf16_linear_with_mask(lp, true), {}, {}});
+  };
+  add_both("C07-V129920-bf16",
+           logits_problem(DType::fp32,
+                          std::vector<std::vector<double>>(3, std::vector<double>(129920, -20.0)),
+                          {5, 0, 129919}));
   {
     const double ninf = -INFINITY;
     std::vector<double> a(100000, ninf), c0(100000, 0.0);
     a[50000] = 10.0;
     // Row C of C08 (all 0) shares the vocabulary mask of row A in linear form, so it is its own
     // problem.
-    cases.push_back({"C08-A-bf16",
-                     bf16_linear_with_mask(logits_problem(DType::fp32, {a, a}, {50000, 50000})),
-                     {},
-                     {}});
-    cases.push_back(
-        {"C08-C-bf16", bf16_linear_with_mask(logits_problem(DType::fp32, {c0}, {7})), {}, {}});
+    add_both("C08-A-bf16", logits_problem(DType::fp32, {a, a}, {50000, 50000}));
+    add_both("C08-C-bf16", logits_problem(DType::fp32, {c0}, {7}));
   }
   for (double av : {12.5625, 14.9375, 17.25}) {
     std::vector<double> row(32000, 0.0);
     row[123] = av;
-    cases.push_back({"C09-bf16",
-                     bf16_linear_with_mask(
-                         logits_problem(DType::fp32, {row, row, row, row}, {123, 123, 123, 123})),
-                     {},
-                     {}});
+    add_both("C09-bf16", logits_problem(DType::fp32, {row, row, row, row}, {123, 123, 123, 123}));
   }
+  const bool sm90 = fused_wgmma_device();
   for (const Case& c : cases) {
     const ReferenceResult ref = reference_for(c);
+    const bool wgmma_case = c.name.size() > 6 && c.name.compare(c.name.size() - 6, 6, "-wgmma") == 0;
     for (const Recipe& r : recipes) {
       SCOPED_TRACE(describe(c, r, "fused", 0));
       check_run(c, ref, *fused, r, 1);
+      if (sm90 && wgmma_case && fused->can_implement(c.pb, c.spec, r).ok()) {
+        EXPECT_EQ(std::string(gpu::last_fused_forward_kernel()) + "/" +
+                      gpu::last_fused_backward_kernel(),
+                  "wgmma/wgmma");
+      }
     }
   }
 }
