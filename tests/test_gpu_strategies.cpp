@@ -660,6 +660,11 @@ void for_each_fused_kernel_path(Body&& body) {
 /// Whether this device runs the fused wgmma kernels (sm_90 exactly: the sm_90a build).
 bool fused_wgmma_device() { return device().sm_major == 9 && device().sm_minor == 0; }
 
+/// The kernels of the last fused run, "forward/backward": "wgmma/wgmma" or "mma.sync/mma.sync".
+std::string last_fused_kernels() {
+  return std::string(gpu::last_fused_forward_kernel()) + "/" + gpu::last_fused_backward_kernel();
+}
+
 /// A logits case as a linear bf16 problem: H = I (N×N), W = the finite logits (V×N), and an fp32
 /// bias of −inf where a logit is −inf (0 elsewhere), so masked entries stay masked exactly.
 /// Every finite logit of the cases used here is a bf16 value (checked).
@@ -765,9 +770,7 @@ TEST(GpuStrategies, FusedSharedCasesLinearBf16) {
       SCOPED_TRACE(describe(c, r, "fused", 0));
       check_run(c, ref, *fused, r, 1);
       if (sm90 && wgmma_case && fused->can_implement(c.pb, c.spec, r).ok()) {
-        EXPECT_EQ(std::string(gpu::last_fused_forward_kernel()) + "/" +
-                      gpu::last_fused_backward_kernel(),
-                  "wgmma/wgmma");
+        EXPECT_EQ(last_fused_kernels(), "wgmma/wgmma");
       }
     }
   }
@@ -933,8 +936,7 @@ TEST(GpuStrategies, FusedIndexingPast2Pow31) {
     req.problem = &p;
     req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
     const StrategyOutputs o = s->run(req);
-    const std::string kernels = std::string(gpu::last_fused_forward_kernel()) + "/" +
-                                gpu::last_fused_backward_kernel();
+    const std::string kernels = last_fused_kernels();
     SCOPED_TRACE(std::string("path ") + path + ", kernels " + kernels);
     if (fused_wgmma_device() && std::string(path) == "automatic") {
       EXPECT_EQ(kernels, "wgmma/wgmma");
@@ -987,8 +989,7 @@ TEST(GpuStrategies, FusedWeightsPast2Pow31) {
     req.problem = &p;
     req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
     const StrategyOutputs o = s->run(req);
-    const std::string kernels = std::string(gpu::last_fused_forward_kernel()) + "/" +
-                                gpu::last_fused_backward_kernel();
+    const std::string kernels = last_fused_kernels();
     SCOPED_TRACE("N = " + std::to_string(N) + ", kernels " + kernels);
     if (fused_wgmma_device()) {
       EXPECT_EQ(kernels, N >= 128 ? "wgmma/wgmma" : "mma.sync/mma.sync");
