@@ -20,7 +20,7 @@ if [ -z "${XENTLAB_SHARED_DIR:-}" ] && [ -d .shared ]; then export XENTLAB_SHARE
 mkdir -p "$OUT"
 what=${1:-all}
 {
-  date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  date -u; nvidia-smi --query-gpu=name,uuid,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   nvcc --version | tail -1; cmake --version | head -1; python3 -c 'import torch; print("torch", torch.__version__)'
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
