@@ -28,6 +28,9 @@ constexpr std::size_t kMaxTemps = 16;
 constexpr std::size_t kMaxTempPath = 4096;
 char g_temps[kMaxTemps][kMaxTempPath];
 volatile std::sig_atomic_t g_used[kMaxTemps];
+// The destination of each registered temporary (not touched by the signal handler).
+std::string g_dests[kMaxTemps];
+std::mutex g_dests_mutex;
 
 extern "C" void remove_temps_and_reraise(int sig) {
   for (std::size_t k = 0; k < kMaxTemps; ++k)
@@ -36,20 +39,23 @@ extern "C" void remove_temps_and_reraise(int sig) {
   std::raise(sig);
 }
 
-void register_temp(const std::string& path) {
+void register_temp(const std::string& path, const std::string& dest) {
   static std::once_flag once;
   std::call_once(once, [] {
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, remove_temps_and_reraise);
   });
+  std::lock_guard<std::mutex> lock(g_dests_mutex);
   for (std::size_t k = 0; k < kMaxTemps; ++k)
     if (!g_used[k]) {
       std::snprintf(g_temps[k], kMaxTempPath, "%s", path.c_str());
+      g_dests[k] = dest;
       g_used[k] = 1;
       return;
     }
 }
 
 void unregister_temp(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_dests_mutex);
   for (std::size_t k = 0; k < kMaxTemps; ++k)
     if (g_used[k] && path == g_temps[k]) {
       g_used[k] = 0;
@@ -58,6 +64,30 @@ void unregister_temp(const std::string& path) {
 }
 
 }  // namespace
+
+bool same_output_file(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  auto canonical = [](const std::string& p) {
+    std::error_code ec;
+    const fs::path c = fs::weakly_canonical(fs::absolute(p, ec), ec);
+    return ec ? fs::path(p).lexically_normal() : c;
+  };
+  std::error_code ec;
+  return canonical(a) == canonical(b) || fs::equivalent(a, b, ec);
+}
+
+std::optional<OutputLocation> output_destination(const std::string& where) {
+  std::lock_guard<std::mutex> lock(g_dests_mutex);
+  for (std::size_t k = 0; k < kMaxTemps; ++k) {
+    if (!g_used[k]) continue;
+    const std::string temp = g_temps[k];
+    if (where.compare(0, temp.size(), temp) != 0) continue;
+    if (where.size() > temp.size() && where[temp.size()] != ':') continue;
+    return OutputLocation{g_dests[k] + where.substr(temp.size()),
+                          fs::path(temp).filename().string()};
+  }
+  return std::nullopt;
+}
 
 AtomicOutput::AtomicOutput(std::string path, bool force) : path_(std::move(path)), force_(force) {
   if (path_.empty()) throw InputError("output path is empty");
@@ -78,7 +108,7 @@ AtomicOutput::AtomicOutput(std::string path, bool force) : path_(std::move(path)
   temp_ =
       (dir / fmt::format(".{}.tmp-{}-{}", p.filename().string(), ::getpid(), counter++)).string();
   if (temp_.size() >= kMaxTempPath) throw InputError(fmt::format("{}: path too long", path_));
-  register_temp(temp_);
+  register_temp(temp_, path_);
 }
 
 AtomicOutput::~AtomicOutput() {

@@ -9,6 +9,7 @@
 //   h5::File f = h5::File::create(out.temp_path());  … write …  f.close();
 //   out.commit();                           // rename(temp, path); the destructor removes an
 //                                           // uncommitted temporary
+#include <optional>
 #include <string>
 
 namespace xentlab {
@@ -41,6 +42,21 @@ class AtomicOutput {
   bool force_ = false;
   bool committed_ = false;
 };
+
+/// Whether two output paths name one file, existing or not: the same spelling, the same path
+/// once made absolute and normalized ("x", "./x", "dir/../x"; what exists is resolved through
+/// links), or hard links to one existing file.
+bool same_output_file(const std::string& a, const std::string& b);
+
+/// A location inside the temporary file of an AtomicOutput alive in this process, restated in
+/// terms of the file the user asked for: `location` is the destination path followed by what
+/// came after the temporary path in `where` (":/problem/W"), `temp_name` the temporary file's name.
+struct OutputLocation {
+  std::string location, temp_name;
+};
+/// The OutputLocation of `where` ("TEMP" or "TEMP:/inside"), or nullopt when `where` is not inside
+/// an output being written. Used to report write failures (h5.cpp) by the name the user gave.
+std::optional<OutputLocation> output_destination(const std::string& where);
 
 /// An advisory exclusive lock (flock(2)) on the file "<path>.lock" beside `path`, held for the
 /// object's lifetime; the constructor waits while another process holds it. Writers that append to

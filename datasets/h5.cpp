@@ -8,15 +8,27 @@
 #include <filesystem>
 #include <fstream>
 
+#include "datasets/atomic_file.hpp"
 #include "numerics/error.hpp"
 
 namespace xentlab::h5 {
 namespace {
 
 // HDF5 prints its error stack to stderr by default; every failure here is reported by a FormatError
-// instead. The automatic printer is switched off once per process (per thread in a thread-safe
-// build: each entry point calls this).
+// (an OutputError while writing) instead. The automatic printer is switched off once per process
+// (per thread in a thread-safe build: each entry point calls this).
+//
+// Also before the library's first call: H5dont_atexit(), so that HDF5 does not shut itself down
+// from exit(). After a failed flush (a full disk) the file stays in HDF5's tables with unwritable
+// metadata, its temporary file is removed (atomic_file.hpp), and the shutdown at exit crashed in
+// H5F__close_cb (found by writing to a 32 KiB tmpfs). Every file this code writes is closed
+// explicitly (File::close), so nothing is lost by skipping that shutdown.
 void silence() {
+  static const bool no_atexit = [] {
+    H5dont_atexit();
+    return true;
+  }();
+  (void)no_atexit;
   thread_local bool done = false;
   if (!done) {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
@@ -24,25 +36,53 @@ void silence() {
   }
 }
 
-// The innermost message of the current HDF5 error stack ("" when empty), for error texts.
+// The outermost message of the current HDF5 error stack ("" when empty), for error texts, followed
+// by the operating system's reason where the file driver recorded one deeper in the stack (its
+// description holds "error message = '<strerror>'", e.g. 'No space left on device').
 std::string last_error() {
-  std::string msg;
+  struct Found {
+    std::string top, os;
+  } found;
   H5Ewalk2(
       H5E_DEFAULT, H5E_WALK_DOWNWARD,
       [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
-        auto* m = static_cast<std::string*>(data);
-        if (n == 0 && e->desc) *m = e->desc;
+        auto* f = static_cast<Found*>(data);
+        if (e->desc == nullptr) return 0;
+        const std::string d = e->desc;
+        if (n == 0) f->top = d;
+        const std::string key = "error message = '";
+        const auto at = d.find(key);
+        if (f->os.empty() && at != std::string::npos) {
+          const auto end = d.find('\'', at + key.size());
+          if (end != std::string::npos) f->os = d.substr(at + key.size(), end - at - key.size());
+        }
         return 0;
       },
-      &msg);
+      &found);
   H5Eclear2(H5E_DEFAULT);
-  return msg;
+  if (found.os.empty() || found.top.empty()) return found.top.empty() ? found.os : found.top;
+  return found.top + ": " + found.os;
 }
 
+// Throws FormatError "WHERE: WHAT (HDF5's reason)": a file that cannot be read as what it claims
+// to be.
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   const std::string detail = last_error();
   throw FormatError(detail.empty() ? fmt::format("{}: {}", where, what)
                                    : fmt::format("{}: {} ({})", where, what, detail));
+}
+
+// Throws OutputError for a failed write (create, write, flush): "WHERE: WHAT (HDF5's reason: the
+// system's reason)"; where WHERE is inside the temporary file of an output being written
+// (atomic_file.hpp), it names the destination the user asked for.
+[[noreturn]] void fail_write(const std::string& where, const std::string& what) {
+  const std::string detail = last_error();
+  const std::string reason = detail.empty() ? what : fmt::format("{} ({})", what, detail);
+  if (const auto out = output_destination(where))
+    throw OutputError(fmt::format("{}: {} (while writing its temporary file {}; the destination is "
+                                  "untouched)",
+                                  out->location, reason, out->temp_name));
+  throw OutputError(fmt::format("{}: {}", where, reason));
 }
 
 std::string join(const std::string& base, const std::string& name) {
@@ -166,10 +206,10 @@ bool Object::has_attr(const std::string& name) const {
 namespace {
 Handle create_attr(const Object& o, const std::string& name, hid_t type) {
   if (o.has_attr(name) && H5Adelete(o.id(), name.c_str()) < 0)
-    fail(o.where(), fmt::format("cannot replace attribute '{}'", name));
+    fail_write(o.where(), fmt::format("cannot replace attribute '{}'", name));
   Handle space(H5Screate(H5S_SCALAR));
   Handle a(H5Acreate2(o.id(), name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  if (!a.valid()) fail(o.where(), fmt::format("cannot create attribute '{}'", name));
+  if (!a.valid()) fail_write(o.where(), fmt::format("cannot create attribute '{}'", name));
   return a;
 }
 
@@ -206,21 +246,21 @@ void Object::set_attr(const std::string& name, const std::string& value) {
   Handle a = create_attr(*this, name, t.get());
   const char* p = value.c_str();
   if (H5Awrite(a.get(), t.get(), &p) < 0)
-    fail(where(), fmt::format("cannot write attribute '{}'", name));
+    fail_write(where(), fmt::format("cannot write attribute '{}'", name));
 }
 
 void Object::set_attr(const std::string& name, double value) {
   silence();
   Handle a = create_attr(*this, name, H5T_IEEE_F64LE);
   if (H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value) < 0)
-    fail(where(), fmt::format("cannot write attribute '{}'", name));
+    fail_write(where(), fmt::format("cannot write attribute '{}'", name));
 }
 
 void Object::set_attr(const std::string& name, std::int64_t value) {
   silence();
   Handle a = create_attr(*this, name, H5T_STD_I64LE);
   if (H5Awrite(a.get(), H5T_NATIVE_INT64, &value) < 0)
-    fail(where(), fmt::format("cannot write attribute '{}'", name));
+    fail_write(where(), fmt::format("cannot write attribute '{}'", name));
 }
 
 std::string Object::attr_string(const std::string& name) const {
@@ -287,7 +327,7 @@ Group Group::create_group(const std::string& name) {
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle g(H5Gcreate2(id(), name.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
-  if (!g.valid()) fail(where(), fmt::format("cannot create group '{}'", name));
+  if (!g.valid()) fail_write(where(), fmt::format("cannot create group '{}'", name));
   return Group(std::move(g), file(), join(path(), name));
 }
 
@@ -327,16 +367,16 @@ void write_raw(Group& g, const std::string& name, hid_t file_type, hid_t mem_typ
   const std::string where = g.where() + (g.path() == "/" ? "" : "/") + name;
   Handle space = make_space(shape, where);
   if (g.exists(name) && H5Ldelete(g.id(), name.c_str(), H5P_DEFAULT) < 0)
-    fail(where, "cannot replace the existing dataset");
+    fail_write(where, "cannot replace the existing dataset");
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle d(H5Dcreate2(g.id(), name.c_str(), file_type, space.get(), lcpl.get(), H5P_DEFAULT,
                       H5P_DEFAULT));
-  if (!d.valid()) fail(where, "cannot create the dataset");
+  if (!d.valid()) fail_write(where, "cannot create the dataset");
   std::int64_t n = 1;
   for (auto e : shape) n *= e;
   if (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-    fail(where, "cannot write the dataset");
+    fail_write(where, "cannot write the dataset");
 }
 }  // namespace
 
@@ -532,7 +572,7 @@ File File::open(const std::string& path, bool writable) {
 File File::create(const std::string& path) {
   silence();
   Handle f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-  if (!f.valid()) fail(path, "cannot create the file");
+  if (!f.valid()) fail_write(path, "cannot create the file");
   File file;
   file.h_ = std::move(f);
   file.file_ = path;
@@ -543,7 +583,7 @@ File File::create(const std::string& path) {
 void File::close() {
   silence();
   if (!h_.valid()) return;
-  if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) fail(file(), "cannot flush the file");
+  if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) fail_write(file(), "cannot flush the file");
   h_.reset();  // the data are on disk; objects still open keep the file open until they close
 }
 

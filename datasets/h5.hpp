@@ -1,7 +1,9 @@
 #pragma once
 // A small RAII wrapper over the HDF5 C API (1.10+), used by every xentlab file format (golden,
 // candidate, results). It owns every hid_t it opens, turns every HDF5 failure into a FormatError
-// that names the file and the object, and silences HDF5's automatic error printing (the message we
+// (reading) or an OutputError (creating, writing, flushing: with the system's reason, e.g. "No
+// space left on device", and the destination's name for an AtomicOutput's temporary file) that
+// names the file and the object, and silences HDF5's automatic error printing (the message we
 // throw is the only report).
 //
 // Storage conventions (docs/formats.md, readable with h5py without any plugin):

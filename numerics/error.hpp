@@ -19,6 +19,14 @@ class FormatError : public std::runtime_error {
   explicit FormatError(const std::string& what) : std::runtime_error(what) {}
 };
 
+/// An output file that could not be written (a full disk, an I/O error, permissions lost while
+/// writing). The message names the destination the user asked for and the system's reason; the
+/// destination itself is untouched (outputs are written to a temporary name, atomic_file.hpp).
+class OutputError : public std::runtime_error {
+ public:
+  explicit OutputError(const std::string& what) : std::runtime_error(what) {}
+};
+
 /// A failure of the CUDA runtime or of cuBLAS (see gpu/cuda_check.hpp).
 class DeviceError : public std::runtime_error {
  public:

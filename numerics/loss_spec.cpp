@@ -1,5 +1,7 @@
 #include "numerics/loss_spec.hpp"
 
+#include <limits>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -17,6 +19,24 @@ void LossSpec::validate() const {
     throw InputError(fmt::format("softcap must be finite and >= 0 (0 = off), got {}", softcap));
   if (!(logit_scale > 0.0) || !std::isfinite(logit_scale))
     throw InputError(fmt::format("logit_scale must be finite and > 0, got {}", logit_scale));
+  // The strategies take these parameters as fp32 (or narrower) numbers: one that fp32 cannot hold
+  // as a normal number would become 0 or inf there (a softcap of 1e-300 switched off, a logit scale
+  // of 1e300 infinite) and blame the kernels for the parameter.
+  const auto fp32_normal = [](double v) {
+    return v >= static_cast<double>(std::numeric_limits<float>::min()) &&
+           v <= static_cast<double>(std::numeric_limits<float>::max());
+  };
+  const auto check = [&](const char* name, double v, bool zero_ok) {
+    if ((v == 0.0 && zero_ok) || fp32_normal(v)) return;
+    throw InputError(fmt::format(
+        "{} = {} is not a normal fp32 number (the strategies compute in fp32 or narrower): use "
+        "{}a value in [{:.3g}, {:.3g}]",
+        name, v, zero_ok ? "0 or " : "", static_cast<double>(std::numeric_limits<float>::min()),
+        static_cast<double>(std::numeric_limits<float>::max())));
+  };
+  check("z_loss", z_loss, true);
+  check("softcap", softcap, true);
+  check("logit_scale", logit_scale, false);
 }
 
 std::string LossSpec::describe() const {

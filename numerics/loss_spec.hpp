@@ -30,7 +30,9 @@ struct LossSpec {
   EmptyMean empty_mean = EmptyMean::nan;
 
   /// Throws InputError naming the option when a value is out of range (NaN, ε ∉ [0,1], λ < 0,
-  /// softcap < 0, logit_scale ≤ 0 or non-finite).
+  /// softcap < 0, logit_scale ≤ 0 or non-finite), or when λ, softcap (other than 0) or
+  /// logit_scale is not a normal fp32 number ([1.18e-38, 3.40e38]; the strategies take them as
+  /// fp32).
   void validate() const;
   /// One-line human-readable form, e.g. "mean ignore=-100 eps=0 z=0 softcap=off scale=1".
   std::string describe() const;

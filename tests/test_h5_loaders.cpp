@@ -230,6 +230,38 @@ TEST_F(Atomic, RefusesToOverwriteWithoutForceAndLeavesNoTemporary) {
   EXPECT_THROW(AtomicOutput(path("no/such/dir/x.h5"), false), InputError);
 }
 
+// Two spellings of one output, existing or not, are one file; different names are not.
+TEST_F(Atomic, SameOutputFileSeesThroughSpellings) {
+  EXPECT_TRUE(same_output_file(path("r.h5"), path("./r.h5")));
+  EXPECT_TRUE(same_output_file(path("r.h5"), path("sub/../r.h5")));
+  EXPECT_FALSE(same_output_file(path("r.h5"), path("r.h5.md")));
+  std::ofstream(path("a")) << "x";
+  fs::create_hard_link(path("a"), path("b"));
+  EXPECT_TRUE(same_output_file(path("a"), path("b")));
+}
+
+// A failed write (here: the temporary name is taken by a folder, so HDF5 cannot create it) is an
+// OutputError naming the destination the user asked for, not a "bad file" FormatError naming the
+// hidden temporary; the destination is untouched.
+TEST_F(Atomic, WriteFailuresNameTheDestination) {
+  AtomicOutput o(path("res.h5"), false);
+  fs::create_directory(o.temp_path());
+  const auto where = output_destination(o.temp_path() + ":/runs/000000");
+  ASSERT_TRUE(where.has_value());
+  EXPECT_EQ(where->location, path("res.h5") + ":/runs/000000");
+  EXPECT_FALSE(output_destination(path("other.h5")).has_value());
+  try {
+    (void)h5::File::create(o.temp_path());
+    ADD_FAILURE() << "creating a file over a folder succeeded";
+  } catch (const OutputError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind(path("res.h5") + ": cannot create the file", 0), 0u) << m;
+    EXPECT_NE(m.find(fs::path(o.temp_path()).filename().string()), std::string::npos) << m;
+  }
+  EXPECT_FALSE(fs::exists(path("res.h5")));
+  fs::remove(o.temp_path());
+}
+
 // ------------------------------------------------------------------------------------- loaders
 
 // A .npy file written by hand from the format's specification (numpy.lib.format, version 1.0).

@@ -30,7 +30,23 @@ TEST(LossSpec, RejectsOutOfRangeOptions) {
   bad([](LossSpec& s) { s.softcap = -30; });
   bad([](LossSpec& s) { s.logit_scale = 0; });
   bad([](LossSpec& s) { s.logit_scale = HUGE_VAL; });
+  // Finite in fp64 but not a normal fp32 number: 0 or inf in the strategies' arithmetic.
+  bad([](LossSpec& s) { s.softcap = 1e-300; });
+  bad([](LossSpec& s) { s.logit_scale = 1e300; });
+  bad([](LossSpec& s) { s.logit_scale = 1e-39; });  // an fp32 subnormal
+  bad([](LossSpec& s) { s.z_loss = 1e39; });
   EXPECT_THROW(parse_reduction("avg"), InputError);
+}
+
+TEST(LossSpec, AcceptsTheFp32NormalRange) {
+  LossSpec s;
+  s.softcap = 1e-37;
+  s.logit_scale = 3e38;
+  s.z_loss = 1e38;
+  EXPECT_NO_THROW(s.validate());
+  s.softcap = 0.0;  // off
+  s.z_loss = 0.0;   // off
+  EXPECT_NO_THROW(s.validate());
 }
 
 TEST(Recipe, ParseAndGrid) {

@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
   } catch (const xentlab::FormatError& e) {
     fmt::print(stderr, "xentlab: bad file: {}\n", e.what());
     return 2;
+  } catch (const xentlab::OutputError& e) {
+    fmt::print(stderr, "xentlab: cannot write the output: {}\n", e.what());
+    return 3;
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "xentlab: out of memory: the input declares, or the options ask for, more "
                        "than this machine can hold (sample rows with --rows / --vocab-rows, or use "

@@ -298,20 +298,12 @@ BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>&
   o.h5 = a.h5;
   o.markdown = a.markdown;
   // The same file in two spellings ("x" and "./x", "dir/../x", absolute and relative), existing
-  // or not: weakly_canonical resolves what exists and normalizes the rest; equivalent() also
-  // catches hard links to one existing file.
+  // or not, or hard links to one file.
   const std::vector<std::string> outs{o.csv, o.h5, o.markdown};
-  auto canonical = [](const std::string& p) {
-    std::error_code ec;
-    const fs::path c = fs::weakly_canonical(fs::absolute(p, ec), ec);
-    return ec ? fs::path(p).lexically_normal() : c;
-  };
   for (std::size_t i = 0; i < outs.size(); ++i)
     for (std::size_t j = i + 1; j < outs.size(); ++j) {
       if (outs[i].empty() || outs[j].empty()) continue;
-      std::error_code ec;
-      if (outs[i] == outs[j] || canonical(outs[i]) == canonical(outs[j]) ||
-          fs::equivalent(outs[i], outs[j], ec))
+      if (same_output_file(outs[i], outs[j]))
         throw InputError(
             fmt::format("{} and {} are the same file, named by two of --csv, --h5 "
                         "and --markdown",

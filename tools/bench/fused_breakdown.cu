@@ -39,6 +39,11 @@ std::unique_ptr<Strategy> make_cuda_fused_group32();    // fused_variants/fused_
 using namespace xentlab;
 
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::printf("usage: fused_breakdown [REPEATS=3] [N ...=8192]  (V = 128256, D = 4096; "
+                "XL_BREAKDOWN_ONLY=label,label picks rows; docs/fused.md)\n");
+    return 0;
+  }
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
   std::vector<std::int64_t> Ns;
   for (int i = 2; i < argc; ++i) Ns.push_back(std::atoll(argv[i]));
@@ -46,8 +51,8 @@ int main(int argc, char** argv) {
   const std::int64_t V = 128256, D = 4096;
   const bench::DeviceDescription dev = bench::describe_device();
   if (!dev.available) {
-    std::printf("fused_breakdown: %s\n", dev.reason.c_str());
-    return 0;
+    std::fprintf(stderr, "fused_breakdown: %s\n", dev.reason.c_str());
+    return 4;  // nothing measurable here, as gpu_bench and `xentlab bench`
   }
   struct Entry {
     std::string label;

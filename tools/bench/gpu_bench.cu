@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/atomic_file.hpp"
 #include "gpu/cuda/cuda_check.hpp"
 #include "gpu/cuda/cuda_strategy.cuh"
 #include "gpu/cuda/device.hpp"
@@ -85,7 +86,12 @@ int main(int argc, char** argv) {
                  "off, alternated run by run")
       ->check(CLI::Range(0, 1000));
   xentlab::cli::require_decimal_integers(app);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints help or the error
+    return code == 0 ? 0 : 2;      // invalid options: 2, as every other check below
+  }
   // Sizes NxVxD and chunk sizes: positive decimal integers, checked before any device work.
   auto positive = [](const std::string& t, std::int64_t& v) {
     if (t.empty() || t.size() > 12 || t[0] == '0' ||
@@ -132,10 +138,31 @@ int main(int argc, char** argv) {
       }
       chunks.push_back(v);
     }
+  // --strategies: names of the CUDA registry (its objects need no device).
+  {
+    std::string known;
+    for (const auto& cs : make_strategies(Backend::cuda)) known += "," + cs->name();
+    for (const auto& name : split(only, ','))
+      if ((known + ",").find("," + name + ",") == std::string::npos) {
+        std::fprintf(stderr, "gpu_bench: --strategies: unknown strategy '%s' (this build has: %s)\n",
+                     name.c_str(), known.empty() ? "none" : known.c_str() + 1);
+        return 2;
+      }
+  }
+  // --json: its folder must take the file before any measurement (it is then rewritten).
+  if (!json_path.empty()) {
+    try {
+      xentlab::AtomicOutput(json_path, true).check_writable();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gpu_bench: --json: %s\n", e.what());
+      return 2;
+    }
+  }
   const DeviceInfo dev = query_device();
   if (!dev.available) {
-    std::printf("gpu_bench: %s\n", dev.reason.c_str());
-    return 0;
+    // The options are valid; nothing can be measured here (exit 4, as `xentlab bench`).
+    std::fprintf(stderr, "gpu_bench: %s\n", dev.reason.c_str());
+    return 4;
   }
   try {
     std::printf("device: %s, %d SMs, %.1f GiB, driver %d, runtime %d\n", dev.name.c_str(),
@@ -143,7 +170,10 @@ int main(int argc, char** argv) {
     const double peak = bench::cublas_bf16_gemm_tflops();
     std::printf("cuBLAS bf16 GEMM 8192^3 (fp32 compute): %.1f TFLOP/s (median of 20)\n", peak);
     std::ofstream json;
-    if (!json_path.empty()) json.open(json_path);
+    if (!json_path.empty()) {
+      json.open(json_path);
+      if (!json) throw std::runtime_error("--json: cannot open " + json_path + " for writing");
+    }
     if (json) json << "{\"kind\":\"gemm\",\"tflops\":" << peak << "}\n";
 
     {

@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -91,13 +93,14 @@ int run_audit_command(const AuditArgs& a) {
   // Every output is checked before any work: an hour of audit must not end on "file exists".
   const std::string md_path = a.markdown.empty() ? a.out + ".md" : a.markdown;
   {
-    std::error_code ec;
-    if (md_path == a.out || std::filesystem::equivalent(md_path, a.out, ec))
-      throw InputError(fmt::format("--markdown {} is the results file itself", md_path));
+    if (same_output_file(md_path, a.out))
+      throw InputError(fmt::format("--markdown {} is the results file {} itself", md_path, a.out));
     if (a.append && std::filesystem::exists(a.out)) audit::open_results_file(a.out);
     AtomicOutput probe(a.out, a.force || a.append);  // folder exists, not a device, no clobbering
+    probe.check_writable();  // permissions, a read-only file system: before the work, with why
   }
   AtomicOutput md_out(md_path, a.force || a.append);
+  md_out.check_writable();
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
   std::vector<audit::AuditProblem> problems;
@@ -155,12 +158,18 @@ int run_audit_command(const AuditArgs& a) {
   const audit::AuditResult res = audit::run_audit(problems, cfg);
   audit::write_results(a.out, res, cfg, a.force, a.append);
   {
+    errno = 0;
     std::ofstream md(md_out.temp_path());
     md << "# xentlab audit\n\nbackend: " << cfg.device << ", seed " << cfg.seed << ", policy "
        << cfg.policy << ", sub-batch rows " << cfg.rows << "\n\n"
        << audit::format_summary(res, true);
     md.close();
-    if (!md) throw InputError(fmt::format("{}: cannot write the Markdown summary", md_path));
+    const int err = errno;
+    if (!md)
+      throw OutputError(fmt::format("{}: cannot write the Markdown summary ({}; the results file "
+                                    "{} is written)",
+                                    md_path, err != 0 ? std::strerror(err) : "unknown reason",
+                                    a.out));
   }
   md_out.commit();
   fmt::print("{}", audit::format_summary(res, false));
