@@ -13,7 +13,8 @@
 # Exit status: non-zero when a test failed, a run was incorrect or failed, or a regression was found.
 # Environment: BUILD_DIR (build-nightly), JOBS (nproc), ROWS_128K (sub-batch rows, 8),
 # RECIPES_128K (recipes of the 128K audit), AUDIT_ARGS (extra options of the embedded audit),
-# AUDIT_TIMEOUT (seconds per audit step, 0 = none), SKIP_TESTS=1 (skip step 2).
+# AUDIT_TIMEOUT (seconds per audit step, 0 = none), SKIP_TESTS=1 (skip step 2), NO_GPU_CHECK=1
+# (skip the check for a GPU; without one it exits 4 before building).
 set -uo pipefail
 out=${1:?usage: tools/nightly_gpu.sh OUTDIR [BASELINE.h5]}
 baseline=${2:-}
@@ -25,6 +26,12 @@ status=0
 step() { echo "== $*" | tee -a "$out/summary.txt"; }
 
 : > "$out/summary.txt"
+# A GPU suite without a GPU would skip every test and fail the GPU audit deep inside: say so first
+# (exit 4, as the other GPU tools). NO_GPU_CHECK=1 skips this check.
+if [ -z "${NO_GPU_CHECK:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
+  step "no NVIDIA GPU here (nvidia-smi -L failed): the nightly GPU suite needs one"
+  exit 4
+fi
 step "build"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DXENTLAB_CUDA=ON >"$out/configure.log" 2>&1 &&
   cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1 || { step "build FAILED (see build.log)"; exit 1; }

@@ -31,8 +31,11 @@ import os
 import statistics
 import sys
 
-import torch
-import torch.nn.functional as F
+try:  # imported here, refused in main(): --help works without PyTorch
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = None
 
 PRESETS = {"llama3-8b-128k": (131072, 128256, 4096)}
 RECIPE = {"upcast": "torch bf16 logits, fp32 CE, bf16 grads", "no-upcast": "torch bf16 throughout"}
@@ -121,6 +124,10 @@ def main():
         sizes = [(a.tokens, a.vocab, a.hidden)]
     else:
         sizes = [tuple(int(x) for x in s.split("x")) for s in a.sizes.split(",")]
+    if torch is None:
+        print("torch_baseline: PyTorch is not installed here (pip install torch; the baseline "
+              "needs a CUDA build and an NVIDIA GPU)", file=sys.stderr)
+        return 4
     if not torch.cuda.is_available():
         print("torch_baseline: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
         return 4
