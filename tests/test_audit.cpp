@@ -1,6 +1,7 @@
 // The audit end to end on the CPU emulation backend, on small problems: dispositions, the results
 // file (write, read back, append), the verdict's structure, and the regression check.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <cmath>
 #include <cstdio>
@@ -265,8 +266,66 @@ TEST(Audit, FidelityComparesTheEmulationWithADeviceRunByRun) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("two backends"), std::string::npos) << e.what();
   }
+  // A disposition this xentlab never writes: a damaged or foreign file, named.
+  copy_as_backend(model, dev, "cuda", [&](h5::File& f) {
+    f.open_group("runs/" + f.open_group("runs").children().front())
+        .set_attr("disposition", std::string("bogus"));
+  });
+  expect_error([&] { (void)audit::compare_backends(model, dev); }, "disposition 'bogus'");
+  // A passed device run stripped of its outputs: not "passed on both, nothing disagrees".
+  auto strip = [&](bool all) {
+    copy_as_backend(model, dev, "cuda", [&](h5::File& f) {
+      for (const auto& id : f.open_group("runs").children()) {
+        h5::Group g = f.open_group("runs/" + id);
+        if (g.attr_string("disposition") != "passed") continue;
+        for (const auto& child : g.children()) {
+          if (child != "loss_abs_err" && (all || child == "lse")) {
+            ASSERT_GE(H5Ldelete(g.id(), child.c_str(), H5P_DEFAULT), 0);
+          }
+        }
+        break;
+      }
+    });
+  };
+  strip(true);
+  expect_error([&] { (void)audit::compare_backends(model, dev); }, "a passed run without any output");
+  // One output missing on the device side: a disagreement naming it.
+  strip(false);
+  const auto missing = audit::compare_backends(model, dev);
+  ASSERT_EQ(missing.disagreements.size(), 1u);
+  EXPECT_NE(missing.disagreements[0].find("lse: in the emulation's run only"), std::string::npos)
+      << missing.disagreements[0];
   std::filesystem::remove(model);
   std::filesystem::remove(dev);
+}
+
+// regress compares two audits of one set on one backend: other problems under the same names, or
+// two backends (no run in common), are refused instead of reported as "0 regressions" or as every
+// run "missing now".
+TEST(Audit, RegressRefusesDifferentProblemsAndBackends) {
+  const std::string base = temp_path("rbase.h5"), other = temp_path("rother.h5");
+  std::filesystem::remove(base);
+  const auto cfg = small_config();
+  audit::write_results(base, audit::run_audit(small_set(), cfg), cfg, true, false);
+  copy_as_backend(base, other, "cpu-emulation", [&](h5::File& f) {
+    for (const auto& id : f.open_group("runs").children())
+      f.open_group("runs/" + id).set_attr("seed", std::int64_t{7});
+  });
+  try {
+    (void)audit::regress(base, other);
+    ADD_FAILURE() << "runs of another seed compared";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("seed 1 against 7"), std::string::npos) << e.what();
+  }
+  copy_as_backend(base, other, "cuda");
+  try {
+    (void)audit::regress(base, other);
+    ADD_FAILURE() << "files of two backends compared";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("share no run"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(base);
+  std::filesystem::remove(other);
 }
 
 }  // namespace

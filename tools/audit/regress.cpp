@@ -47,6 +47,11 @@ std::vector<RunSummary> load_runs(const std::string& path) {
     r.backend = g.attr_string("backend");
     r.recipe = g.attr_string("recipe");
     r.disposition = g.attr_string("disposition");
+    if (r.disposition != "passed" && r.disposition != "incorrect" &&
+        r.disposition != "not-supported" && r.disposition != "failed")
+      throw FormatError(fmt::format("{}: disposition '{}' is not one of passed, incorrect, "
+                                    "not-supported, failed",
+                                    g.where(), r.disposition));
     r.reason = g.attr_string("reason");
     r.spec = g.attr_string("spec");
     r.seed = g.attr_int("seed");
@@ -60,12 +65,30 @@ std::vector<RunSummary> load_runs(const std::string& path) {
       r.outputs[child] = {og.attr_double("max_ratio"), og.attr_double("normwise_rel_err"),
                           og.attr_string("out_dtype"), og.where()};
     }
+    if (r.disposition == "passed" && r.outputs.empty())
+      throw FormatError(fmt::format("{}: a passed run without any output group (loss, lse, …): "
+                                    "a damaged or edited results file",
+                                    g.where()));
     out.push_back(std::move(r));
   }
   return out;
 }
 
 using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+
+/// InputError when two runs of one name audited different problems (spec, seed or audited token
+/// rows differ): comparing their errors would compare nothing. `what` names the command.
+void require_same_problem(const char* what, const std::string& path_a, const std::string& path_b,
+                          const std::string& name, const RunSummary& a, const RunSummary& b) {
+  if (a.spec == b.spec && a.seed == b.seed && a.token_rows == b.token_rows) return;
+  throw InputError(fmt::format(
+      "{}: {} and {} audited different problems under one name ({}: {}); audit both with the "
+      "same options",
+      what, path_a, path_b, name,
+      a.spec != b.spec   ? fmt::format("spec '{}' against '{}'", a.spec, b.spec)
+      : a.seed != b.seed ? fmt::format("seed {} against {}", a.seed, b.seed)
+                         : std::string("different audited token rows (--rows, --tokens)")));
+}
 
 /// Runs keyed by (problem, input dtype, strategy, backend, recipe); a later run of the same key
 /// (appended file) supersedes.
@@ -83,6 +106,13 @@ RegressReport regress(const std::string& base_path, const std::string& cur_path)
   const auto base = runs_by_key(base_path);
   const auto cur = runs_by_key(cur_path);
   int regressions = 0, grown = 0;
+  std::int64_t common = 0;
+  for (const auto& [k, b] : base) common += cur.count(k);
+  if (common == 0 && !base.empty() && !cur.empty())
+    throw InputError(fmt::format(
+        "regress: {} and {} share no run (baseline backend {}, current backend {}): compare two "
+        "audits of the same set on the same backend",
+        base_path, cur_path, std::get<3>(base.begin()->first), std::get<3>(cur.begin()->first)));
   for (const auto& [k, b] : base) {
     const std::string name = fmt::format("{} {} {} {} {}", std::get<0>(k), std::get<1>(k),
                                          std::get<2>(k), std::get<3>(k), std::get<4>(k));
@@ -95,6 +125,7 @@ RegressReport regress(const std::string& base_path, const std::string& cur_path)
       continue;
     }
     const RunSummary& c = it->second;
+    require_same_problem("regress", base_path, cur_path, name, b, c);
     if (b.disposition == "passed" && c.disposition != "passed") {
       rep.lines.push_back(fmt::format("REGRESSION {}: passed in the baseline, {} now: {}", name, c.disposition, c.reason));
       ++regressions;
@@ -196,15 +227,7 @@ FidelityReport compare_backends(const std::string& model_path, const std::string
       continue;
     }
     const RunSummary& m = it->second;
-    if (m.spec != d.spec || m.seed != d.seed || m.token_rows != d.token_rows)
-      throw InputError(fmt::format(
-          "fidelity: {} and {} audited different problems under one name ({}: {}){}", model_path,
-          device_path, key_name(k),
-          m.spec != d.spec ? fmt::format("spec '{}' against '{}'", m.spec, d.spec)
-          : m.seed != d.seed
-              ? fmt::format("seed {} against {}", m.seed, d.seed)
-              : std::string("different audited token rows (--rows)"),
-          "; audit both with the same options"));
+    require_same_problem("fidelity", model_path, device_path, key_name(k), m, d);
     const bool mp = m.disposition == "passed", dp = d.disposition == "passed";
     if (d.disposition == "not-supported" || m.disposition == "not-supported") {
       ++rep.not_supported;
@@ -217,9 +240,17 @@ FidelityReport compare_backends(const std::string& model_path, const std::string
     }
     if (!mp) continue;  // neither passed: both runs report their own problem
     ++rep.matched;
+    for (const auto& [out, mv] : m.outputs)
+      if (d.outputs.count(out) == 0)
+        rep.disagreements.push_back(fmt::format("DISAGREE {} {}: in the emulation's run only",
+                                                key_name(k), out));
     for (const auto& [out, dv] : d.outputs) {
       auto jt = m.outputs.find(out);
-      if (jt == m.outputs.end()) continue;
+      if (jt == m.outputs.end()) {
+        rep.disagreements.push_back(
+            fmt::format("DISAGREE {} {}: in the device's run only", key_name(k), out));
+        continue;
+      }
       const OutputSummary& mv = jt->second;
       if (mv.out_dtype != dv.out_dtype)
         throw InputError(fmt::format("fidelity: {} {}: output dtype {} in the emulation, {} on "
