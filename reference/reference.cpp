@@ -345,7 +345,8 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
                      static_cast<double>(opt.max_bytes))
     throw InputError(fmt::format(
         "dW for {} vocabulary rows × D={} needs {:.1f} GiB of accumulators (limit {:.1f} GiB): "
-        "sample vocabulary rows (--vocab-rows)",
+        "sample vocabulary rows (ReferenceOptions::vocab_rows; --vocab-rows of xentlab audit, "
+        "golden and bench)",
         J, D, J * D * 32.0 / (1 << 30), opt.max_bytes / double(1 << 30)));
   if (opt.want_dz && static_cast<double>(S) * V * 16.0 > static_cast<double>(opt.max_bytes))
     throw InputError(fmt::format("dz for {} rows × V={} needs {:.1f} GiB (limit {:.1f} GiB): "

@@ -34,9 +34,12 @@ struct AuditProblem {
 /// The embedded default problem set (about a minute of CPU emulation on 2 cores): the real model
 /// stories260K on its own sampled text, and calibrated, confident, offset, masked and
 /// all-options (softcap, label smoothing, z-loss, ignored rows) problems at V = 128256.
-/// `tokens` rows are generated per synthetic problem. Throws what the generators throw.
+/// `tokens` rows are generated per synthetic problem; `only` (names, empty = all) generates just
+/// those (a name not in the set is skipped: the caller reports it). Throws what the generators
+/// throw.
 std::vector<AuditProblem> default_problem_set(std::uint64_t seed, std::int64_t tokens = 16,
-                                              std::int64_t hidden = 64);
+                                              std::int64_t hidden = 64,
+                                              const std::vector<std::string>& only = {});
 
 struct AuditConfig {
   std::vector<std::string> strategies;  ///< names; empty = every registered strategy

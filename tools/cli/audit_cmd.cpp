@@ -107,7 +107,8 @@ int run_audit_command(const AuditArgs& a) {
   const auto wanted = split_commas(a.problems);
   const auto datasets = split_commas(a.datasets);
   if (!wanted.empty() || datasets.empty()) {
-    std::vector<audit::AuditProblem> all = audit::default_problem_set(a.seed, a.tokens, a.hidden);
+    std::vector<audit::AuditProblem> all =
+        audit::default_problem_set(a.seed, a.tokens, a.hidden, wanted);
     for (auto& p : all)
       if (wanted.empty() || std::find(wanted.begin(), wanted.end(), p.name) != wanted.end())
         problems.push_back(std::move(p));
@@ -156,6 +157,12 @@ int run_audit_command(const AuditArgs& a) {
     };
   }
   const audit::AuditResult res = audit::run_audit(problems, cfg);
+  if (res.passed + res.incorrect + res.failed == 0)
+    throw InputError(fmt::format(
+        "no strategy supports any of the {} selected runs (every one is not supported: e.g. "
+        "fp64 is no recipe dtype, the CUDA fused strategy takes linear problems only): nothing "
+        "was audited and no file was written; see xentlab audit --help for the recipes",
+        res.not_supported));
   audit::write_results(a.out, res, cfg, a.force, a.append);
   {
     errno = 0;
@@ -215,12 +222,12 @@ void register_audit(CLI::App& app) {
                 "{fp32,bf16,fp16} for bf16 and fp16 inputs, plus all-fp32");
   c->add_option("--backend", a->backend, "auto (GPU if present), cpu (emulation) or cuda")->capture_default_str();
   c->add_option("--rows", a->rows, "token rows of each problem's audited sub-batch (0 = all)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(non_negative());
   c->add_option("--vocab-rows", a->vocab_rows, "vocabulary rows compared for dW/db (0 = all)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(non_negative());
   auto* tok = c->add_option("--tokens", a->tokens, "tokens N generated per synthetic problem")->capture_default_str();
   c->add_option("--vocab", a->vocab, "vocabulary V of catalog datasets given with --dataset (default: the entry's)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   auto* hid = c->add_option("--hidden", a->hidden, "hidden size D of the synthetic heads")->capture_default_str();
   c->add_option("--seed", a->seed, "seed of every generator and sample")->capture_default_str();
   c->add_option("--policy", a->policy, "pass/fail policy: audit, default, strict, lenient")->capture_default_str();

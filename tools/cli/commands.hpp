@@ -26,6 +26,11 @@ void register_bench(CLI::App& app);
 /// as 2^64 − 1 for an unsigned option, and clamp past the range without a word). Call after
 /// every subcommand is registered; a rejected value is a parse error (exit 2) naming the value.
 void require_decimal_integers(CLI::App& app);
+/// Validators with plain messages ("must be ≥ 0, got -1"; CLI11's NonNegativeNumber and
+/// PositiveNumber print a range with a 300-digit bound). A value that is not a number is left to
+/// the option's type conversion.
+const CLI::Validator& non_negative();
+const CLI::Validator& positive();
 /// Records the command line (shell-quoted) for the outputs that carry it (bench).
 void set_command_line(int argc, char** argv);
 

@@ -86,17 +86,17 @@ void register_golden(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--out,-o", a->out, "golden file to write (.h5)")->required();
   c->add_flag("--force", a->opt.force, "overwrite an existing file");
-  c->add_option("--tokens,-N", a->N, "tokens N (default: the dataset's)")->check(CLI::PositiveNumber);
-  c->add_option("--vocab,-V", a->V, "vocabulary V")->check(CLI::PositiveNumber);
-  c->add_option("--hidden,-D", a->D, "hidden size D")->check(CLI::PositiveNumber);
+  c->add_option("--tokens,-N", a->N, "tokens N (default: the dataset's)")->check(positive());
+  c->add_option("--vocab,-V", a->V, "vocabulary V")->check(positive());
+  c->add_option("--hidden,-D", a->D, "hidden size D")->check(positive());
   c->add_option("--dtype", a->dtype, "input dtype: bf16, fp16, fp32");
-  c->add_option("--sigma", a->sigma, "logit standard deviation")->check(CLI::PositiveNumber);
+  c->add_option("--sigma", a->sigma, "logit standard deviation")->check(positive());
   c->add_option("--seed", a->seed, "generator seed")->capture_default_str();
   c->add_option("--param", a->params, "dataset parameter key=value (see xentlab datasets)");
   c->add_option("--rows", a->opt.rows,
-                "sample this many token rows (0 = all; sampling drops dW/db)")->check(CLI::NonNegativeNumber);
+                "sample this many token rows (0 = all; sampling drops dW/db)")->check(non_negative());
   c->add_option("--vocab-rows", a->opt.vocab_rows,
-                "sample this many vocabulary rows of dW/db (0 = all)")->check(CLI::NonNegativeNumber);
+                "sample this many vocabulary rows of dW/db (0 = all)")->check(non_negative());
   c->add_option("--sample-seed", a->opt.sample_seed, "seed of the row samples")
       ->capture_default_str();
   c->add_flag("--no-grad", a->no_grad, "forward outputs only (no dH, dW, db, dz)");

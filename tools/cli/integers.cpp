@@ -2,6 +2,7 @@
 // CLI11 2.1 converts integers with strtoll/strtoull in base 0: "010" is read as 8 (octal),
 // "0x10" as 16, "-1" as 2^64 − 1 for an unsigned option, and a value past the type's range is
 // clamped without a word. This check runs on the text before that conversion.
+#include <cstdlib>
 #include <string>
 
 #include "tools/cli/commands.hpp"
@@ -46,6 +47,30 @@ void add_checks(CLI::App& app) {
 }
 
 }  // namespace
+
+namespace {
+CLI::Validator sign_check(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& v) -> std::string {
+        char* end = nullptr;
+        const long double x = std::strtold(v.c_str(), &end);
+        if (end == v.c_str() || *end != '\0') return "";  // not a number: the conversion says so
+        if (allow_zero ? x >= 0 : x > 0) return "";
+        return std::string(allow_zero ? "must be ≥ 0" : "must be > 0") + ", got " + v;
+      },
+      allow_zero ? "≥ 0" : "> 0");
+}
+}  // namespace
+
+const CLI::Validator& non_negative() {
+  static const CLI::Validator v = sign_check(true);
+  return v;
+}
+
+const CLI::Validator& positive() {
+  static const CLI::Validator v = sign_check(false);
+  return v;
+}
 
 void require_decimal_integers(CLI::App& app) {
   add_checks(app);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "datasets/synthetic.hpp"
+#include "numerics/error.hpp"
 #include "reference/oracle.hpp"
 #include "reference/reference.hpp"
 #include "tools/cli/commands.hpp"
@@ -28,6 +29,18 @@ int run_reference(const ReferenceArgs& a) {
   LossSpec spec = a.spec;
   spec.reduction = parse_reduction(a.reduction);
   const auto t0 = std::chrono::steady_clock::now();
+  // This command computes dW for every vocabulary row (the library's working-set limit, checked
+  // here before the problem is generated rather than after a minute of generating it).
+  {
+    const ReferenceOptions lim;
+    const double bytes = static_cast<double>(a.V) * static_cast<double>(a.D) * 32.0;
+    if (a.V > 0 && a.D > 0 && bytes > static_cast<double>(lim.max_bytes))
+      throw InputError(fmt::format(
+          "-V {} × -D {}: dW for every vocabulary row needs {:.1f} GiB of accumulators (limit "
+          "{:.1f} GiB); use a smaller -V or -D here, or `xentlab golden`/`xentlab audit`, which "
+          "sample vocabulary rows (--vocab-rows)",
+          a.V, a.D, bytes / double(1 << 30), lim.max_bytes / double(1 << 30)));
+  }
   Problem pb = make_gaussian_linear(a.N, a.V, a.D, parse_dtype(a.dtype), a.sigma, a.seed);
   fmt::print("problem  {} sigma={} seed={}\nspec     {}\n", pb.describe(), a.sigma, a.seed,
              spec.describe());
@@ -79,6 +92,7 @@ void register_reference(CLI::App& app) {
   c->add_option("--sigma", a->sigma, "standard deviation of the logits")->capture_default_str();
   c->add_option("--seed", a->seed, "generator seed")->capture_default_str();
   c->add_option("--oracle-rows", a->oracle_rows, "token rows checked by the oracle (0 = none)")
+      ->check(non_negative())
       ->capture_default_str();
   c->add_option("--reduction", a->reduction, "none, mean or sum")->capture_default_str();
   c->add_option("--ignore-index", a->spec.ignore_index, "ignore_index")->capture_default_str();
