@@ -80,6 +80,21 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
     const h5::File f = h5::File::open_read(path);
     EXPECT_EQ(f.open_group("runs").children().size(), 2 * res.runs.size());
   }
+  // Appending runs of a problem recorded under the same name with another spec: refused, and
+  // the file keeps its runs.
+  auto other = res;
+  ASSERT_FALSE(other.problems.empty());
+  other.problems[0].spec += " (edited)";
+  try {
+    audit::write_results(path, other, cfg, false, true);
+    ADD_FAILURE() << "runs of another problem appended under one name";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("as another problem"), std::string::npos) << e.what();
+  }
+  {
+    const h5::File f = h5::File::open_read(path);
+    EXPECT_EQ(f.open_group("runs").children().size(), 2 * res.runs.size());
+  }
   std::filesystem::remove(path);
 }
 

@@ -76,7 +76,20 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
   h5::Group problems = f.exists("problems") ? f.open_group("problems") : f.create_group("problems");
   for (const ProblemRecord& p : res.problems) {
     const std::string name = fmt::format("{}.{}", p.name, p.input_dtype);
-    if (problems.exists(name)) continue;  // appended runs of a problem already recorded
+    if (problems.exists(name)) {  // appended runs of a problem already recorded: the same one?
+      const h5::Group old = problems.open_group(name);
+      const std::string old_spec = old.attr_string("spec"), old_desc = old.attr_string("describe");
+      const std::vector<std::int64_t> old_rows = old.open_dataset("token_rows").read_int64();
+      if (old_spec != p.spec || old_desc != p.describe || old_rows != p.token_rows)
+        throw InputError(fmt::format(
+            "--append: the file already records problem {} as another problem ({}); its runs "
+            "and these would be compared as one: write this audit to another file",
+            name,
+            old_spec != p.spec   ? fmt::format("spec '{}', this audit '{}'", old_spec, p.spec)
+            : old_desc != p.describe ? fmt::format("'{}', this audit '{}'", old_desc, p.describe)
+                                     : std::string("other audited token rows (--rows, --seed)")));
+      continue;
+    }
     h5::Group g = problems.create_group(name);
     g.set_attr("problem", p.name);
     g.set_attr("regime", p.regime);

@@ -95,7 +95,19 @@ int run_audit_command(const AuditArgs& a) {
   {
     if (same_output_file(md_path, a.out))
       throw InputError(fmt::format("--markdown {} is the results file {} itself", md_path, a.out));
-    if (a.append && std::filesystem::exists(a.out)) audit::open_results_file(a.out);
+    if (a.append && std::filesystem::exists(a.out)) {
+      // One seed per file: runs of another seed would be compared as runs of the same problems.
+      const h5::File f = audit::open_results_file(a.out);
+      if (f.exists("runs"))
+        for (const auto& id : f.open_group("runs").children()) {
+          const std::int64_t s = f.open_group("runs/" + id).attr_int("seed");
+          if (s != static_cast<std::int64_t>(a.seed))
+            throw InputError(fmt::format("--append: {} holds runs of seed {}, this audit's is {}; "
+                                         "write it to another file",
+                                         a.out, s, a.seed));
+          break;
+        }
+    }
     AtomicOutput probe(a.out, a.force || a.append);  // folder exists, not a device, no clobbering
     probe.check_writable();  // permissions, a read-only file system: before the work, with why
   }
