@@ -82,8 +82,25 @@ Backend choose_backend(const std::string& b, std::string& device, int& sms) {
 
 int run_audit_command(const AuditArgs& a) {
   audit::AuditConfig cfg;
-  cfg.strategies = split_commas(a.strategies);
-  for (const auto& r : split_commas(a.recipes)) cfg.recipes.push_back(parse_recipe(r));
+  // A list option given with nothing in it ('' or ',') is a mistake, not "all" (the default
+  // when the option is left out); a name given twice would run or be counted twice.
+  const auto list = [](const char* opt, const std::vector<std::string>& given) {
+    const std::vector<std::string> items = split_commas(given);
+    if (!given.empty() && items.empty())
+      throw InputError(fmt::format("{}: empty value (leave the option out for the default)", opt));
+    for (std::size_t i = 0; i < items.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (items[i] == items[j])
+          throw InputError(fmt::format("{}: '{}' is named twice", opt, items[i]));
+    return items;
+  };
+  cfg.strategies = list("--strategies", a.strategies);
+  for (const auto& r : list("--recipes", a.recipes)) cfg.recipes.push_back(parse_recipe(r));
+  (void)list("--problems", a.problems);
+  (void)list("--dataset", a.datasets);
+  if (a.vocab > 0 && a.datasets.empty())
+    throw InputError("--vocab sets V of --dataset generators; the embedded set has V = 128256 "
+                     "(give --dataset, or leave --vocab out)");
   cfg.backend = choose_backend(a.backend, cfg.device, cfg.device_sms);
   cfg.rows = a.rows;
   cfg.vocab_rows = a.vocab_rows;
