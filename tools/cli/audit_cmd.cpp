@@ -80,6 +80,25 @@ Backend choose_backend(const std::string& b, std::string& device, int& sms) {
   return Backend::cpu_emulation;
 }
 
+/// --plots DIR, before the work: DIR is a folder (created here when missing, its parent must
+/// exist) that takes files, and holds none of tools/plot_audit.py's PNGs unless --force.
+void check_plots_folder(const std::string& dir, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw InputError(fmt::format("--plots {}: exists and is not a folder", dir));
+  if (!fs::exists(dir, ec) && !fs::create_directory(dir, ec))
+    throw InputError(fmt::format("--plots {}: cannot create the folder: {}", dir, ec.message()));
+  AtomicOutput((fs::path(dir) / "error_vs_recipe_loss.png").string(), true).check_writable();
+  if (force) return;
+  for (const char* name : {"error_vs_recipe_loss.png", "error_vs_recipe_dH.png", "ulp_loss.png",
+                           "loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png"})
+    if (fs::exists(fs::path(dir) / name, ec))
+      throw InputError(fmt::format("--plots {}: holds plots already ({}); pass --force to "
+                                   "overwrite them",
+                                   dir, name));
+}
+
 int run_audit_command(const AuditArgs& a) {
   audit::AuditConfig cfg;
   // A list option given with nothing in it ('' or ',') is a mistake, not "all" (the default
@@ -130,6 +149,7 @@ int run_audit_command(const AuditArgs& a) {
   }
   AtomicOutput md_out(md_path, a.force || a.append);
   md_out.check_writable();
+  if (!a.plots.empty()) check_plots_folder(a.plots, a.force);
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
   std::vector<audit::AuditProblem> problems;
@@ -222,11 +242,13 @@ int run_audit_command(const AuditArgs& a) {
     int status = -1;
     const bool ok = posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ) == 0 &&
                     waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (!ok)
-      fmt::print(stderr, "xentlab audit: the plots were not made (python3 {} failed; tools/setup.sh --python "
-                 "installs h5py and matplotlib)\n", script);
-    else
-      fmt::print("plots: {}/\n", a.plots);
+    if (!ok) {
+      fmt::print(stderr, "xentlab audit: the plots were not made: python3 {} failed (its message is "
+                 "above; where h5py or matplotlib is missing, tools/setup.sh --python installs "
+                 "them). The results files are written.\n", script);
+      return 3;  // an output that could not be written
+    }
+    fmt::print("plots: {}/\n", a.plots);
   }
   return (res.incorrect > 0 || res.failed > 0) ? 1 : 0;
 }
