@@ -17,6 +17,12 @@ std::vector<std::unique_ptr<Strategy>> make_strategies(Backend backend) {
   return out;
 }
 
+std::vector<std::string> strategy_names(Backend backend) {
+  std::vector<std::string> names;
+  for (const auto& s : make_strategies(backend)) names.push_back(s->name());
+  return names;
+}
+
 bool cuda_backend_built() {
 #ifdef XENTLAB_HAVE_CUDA
   return true;

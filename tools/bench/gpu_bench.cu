@@ -140,12 +140,13 @@ int main(int argc, char** argv) {
     }
   // --strategies: names of the CUDA registry (its objects need no device).
   {
-    std::string known;
-    for (const auto& cs : make_strategies(Backend::cuda)) known += "," + cs->name();
+    const std::vector<std::string> known = strategy_names(Backend::cuda);
     for (const auto& name : split(only, ','))
-      if ((known + ",").find("," + name + ",") == std::string::npos) {
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        std::string list;
+        for (const auto& k : known) list += (list.empty() ? "" : ",") + k;
         std::fprintf(stderr, "gpu_bench: --strategies: unknown strategy '%s' (this build has: %s)\n",
-                     name.c_str(), known.empty() ? "none" : known.c_str() + 1);
+                     name.c_str(), list.empty() ? "none" : list.c_str());
         return 2;
       }
   }

@@ -35,11 +35,8 @@ std::string& command_line_storage() {
 /// The strategies a filter may name: this build's CUDA strategies, or (without the CUDA backend)
 /// the emulation's, so the arguments are validated the same way on every machine.
 std::vector<std::string> known_strategies() {
-  std::vector<std::string> names;
-  auto strategies = make_strategies(Backend::cuda);
-  if (strategies.empty()) strategies = make_strategies(Backend::cpu_emulation);
-  for (const auto& s : strategies) names.push_back(s->name());
-  return names;
+  std::vector<std::string> names = strategy_names(Backend::cuda);
+  return names.empty() ? strategy_names(Backend::cpu_emulation) : names;
 }
 
 struct BenchCliArgs {
