@@ -9,23 +9,25 @@
 // -ffp-contract=off and without fast-math; FMAs are explicit (std::fma).
 #include <cmath>
 
+#include "numerics/hd.hpp"
+
 namespace xentlab::eft {
 
 /// s + e == a + b exactly, s = fl(a + b). Six flops, no branch (Knuth's TwoSum).
-inline void two_sum(double a, double b, double& s, double& e) {
+XL_HD inline void two_sum(double a, double b, double& s, double& e) {
   s = a + b;
   const double bb = s - a;
   e = (a - (s - bb)) + (b - bb);
 }
 
 /// p + e == a · b exactly, p = fl(a · b) (needs a true FMA).
-inline void two_prod(double a, double b, double& p, double& e) {
+XL_HD inline void two_prod(double a, double b, double& p, double& e) {
   p = a * b;
-  e = std::fma(a, b, -p);
+  e = hd::fma(a, b, -p);
 }
 
 /// γ_n = n·u/(1 − n·u) for u = 2^-53 (Higham, Accuracy and Stability, §3.1).
-inline double gamma_n(double n) {
+XL_HD inline double gamma_n(double n) {
   const double u = 0x1p-53;
   return n * u / (1.0 - n * u);
 }
@@ -39,8 +41,8 @@ struct CompensatedSum {
   double c = 0.0;
   double nonfinite = 0.0;  ///< IEEE sum of the non-finite terms (0 when there is none)
   bool has_nonfinite = false;
-  void add(double x) {
-    if (!std::isfinite(x)) {
+  XL_HD void add(double x) {
+    if (!hd::isfinite(x)) {
       nonfinite += x;
       has_nonfinite = true;
       return;
@@ -49,7 +51,7 @@ struct CompensatedSum {
     two_sum(s, x, s, e);
     c += e;
   }
-  void add(const CompensatedSum& o) {
+  XL_HD void add(const CompensatedSum& o) {
     if (o.has_nonfinite) {
       nonfinite += o.nonfinite;
       has_nonfinite = true;
@@ -57,7 +59,7 @@ struct CompensatedSum {
     add(o.s);
     c += o.c;
   }
-  double value() const { return has_nonfinite ? nonfinite : s + c; }
+  XL_HD double value() const { return has_nonfinite ? nonfinite : s + c; }
 };
 
 }  // namespace xentlab::eft

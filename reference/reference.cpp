@@ -8,20 +8,24 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <cstdio>
 #include <random>
+
+#include <unistd.h>
 
 #include "numerics/eft.hpp"
 #include "numerics/error.hpp"
+#include "reference/row.hpp"
 
 namespace xentlab {
 namespace {
 
-constexpr double kU = 0x1p-53;  // unit roundoff of double
+using detail::RowStats;
+using detail::RowSums;
+constexpr double kU = detail::kRefU;  // unit roundoff of double
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-// libm exp, log1p, tanh and cosh of glibc are documented within 1–2 ULP on x86-64; one ULP is at
-// most 2u relative, so 2 ULP ≤ 4u. We charge every elementary function 4u relative.
-constexpr double kLibm = 4 * kU;
+constexpr double kLibm = detail::kRefLibm;
 constexpr int kLanes = 8;  // independent compensated accumulators per dot product
 
 // Sum2 of the exact products h[d]·w[d] and the bias: lane-parallel TwoSum accumulation, lanes
@@ -90,12 +94,6 @@ struct Dot2Rows {
   }
 };
 
-// Per-row scalars of the forward pass.
-struct RowStats {
-  double lse, lse_b, ce, ce_b, z_term, z_term_b, maxz, pt, entropy, sum_p_abs_z;
-  double dzmax;  // max_j δz_j over finite logits (input error of this row's logits)
-};
-
 struct Context {
   const Problem& pb;
   const LossSpec& sp;
@@ -104,96 +102,65 @@ struct Context {
   double dot_g2 = 0;           // γ²_{D+kLanes+1}
 };
 
-// Logits of one row, in z (after scale and softcap), with per-element error bound in dz_b and the
+// Logits of one row, in z (after scale and softcap), with per-element error bound in zb and the
 // chain factor d z / d raw in chain (and its error bound in chain_b).
 void row_logits(const Context& cx, std::int64_t i, const double* h_row, double h_norm,
                 std::vector<double>& wbuf, double* z, double* zb, double* chain, double* chain_b) {
   const std::int64_t V = cx.V, D = cx.D;
-  const LossSpec& sp = cx.sp;
-  const bool linear = cx.pb.is_linear();
-  if (!linear) cx.pb.logits.read(i * V, V, z);
-  for (std::int64_t j = 0; j < V; ++j) {
-    double r, rb = 0.0;
-    if (linear) {
+  if (!cx.pb.is_linear()) {
+    cx.pb.logits.read(i * V, V, z);
+    std::fill(zb, zb + V, 0.0);
+  } else {
+    for (std::int64_t j = 0; j < V; ++j) {
       cx.pb.W.read(j * D, D, wbuf.data());
       const double b = cx.pb.bias ? cx.pb.bias->get(j) : 0.0;
       if (b == -kInf) {
-        r = -kInf;
+        z[j] = -kInf;
+        zb[j] = 0.0;
       } else {
-        r = dot_exact_products(h_row, wbuf.data(), D, b);
+        const double r = dot_exact_products(h_row, wbuf.data(), D, b);
+        z[j] = r;
         // Sum2 bound: u|r| + γ²·Σ|p|, Σ|p| ≤ ‖H_i‖‖W_j‖ + |b|.
-        rb = kU * std::fabs(r) + cx.dot_g2 * (h_norm * cx.w_norm[static_cast<std::size_t>(j)] +
-                                              std::fabs(b));
+        zb[j] = kU * std::fabs(r) + cx.dot_g2 * (h_norm * cx.w_norm[static_cast<std::size_t>(j)] +
+                                                 std::fabs(b));
       }
-    } else {
-      r = z[j];
     }
-    double v = r, vb = rb, ch = 1.0, chb = 0.0;
-    if (sp.logit_scale != 1.0) {
-      v = sp.logit_scale * r;
-      vb = sp.logit_scale * rb + kU * std::fabs(v);
-      ch = sp.logit_scale;
-    }
-    if (sp.softcap > 0.0) {
-      const double c = sp.softcap;
-      const double x = v / c;
-      const double th = std::tanh(x);
-      const double zc = c * th;
-      const double co = std::cosh(x);
-      const double sech2 = std::isinf(co) ? 0.0 : 1.0 / (co * co);
-      // δz' ≤ sech²·(δv + u|v|) + |z'|·(kLibm + u) ; d/dv of sech²(v/c) is −2·sech²·th/c.
-      const double zcb = sech2 * (vb + kU * std::fabs(v)) + std::fabs(zc) * (kLibm + kU);
-      chb = ch * sech2 * (2 * std::fabs(th) * (vb + kU * std::fabs(v)) / c + kLibm + 4 * kU);
-      ch = ch * sech2;
-      v = zc;
-      vb = zcb;
-    }
-    z[j] = v;
-    zb[j] = vb;
-    chain[j] = ch;
-    chain_b[j] = chb;
   }
+  detail::transform_logits(cx.sp, V, z, zb, chain, chain_b);
 }
 
-// Forward of one row from its logits; fills e (unnormalised softmax e_j = exp(z_j − a)).
-RowStats row_forward(const Context& cx, std::int64_t t, bool valid, const double* z,
-                     const double* zb, double* e, double& one_plus_s, double& one_minus_pt) {
-  const std::int64_t V = cx.V;
-  const LossSpec& sp = cx.sp;
-  RowStats r{};
-  std::int64_t k = -1;
-  double a = -kInf;
-  double dzmax = 0.0;
+}  // namespace
+
+namespace detail {
+
+void transform_logits(const LossSpec& sp, std::int64_t V, double* z, double* zb, double* chain,
+                      double* chain_b) {
+  for (std::int64_t j = 0; j < V; ++j) transform_logit(sp, z[j], zb[j], z[j], zb[j], chain[j], chain_b[j]);
+}
+
+RowStats row_forward(const LossSpec& sp, std::int64_t V, std::int64_t t, bool valid,
+                     const double* z, const double* zb, double* e, double& one_plus_s,
+                     double& one_minus_pt) {
+  RowSums q{};
+  q.k = -1;
+  q.a = -kInf;
   for (std::int64_t j = 0; j < V; ++j) {
-    if (z[j] > a) {
-      a = z[j];
-      k = j;
+    if (z[j] > q.a) {
+      q.a = z[j];
+      q.k = j;
     }
-    if (std::isfinite(z[j])) dzmax = std::max(dzmax, zb[j]);
+    if (std::isfinite(z[j])) q.dzmax = std::max(q.dzmax, zb[j]);
   }
-  r.maxz = a;
-  r.dzmax = dzmax;
-  if (k < 0) {  // every logit −inf: softmax undefined
+  if (q.k < 0) {  // every logit −inf: softmax undefined
     std::fill(e, e + V, 0.0);
-    r.lse = -kInf;
-    r.lse_b = 0;
-    r.ce = valid ? kInf : 0.0;
-    r.ce_b = 0;
-    r.z_term = valid && sp.z_loss > 0 ? kInf : 0.0;
-    r.z_term_b = 0;
-    r.pt = valid ? 0.0 : kNaN;
-    r.entropy = kNaN;
-    r.sum_p_abs_z = kNaN;
-    one_plus_s = 1.0;
-    one_minus_pt = 1.0;
-    return r;
+    return undefined_row(sp, valid, q.a, q.dzmax, one_plus_s, one_minus_pt);
   }
   // s = Σ_{j≠k} e_j and s_ex = Σ_{j∉{k,t}} e_j (Sum2); err_s bounds the error of s from the
   // rounding of (z_j − a) (u|z_j − a| in the argument) and of exp (kLibm relative), per term.
-  eft::CompensatedSum s, s_ex, gap_sum, ent, pz, zsum_gap;
-  double err_s = 0.0;
+  eft::CompensatedSum s, s_ex, ent, pz, zsum_gap;
+  const double a = q.a;
   for (std::int64_t j = 0; j < V; ++j) {
-    if (j == k) {
+    if (j == q.k) {
       e[j] = 1.0;
       continue;
     }
@@ -202,60 +169,142 @@ RowStats row_forward(const Context& cx, std::int64_t t, bool valid, const double
       continue;
     }
     const double g = a - z[j];  // ≥ 0
-    const double ej = std::exp(-g);
+    const double ej = ref_exp(-g);
     e[j] = ej;
     s.add(ej);
     if (j != t) s_ex.add(ej);
-    err_s += ej * (kU * g + kLibm);
+    q.err_s += ej * (kU * g + kLibm);
     ent.add(ej * g);
     pz.add(ej * std::fabs(z[j]));
   }
-  const double sv = s.value();
-  const double g2V = eft::gamma_n(static_cast<double>(V)) * eft::gamma_n(static_cast<double>(V));
-  err_s += 2 * kU * sv + g2V * sv;
-  const double l1p = std::log1p(sv);
-  r.lse = a + l1p;
-  // δlse: input error ≤ Σ p δz ≤ max δz; s error through log1p; log1p and the final addition.
-  r.lse_b = dzmax + err_s / (1.0 + sv) + kLibm * l1p + kU * std::fabs(r.lse);
-  one_plus_s = 1.0 + sv;
-  const double inv = 1.0 / one_plus_s;
-  r.entropy = l1p + ent.value() * inv;  // Σ p (lse − z) = log1p(s) + Σ e (a − z)/(1+s)
-  r.sum_p_abs_z = (pz.value() + std::fabs(a)) * inv;
+  q.s = s.value();
+  q.s_ex = s_ex.value();
+  q.ent = ent.value();
+  q.pz = pz.value();
   if (t >= 0) {
-    r.pt = e[t] * inv;
-    // 1 − p_t without cancellation.
-    one_minus_pt = (t == k) ? sv * inv : (1.0 + s_ex.value()) * inv;
-  } else {
-    r.pt = kNaN;
-    one_minus_pt = kNaN;
+    q.e_t = e[t];
+    q.z_t = z[t];
+    q.zb_t = zb[t];
   }
-  if (!valid) {
-    r.ce = r.ce_b = r.z_term = r.z_term_b = 0.0;
-    return r;
-  }
-  const double eps = sp.label_smoothing;
-  const double gap_t = a - z[t];  // +inf when the target is masked
-  double ce = (1.0 - eps) * gap_t + l1p;
-  double ce_b = (1.0 - eps) * (dzmax + zb[t] + kU * std::fabs(gap_t)) + err_s / (1.0 + sv) +
-                kLibm * l1p;
-  if (eps > 0.0) {
-    // (ε/V)·Σ_j (a − z_j): mean gap, Sum2 over non-negative terms (+inf for masked logits).
+  if (valid && sp.label_smoothing > 0.0) {
     for (std::int64_t j = 0; j < V; ++j) zsum_gap.add(a - z[j]);
-    const double mg = zsum_gap.value() / static_cast<double>(V);
-    ce += eps * mg;
-    ce_b += eps * (2 * dzmax + 3 * kU * std::fabs(mg) + g2V * std::fabs(mg));
+    q.zsum_gap = zsum_gap.value();
   }
-  ce_b += 3 * kU * std::fabs(ce);
-  r.ce = ce;
-  r.ce_b = std::isfinite(ce) ? ce_b : 0.0;
-  if (sp.z_loss > 0.0) {
-    r.z_term = sp.z_loss * r.lse * r.lse;
-    r.z_term_b = sp.z_loss * 2 * std::fabs(r.lse) * r.lse_b + 3 * kU * r.z_term;
-  }
-  return r;
+  return finish_row(sp, V, t, valid, q, one_plus_s, one_minus_pt);
 }
 
-}  // namespace
+void row_gradient(const LossSpec& sp, std::int64_t V, std::int64_t t, bool valid,
+                  const RowStats& st, double gs, const double* e, double ops, double omp_t,
+                  const double* ch, const double* chb, double* g, double* gb) {
+  const GradRow r = grad_row(sp, V, t, valid, st, gs, ops, omp_t);
+  for (std::int64_t j = 0; j < V; ++j) grad_entry(r, j, e[j], ch[j], chb[j], g[j], gb[j]);
+}
+
+double row_grad_scale(const LossSpec& sp, std::int64_t n_valid,
+                      const std::vector<double>& upstream, std::int64_t i, bool valid) {
+  if (!valid) return 0.0;
+  switch (sp.reduction) {
+    case Reduction::mean: return n_valid > 0 ? 1.0 / static_cast<double>(n_valid) : 0.0;
+    case Reduction::sum: return 1.0;
+    case Reduction::none:
+      return upstream.empty() ? 1.0 : upstream[static_cast<std::size_t>(i)];
+  }
+  return 0.0;
+}
+
+void store_row_outputs(ReferenceResult& res, std::int64_t q, const RowStats& st, double gs) {
+  const auto k = static_cast<std::size_t>(q);
+  res.lse[k] = st.lse;
+  res.lse_bound[k] = std::isfinite(st.lse) ? st.lse_b : 0.0;
+  res.ce[k] = st.ce;
+  res.z_term[k] = st.z_term;
+  res.loss[k] = st.ce + st.z_term;
+  res.loss_bound[k] = std::isfinite(res.loss[k]) ? st.ce_b + st.z_term_b + kU * res.loss[k] : 0.0;
+  res.max_logit[k] = st.maxz;
+  res.p_target[k] = st.pt;
+  res.entropy[k] = st.entropy;
+  res.sum_p_abs_z[k] = st.sum_p_abs_z;
+  res.grad_scale[k] = gs;
+}
+
+void allocate_outputs(ReferenceResult& res, bool want_dz, bool want_dH) {
+  const auto S = res.token_rows.size();
+  const auto V = static_cast<std::size_t>(res.V), D = static_cast<std::size_t>(res.D);
+  for (auto* v : {&res.loss, &res.loss_bound, &res.lse, &res.lse_bound, &res.ce, &res.z_term,
+                  &res.max_logit, &res.p_target, &res.entropy, &res.sum_p_abs_z, &res.grad_scale})
+    v->resize(S);
+  if (want_dz) {
+    res.dz.resize(S * V);
+    res.dz_bound.resize(S * V);
+  }
+  if (want_dH) {
+    res.dH.resize(S * D);
+    res.dH_bound.resize(S * D);
+    res.dH_cond.resize(S * D);
+  }
+}
+
+std::int64_t available_memory_bytes() {
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    long long kb = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    std::fclose(f);
+    if (kb > 0) return static_cast<std::int64_t>(kb) * 1024;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : std::int64_t{8} << 30;
+}
+
+void check_memory(double needed, std::int64_t budget, bool budget_given, const std::string& what) {
+  if (needed <= static_cast<double>(budget)) return;
+  throw InputError(fmt::format(
+      "{} needs {:.0f} bytes ({:.2f} GiB) of memory but the budget is {} bytes ({:.2f} GiB, {}): "
+      "sample token rows (--rows) or vocabulary rows (--vocab-rows), or give a larger "
+      "--memory-budget on a machine that has it",
+      what, needed, needed / double(1 << 30), budget, budget / double(1 << 30),
+      budget_given ? "as given" : "the memory available now"));
+}
+
+std::vector<double> row_norms_upper(const Tensor& T, std::int64_t rows, std::int64_t cols,
+                                    int threads) {
+  std::vector<double> out(static_cast<std::size_t>(rows));
+  // The sum of squares is rounded cols times and the square root once: a relative factor
+  // 1 + γ_{cols+2} covers both (with γ ≥ 1e-12 kept as the margin used before).
+  const double up = 1.0 + std::max(1e-12, 2 * eft::gamma_n(static_cast<double>(cols + 2)));
+#pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
+  {
+    std::vector<double> w(static_cast<std::size_t>(cols));
+#pragma omp for schedule(static)
+    for (std::int64_t j = 0; j < rows; ++j) {
+      T.read(j * cols, cols, w.data());
+      double ss = 0;
+      for (double x : w) ss += x * x;
+      out[static_cast<std::size_t>(j)] = std::sqrt(ss) * up;
+    }
+  }
+  return out;
+}
+
+}  // namespace detail
+
+std::string_view to_string(ReferenceTier tier) {
+  switch (tier) {
+    case ReferenceTier::automatic: return "auto";
+    case ReferenceTier::compensated: return "compensated";
+    case ReferenceTier::blas: return "blas";
+    case ReferenceTier::cuda: return "cuda";
+  }
+  return "?";
+}
+
+ReferenceTier parse_reference_tier(std::string_view name) {
+  for (ReferenceTier t : {ReferenceTier::automatic, ReferenceTier::compensated, ReferenceTier::blas,
+                          ReferenceTier::cuda})
+    if (name == to_string(t)) return t;
+  throw InputError(fmt::format("unknown reference tier '{}': use auto, compensated, blas or cuda", name));
+}
 
 std::vector<std::int64_t> sample_rows(std::int64_t n, std::int64_t k, std::uint64_t seed) {
   if (n < 0 || k < 0) throw InputError("sample_rows: negative size");
@@ -307,104 +356,27 @@ std::vector<std::int64_t> checked_rows(const std::vector<std::int64_t>& rows, st
 
 }  // namespace
 
-ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
-                                  const ReferenceOptions& opt) {
-  sp.validate();
-  pb.validate(sp.ignore_index);
-  if (opt.threads < 0 || opt.threads > 4096)
-    throw InputError(fmt::format("threads must be in [0, 4096] (0 = OpenMP's default), got {}", opt.threads));
+namespace {
+
+// The compensated tier: Sum2 logits, Dot2 gradients (reference.hpp).
+void compensated_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& opt,
+                      ReferenceResult& res) {
   const bool linear = pb.is_linear();
-  if (linear && pb.H.dtype() == DType::fp64)
-    throw InputError("H/W in fp64 are not supported: products of fp64 values are not exact");
   const std::int64_t N = pb.N, V = pb.V, D = pb.D;
   const bool want_dH = linear && opt.want_dH;
   const bool want_dW = linear && opt.want_dW;
   const bool want_db = linear && opt.want_db;
-
-  ReferenceResult res;
-  res.N = N;
-  res.V = V;
-  res.D = D;
-  res.token_rows = checked_rows(opt.token_rows, N, "token_rows");
-  res.vocab_rows = checked_rows(opt.vocab_rows, V, "vocab_rows");
   const auto S = static_cast<std::int64_t>(res.token_rows.size());
   const auto J = static_cast<std::int64_t>(res.vocab_rows.size());
-  res.partial = S < N;
-  res.n_valid = pb.count_valid(sp.ignore_index);
-  if (!opt.upstream.empty()) {
-    if (sp.reduction != Reduction::none)
-      throw InputError("an upstream gradient is only taken with reduction none");
-    if (static_cast<std::int64_t>(opt.upstream.size()) != N)
-      throw InputError(fmt::format("upstream gradient has {} entries, expected N={}",
-                                   opt.upstream.size(), N));
-    for (std::size_t i = 0; i < opt.upstream.size(); ++i)
-      if (!std::isfinite(opt.upstream[i]))
-        throw InputError(fmt::format("upstream gradient [{}] = {} is not finite", i, opt.upstream[i]));
-  }
-  if (want_dW && static_cast<double>(J) * static_cast<double>(D) * 32.0 >
-                     static_cast<double>(opt.max_bytes))
-    throw InputError(fmt::format(
-        "dW for {} vocabulary rows × D={} needs {:.1f} GiB of accumulators (limit {:.1f} GiB): "
-        "sample vocabulary rows (ReferenceOptions::vocab_rows; --vocab-rows of xentlab audit, "
-        "golden and bench)",
-        J, D, J * D * 32.0 / (1 << 30), opt.max_bytes / double(1 << 30)));
-  if (opt.want_dz && static_cast<double>(S) * V * 16.0 > static_cast<double>(opt.max_bytes))
-    throw InputError(fmt::format("dz for {} rows × V={} needs {:.1f} GiB (limit {:.1f} GiB): "
-                                 "sample token rows (--rows)",
-                                 S, V, S * V * 16.0 / (1 << 30), opt.max_bytes / double(1 << 30)));
-
   Context cx{pb, sp, N, V, D, {}, 0.0};
   if (linear) {
     const double gd = eft::gamma_n(static_cast<double>(D + kLanes + 1));
     cx.dot_g2 = gd * gd;
-    cx.w_norm.resize(static_cast<std::size_t>(V));
-#pragma omp parallel num_threads(opt.threads > 0 ? opt.threads : omp_get_max_threads())
-    {
-      std::vector<double> w(static_cast<std::size_t>(D));
-#pragma omp for schedule(static)
-      for (std::int64_t j = 0; j < V; ++j) {
-        pb.W.read(j * D, D, w.data());
-        double ss = 0;
-        for (double x : w) ss += x * x;
-        // sqrt of a sum of squares rounded D times: (1 + γ_{D+2}) covers it; take 1e-12 margin.
-        cx.w_norm[static_cast<std::size_t>(j)] = std::sqrt(ss) * (1.0 + 1e-12);
-      }
-    }
+    cx.w_norm = detail::row_norms_upper(pb.W, V, D, opt.threads);
   }
-
-  // Gradient scale per row: dL/dloss_i.
-  auto grad_scale = [&](std::int64_t i, bool valid) -> double {
-    if (!valid) return 0.0;
-    switch (sp.reduction) {
-      case Reduction::mean: return res.n_valid > 0 ? 1.0 / static_cast<double>(res.n_valid) : 0.0;
-      case Reduction::sum: return 1.0;
-      case Reduction::none:
-        return opt.upstream.empty() ? 1.0 : opt.upstream[static_cast<std::size_t>(i)];
-    }
-    return 0.0;
-  };
 
   auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
-  res.loss.resize(sz(S));
-  res.loss_bound.resize(sz(S));
-  res.lse.resize(sz(S));
-  res.lse_bound.resize(sz(S));
-  res.ce.resize(sz(S));
-  res.z_term.resize(sz(S));
-  res.max_logit.resize(sz(S));
-  res.p_target.resize(sz(S));
-  res.entropy.resize(sz(S));
-  res.sum_p_abs_z.resize(sz(S));
-  res.grad_scale.resize(sz(S));
-  if (opt.want_dz) {
-    res.dz.resize(sz(S * V));
-    res.dz_bound.resize(sz(S * V));
-  }
-  if (want_dH) {
-    res.dH.resize(sz(S * D));
-    res.dH_bound.resize(sz(S * D));
-    res.dH_cond.resize(sz(S * D));
-  }
+  detail::allocate_outputs(res, opt.want_dz, want_dH);
   std::vector<Dot2Rows> dW_acc;
   std::vector<eft::CompensatedSum> db_acc;
   std::vector<double> db_bnd, db_abs;
@@ -452,55 +424,13 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
         }
         row_logits(cx, i, hbuf.data(), h_norm, wbuf, z.data(), zb.data(), ch.data(), chb.data());
         double ops = 1.0, omp_t = 0.0;
-        const RowStats st =
-            row_forward(cx, valid ? t : -1, valid, z.data(), zb.data(), e.data(), ops, omp_t);
-        res.lse[sz(q)] = st.lse;
-        res.lse_bound[sz(q)] = std::isfinite(st.lse) ? st.lse_b : 0.0;
-        res.ce[sz(q)] = st.ce;
-        res.z_term[sz(q)] = st.z_term;
-        res.loss[sz(q)] = st.ce + st.z_term;
-        res.loss_bound[sz(q)] =
-            std::isfinite(res.loss[sz(q)]) ? st.ce_b + st.z_term_b + kU * res.loss[sz(q)] : 0.0;
-        res.max_logit[sz(q)] = st.maxz;
-        res.p_target[sz(q)] = st.pt;
-        res.entropy[sz(q)] = st.entropy;
-        res.sum_p_abs_z[sz(q)] = st.sum_p_abs_z;
-        const double gs = grad_scale(i, valid);
-        res.grad_scale[sz(q)] = gs;
+        const RowStats st = detail::row_forward(sp, V, valid ? t : -1, valid, z.data(), zb.data(),
+                                                e.data(), ops, omp_t);
+        const double gs = detail::row_grad_scale(sp, res.n_valid, opt.upstream, i, valid);
+        detail::store_row_outputs(res, q, st, gs);
 
-        // Gradient of loss_i w.r.t. z_j (before the reduction scale):
-        //   G_j = p_j·(1 + 2λ·lse) − (1 − ε)·[j = t] − ε/V,
-        // with the target entry formed as −(1 − p_t) + 2λ·lse·p_t + ε·(1 − 1/V).
-        // |Δp_j| ≤ p_j·(2·max δz + δs-terms): input error enters p_j through z_j and lse.
-        const double eps = sp.label_smoothing, lam = sp.z_loss;
-        const bool undefined = !std::isfinite(st.lse);
-        const double inv = 1.0 / ops;
-        const double prel = 2 * st.dzmax + 8 * kU + kLibm;  // relative bound of each p_j
-        const double zl = 1.0 + 2 * lam * (undefined ? 0.0 : st.lse);
-        const double zl_b = 2 * lam * st.lse_b;
-        const double epsV = eps / static_cast<double>(V);
-        for (std::int64_t j = 0; j < V; ++j) {
-          double gj = 0.0, gjb = 0.0;
-          if (valid && !undefined && gs != 0.0) {
-            const double pj = e[sz(j)] * inv;
-            const double pjb = pj * prel;
-            if (j == t) {
-              gj = -omp_t + 2 * lam * st.lse * pj + eps * (1.0 - 1.0 / static_cast<double>(V));
-              gjb = omp_t * prel + 2 * lam * (std::fabs(st.lse) * pjb + pj * st.lse_b) +
-                    4 * kU * (omp_t + std::fabs(2 * lam * st.lse * pj) + eps);
-            } else {
-              gj = pj * zl - epsV;
-              gjb = pjb * std::fabs(zl) + pj * zl_b + 3 * kU * (pj * std::fabs(zl) + epsV);
-            }
-            // Chain to raw logits, reduction scale: dz_raw = gs · G_j · chain_j.
-            const double v = gs * gj * ch[sz(j)];
-            gjb = std::fabs(gs) * (gjb * std::fabs(ch[sz(j)]) + std::fabs(gj) * chb[sz(j)]) +
-                  2 * kU * std::fabs(v);
-            gj = v;
-          }
-          g[sz(j)] = gj;
-          gb[sz(j)] = gjb;
-        }
+        detail::row_gradient(sp, V, t, valid, st, gs, e.data(), ops, omp_t, ch.data(),
+                             chb.data(), g.data(), gb.data());
         if (opt.want_dz) {
           std::copy(g.begin(), g.end(), res.dz.begin() + q * V);
           std::copy(gb.begin(), gb.end(), res.dz_bound.begin() + q * V);
@@ -562,7 +492,12 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
     }
   }
 
-  // Reduced loss: Sum2 over rows of g-weighted (none) or plain (sum/mean) losses.
+}
+
+// Reduced loss: Sum2 over rows of g-weighted (none) or plain (sum/mean) losses.
+void finish_reduced_loss(const Problem& pb, const LossSpec& sp, ReferenceResult& res) {
+  const auto S = static_cast<std::int64_t>(res.token_rows.size());
+  auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
   eft::CompensatedSum tot;
   double tot_b = 0.0, tot_abs = 0.0;
   std::int64_t valid_in_sample = 0;
@@ -593,6 +528,83 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
   if (!std::isfinite(red)) red_b = 0.0;
   res.reduced_loss = red;
   res.reduced_loss_bound = red_b;
+}
+
+}  // namespace
+
+
+
+ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
+                                  const ReferenceOptions& opt) {
+  sp.validate();
+  pb.validate(sp.ignore_index);
+  if (opt.threads < 0 || opt.threads > 4096)
+    throw InputError(fmt::format("threads must be in [0, 4096] (0 = OpenMP's default), got {}", opt.threads));
+  const bool linear = pb.is_linear();
+  if (linear && pb.H.dtype() == DType::fp64)
+    throw InputError("H/W in fp64 are not supported: products of fp64 values are not exact");
+  const std::int64_t N = pb.N, V = pb.V, D = pb.D;
+  const bool want_dH = linear && opt.want_dH;
+  const bool want_dW = linear && opt.want_dW;
+  const bool want_db = linear && opt.want_db;
+
+  ReferenceResult res;
+  res.N = N;
+  res.V = V;
+  res.D = D;
+  res.token_rows = checked_rows(opt.token_rows, N, "token_rows");
+  res.vocab_rows = checked_rows(opt.vocab_rows, V, "vocab_rows");
+  const auto S = static_cast<std::int64_t>(res.token_rows.size());
+  const auto J = static_cast<std::int64_t>(res.vocab_rows.size());
+  res.partial = S < N;
+  res.n_valid = pb.count_valid(sp.ignore_index);
+  if (!opt.upstream.empty()) {
+    if (sp.reduction != Reduction::none)
+      throw InputError("an upstream gradient is only taken with reduction none");
+    if (static_cast<std::int64_t>(opt.upstream.size()) != N)
+      throw InputError(fmt::format("upstream gradient has {} entries, expected N={}",
+                                   opt.upstream.size(), N));
+    for (std::size_t i = 0; i < opt.upstream.size(); ++i)
+      if (!std::isfinite(opt.upstream[i]))
+        throw InputError(fmt::format("upstream gradient [{}] = {} is not finite", i, opt.upstream[i]));
+  }
+  if (opt.max_bytes < 0)
+    throw InputError(fmt::format("memory budget must be >= 0 bytes (0 = the available memory), got {}",
+                                 opt.max_bytes));
+  if (opt.block_rows < 0 || opt.panel_rows < 0)
+    throw InputError(fmt::format("block_rows and panel_rows must be >= 0 (0 = automatic), got {} and {}",
+                                 opt.block_rows, opt.panel_rows));
+  const bool budget_given = opt.max_bytes > 0;
+  const std::int64_t budget = budget_given ? opt.max_bytes : detail::available_memory_bytes();
+  ReferenceTier tier = opt.tier;
+  if (!linear) {
+    tier = ReferenceTier::compensated;  // no GEMM: the row work is the whole computation
+  } else if (tier == ReferenceTier::automatic) {
+    tier = cuda_reference_available() ? ReferenceTier::cuda : ReferenceTier::blas;
+  } else if (tier == ReferenceTier::cuda) {
+    std::string why;
+    if (!cuda_reference_available(&why))
+      throw InputError("the cuda reference tier is not available: " + why);
+  }
+  res.tier = tier;
+
+  if (tier == ReferenceTier::compensated) {
+    // Dot2 accumulators (4 doubles per dW/dH element), outputs, the dz block (≤ 512 MiB), the
+    // per-thread rows.
+    const double threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+    const double need = 8.0 * (12.0 * S + (want_dW ? 7.0 * J * D : 0.0) + (want_db ? 4.0 * J : 0) +
+                               (opt.want_dz ? 2.0 * S * V : 0.0) + (want_dH ? 3.0 * S * D : 0.0) +
+                               threads * (9.0 * V + 6.0 * D)) +
+                        (want_dW || want_db ? std::min(16.0 * S * V, 512.0 * (1 << 20)) : 0.0);
+    detail::check_memory(need, budget, budget_given,
+                         fmt::format("the compensated reference of {} rows × V={} × D={}", S, V, D));
+    compensated_tier(pb, sp, opt, res);
+  } else if (tier == ReferenceTier::blas) {
+    detail::blas_tier(pb, sp, opt, res, budget, budget_given);
+  } else {
+    detail::cuda_tier(pb, sp, opt, res, budget, budget_given);
+  }
+  finish_reduced_loss(pb, sp, res);
   return res;
 }
 

@@ -20,12 +20,29 @@
 // problem's; dW/db over a token subset are the contribution of that subset.
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "datasets/problem.hpp"
 #include "numerics/loss_spec.hpp"
 
 namespace xentlab {
+
+/// How the reference computes (docs/reference.md, "Tiers"). Every tier returns rigorous
+/// first-order bounds; they differ in speed and in how tight the bounds are.
+enum class ReferenceTier {
+  automatic,    ///< cuda when this build has it and a GPU is present, else blas (linear problems)
+  compensated,  ///< Sum2/Dot2 per element: tightest bounds (~u·|value|), O(N·V·D) scalar work
+  blas,         ///< fp64 GEMM on the system BLAS, bounds γ_n·Σ|x||y|: the tier for real shapes
+  cuda,         ///< the blas tier's arithmetic on the GPU (cuBLAS DGEMM, fp64 kernels)
+};
+/// "auto", "compensated", "blas", "cuda".
+std::string_view to_string(ReferenceTier tier);
+/// Parses a tier name ("auto" for automatic); throws InputError naming the accepted values.
+ReferenceTier parse_reference_tier(std::string_view name);
+/// Whether this build has the cuda tier and a CUDA device is present (the reason in why_not).
+bool cuda_reference_available(std::string* why_not = nullptr);
 
 struct ReferenceOptions {
   std::vector<std::int64_t> token_rows;  ///< rows to compute; empty = all. Sorted, unique, in [0,N)
@@ -39,8 +56,17 @@ struct ReferenceOptions {
   int threads = 0;  ///< OpenMP threads; 0 = OpenMP's default
   /// Called from the calling thread after each block of rows: (rows done, rows total).
   std::function<void(std::int64_t, std::int64_t)> progress;
-  /// Largest dW/dz working set in bytes before InputError asks for vocabulary sampling.
-  std::int64_t max_bytes = std::int64_t{8} << 30;
+  /// Memory budget in bytes for the reference's working set (outputs, accumulators, blocks);
+  /// 0 = the machine's available memory (MemAvailable), or the GPU's free memory for the cuda
+  /// tier's device part. A problem that needs more is refused before any work (InputError
+  /// naming the bytes it needs), never cut short.
+  std::int64_t max_bytes = 0;
+  /// Which tier computes: logits problems (no GEMM) always use compensated.
+  ReferenceTier tier = ReferenceTier::automatic;
+  /// Token rows per block of the blas/cuda tiers (0 = the largest that fits the budget) and
+  /// vocabulary rows per panel of W (0 = automatic). Results agree within their bounds for any
+  /// blocking.
+  std::int64_t block_rows = 0, panel_rows = 0;
 };
 
 /// Outputs of the reference. Per-token vectors have S = token_rows.size() entries; gradient
@@ -51,6 +77,7 @@ struct ReferenceResult {
   std::int64_t N = 0, V = 0, D = 0;
   std::int64_t n_valid = 0;     ///< non-ignored rows of the whole problem
   bool partial = false;         ///< true when S < N (reduced loss over the sample only)
+  ReferenceTier tier = ReferenceTier::compensated;  ///< the tier that computed this result
 
   // Per token (S). Ignored rows: loss = ce = z_term = 0; lse and covariates still computed.
   std::vector<double> loss, loss_bound;    ///< ce + z_term (nats)
@@ -76,7 +103,8 @@ struct ReferenceResult {
 /// Computes the reference. Throws InputError for an invalid problem or spec (see
 /// Problem::validate, LossSpec::validate), bad token/vocab rows, an upstream vector of the wrong
 /// length or with non-finite values, gradients asked of a problem that has none (dH of a logits
-/// problem), or a dW working set beyond options.max_bytes (sample vocabulary rows instead).
+/// problem), or a working set beyond the memory budget (options.max_bytes; the message gives the
+/// bytes needed), or tier cuda where this build or machine has none.
 ReferenceResult compute_reference(const Problem& problem, const LossSpec& spec,
                                   const ReferenceOptions& options = {});
 

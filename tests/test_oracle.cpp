@@ -1,4 +1,4 @@
-// The fast tier against the Boost.Multiprecision oracle: |fast − oracle| ≤ the fast tier's own
+// The CPU tiers against the Boost.Multiprecision oracle: |tier − oracle| ≤ the tier's own
 // certified bound on random, confident, large-offset and masked rows (V up to 128256), with every
 // LossSpec option; and gradients against central finite differences of the oracle's loss.
 #include <gtest/gtest.h>
@@ -12,12 +12,18 @@
 namespace xentlab {
 namespace {
 
+// Both CPU tiers (the compensated tier and the BLAS tier; logits problems always run the
+// compensated one) against the oracle, each within its own bounds.
 void expect_oracle_agrees(const Problem& p, const LossSpec& s, ReferenceOptions o = {},
                           OracleSampleSpec os = {}) {
-  const ReferenceResult r = compute_reference(p, s, o);
-  const OracleReport rep = check_with_oracle(p, s, o, r, os);
-  EXPECT_TRUE(rep.passed()) << p.describe() << " " << s.describe() << "\n" << rep.summary();
-  EXPECT_GE(rep.checks.size(), 4u) << rep.summary();
+  for (ReferenceTier tier : {ReferenceTier::compensated, ReferenceTier::blas}) {
+    o.tier = tier;
+    const ReferenceResult r = compute_reference(p, s, o);
+    const OracleReport rep = check_with_oracle(p, s, o, r, os);
+    EXPECT_TRUE(rep.passed()) << to_string(tier) << " tier: " << p.describe() << " "
+                              << s.describe() << "\n" << rep.summary();
+    EXPECT_GE(rep.checks.size(), 4u) << rep.summary();
+  }
 }
 
 LossSpec all_options(Reduction red) {

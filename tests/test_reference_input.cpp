@@ -84,7 +84,13 @@ TEST(ReferenceInput, BadOptions) {
   s = {};
   o = {};
   o.max_bytes = 100;
-  expect_error([&] { compute_reference(p, s, o); }, "sample vocabulary rows");
+  for (ReferenceTier tier : {ReferenceTier::compensated, ReferenceTier::blas}) {
+    o.tier = tier;
+    expect_error([&] { compute_reference(p, s, o); }, "of memory but the budget is 100 bytes");
+  }
+  o = {};
+  o.max_bytes = -1;
+  expect_error([&] { compute_reference(p, s, o); }, "memory budget must be >= 0");
 }
 
 }  // namespace

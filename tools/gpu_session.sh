@@ -11,6 +11,9 @@
 # fused: issue 6's check in one call — the gpu-labelled tests, the side-by-side table (gpu_bench of
 # naive, chunked and fused at 8K and 128K, then the PyTorch baseline), the fused time breakdown
 # with its raster-group variants, and the fused kernels' resources and SASS ($OUT/fused-*.log).
+# reference: the reference's cuda tier — its GPU tests and the tier tests, then `xentlab reference`
+# on the Llama-3-8B head shape (V=128256, D=4096) at N=8192 and N=131072 on the cuda tier, and
+# PyTorch's float64 matmul rate on the same card for comparison ($OUT/reference-*.log).
 # Each step has its own time limit so that one slow step cannot eat the whole call.
 set -u -o pipefail
 OUT=${OUT:-out}
@@ -34,6 +37,7 @@ fi
 targets="test_gpu_strategies test_gpu_kernels test_bench_gpu xentlab gpu_bench"
 [ "$what" = preset ] && targets="xentlab"
 [ "$what" = fidelity ] && targets="xentlab"
+[ "$what" = reference ] && targets="xentlab test_reference_cuda test_reference_tiers"
 [ "$what" = wgmma ] && targets="wgmma_probe"
 [ "$what" = fused ] && targets="test_gpu_strategies test_gpu_kernels test_bench_gpu gpu_bench fused_breakdown"
 if ! timeout 420 cmake --build build-gpu -j16 --target $targets >> "$OUT/build.log" 2>&1; then
@@ -50,6 +54,28 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
     > "$OUT/ctest_gpu.log" 2>&1
   echo "ctest rc=$?"
   grep -E "tests passed|Failed|FAILED|\*\*\*|Passed|Skipped" "$OUT/ctest_gpu.log" | tail -30
+fi
+if [ "$what" = reference ]; then
+  (cd build-gpu && timeout 120 ctest -R 'ReferenceTiers' -E 'Past2Pow31' --output-on-failure --timeout 110) \
+    > "$OUT/reference-tests.log" 2>&1
+  echo "reference tests rc=$?"; grep -E "tests passed|Failed|\*\*\*" "$OUT/reference-tests.log" | tail -20
+  # The oracle recomputes whole rows in 100-digit arithmetic (V·D multiply-adds a row): at the
+  # Llama head's shape that is minutes a row, so the timed runs leave it out and a smaller head
+  # carries the oracle check of the cuda tier.
+  timeout 60 build-gpu/tools/xentlab reference -N 64 -V 32000 -D 256 --reference cuda \
+    --oracle-rows 4 > "$OUT/reference-oracle.log" 2>&1; tail -12 "$OUT/reference-oracle.log"
+  for n in 8192 131072; do
+    timeout 150 build-gpu/tools/xentlab reference -N $n -V 128256 -D 4096 --reference cuda \
+      --oracle-rows 0 > "$OUT/reference-$n.log" 2>&1; tail -6 "$OUT/reference-$n.log"
+  done
+  PYTHONUNBUFFERED=1 timeout 60 python3 -c '
+import torch, time
+a = torch.randn(8192, 8192, dtype=torch.float64, device="cuda"); b = torch.randn_like(a)
+for _ in range(3): a @ b
+torch.cuda.synchronize(); t = time.perf_counter(); n = 10
+for _ in range(n): a @ b
+torch.cuda.synchronize(); dt = (time.perf_counter() - t) / n
+print(f"torch float64 matmul 8192^3: {2 * 8192**3 / dt / 1e12:.1f} TFLOP/s")' 2>&1 | tee "$OUT/reference-dgemm.log"
 fi
 if [ "$what" = preset ]; then
   timeout ${PRESET_TIMEOUT:-360} build-gpu/tools/xentlab bench --preset llama3-8b-128k ${PRESET_ARGS:-} \

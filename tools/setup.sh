@@ -13,6 +13,7 @@ packages=(
   libbenchmark-dev      # Google Benchmark
   libomp-dev            # OpenMP runtime (GCC uses libgomp; kept for clang builds)
   libcli11-dev libfmt-dev nlohmann-json3-dev
+  libopenblas-openmp-dev  # OpenBLAS (OpenMP threading): the fp64 GEMMs of the reference's BLAS tier
 )
 
 missing=()

@@ -44,6 +44,8 @@ Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
     for (std::int64_t i = 0; i < p.problem.N; ++i) p.orig_rows.push_back(i);
   }
   ReferenceOptions o;
+  o.tier = cfg.reference_tier;
+  o.max_bytes = cfg.reference_memory;
   o.want_dz = !p.problem.is_linear();
   if (p.problem.is_linear() && cfg.vocab_rows > 0 && cfg.vocab_rows < p.problem.V)
     o.vocab_rows = sample_rows(p.problem.V, cfg.vocab_rows, cfg.seed + 1);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/reference.hpp"
 #include "datasets/h5.hpp"
 #include "datasets/problem.hpp"
 #include "gpu/strategy.hpp"
@@ -55,6 +56,9 @@ struct AuditConfig {
   bool baseline = true;
   /// SM count of the GPU (0 = none): the CPU emulation of fused models that device's launch.
   int device_sms = 0;
+  /// The certified reference's tier and memory budget (bytes, 0 = available memory).
+  ReferenceTier reference_tier = ReferenceTier::automatic;
+  std::int64_t reference_memory = 0;
   /// Progress: (runs done, runs total, what is running now).
   std::function<void(std::int64_t, std::int64_t, const std::string&)> progress;
 };

@@ -26,6 +26,7 @@
 #include "numerics/error.hpp"
 #include "tools/audit/audit.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/reference_options.hpp"
 #include "tools/text.hpp"
 #ifdef XENTLAB_HAVE_CUDA
 #include "gpu/cuda/device.hpp"
@@ -41,6 +42,7 @@ struct AuditArgs {
   bool tokens_given = false, hidden_given = false;
   std::int64_t vocab = 0;  ///< --dataset generators: V (0 = the entry's default)
   std::string backend = "auto";
+  ReferenceChoice reference;
   std::int64_t rows = 8, vocab_rows = 256, tokens = 16, hidden = 64;
   std::uint64_t seed = 1;
   std::string policy = "audit";
@@ -120,6 +122,12 @@ int run_audit_command(const AuditArgs& a) {
   if (a.vocab > 0 && a.datasets.empty())
     throw InputError("--vocab sets V of --dataset generators; the embedded set has V = 128256 "
                      "(give --dataset, or leave --vocab out)");
+  {
+    ReferenceOptions ro;
+    apply_reference_choice(a.reference, ro);
+    cfg.reference_tier = ro.tier;
+    cfg.reference_memory = ro.max_bytes;
+  }
   cfg.backend = choose_backend(a.backend, cfg.device, cfg.device_sms);
   cfg.rows = a.rows;
   cfg.vocab_rows = a.vocab_rows;
@@ -293,6 +301,7 @@ void register_audit(CLI::App& app) {
   c->add_option("--z-loss", a->z_loss, "override: z-loss lambda");
   c->add_option("--softcap", a->softcap, "override: softcap c (0 = off)");
   c->add_option("--logit-scale", a->logit_scale, "override: logit scale");
+  add_reference_options(c, a->reference);
   c->callback([a, tok, hid]() {
     a->tokens_given = tok->count() > 0;
     a->hidden_given = hid->count() > 0;

@@ -9,6 +9,7 @@
 #include "datasets/catalog.hpp"
 #include "numerics/error.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/reference_options.hpp"
 #include "tools/golden/golden_file.hpp"
 
 namespace xentlab::cli {
@@ -23,6 +24,7 @@ struct GoldenArgs {
   LossSpec spec;
   GoldenOptions opt;
   bool no_grad = false;
+  ReferenceChoice choice;
   // Which spec options were given on the command line (they override the dataset's defaults).
   CLI::Option *o_ignore = nullptr, *o_eps = nullptr, *o_z = nullptr, *o_cap = nullptr,
               *o_scale = nullptr;
@@ -30,6 +32,13 @@ struct GoldenArgs {
 
 int run_golden(GoldenArgs& a, const std::string& command) {
   { AtomicOutput probe(a.out, a.opt.force); }  // refuse an existing file before generating anything
+  {
+    ReferenceOptions ro;
+    apply_reference_choice(a.choice, ro);
+    a.opt.tier = ro.tier;
+    a.opt.memory_budget = ro.max_bytes;
+  }
+  a.opt.progress = progress_printer("reference");
   DatasetParams p;
   if (a.N > 0) p.N = a.N;
   if (a.V > 0) p.V = a.V;
@@ -102,6 +111,7 @@ void register_golden(CLI::App& app) {
   c->add_flag("--no-grad", a->no_grad, "forward outputs only (no dH, dW, db, dz)");
   c->add_option("--threads", a->opt.threads, "OpenMP threads (0 = default)")->check(CLI::Range(0, 4096));
   c->add_option("--reduction", a->reduction, "none, mean or sum (default mean)");
+  add_reference_options(c, a->choice);
   c->add_option("--empty-mean", a->empty_mean, "mean of a batch with no valid row: nan or zero");
   a->o_ignore =
       c->add_option("--ignore-index", a->spec.ignore_index, "ignore_index (default -100)");

@@ -179,6 +179,9 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   const bool linear = pb.is_linear();
   ReferenceOptions opt;
   opt.threads = o.threads;
+  opt.tier = o.tier;
+  opt.max_bytes = o.memory_budget;
+  opt.progress = o.progress;
   const bool partial = o.rows > 0 && o.rows < pb.N;
   opt.token_rows = partial ? sample_rows(pb.N, o.rows, o.sample_seed) : all_rows(pb.N);
   if (linear)
@@ -243,9 +246,15 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
     g.set_attr("partial", r.partial);
     g.set_attr("reduced_loss", r.reduced_loss);
     g.set_attr("reduced_loss_bound", r.reduced_loss_bound);
+    g.set_attr("tier", std::string(to_string(r.tier)));
     g.set_attr("method",
-               "xentlab certified CPU reference (reference/reference.hpp), float64 with "
-               "compensated sums; *_bound: |value − exact| ≤ bound");
+               r.tier == ReferenceTier::compensated
+                   ? "xentlab certified reference (reference/reference.hpp), compensated tier: "
+                     "float64 with compensated sums; *_bound: |value − exact| ≤ bound"
+                   : fmt::format("xentlab certified reference (reference/reference.hpp), {} tier: "
+                                 "float64 GEMM with a-priori bounds γ_n·Σ|x||y|; *_bound: "
+                                 "|value − exact| ≤ bound",
+                                 to_string(r.tier)));
     g.write("token_rows", r.token_rows);
     g.write("vocab_rows", r.vocab_rows);
     g.write("loss", r.loss);

@@ -8,10 +8,12 @@
 // datasets/.
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "datasets/catalog.hpp"
+#include "reference/reference.hpp"
 #include "datasets/problem.hpp"
 #include "numerics/loss_spec.hpp"
 
@@ -30,6 +32,10 @@ struct GoldenOptions {
   /// Largest S·V for which dz is formed (the dz of logits problems, and Σ_i|dz_ij| = db_cond).
   std::int64_t max_dz_elements = std::int64_t{1} << 26;
   int threads = 0;
+  ReferenceTier tier = ReferenceTier::automatic;  ///< the reference's tier
+  std::int64_t memory_budget = 0;                 ///< bytes for the reference (0 = available)
+  /// Called after each block of reference rows: (rows done, rows total).
+  std::function<void(std::int64_t, std::int64_t)> progress;
   std::string command;  ///< the command line, for provenance
   bool force = false;   ///< overwrite an existing file
 };

@@ -1,0 +1,48 @@
+#include "reference/blas.hpp"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "numerics/error.hpp"
+
+extern "C" {
+// The reference BLAS interface (column-major, LP64 integers).
+void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+            const double* alpha, const double* a, const int* lda, const double* b, const int* ldb,
+            const double* beta, double* c, const int* ldc);
+// OpenBLAS only; declared weak so that another BLAS links too.
+__attribute__((weak)) char* openblas_get_config();
+}
+
+namespace xentlab::detail {
+namespace {
+
+int blas_int(std::int64_t v, const char* what) {
+  if (v < 0 || v > std::numeric_limits<int>::max())
+    throw InputError(fmt::format("BLAS {} = {} does not fit a 32-bit integer (at most {}): the "
+                                 "dimension is too large for the system BLAS",
+                                 what, v, std::numeric_limits<int>::max()));
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+void dgemm_row_major(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                     double alpha, const double* A, std::int64_t lda, const double* B,
+                     std::int64_t ldb, double beta, double* C, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands, keep the
+  // transposition flags (a row-major X is the column-major Xᵀ).
+  const int M = blas_int(n, "n"), N = blas_int(m, "m"), K = blas_int(k, "k");
+  const int la = blas_int(lda, "lda"), lb = blas_int(ldb, "ldb"), lc = blas_int(ldc, "ldc");
+  const char ta = trans_b ? 'T' : 'N', tb = trans_a ? 'T' : 'N';
+  dgemm_(&ta, &tb, &M, &N, &K, &alpha, B, &lb, A, &la, &beta, C, &lc);
+}
+
+const char* blas_description() {
+  if (openblas_get_config) return openblas_get_config();
+  return "unknown BLAS";
+}
+
+}  // namespace xentlab::detail

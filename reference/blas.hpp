@@ -1,0 +1,22 @@
+#pragma once
+// Row-major double GEMM on the system BLAS (the Fortran interface dgemm_, which every BLAS
+// exports: OpenBLAS, BLIS, the reference BLAS). Internal to reference/.
+#include <cstdint>
+
+namespace xentlab::detail {
+
+/// C (m×n, leading dimension ldc) = alpha · op(A) · op(B) + beta · C, all row-major doubles;
+/// op(A) is m×k (A is m×k with lda, or k×m with lda when trans_a), op(B) is k×n (B is k×n with
+/// ldb, or n×k with ldb when trans_b). Throws InputError when a dimension or leading dimension
+/// does not fit the BLAS's 32-bit integers. Any BLAS computes each entry of C as a sum of the k
+/// products in some order (no fast matrix multiplication): the certified tier charges
+/// γ_k·Σ|a||b| for it (docs/reference.md, "BLAS tier").
+void dgemm_row_major(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                     double alpha, const double* A, std::int64_t lda, const double* B,
+                     std::int64_t ldb, double beta, double* C, std::int64_t ldc);
+
+/// The BLAS library's name and version as it reports them (e.g. "OpenBLAS 0.3.21 …"), or
+/// "unknown BLAS".
+const char* blas_description();
+
+}  // namespace xentlab::detail

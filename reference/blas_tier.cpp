@@ -1,0 +1,326 @@
+// The BLAS tier of the certified reference: the GEMM-shaped work in fp64 on the system BLAS,
+// blocked over tokens (block_rows) and vocabulary (panel_rows) so that memory stays within the
+// budget; the row work (lse, softmax, dz and their bounds) is the compensated tier's own
+// (reference/row.hpp). docs/reference.md, "BLAS tier", derives every bound used here.
+//
+//   logits  R = H_b·Wᵀ            (fp64 GEMM; products of bf16/fp16/fp32 inputs are exact)
+//   dH      dz_b·W,  |dz_b|·|W|    (value and condition quantity)
+//   dW     += dz_bᵀ·H_b, |dz_b|ᵀ·|H_b| over the token blocks
+// Any BLAS forms each entry as a sum of the n products in some order (blocked, FMA, parallel):
+// |fl(xᵀy) − xᵀy| ≤ γ_n·|x|ᵀ|y| (Higham, Accuracy and Stability, 2nd ed., §3.1, (3.4)).
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "numerics/eft.hpp"
+#include "numerics/error.hpp"
+#include "reference/blas.hpp"
+#include "reference/row.hpp"
+
+extern "C" {
+// OpenBLAS only (weak: another BLAS links too): the thread count of its own pool.
+__attribute__((weak)) void openblas_set_num_threads(int);
+__attribute__((weak)) int openblas_get_num_threads();
+}
+
+namespace xentlab::detail {
+namespace {
+
+constexpr double kU = kRefU;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+auto sz(std::int64_t n) { return static_cast<std::size_t>(n); }
+
+// An upper bound of a sum of n non-negative doubles from its computed value (any order).
+double sum_upper(double computed, double n) { return computed * (1.0 + 2 * eft::gamma_n(n + 2)); }
+
+// Column maxima and sums of squares of |T| over the given rows (all rows when rows is empty).
+struct ColumnStats {
+  std::vector<double> max_abs, norm;  // (cols) norm rounded up
+};
+ColumnStats column_stats(const Tensor& T, std::int64_t cols, const std::vector<std::int64_t>& rows,
+                         std::int64_t n_rows, int threads) {
+  ColumnStats cs;
+  cs.max_abs.assign(sz(cols), 0.0);
+  std::vector<double> sq(sz(cols), 0.0);
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<double> mx(sz(cols), 0.0), s(sz(cols), 0.0), row(sz(cols));
+#pragma omp for schedule(static)
+    for (std::int64_t q = 0; q < n_rows; ++q) {
+      const std::int64_t r = rows.empty() ? q : rows[sz(q)];
+      T.read(r * cols, cols, row.data());
+      for (std::int64_t d = 0; d < cols; ++d) {
+        const double a = std::fabs(row[sz(d)]);
+        mx[sz(d)] = std::max(mx[sz(d)], a);
+        s[sz(d)] += a * a;
+      }
+    }
+#pragma omp critical
+    for (std::int64_t d = 0; d < cols; ++d) {
+      cs.max_abs[sz(d)] = std::max(cs.max_abs[sz(d)], mx[sz(d)]);
+      sq[sz(d)] += s[sz(d)];
+    }
+  }
+  cs.norm.resize(sz(cols));
+  for (std::int64_t d = 0; d < cols; ++d)
+    cs.norm[sz(d)] = std::sqrt(sum_upper(sq[sz(d)], static_cast<double>(n_rows + threads))) *
+                     (1.0 + 2 * kU);
+  return cs;
+}
+
+// Rows [j0, j0 + n) of W as doubles in P (n × D), and |W| in AP when asked for.
+void load_panel(const Tensor& W, std::int64_t j0, std::int64_t n, std::int64_t D, double* P,
+                double* AP, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (std::int64_t j = 0; j < n; ++j) {
+    W.read((j0 + j) * D, D, P + j * D);
+    if (AP)
+      for (std::int64_t d = 0; d < D; ++d) AP[j * D + d] = std::fabs(P[j * D + d]);
+  }
+}
+
+// The BLAS's own thread pool follows opt.threads while this tier runs (OpenBLAS only).
+struct BlasThreads {
+  int saved = 0;
+  explicit BlasThreads(int threads) {
+    if (openblas_set_num_threads && openblas_get_num_threads) {
+      saved = openblas_get_num_threads();
+      openblas_set_num_threads(threads);
+    }
+  }
+  ~BlasThreads() {
+    if (saved > 0) openblas_set_num_threads(saved);
+  }
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+};
+
+}  // namespace
+
+void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& opt,
+               ReferenceResult& res, std::int64_t budget, bool budget_given) {
+  const std::int64_t V = pb.V, D = pb.D;
+  const bool want_dH = opt.want_dH, want_dW = opt.want_dW, want_db = opt.want_db;
+  const bool backward = want_dH || want_dW || want_db;
+  const auto S = static_cast<std::int64_t>(res.token_rows.size());
+  const auto J = static_cast<std::int64_t>(res.vocab_rows.size());
+  const bool all_vocab = J == V;  // vocab_rows are sorted and unique
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+
+  // ---- memory plan: outputs and accumulators, one W panel, then as many token rows as fit.
+  const double fixed =
+      8.0 * (12.0 * S + (opt.want_dz ? 2.0 * S * V : 0.0) + (want_dH ? 3.0 * S * D : 0.0) +
+             (want_dW ? 3.0 * J * D : 0.0) + (want_db ? 4.0 * J : 0.0) + 2.0 * J + V + 6.0 * D +
+             threads * (6.0 * V + 3.0 * D));
+  // Panels of W: 64 MiB of W and |W| as doubles, or a quarter of the budget when that is less.
+  const std::int64_t panel_bytes_max = std::min<std::int64_t>(std::int64_t{64} << 20, budget / 4);
+  std::int64_t panel = opt.panel_rows > 0
+                           ? std::min(opt.panel_rows, V)
+                           : std::min(V, std::max<std::int64_t>(64, panel_bytes_max / (16 * D)));
+  const double panel_bytes = 16.0 * static_cast<double>(panel) * D;
+  const double per_row = 8.0 * (static_cast<double>(V) * (backward ? 3 : 1) + 2.0 * D + 2.0 +
+                                (want_dW && !all_vocab ? 2.0 * J : 0.0));
+  const std::string what = fmt::format("the BLAS reference of {} rows × V={} × D={}{}", S, V, D,
+                                       want_dW ? fmt::format(" with dW of {} rows", J) : "");
+  check_memory(fixed + panel_bytes + per_row, budget, budget_given, what + " (one token row a block)");
+  const auto fit = static_cast<std::int64_t>((static_cast<double>(budget) - fixed - panel_bytes) /
+                                             per_row);
+  std::int64_t block = opt.block_rows > 0 ? std::min(opt.block_rows, S)
+                                          : std::min<std::int64_t>({S, fit, 4096});
+  check_memory(fixed + panel_bytes + per_row * static_cast<double>(block), budget, budget_given,
+               fmt::format("{} ({} token rows a block)", what, block));
+
+  const BlasThreads blas_threads(threads);
+  allocate_outputs(res, opt.want_dz, want_dH);
+  if (want_dW) {
+    res.dW.assign(sz(J * D), 0.0);
+    res.dW_bound.resize(sz(J * D));
+    res.dW_cond.assign(sz(J * D), 0.0);
+  }
+  std::vector<eft::CompensatedSum> db_acc(want_db ? sz(J) : 0);
+  std::vector<double> db_bnd(want_db ? sz(J) : 0, 0.0), db_abs(want_db ? sz(J) : 0, 0.0);
+  std::vector<double> col_gb(sz(J), 0.0), col_gb2(sz(J), 0.0);  // Σ_i δdz_ij, Σ_i δdz_ij²
+
+  const std::vector<double> w_norm = row_norms_upper(pb.W, V, D, threads);
+  ColumnStats w_cols, h_cols;
+  if (want_dH) w_cols = column_stats(pb.W, D, {}, V, threads);
+  if (want_dW) h_cols = column_stats(pb.H, D, res.token_rows, S, threads);
+  // Raw logit r = fl(fl(Σ_d h·w) + b): |δr| ≤ u|r| + γ_{D+1}·‖H_i‖₂‖W_j‖₂ (Cauchy–Schwarz).
+  const double g_logit = eft::gamma_n(static_cast<double>(D + 1));
+
+  std::vector<double> Hb(sz(block * D)), AHb(want_dW ? sz(block * D) : 0), h_norm(sz(block));
+  std::vector<double> R(sz(block * V));  // raw logits, then z, then dz, row by row
+  std::vector<double> A(backward ? sz(block * V) : 0), GB(backward ? sz(block * V) : 0);
+  std::vector<double> row_gb(sz(block)), row_gb2(sz(block));
+  std::vector<double> DZJ(want_dW && !all_vocab ? sz(block * J) : 0);
+  std::vector<double> ADZJ(DZJ.size());
+  std::vector<double> Wp(sz(panel * D)), AWp(want_dH ? sz(panel * D) : 0);
+
+  for (std::int64_t b0 = 0; b0 < S; b0 += block) {
+    const std::int64_t m = std::min(block, S - b0);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (std::int64_t q = 0; q < m; ++q) {
+      const std::int64_t i = res.token_rows[sz(b0 + q)];
+      double* h = Hb.data() + q * D;
+      pb.H.read(i * D, D, h);
+      double ss = 0;
+      for (std::int64_t d = 0; d < D; ++d) ss += h[d] * h[d];
+      h_norm[sz(q)] = std::sqrt(sum_upper(ss, static_cast<double>(D))) * (1.0 + 2 * kU);
+      if (want_dW)
+        for (std::int64_t d = 0; d < D; ++d) AHb[sz(q * D + d)] = std::fabs(h[d]);
+    }
+    for (std::int64_t j0 = 0; j0 < V; j0 += panel) {
+      const std::int64_t nb = std::min(panel, V - j0);
+      load_panel(pb.W, j0, nb, D, Wp.data(), nullptr, threads);
+      dgemm_row_major(false, true, m, nb, D, 1.0, Hb.data(), D, Wp.data(), D, 0.0, R.data() + j0, V);
+    }
+
+    // The row work: bounds of the raw logits, then the compensated tier's row arithmetic.
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<double> zb(sz(V)), ch(sz(V)), chb(sz(V)), e(sz(V)), gbuf(backward ? 0 : sz(V));
+#pragma omp for schedule(dynamic, 1)
+      for (std::int64_t q = 0; q < m; ++q) {
+        const std::int64_t row = b0 + q;
+        const std::int64_t i = res.token_rows[sz(row)];
+        const std::int64_t t = pb.targets[sz(i)];
+        const bool valid = t != sp.ignore_index;
+        double* z = R.data() + q * V;
+        const double hn = h_norm[sz(q)];
+        for (std::int64_t j = 0; j < V; ++j) {
+          const double b = pb.bias ? pb.bias->get(j) : 0.0;
+          if (b == -kInf) {
+            z[j] = -kInf;
+            zb[sz(j)] = 0.0;
+            continue;
+          }
+          const double r = pb.bias ? z[j] + b : z[j];
+          z[j] = r;
+          zb[sz(j)] = kU * std::fabs(r) + g_logit * hn * w_norm[sz(j)];
+        }
+        transform_logits(sp, V, z, zb.data(), ch.data(), chb.data());
+        double ops = 1.0, omp_t = 0.0;
+        const RowStats st = row_forward(sp, V, valid ? t : -1, valid, z, zb.data(), e.data(), ops,
+                                        omp_t);
+        const double gs = row_grad_scale(sp, res.n_valid, opt.upstream, i, valid);
+        store_row_outputs(res, row, st, gs);
+        double* gb = backward ? GB.data() + q * V : gbuf.data();
+        row_gradient(sp, V, t, valid, st, gs, e.data(), ops, omp_t, ch.data(), chb.data(), z, gb);
+        if (opt.want_dz) {
+          std::copy(z, z + V, res.dz.begin() + row * V);
+          std::copy(gb, gb + V, res.dz_bound.begin() + row * V);
+        }
+        if (backward) {
+          double s1 = 0, s2 = 0;
+          double* a = A.data() + q * V;
+          for (std::int64_t j = 0; j < V; ++j) {
+            a[j] = std::fabs(z[j]);
+            s1 += gb[j];
+            s2 += gb[j] * gb[j];
+          }
+          row_gb[sz(q)] = sum_upper(s1, static_cast<double>(V));
+          row_gb2[sz(q)] = sum_upper(s2, static_cast<double>(V));
+        }
+      }
+    }
+    if (!backward) {
+      if (opt.progress) opt.progress(b0 + m, S);
+      continue;
+    }
+
+    // Columns of the block: db (Sum2 in token order), Σ δdz for the dW bound, sampled dz columns.
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (std::int64_t jj = 0; jj < J; ++jj) {
+      const std::int64_t j = res.vocab_rows[sz(jj)];
+      for (std::int64_t q = 0; q < m; ++q) {
+        const double x = R[sz(q * V + j)], bx = GB[sz(q * V + j)];
+        col_gb[sz(jj)] += bx;
+        col_gb2[sz(jj)] += bx * bx;
+        if (want_db) {
+          db_acc[sz(jj)].add(x);
+          db_bnd[sz(jj)] += bx;
+          db_abs[sz(jj)] += std::fabs(x);
+        }
+        if (!DZJ.empty()) {
+          DZJ[sz(q * J + jj)] = x;
+          ADZJ[sz(q * J + jj)] = std::fabs(x);
+        }
+      }
+    }
+
+    // dH rows of the block: dz·W and |dz|·|W| over the vocabulary panels; dW panels of all rows.
+    double* dH = want_dH ? res.dH.data() + b0 * D : nullptr;
+    double* dHc = want_dH ? res.dH_cond.data() + b0 * D : nullptr;
+    if (want_dH || (want_dW && all_vocab)) {
+      for (std::int64_t j0 = 0; j0 < V; j0 += panel) {
+        const std::int64_t nb = std::min(panel, V - j0);
+        if (want_dH) {
+          load_panel(pb.W, j0, nb, D, Wp.data(), AWp.data(), threads);
+          const double beta = j0 == 0 ? 0.0 : 1.0;
+          dgemm_row_major(false, false, m, D, nb, 1.0, R.data() + j0, V, Wp.data(), D, beta, dH, D);
+          dgemm_row_major(false, false, m, D, nb, 1.0, A.data() + j0, V, AWp.data(), D, beta, dHc, D);
+        }
+        if (want_dW && all_vocab) {
+          dgemm_row_major(true, false, nb, D, m, 1.0, R.data() + j0, V, Hb.data(), D, 1.0,
+                          res.dW.data() + j0 * D, D);
+          dgemm_row_major(true, false, nb, D, m, 1.0, A.data() + j0, V, AHb.data(), D, 1.0,
+                          res.dW_cond.data() + j0 * D, D);
+        }
+      }
+    }
+    if (want_dW && !all_vocab) {
+      dgemm_row_major(true, false, J, D, m, 1.0, DZJ.data(), J, Hb.data(), D, 1.0, res.dW.data(), D);
+      dgemm_row_major(true, false, J, D, m, 1.0, ADZJ.data(), J, AHb.data(), D, 1.0,
+                      res.dW_cond.data(), D);
+    }
+    if (want_dH) {
+      // |δdH_id| ≤ Σ_j δdz_ij|W_jd| + γ_{V}·(|dz|·|W|)_id; the first sum is bounded by the
+      // smaller of (Σ_j δdz_ij)·max_j|W_jd| and ‖δdz_i‖₂·‖W_:d‖₂.
+      const double g = eft::gamma_n(static_cast<double>(V + 2));
+#pragma omp parallel for schedule(static) num_threads(threads)
+      for (std::int64_t q = 0; q < m; ++q) {
+        const double s1 = row_gb[sz(q)], s2 = std::sqrt(row_gb2[sz(q)]) * (1.0 + 2 * kU);
+        for (std::int64_t d = 0; d < D; ++d) {
+          const std::size_t k = sz(q * D + d);
+          const double cond = dHc[k] * (1.0 + 2 * g);
+          const double prop = std::min(s1 * w_cols.max_abs[sz(d)], s2 * w_cols.norm[sz(d)]);
+          dHc[k] = cond;
+          res.dH_bound[sz(b0 * D) + k] = prop + g * cond;
+        }
+      }
+    }
+    if (opt.progress) opt.progress(b0 + m, S);
+  }
+
+  if (want_dW) {
+    const double g = eft::gamma_n(static_cast<double>(S + 2));
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (std::int64_t jj = 0; jj < J; ++jj) {
+      const double s1 = sum_upper(col_gb[sz(jj)], static_cast<double>(S));
+      const double s2 = std::sqrt(sum_upper(col_gb2[sz(jj)], static_cast<double>(S))) * (1.0 + 2 * kU);
+      for (std::int64_t d = 0; d < D; ++d) {
+        const std::size_t k = sz(jj * D + d);
+        const double cond = res.dW_cond[k] * (1.0 + 2 * g);
+        const double prop = std::min(s1 * h_cols.max_abs[sz(d)], s2 * h_cols.norm[sz(d)]);
+        res.dW_cond[k] = cond;
+        res.dW_bound[k] = prop + g * cond;
+      }
+    }
+  }
+  if (want_db) {
+    res.db.resize(sz(J));
+    res.db_bound.resize(sz(J));
+    const double g2 = eft::gamma_n(static_cast<double>(S)) * eft::gamma_n(static_cast<double>(S));
+    for (std::int64_t jj = 0; jj < J; ++jj) {
+      const double v = db_acc[sz(jj)].value();
+      res.db[sz(jj)] = v;
+      res.db_bound[sz(jj)] = db_bnd[sz(jj)] + kU * std::fabs(v) + g2 * db_abs[sz(jj)];
+    }
+  }
+}
+
+}  // namespace xentlab::detail

@@ -1,0 +1,584 @@
+// The cuda tier of the certified reference: the BLAS tier's arithmetic and bounds on the GPU.
+// GEMMs are cuBLAS DGEMM (each entry a sum of the k products in some order: γ_k·Σ|x||y|, as for
+// any BLAS); the row work runs the shared row arithmetic (reference/row_math.hpp) in fp64
+// kernels, its Sum2 reductions split over a block's threads and merged by TwoSum (the Sum2 bound
+// holds for any summation tree: docs/reference.md, "cuda tier"). Compiled with -fmad=false: the
+// error-free transformations need every rounding where the source puts it.
+//
+// Device memory: W and |W| as doubles (V×D each), a token block's raw logits, |dz| and δdz
+// (m×V each), its H rows, and the dW value and condition accumulators (J×D each).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "numerics/error.hpp"
+#include "reference/row.hpp"
+#include "reference/row_math.hpp"
+
+namespace xentlab {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(fmt::format("cuda reference: {}: {}", what, cudaGetErrorString(e)));
+}
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(fmt::format("cuda reference: {}: cuBLAS status {}", what, int(s)));
+}
+
+template <class T>
+struct DeviceArray {
+  T* p = nullptr;
+  std::size_t n = 0;
+  DeviceArray() = default;
+  explicit DeviceArray(std::size_t count, const char* what) : n(count) {
+    if (n) check(cudaMalloc(&p, n * sizeof(T)), what);
+  }
+  ~DeviceArray() {
+    if (p) cudaFree(p);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr, o.n = 0; }
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    std::swap(p, o.p);
+    std::swap(n, o.n);
+    return *this;
+  }
+};
+
+struct Cublas {
+  cublasHandle_t h = nullptr;
+  Cublas() {
+    check(cublasCreate(&h), "cublasCreate");
+    // Plain fp64 arithmetic: no emulation or reduced-precision mode.
+    check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  }
+  ~Cublas() { cublasDestroy(h); }
+  Cublas(const Cublas&) = delete;
+  Cublas& operator=(const Cublas&) = delete;
+};
+
+// Row-major C (m×n, ldc) = alpha·op(A)·op(B) + beta·C (the column-major Cᵀ = op(B)ᵀ·op(A)ᵀ).
+void dgemm(cublasHandle_t h, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+           double alpha, const double* A, std::int64_t lda, const double* B, std::int64_t ldb,
+           double beta, double* C, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  for (std::int64_t v : {m, n, k, lda, ldb, ldc})
+    if (v > std::numeric_limits<int>::max())
+      throw InputError(fmt::format("cuda reference: GEMM dimension {} does not fit cuBLAS's 32-bit "
+                                   "integers",
+                                   v));
+  check(cublasDgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(n),
+                    int(m), int(k), &alpha, B, int(ldb), A, int(lda), &beta, C, int(ldc)),
+        "cublasDgemm");
+}
+
+// Raw dtype storage → doubles (exact), and |x| when abs_out is given.
+__global__ void widen_kernel(const void* raw, int dtype, std::int64_t n, double* out,
+                             double* abs_out) {
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    double v;
+    if (dtype == 0) {
+      v = static_cast<const float*>(raw)[i];
+    } else if (dtype == 2) {  // bf16: the high half of an fp32
+      v = __uint_as_float(std::uint32_t(static_cast<const std::uint16_t*>(raw)[i]) << 16);
+    } else {  // fp16
+      v = __half2float(static_cast<const __half*>(raw)[i]);
+    }
+    out[i] = v;
+    if (abs_out) abs_out[i] = ::fabs(v);
+  }
+}
+
+struct RowParams {
+  LossSpec sp;
+  std::int64_t V, D;
+  double g_logit;  // γ_{D+1}
+  bool backward, want_dz;
+};
+
+struct RowOut {
+  detail::RowStats st;
+  double gs, row_gb, row_gb2;
+};
+
+constexpr int kRowThreads = 512;
+
+// One token row per block: raw logits (R) → z and bounds → reductions → RowStats → dz (written
+// over R), δdz (GB), |dz| (A), Σδdz and Σδdz² of the row.
+__global__ void __launch_bounds__(kRowThreads) row_kernel(
+    RowParams P, double* R, double* A, double* GB, const double* bias, const double* w_norm,
+    const double* h_norm, const std::int64_t* targets, const double* gscale, RowOut* out) {
+  using detail::kRefLibm;
+  using detail::kRefU;
+  const std::int64_t q = blockIdx.x;
+  const std::int64_t V = P.V;
+  double* r = R + q * V;
+  const std::int64_t t_raw = targets[q];
+  const bool valid = t_raw != P.sp.ignore_index;
+  const std::int64_t t = valid ? t_raw : -1;
+  const double hn = h_norm[q];
+  auto logit = [&](std::int64_t j, double& z, double& zb, double& ch, double& chb) {
+    const double b = bias ? bias[j] : 0.0;
+    if (b == -hd::inf()) {  // a masked vocabulary entry, transformed as the CPU tiers do
+      detail::transform_logit(P.sp, -hd::inf(), 0.0, z, zb, ch, chb);
+      return;
+    }
+    const double raw = bias ? r[j] + b : r[j];
+    detail::transform_logit(P.sp, raw, kRefU * ::fabs(raw) + P.g_logit * hn * w_norm[j], z, zb, ch,
+                            chb);
+  };
+  __shared__ double sh_d[kRowThreads];
+  __shared__ double sh_d2[kRowThreads];
+  __shared__ std::int64_t sh_k[kRowThreads];
+  // Raw storage: CompensatedSum has default member initialisers, which __shared__ does not take.
+  __shared__ alignas(eft::CompensatedSum) unsigned char sh_c_raw[kRowThreads * sizeof(eft::CompensatedSum)];
+  auto* sh_c = reinterpret_cast<eft::CompensatedSum*>(sh_c_raw);
+  __shared__ detail::RowSums sums;
+  __shared__ detail::GradRow grow;
+  const int tid = threadIdx.x;
+
+  // Pass 1: a = max z (first index), max δz over finite logits.
+  double a = -hd::inf(), dzmax = 0.0;
+  std::int64_t k = -1;
+  for (std::int64_t j = tid; j < V; j += blockDim.x) {
+    double z, zb, ch, chb;
+    logit(j, z, zb, ch, chb);
+    if (z > a) a = z, k = j;
+    if (hd::isfinite(z)) dzmax = ::fmax(dzmax, zb);
+  }
+  sh_d[tid] = a, sh_d2[tid] = dzmax, sh_k[tid] = k;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (tid < s) {
+      const double a2 = sh_d[tid + s];
+      const std::int64_t k2 = sh_k[tid + s];
+      if (a2 > sh_d[tid] || (a2 == sh_d[tid] && k2 >= 0 && (sh_k[tid] < 0 || k2 < sh_k[tid])))
+        sh_d[tid] = a2, sh_k[tid] = k2;
+      sh_d2[tid] = ::fmax(sh_d2[tid], sh_d2[tid + s]);
+    }
+    __syncthreads();
+  }
+  if (tid == 0) {
+    sums = detail::RowSums{};
+    sums.a = sh_d[0], sums.k = sh_k[0], sums.dzmax = sh_d2[0];
+  }
+  __syncthreads();
+  a = sums.a, k = sums.k;
+  if (k < 0) {  // every logit −inf
+    if (tid == 0) {
+      double ops, omp_t;
+      RowOut o{};
+      o.st = detail::undefined_row(P.sp, valid, a, sums.dzmax, ops, omp_t);
+      o.gs = gscale[q];
+      out[q] = o;
+    }
+    for (std::int64_t j = tid; j < V; j += blockDim.x) {
+      r[j] = 0.0;
+      if (P.backward) A[q * V + j] = 0.0;
+      if (P.backward || P.want_dz) GB[q * V + j] = 0.0;
+    }
+    return;
+  }
+
+  // Pass 2: the Sum2 reductions, one accumulator set per thread, merged by TwoSum below.
+  eft::CompensatedSum s, s_ex, ent, pz, gap;
+  double err_s = 0.0;
+  const bool want_gap = valid && P.sp.label_smoothing > 0.0;
+  for (std::int64_t j = tid; j < V; j += blockDim.x) {
+    double z, zb, ch, chb;
+    logit(j, z, zb, ch, chb);
+    if (want_gap) gap.add(a - z);
+    if (j == t) sums.z_t = z, sums.zb_t = zb, sums.e_t = (j == k) ? 1.0 : (z == -hd::inf() ? 0.0 : detail::ref_exp(-(a - z)));
+    if (j == k || z == -hd::inf()) continue;
+    const double g = a - z;
+    const double ej = detail::ref_exp(-g);
+    s.add(ej);
+    if (j != t) s_ex.add(ej);
+    err_s += ej * (kRefU * g + kRefLibm);
+    ent.add(ej * g);
+    pz.add(ej * ::fabs(z));
+  }
+  auto merge = [&](eft::CompensatedSum mine) -> double {
+    __syncthreads();
+    sh_c[tid] = mine;
+    __syncthreads();
+    for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+      if (tid < st) sh_c[tid].add(sh_c[tid + st]);
+      __syncthreads();
+    }
+    return sh_c[0].value();
+  };
+  auto merge_plain = [&](double mine) -> double {
+    __syncthreads();
+    sh_d[tid] = mine;
+    __syncthreads();
+    for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+      if (tid < st) sh_d[tid] += sh_d[tid + st];
+      __syncthreads();
+    }
+    return sh_d[0];
+  };
+  const double sv = merge(s), sexv = merge(s_ex), entv = merge(ent), pzv = merge(pz);
+  const double gapv = want_gap ? merge(gap) : 0.0;
+  const double errv = merge_plain(err_s);
+  if (tid == 0) {
+    sums.s = sv, sums.s_ex = sexv, sums.ent = entv, sums.pz = pzv, sums.zsum_gap = gapv;
+    sums.err_s = errv;
+    double ops, omp_t;
+    RowOut o{};
+    o.st = detail::finish_row(P.sp, V, t, valid, sums, ops, omp_t);
+    o.gs = gscale[q];
+    grow = detail::grad_row(P.sp, V, t_raw, valid, o.st, o.gs, ops, omp_t);
+    out[q] = o;
+  }
+  __syncthreads();
+
+  // Pass 3: the gradient entries (over R), their bounds and |dz|; Σ δdz and Σ δdz² of the row.
+  double s1 = 0.0, s2 = 0.0;
+  for (std::int64_t j = tid; j < V; j += blockDim.x) {
+    double z, zb, ch, chb;
+    logit(j, z, zb, ch, chb);
+    const double ej = (j == k) ? 1.0 : (z == -hd::inf() ? 0.0 : detail::ref_exp(-(a - z)));
+    double g, gb;
+    detail::grad_entry(grow, j, ej, ch, chb, g, gb);
+    r[j] = g;
+    if (P.backward || P.want_dz) GB[q * V + j] = gb;
+    if (P.backward) A[q * V + j] = ::fabs(g);
+    s1 += gb;
+    s2 += gb * gb;
+  }
+  const double t1 = merge_plain(s1), t2 = merge_plain(s2);
+  if (tid == 0) out[q].row_gb = t1, out[q].row_gb2 = t2;
+}
+
+// Columns of a token block: db by Sum2 in token order, Σδdz and Σδdz² per vocabulary row, and the
+// sampled columns of dz and |dz| (DZJ, ADZJ: m×J) when dW is asked for a subset of rows.
+__global__ void column_kernel(std::int64_t m, std::int64_t V, std::int64_t J,
+                              const std::int64_t* vocab_rows, const double* R, const double* GB,
+                              eft::CompensatedSum* db, double* db_bnd, double* db_abs,
+                              double* col_gb, double* col_gb2, double* DZJ, double* ADZJ) {
+  const std::int64_t jj = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x;
+  if (jj >= J) return;
+  const std::int64_t j = vocab_rows ? vocab_rows[jj] : jj;
+  eft::CompensatedSum acc = db ? db[jj] : eft::CompensatedSum{};
+  double bnd = db ? db_bnd[jj] : 0.0, ab = db ? db_abs[jj] : 0.0;
+  double c1 = col_gb[jj], c2 = col_gb2[jj];
+  for (std::int64_t q = 0; q < m; ++q) {
+    const double x = R[q * V + j], bx = GB[q * V + j];
+    c1 += bx;
+    c2 += bx * bx;
+    acc.add(x);
+    bnd += bx;
+    ab += ::fabs(x);
+    if (DZJ) DZJ[q * J + jj] = x, ADZJ[q * J + jj] = ::fabs(x);
+  }
+  col_gb[jj] = c1, col_gb2[jj] = c2;
+  if (db) db[jj] = acc, db_bnd[jj] = bnd, db_abs[jj] = ab;
+}
+
+// Bounds of a gradient matrix (rows × D): cond ← cond·(1 + 2γ), bound = min(s1·colmax,
+// √s2·colnorm) + γ·cond (docs/reference.md, "BLAS tier").
+__global__ void grad_bound_kernel(std::int64_t rows, std::int64_t D, double g, const double* s1,
+                                  const double* s2, double s_up, const double* colmax,
+                                  const double* colnorm, double* cond, double* bound) {
+  const std::int64_t n = rows * D;
+  for (std::int64_t i = blockIdx.x * std::int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t q = i / D, d = i % D;
+    const double c = cond[i] * (1.0 + 2 * g);
+    const double a1 = s1[q] * s_up, a2 = ::sqrt(s2[q] * s_up) * (1.0 + 2 * detail::kRefU);
+    cond[i] = c;
+    bound[i] = ::fmin(a1 * colmax[d], a2 * colnorm[d]) + g * c;
+  }
+}
+
+int grid_for(std::int64_t n, int threads = 256) {
+  return static_cast<int>(std::min<std::int64_t>((n + threads - 1) / threads, 65535 * 16));
+}
+
+// Column max and norm of |T| over rows (host, as the blas tier: reference/blas_tier.cpp).
+void column_stats_host(const Tensor& T, std::int64_t cols, const std::vector<std::int64_t>& rows,
+                       std::int64_t n_rows, std::vector<double>& mx, std::vector<double>& nrm) {
+  mx.assign(static_cast<std::size_t>(cols), 0.0);
+  std::vector<double> sq(static_cast<std::size_t>(cols), 0.0);
+  const int threads = omp_get_max_threads();
+#pragma omp parallel
+  {
+    std::vector<double> m(static_cast<std::size_t>(cols), 0.0), s(static_cast<std::size_t>(cols), 0.0), row(static_cast<std::size_t>(cols));
+#pragma omp for schedule(static)
+    for (std::int64_t q = 0; q < n_rows; ++q) {
+      T.read((rows.empty() ? q : rows[static_cast<std::size_t>(q)]) * cols, cols, row.data());
+      for (std::int64_t d = 0; d < cols; ++d) {
+        const double v = std::fabs(row[static_cast<std::size_t>(d)]);
+        m[static_cast<std::size_t>(d)] = std::max(m[static_cast<std::size_t>(d)], v);
+        s[static_cast<std::size_t>(d)] += v * v;
+      }
+    }
+#pragma omp critical
+    for (std::int64_t d = 0; d < cols; ++d) {
+      mx[static_cast<std::size_t>(d)] = std::max(mx[static_cast<std::size_t>(d)], m[static_cast<std::size_t>(d)]);
+      sq[static_cast<std::size_t>(d)] += s[static_cast<std::size_t>(d)];
+    }
+  }
+  nrm.resize(static_cast<std::size_t>(cols));
+  const double up = 1.0 + 2 * eft::gamma_n(double(n_rows + threads + 2));
+  for (std::int64_t d = 0; d < cols; ++d)
+    nrm[static_cast<std::size_t>(d)] = std::sqrt(sq[static_cast<std::size_t>(d)] * up) * (1.0 + 2 * detail::kRefU);
+}
+
+int dtype_code(DType t) {
+  switch (t) {
+    case DType::fp32: return 0;
+    case DType::fp16: return 1;
+    case DType::bf16: return 2;
+    default: throw InputError("cuda reference: H/W must be fp32, fp16 or bf16");
+  }
+}
+
+template <class T>
+DeviceArray<T> upload(const std::vector<T>& v, const char* what) {
+  DeviceArray<T> d(v.size(), what);
+  if (!v.empty()) check(cudaMemcpy(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), what);
+  return d;
+}
+
+}  // namespace
+
+bool cuda_reference_available(std::string* why_not) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why_not)
+      *why_not = e != cudaSuccess ? fmt::format("no CUDA device: {}", cudaGetErrorString(e))
+                                  : "no CUDA device";
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+namespace detail {
+
+void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& opt,
+               ReferenceResult& res, std::int64_t budget, bool budget_given) {
+  const std::int64_t V = pb.V, D = pb.D;
+  const bool want_dH = opt.want_dH, want_dW = opt.want_dW, want_db = opt.want_db;
+  const bool backward = want_dH || want_dW || want_db;
+  const auto S = static_cast<std::int64_t>(res.token_rows.size());
+  const auto J = static_cast<std::int64_t>(res.vocab_rows.size());
+  const bool all_vocab = J == V;
+  const int code = dtype_code(pb.H.dtype());
+
+  // Host memory: the outputs (as the blas tier) and the row statistics.
+  const double host_need = 8.0 * (12.0 * S + (opt.want_dz ? 2.0 * S * V : 0.0) +
+                                  (want_dH ? 3.0 * S * D : 0.0) + (want_dW ? 3.0 * J * D : 0.0) +
+                                  (want_db ? 4.0 * J : 0.0) + 2.0 * V + 4.0 * D) +
+                           sizeof(RowOut) * 4096.0;
+  const std::string what = fmt::format("the cuda reference of {} rows × V={} × D={}{}", S, V, D,
+                                       want_dW ? fmt::format(" with dW of {} rows", J) : "");
+  check_memory(host_need, budget, budget_given, what + " (host outputs)");
+  // Device memory: W and |W|, dW accumulators, per-row block buffers.
+  std::size_t free_b = 0, total_b = 0;
+  check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  const double dev_budget = 0.92 * static_cast<double>(free_b) - (512.0 * (1 << 20));
+  const double dev_fixed = 8.0 * (static_cast<double>(V) * D * (want_dH ? 2.0 : 1.0) +
+                                  (want_dW ? 2.0 * J * D : 0.0) + 6.0 * J + 3.0 * V + 3.0 * D) +
+                           2.0 * std::max(pb.W.nbytes(), static_cast<std::size_t>(1)) / 2.0 +
+                           sizeof(eft::CompensatedSum) * double(J);
+  const double dev_row = 8.0 * (static_cast<double>(V) * (backward || opt.want_dz ? 3 : 1) +
+                                3.0 * D + 8.0 + (want_dW && !all_vocab ? 2.0 * J : 0.0)) +
+                         sizeof(RowOut);
+  if (dev_fixed + dev_row > dev_budget)
+    throw InputError(fmt::format(
+        "{} needs {:.0f} bytes ({:.2f} GiB) of GPU memory for one token row a block but the GPU "
+        "has {} bytes free: sample vocabulary rows (--vocab-rows) or use --reference blas",
+        what, dev_fixed + dev_row, (dev_fixed + dev_row) / double(1 << 30), free_b));
+  std::int64_t block = static_cast<std::int64_t>((dev_budget - dev_fixed) / dev_row);
+  block = std::min<std::int64_t>({block, S, 8192});
+  if (opt.block_rows > 0) block = std::min(opt.block_rows, block);
+
+  Cublas cb;
+  allocate_outputs(res, opt.want_dz, want_dH);
+  if (want_dW) {
+    res.dW.resize(static_cast<std::size_t>(J * D));
+    res.dW_bound.resize(static_cast<std::size_t>(J * D));
+    res.dW_cond.resize(static_cast<std::size_t>(J * D));
+  }
+
+  // W (and |W|) as doubles on the device; ‖W_j‖ and column statistics on the host.
+  const std::vector<double> w_norm_h = row_norms_upper(pb.W, V, D, opt.threads);
+  DeviceArray<double> Wd(static_cast<std::size_t>(V * D), "W"), AWd(want_dH ? static_cast<std::size_t>(V * D) : 0, "|W|");
+  {
+    DeviceArray<unsigned char> raw(pb.W.nbytes(), "W (raw)");
+    check(cudaMemcpy(raw.p, pb.W.data(), pb.W.nbytes(), cudaMemcpyHostToDevice), "W upload");
+    widen_kernel<<<grid_for(V * D), 256>>>(raw.p, code, V * D, Wd.p, want_dH ? AWd.p : nullptr);
+    check(cudaGetLastError(), "widen W");
+    check(cudaDeviceSynchronize(), "widen W");
+  }
+  std::vector<double> wmax, wnrm, hmax, hnrm;
+  if (want_dH) column_stats_host(pb.W, D, {}, V, wmax, wnrm);
+  if (want_dW) column_stats_host(pb.H, D, res.token_rows, S, hmax, hnrm);
+  DeviceArray<double> w_norm = upload(w_norm_h, "‖W_j‖");
+  DeviceArray<double> d_wmax = upload(wmax, "W column max"), d_wnrm = upload(wnrm, "W column norm");
+  DeviceArray<double> d_hmax = upload(hmax, "H column max"), d_hnrm = upload(hnrm, "H column norm");
+  std::vector<double> bias_h;
+  if (pb.bias) {
+    bias_h.resize(static_cast<std::size_t>(V));
+    pb.bias->read(0, V, bias_h.data());
+  }
+  DeviceArray<double> bias = upload(bias_h, "bias");
+  std::vector<std::int64_t> vocab_h = res.vocab_rows;
+  DeviceArray<std::int64_t> vocab = upload(all_vocab ? std::vector<std::int64_t>{} : vocab_h,
+                                           "vocabulary rows");
+
+  DeviceArray<double> dW(want_dW ? static_cast<std::size_t>(J * D) : 0, "dW"), dWc(dW.n, "dW cond");
+  if (want_dW) {
+    check(cudaMemset(dW.p, 0, dW.n * 8), "dW");
+    check(cudaMemset(dWc.p, 0, dWc.n * 8), "dW cond");
+  }
+  DeviceArray<eft::CompensatedSum> db(want_db ? static_cast<std::size_t>(J) : 0, "db");
+  DeviceArray<double> db_bnd(db.n, "db bound"), db_abs(db.n, "db |dz|");
+  DeviceArray<double> col_gb(static_cast<std::size_t>(J), "Σδdz"), col_gb2(static_cast<std::size_t>(J), "Σδdz²");
+  check(cudaMemset(col_gb.p, 0, J * 8), "Σδdz");
+  check(cudaMemset(col_gb2.p, 0, J * 8), "Σδdz²");
+  if (want_db) {
+    check(cudaMemset(db.p, 0, db.n * sizeof(eft::CompensatedSum)), "db");
+    check(cudaMemset(db_bnd.p, 0, db.n * 8), "db bound");
+    check(cudaMemset(db_abs.p, 0, db.n * 8), "db |dz|");
+  }
+
+  const std::size_t bV = static_cast<std::size_t>(block * V), bD = static_cast<std::size_t>(block * D);
+  DeviceArray<double> R(bV, "logits block"), A(backward ? bV : 0, "|dz| block"),
+      GB(backward || opt.want_dz ? bV : 0, "δdz block");
+  DeviceArray<double> Hb(bD, "H block"), AHb(want_dW ? bD : 0, "|H| block");
+  DeviceArray<unsigned char> Hraw(bD * pb.H.nbytes() / std::max<std::size_t>(1, pb.H.numel()),
+                                  "H block (raw)");
+  DeviceArray<double> hn(static_cast<std::size_t>(block), "‖H_i‖"), gsc(static_cast<std::size_t>(block), "grad scale");
+  DeviceArray<std::int64_t> tg(static_cast<std::size_t>(block), "targets");
+  DeviceArray<RowOut> rows(static_cast<std::size_t>(block), "row statistics");
+  DeviceArray<double> rgb(static_cast<std::size_t>(block), "row Σδdz"), rgb2(static_cast<std::size_t>(block), "row Σδdz²");
+  DeviceArray<double> DZJ(want_dW && !all_vocab ? static_cast<std::size_t>(block * J) : 0, "dz columns"),
+      ADZJ(DZJ.n, "|dz| columns");
+  DeviceArray<double> dHc(want_dH ? bD : 0, "dH cond"), dHb(want_dH ? bD : 0, "dH bound"),
+      dHv(want_dH ? bD : 0, "dH");
+
+  const std::size_t esz = pb.H.nbytes() / std::max<std::size_t>(1, pb.H.numel());
+  std::vector<unsigned char> hraw_h(bD * esz);
+  std::vector<double> hn_h(static_cast<std::size_t>(block)), gs_h(static_cast<std::size_t>(block));
+  std::vector<std::int64_t> tg_h(static_cast<std::size_t>(block));
+  std::vector<RowOut> rows_h(static_cast<std::size_t>(block));
+  RowParams P{sp, V, D, eft::gamma_n(double(D + 1)), backward, opt.want_dz};
+
+  for (std::int64_t b0 = 0; b0 < S; b0 += block) {
+    const std::int64_t m = std::min(block, S - b0);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t q = 0; q < m; ++q) {
+      const std::int64_t i = res.token_rows[static_cast<std::size_t>(b0 + q)];
+      std::memcpy(hraw_h.data() + q * D * esz,
+                  static_cast<const unsigned char*>(pb.H.data()) + i * D * esz, D * esz);
+      std::vector<double> h(static_cast<std::size_t>(D));
+      pb.H.read(i * D, D, h.data());
+      double ss = 0;
+      for (double x : h) ss += x * x;
+      hn_h[static_cast<std::size_t>(q)] = std::sqrt(ss * (1.0 + 2 * eft::gamma_n(double(D + 2)))) * (1.0 + 2 * kRefU);
+      const std::int64_t t = pb.targets[static_cast<std::size_t>(i)];
+      tg_h[static_cast<std::size_t>(q)] = t;
+      gs_h[static_cast<std::size_t>(q)] = row_grad_scale(sp, res.n_valid, opt.upstream, i, t != sp.ignore_index);
+    }
+    check(cudaMemcpy(Hraw.p, hraw_h.data(), m * D * esz, cudaMemcpyHostToDevice), "H upload");
+    check(cudaMemcpy(hn.p, hn_h.data(), m * 8, cudaMemcpyHostToDevice), "‖H‖ upload");
+    check(cudaMemcpy(gsc.p, gs_h.data(), m * 8, cudaMemcpyHostToDevice), "scale upload");
+    check(cudaMemcpy(tg.p, tg_h.data(), m * 8, cudaMemcpyHostToDevice), "targets upload");
+    widen_kernel<<<grid_for(m * D), 256>>>(Hraw.p, code, m * D, Hb.p, want_dW ? AHb.p : nullptr);
+    check(cudaGetLastError(), "widen H");
+    dgemm(cb.h, false, true, m, V, D, 1.0, Hb.p, D, Wd.p, D, 0.0, R.p, V);
+    row_kernel<<<int(m), kRowThreads>>>(P, R.p, A.p, GB.p, pb.bias ? bias.p : nullptr, w_norm.p,
+                                        hn.p, tg.p, gsc.p, rows.p);
+    check(cudaGetLastError(), "row kernel");
+    check(cudaMemcpy(rows_h.data(), rows.p, m * sizeof(RowOut), cudaMemcpyDeviceToHost),
+          "row statistics");
+    std::vector<double> rgb_h(static_cast<std::size_t>(m)), rgb2_h(static_cast<std::size_t>(m));
+    for (std::int64_t q = 0; q < m; ++q) {
+      store_row_outputs(res, b0 + q, rows_h[static_cast<std::size_t>(q)].st, rows_h[static_cast<std::size_t>(q)].gs);
+      rgb_h[static_cast<std::size_t>(q)] = rows_h[static_cast<std::size_t>(q)].row_gb;
+      rgb2_h[static_cast<std::size_t>(q)] = rows_h[static_cast<std::size_t>(q)].row_gb2;
+    }
+    if (opt.want_dz) {
+      check(cudaMemcpy(res.dz.data() + b0 * V, R.p, m * V * 8, cudaMemcpyDeviceToHost), "dz");
+      check(cudaMemcpy(res.dz_bound.data() + b0 * V, GB.p, m * V * 8, cudaMemcpyDeviceToHost),
+            "dz bound");
+    }
+    if (backward) {
+      column_kernel<<<grid_for(J), 256>>>(m, V, J, all_vocab ? nullptr : vocab.p, R.p, GB.p,
+                                          want_db ? db.p : nullptr, db_bnd.p, db_abs.p, col_gb.p,
+                                          col_gb2.p, DZJ.n ? DZJ.p : nullptr, ADZJ.p);
+      check(cudaGetLastError(), "column kernel");
+    }
+    if (want_dH) {
+      dgemm(cb.h, false, false, m, D, V, 1.0, R.p, V, Wd.p, D, 0.0, dHv.p, D);
+      dgemm(cb.h, false, false, m, D, V, 1.0, A.p, V, AWd.p, D, 0.0, dHc.p, D);
+      check(cudaMemcpy(rgb.p, rgb_h.data(), m * 8, cudaMemcpyHostToDevice), "row Σδdz");
+      check(cudaMemcpy(rgb2.p, rgb2_h.data(), m * 8, cudaMemcpyHostToDevice), "row Σδdz²");
+      grad_bound_kernel<<<grid_for(m * D), 256>>>(m, D, eft::gamma_n(double(V + 2)), rgb.p, rgb2.p,
+                                                  1.0 + 2 * eft::gamma_n(double(V + 2)), d_wmax.p,
+                                                  d_wnrm.p, dHc.p, dHb.p);
+      check(cudaGetLastError(), "dH bound");
+      check(cudaMemcpy(res.dH.data() + b0 * D, dHv.p, m * D * 8, cudaMemcpyDeviceToHost), "dH");
+      check(cudaMemcpy(res.dH_cond.data() + b0 * D, dHc.p, m * D * 8, cudaMemcpyDeviceToHost),
+            "dH cond");
+      check(cudaMemcpy(res.dH_bound.data() + b0 * D, dHb.p, m * D * 8, cudaMemcpyDeviceToHost),
+            "dH bound");
+    }
+    if (want_dW) {
+      if (all_vocab) {
+        dgemm(cb.h, true, false, V, D, m, 1.0, R.p, V, Hb.p, D, 1.0, dW.p, D);
+        dgemm(cb.h, true, false, V, D, m, 1.0, A.p, V, AHb.p, D, 1.0, dWc.p, D);
+      } else {
+        dgemm(cb.h, true, false, J, D, m, 1.0, DZJ.p, J, Hb.p, D, 1.0, dW.p, D);
+        dgemm(cb.h, true, false, J, D, m, 1.0, ADZJ.p, J, AHb.p, D, 1.0, dWc.p, D);
+      }
+    }
+    check(cudaDeviceSynchronize(), "token block");
+    if (opt.progress) opt.progress(b0 + m, S);
+  }
+
+  if (want_dW) {
+    DeviceArray<double> dWb(static_cast<std::size_t>(J * D), "dW bound");
+    const double up = 1.0 + 2 * eft::gamma_n(double(S + 2));
+    grad_bound_kernel<<<grid_for(J * D), 256>>>(J, D, eft::gamma_n(double(S + 2)), col_gb.p,
+                                                col_gb2.p, up, d_hmax.p, d_hnrm.p, dWc.p, dWb.p);
+    check(cudaGetLastError(), "dW bound");
+    check(cudaMemcpy(res.dW.data(), dW.p, J * D * 8, cudaMemcpyDeviceToHost), "dW");
+    check(cudaMemcpy(res.dW_cond.data(), dWc.p, J * D * 8, cudaMemcpyDeviceToHost), "dW cond");
+    check(cudaMemcpy(res.dW_bound.data(), dWb.p, J * D * 8, cudaMemcpyDeviceToHost), "dW bound");
+  }
+  if (want_db) {
+    std::vector<eft::CompensatedSum> acc(static_cast<std::size_t>(J));
+    std::vector<double> bnd(static_cast<std::size_t>(J)), ab(static_cast<std::size_t>(J));
+    check(cudaMemcpy(acc.data(), db.p, J * sizeof(eft::CompensatedSum), cudaMemcpyDeviceToHost), "db");
+    check(cudaMemcpy(bnd.data(), db_bnd.p, J * 8, cudaMemcpyDeviceToHost), "db bound");
+    check(cudaMemcpy(ab.data(), db_abs.p, J * 8, cudaMemcpyDeviceToHost), "db |dz|");
+    res.db.resize(static_cast<std::size_t>(J));
+    res.db_bound.resize(static_cast<std::size_t>(J));
+    const double g2 = eft::gamma_n(double(S)) * eft::gamma_n(double(S));
+    for (std::int64_t jj = 0; jj < J; ++jj) {
+      const double v = acc[static_cast<std::size_t>(jj)].value();
+      res.db[static_cast<std::size_t>(jj)] = v;
+      res.db_bound[static_cast<std::size_t>(jj)] = bnd[static_cast<std::size_t>(jj)] + kRefU * std::fabs(v) + g2 * ab[static_cast<std::size_t>(jj)];
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace xentlab

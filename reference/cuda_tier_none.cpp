@@ -1,0 +1,20 @@
+// The cuda tier where this build has no CUDA toolkit: never available.
+#include "numerics/error.hpp"
+#include "reference/row.hpp"
+
+namespace xentlab {
+
+bool cuda_reference_available(std::string* why_not) {
+  if (why_not) *why_not = "this build of xentlab has no CUDA toolkit (configured without CUDA)";
+  return false;
+}
+
+namespace detail {
+
+void cuda_tier(const Problem&, const LossSpec&, const ReferenceOptions&, ReferenceResult&,
+               std::int64_t, bool) {
+  throw InputError("the cuda reference tier is not available: this build has no CUDA toolkit");
+}
+
+}  // namespace detail
+}  // namespace xentlab

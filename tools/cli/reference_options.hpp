@@ -1,0 +1,31 @@
+#pragma once
+// The reference options that reference, golden and audit share: --reference (the tier) and
+// --memory-budget, and a progress line for long reference runs.
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "reference/reference.hpp"
+
+namespace xentlab::cli {
+
+struct ReferenceChoice {
+  std::string tier = "auto";        ///< auto, compensated, blas, cuda
+  std::string memory_budget;        ///< bytes, or with a K/M/G/T suffix (powers of 1024); "" = available
+};
+
+/// Adds --reference and --memory-budget to a subcommand.
+void add_reference_options(CLI::App* cmd, ReferenceChoice& choice);
+
+/// Parses the choice into options.tier and options.max_bytes; throws InputError naming the option
+/// and the value ("--memory-budget '12Q': …").
+void apply_reference_choice(const ReferenceChoice& choice, ReferenceOptions& options);
+
+/// A progress callback for ReferenceOptions::progress: after the first 2 s, prints
+/// "\r<what>: rows r/S (p%), elapsed t s, ETA e s" to stderr at most twice a second, and a newline
+/// at the end.
+std::function<void(std::int64_t, std::int64_t)> progress_printer(std::string what);
+
+}  // namespace xentlab::cli
