@@ -98,7 +98,7 @@ std::vector<DatasetEntry> build_catalog() {
        }});
   c.push_back({"offset",
                "Large common offset: given logits offset + N(0, σ²), calibrated targets: "
-               "lse − z_t cancels (shared cases C01).",
+               "lse − z_t cancels (docs/cases.md C01).",
                defaults(32, 32000, 0, DType::fp32, 2.0, {{"offset", 1e4}}), false,
                [](const ResolvedParams& p) {
                  return make_offset_logits(p.N, p.V, p.dtype, p.sigma, p.get("offset"), p.seed,
@@ -106,7 +106,7 @@ std::vector<DatasetEntry> build_catalog() {
                }});
   c.push_back({"masked",
                "Masked (−inf) vocabulary: a fraction of each row masked (never the target); row 0 "
-               "fully masked and ignored, row 1 masked but for its target (shared cases C08).",
+               "fully masked and ignored, row 1 masked but for its target (docs/cases.md C08).",
                defaults(32, 32000, 0, DType::bf16, 4.0, {{"fraction", 0.5}}), false,
                [](const ResolvedParams& p) {
                  return make_masked_logits(p.N, p.V, p.dtype, p.sigma, p.get("fraction"), p.seed,
@@ -122,7 +122,7 @@ std::vector<DatasetEntry> build_catalog() {
                }});
   c.push_back(
       {"all-ignored",
-       "Every target is ignore_index (shared cases C03): loss 0 per row, mean NaN by default, "
+       "Every target is ignore_index (docs/cases.md C03): loss 0 per row, mean NaN by default, "
        "every gradient exactly 0.",
        defaults(16, 1000, 32, DType::bf16, 4.0), false, [](const ResolvedParams& p) {
          Problem pb = make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed, TargetMode::calibrated,
@@ -132,7 +132,7 @@ std::vector<DatasetEntry> build_catalog() {
        }});
   c.push_back({"part-ignored",
                "A seeded fraction of the targets is ignore_index (mean over the valid rows only, "
-               "shared cases C04/C11); calibrated otherwise.",
+               "docs/cases.md C04/C11); calibrated otherwise.",
                defaults(64, 32000, 64, DType::bf16, 4.0, {{"fraction", 0.5}}), false,
                [](const ResolvedParams& p) {
                  Problem pb = make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed,

@@ -54,7 +54,7 @@ Problem make_offset_logits(std::int64_t N, std::int64_t V, DType dtype, double s
 
 /// Masked vocabulary (given logits, −inf entries): each entry masked with probability fraction,
 /// never the (calibrated) target. Row 0 is fully masked and ignored (loss 0, gradient 0, no NaN);
-/// row 1 (when N ≥ 2) has every entry masked but its target (loss 0). shared cases C08.
+/// row 1 (when N ≥ 2) has every entry masked but its target (loss 0). docs/cases.md C08.
 Problem make_masked_logits(std::int64_t N, std::int64_t V, DType dtype, double sigma,
                            double fraction, std::uint64_t seed, const LossSpec& spec);
 
@@ -64,7 +64,7 @@ Problem make_tied_logits(std::int64_t N, std::int64_t V, DType dtype, int levels
                          std::uint64_t seed, const LossSpec& spec);
 
 /// Replaces the target of a seeded fraction of rows by ignore_index (fraction 1: every row; the
-/// mean of such a batch is NaN by default, shared cases C03). Rows chosen independently with
+/// mean of such a batch is NaN by default, docs/cases.md C03). Rows chosen independently with
 /// probability fraction (exactly all for fraction ≥ 1).
 void ignore_rows(Problem& p, double fraction, std::uint64_t seed, std::int64_t ignore_index);
 

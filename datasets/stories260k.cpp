@@ -8,12 +8,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <system_error>
 
+#include "datasets/sha256.hpp"
 #include "datasets/synthetic.hpp"
 #include "numerics/error.hpp"
 
-#ifndef XENTLAB_SHARED_DIR
-#define XENTLAB_SHARED_DIR ""
+// Both come from datasets/CMakeLists.txt: the repository's data folder and the digest of its
+// datasets/data/stories260K/stories260K.bin.sha256.
+#if !defined(XENTLAB_DATA_DIR) || !defined(XENTLAB_STORIES260K_SHA256)
+#error "XENTLAB_DATA_DIR and XENTLAB_STORIES260K_SHA256 are defined by datasets/CMakeLists.txt"
 #endif
 
 namespace xentlab {
@@ -40,18 +44,38 @@ void matvec(double* out, const float* W, const double* x, int d, int n) {
 }  // namespace
 
 std::string stories260k_path() {
-  const std::string rel = "data/stories260K/stories260K.bin";
-  std::string env_path;
-  if (const char* e = std::getenv("XENTLAB_SHARED_DIR"); e && *e) {
-    env_path = (std::filesystem::path(e) / rel).string();
-    if (std::filesystem::exists(env_path)) return env_path;
+  const std::string rel = "stories260K/stories260K.bin";
+  std::error_code ec;
+  std::string path;
+  if (const char* e = std::getenv("XENTLAB_DATA_DIR"); e && *e) {
+    path = (std::filesystem::path(e) / rel).string();
+    if (!std::filesystem::is_regular_file(path, ec))
+      throw InputError(fmt::format(
+          "stories260K checkpoint not found: no file {} (XENTLAB_DATA_DIR={}; unset it to use the "
+          "repository's copy in {})",
+          path, e, XENTLAB_DATA_DIR));
+  } else {
+    path = (std::filesystem::path(XENTLAB_DATA_DIR) / rel).string();
+    if (!std::filesystem::is_regular_file(path, ec))
+      throw InputError(
+          fmt::format("stories260K checkpoint not found: no file {} (the repository's copy; set "
+                      "XENTLAB_DATA_DIR to a folder that holds stories260K/stories260K.bin)",
+                      path));
   }
-  const std::string built = (std::filesystem::path(XENTLAB_SHARED_DIR) / rel).string();
-  if (std::filesystem::exists(built)) return built;
+  verify_stories260k(path);
+  return path;
+}
+
+void verify_stories260k(const std::string& path) {
+  const std::string expected = XENTLAB_STORIES260K_SHA256;
+  const std::string actual = sha256_file_hex(path);
+  if (actual == expected) return;
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
   throw InputError(fmt::format(
-      "stories260K checkpoint not found: looked in {}{} (set XENTLAB_SHARED_DIR to the shared/ "
-      "folder)",
-      env_path.empty() ? "" : env_path + " ($XENTLAB_SHARED_DIR) and ", built));
+      "{}: SHA-256 mismatch: expected {} (datasets/data/stories260K/stories260K.bin.sha256), got "
+      "{}{} — truncated, damaged or not the stories260K checkpoint",
+      path, expected, actual, ec ? "" : fmt::format(" (the file has {} bytes)", bytes)));
 }
 
 Stories260K Stories260K::load(const std::string& path) {
@@ -209,7 +233,12 @@ Stories260K::Forward Stories260K::generate(int T, bool greedy, std::uint64_t see
 
 Problem make_stories260k(std::int64_t N, std::uint64_t seed, bool greedy, const std::string& path) {
   if (N < 1) throw InputError(fmt::format("stories260k: N must be >= 1, got {}", N));
-  const Stories260K m = Stories260K::load(path.empty() ? stories260k_path() : path);
+  std::string file = path;
+  if (file.empty())
+    file = stories260k_path();
+  else
+    verify_stories260k(file);
+  const Stories260K m = Stories260K::load(file);
   Tensor H(DType::fp32, {N, m.dim}, "H"), W(DType::fp32, {m.vocab, m.dim}, "W");
   std::memcpy(W.data(), m.embedding(), W.nbytes());
   std::vector<std::int64_t> t(static_cast<std::size_t>(N));

@@ -1,5 +1,5 @@
 #pragma once
-// The real model: stories260K (llama2.c legacy checkpoint, shared/data/stories260K/README.md), a
+// The real model: stories260K (llama2.c legacy checkpoint, datasets/data/stories260K/README.md), a
 // trained 5-layer Llama with dim 64 and a 512-token vocabulary whose classifier is tied to its
 // token embedding table. Its forward pass here runs in double; the problem it yields has
 //   H (N, 64) fp32  — the final (RMS-normalised) hidden states, rounded once to fp32,
@@ -13,10 +13,17 @@
 
 namespace xentlab {
 
-/// Path of stories260K.bin: $XENTLAB_SHARED_DIR/data/stories260K/stories260K.bin, else the
-/// compile-time XENTLAB_SHARED_DIR (CMake cache variable). Throws InputError naming both places
-/// when the file is in neither.
+/// Path of stories260K.bin: $XENTLAB_DATA_DIR/stories260K/stories260K.bin when that variable is
+/// set, else the repository's copy, datasets/data/stories260K/stories260K.bin (the folder is
+/// compiled in). The file is checked with verify_stories260k. Throws InputError naming the path
+/// when there is no file there (an override that names a folder without it is an error, not a
+/// reason to fall back).
 std::string stories260k_path();
+
+/// Throws InputError naming the file, the expected and the actual SHA-256 (and the file's size)
+/// unless the file's digest is the one of datasets/data/stories260K/stories260K.bin.sha256
+/// (compiled in): a truncated, damaged or foreign file is refused before it is parsed.
+void verify_stories260k(const std::string& path);
 
 /// The checkpoint, held as its float32 arrays.
 class Stories260K {
@@ -50,8 +57,9 @@ class Stories260K {
 
 /// The embedded real input: N next-token rows of the model's own sampled text (sequences of at
 /// most seq_len positions from BOS, sampled with seed; greedy = argmax decoding instead), as a
-/// linear fp32 problem named "stories260k". Throws InputError for N < 1, InputError/FormatError
-/// for a missing or damaged checkpoint.
+/// linear fp32 problem named "stories260k". The checkpoint is stories260k_path(), or path when
+/// given; either is checked with verify_stories260k. Throws InputError for N < 1 and for a
+/// missing, damaged or foreign checkpoint.
 Problem make_stories260k(std::int64_t N, std::uint64_t seed, bool greedy = false,
                          const std::string& path = "");
 

@@ -1,6 +1,6 @@
 #pragma once
-// Helpers for tests against ../shared/cases: building small problems, and the one place where a
-// test's tolerance against a printed case value is formed.
+// Helpers for tests against the known-hard cases (docs/cases.md): building small problems, and
+// the one place where a test's tolerance against a printed case value is formed.
 //
 // Tolerance (derived, not tuned): a case value printed with k significant digits is the exact
 // value rounded to k digits, so it is within half a unit of its last digit of the truth; the
@@ -61,7 +61,7 @@ inline Problem logits_problem(DType dtype, const std::vector<std::vector<double>
   return Problem::from_logits(std::move(Z), std::move(targets), ignore_index, "case");
 }
 
-/// shared/cases C03: N rows of V = 10 fp32 logits x_ij = 0.1·(i+1)·(j−4.5), every target ignored.
+/// docs/cases.md C03: N rows of V = 10 fp32 logits x_ij = 0.1·(i+1)·(j−4.5), every target ignored.
 inline Problem c03_problem(std::int64_t N) {
   std::vector<std::vector<double>> rows;
   for (std::int64_t i = 0; i < N; ++i) {

@@ -1,4 +1,4 @@
-// Case C02 of ../shared/cases/README.md at its full size on the emulated strategies (see
+// Case C02 of docs/cases.md at its full size on the emulated strategies (see
 // test_emulation_cases.cpp for the method). Its own executable because it is the longest test of
 // the suite: N·V = 2^28 logits through the certified reference and the emulation take 15–20 s on
 // 2 cores; the fault it shows (an fp16 token sum past 65504) needs the full batch.

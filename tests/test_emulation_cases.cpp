@@ -1,4 +1,4 @@
-// The known-hard cases of ../shared/cases/README.md on every emulated strategy × recipe. Expected
+// The known-hard cases of docs/cases.md on every emulated strategy × recipe. Expected
 // values are the case file's; the tolerance is the a-priori bound of the strategy's declared
 // arithmetic (numerics/bounds.hpp via gpu/bounds_for.hpp) plus the reference's bound plus half a
 // unit of the printed value (tests/case_support.hpp): |emu − case| ≤ |emu − ref| + |ref − case|.

@@ -314,7 +314,7 @@ TEST(GpuStrategies, MediumLinear) {
                        128);
 }
 
-// ---- the known-hard cases (../shared/cases/README.md) ------------------------------------------
+// ---- the known-hard cases (docs/cases.md) -------------------------------------------------------
 
 TEST(GpuStrategies, SharedCases) {
   XL_REQUIRE_DEVICE();

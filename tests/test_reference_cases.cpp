@@ -1,4 +1,4 @@
-// The known-hard cases of ../shared/cases/README.md, on the certified reference: every expected
+// The known-hard cases of docs/cases.md, on the certified reference: every expected
 // value is the case file's (computed at 40 digits); the tolerance is the reference's own bound plus
 // half a unit of the printed value's last digit (tests/case_support.hpp). Each case runs on the
 // logits path and, where the case allows it, on the linear path (H = I, W = Zᵀ, or the case's H, W).

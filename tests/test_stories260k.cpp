@@ -1,6 +1,7 @@
-// The real model (shared/data/stories260K): its double forward pass against the check values of an
-// independent float64 pass printed in shared/data/stories260K/README.md ("Check values"), and the
-// problem it yields against the certified reference.
+// The real model (datasets/data/stories260K): its double forward pass against the check values of
+// an independent float64 pass printed in datasets/data/stories260K/README.md ("Check values"), the
+// problem it yields against the certified reference, and the loader's refusal of any other file
+// (SHA-256 of datasets/data/stories260K/stories260K.bin.sha256).
 //
 // Tolerance: each README value is printed to 6 decimals (half a unit of the last digit, see
 // case_support.hpp) and both passes are float64: they differ by rounding of order n·u·|v| with n
@@ -9,13 +10,21 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
 
 #include "case_support.hpp"
+#include "datasets/sha256.hpp"
 #include "datasets/stories260k.hpp"
 #include "numerics/dtype.hpp"
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
+#include "tests/temp_folder.hpp"
 
 namespace xentlab {
 namespace {
@@ -166,6 +175,125 @@ TEST(Stories260K, SampledTextIsSeededAndLowLoss) {
 TEST(Stories260K, MissingOrDamagedCheckpointIsAFormatError) {
   EXPECT_THROW(Stories260K::load("/nonexistent/stories260K.bin"), FormatError);
   EXPECT_THROW(make_stories260k(0, 1), InputError);
+}
+
+// ---- where the checkpoint is found, and the refusal of any other file --------------------------
+
+// Sets (or, with nullopt, removes) an environment variable for one scope; restores it after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      ::setenv(name, value->c_str(), 1);
+    else
+      ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// The repository's copy (no override), and its bytes.
+std::string repository_copy() {
+  ScopedEnv none("XENTLAB_DATA_DIR", std::nullopt);
+  return stories260k_path();
+}
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The message of the InputError that f throws ("" and a failure when it throws none).
+template <class F>
+std::string input_error(F f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError";
+  return "";
+}
+
+void expect_contains(const std::string& msg, const std::string& part) {
+  EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+}
+
+TEST(Stories260K, FoundInTheRepositoryByDefault) {
+  const std::string p = std::filesystem::path(repository_copy()).generic_string();
+  const std::string tail = "/datasets/data/stories260K/stories260K.bin";
+  EXPECT_TRUE(p.size() > tail.size() && p.compare(p.size() - tail.size(), tail.size(), tail) == 0)
+      << p;
+  EXPECT_NO_THROW(verify_stories260k(p));
+}
+
+TEST(Stories260K, TruncatedCopyIsRefused) {
+  const std::string real = repository_copy();
+  const std::string expected = sha256_file_hex(real);
+  const std::string bytes = file_bytes(real);
+  testing::TempFolder t("stories260k");
+  std::filesystem::create_directories(t.dir / "stories260K");
+  const std::string copy = t.path("stories260K/stories260K.bin");
+  const std::string half = bytes.substr(0, bytes.size() / 2);
+  std::ofstream(copy, std::ios::binary) << half;
+  ScopedEnv env("XENTLAB_DATA_DIR", t.dir.string());
+  const std::string msg = input_error([] { stories260k_path(); });
+  expect_contains(msg, copy);
+  expect_contains(msg, "SHA-256");
+  expect_contains(msg, "expected " + expected);
+  expect_contains(msg, "got " + sha256_hex(half.data(), half.size()));
+  expect_contains(msg, std::to_string(half.size()) + " bytes");
+  // Every user of the default path goes through the check (the catalog, the audit's problem set).
+  expect_contains(input_error([] { make_stories260k(4, 1); }), "SHA-256 mismatch");
+}
+
+TEST(Stories260K, ForeignFileOfTheSameSizeIsRefused) {
+  std::string bytes = file_bytes(repository_copy());
+  bytes[bytes.size() / 2] ^= 1;  // one bit of one weight
+  testing::TempFolder t("stories260k");
+  const std::string copy = t.path("stories260K.bin");
+  std::ofstream(copy, std::ios::binary) << bytes;
+  const std::string msg = input_error([&] { verify_stories260k(copy); });
+  expect_contains(msg, copy);
+  expect_contains(msg, "got " + sha256_hex(bytes.data(), bytes.size()));
+  // An explicit path is checked as well.
+  expect_contains(input_error([&] { make_stories260k(4, 1, false, copy); }), copy);
+}
+
+TEST(Stories260K, OverrideWithoutTheFileIsAnError) {
+  testing::TempFolder t("stories260k");
+  ScopedEnv env("XENTLAB_DATA_DIR", t.dir.string());
+  const std::string msg = input_error([] { stories260k_path(); });
+  expect_contains(msg, t.path("stories260K/stories260K.bin"));
+  expect_contains(msg, "XENTLAB_DATA_DIR");
+}
+
+TEST(Sha256, KnownAnswers) {
+  // FIPS 180-4 examples (NIST CSRC "SHA-256" example values) and the one-million-'a' message.
+  EXPECT_EQ(sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc", 3),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  EXPECT_EQ(sha256_hex(two.data(), two.size()),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const std::string million(1000000, 'a');
+  const std::string digest = "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
+  EXPECT_EQ(sha256_hex(million.data(), million.size()), digest);
+  // The same through a file (read in blocks that do not align with the message's).
+  testing::TempFolder t("sha256");
+  std::ofstream(t.path("a"), std::ios::binary) << million;
+  EXPECT_EQ(sha256_file_hex(t.path("a")), digest);
+  EXPECT_THROW(sha256_file_hex(t.path("missing")), InputError);
 }
 
 }  // namespace

@@ -10,7 +10,6 @@ mkdir -p "$OUT"
 work=/tmp/xl-session
 mkdir -p "$work"
 log="$OUT/session.log"
-export XENTLAB_SHARED_DIR=${XENTLAB_SHARED_DIR:-$PWD/.shared}
 t0=$(date +%s)
 say() { echo "== [$(( $(date +%s) - t0 ))s] $*" | tee -a "$log"; }
 

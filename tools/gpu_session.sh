@@ -17,9 +17,6 @@
 # Each step has its own time limit so that one slow step cannot eat the whole call.
 set -u -o pipefail
 OUT=${OUT:-out}
-# The shared data (stories260K): $XENTLAB_SHARED_DIR, else a copy carried as .shared/ beside the
-# tree (the device tool carries ignored folders by name), else ../shared (the build's default).
-if [ -z "${XENTLAB_SHARED_DIR:-}" ] && [ -d .shared ]; then export XENTLAB_SHARED_DIR=$PWD/.shared; fi
 mkdir -p "$OUT"
 what=${1:-all}
 {
