@@ -166,7 +166,7 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
   // the mean of an all-ignored batch: NaN). Where the reference value itself is non-finite the
   // value is exact (NaN, ±inf must be reproduced as such): bound 0. Anywhere else no meaningful
   // bound exists: +inf (the policy decides whether that is acceptable).
-  auto sanitize = [](std::vector<double>& bound, const std::vector<double>& value) {
+  auto sanitize = [](std::vector<double>& bound, const auto& value) {
     for (std::size_t k = 0; k < bound.size(); ++k)
       if (std::isnan(bound[k]))
         bound[k] = (k < value.size() && !std::isfinite(value[k])) ? 0.0

@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -129,8 +130,11 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   check_memory(fixed + panel_bytes + per_row, budget, budget_given, what + " (one token row a block)");
   const auto fit = static_cast<std::int64_t>((static_cast<double>(budget) - fixed - panel_bytes) /
                                              per_row);
+  // At least eight blocks once there are rows enough (progress, and a bounded block buffer);
+  // each block converts W to doubles twice, 2·V·D conversions against 10·m·V·D flops.
+  const std::int64_t steps = std::max<std::int64_t>(128, (S + 7) / 8);
   std::int64_t block = opt.block_rows > 0 ? std::min(opt.block_rows, S)
-                                          : std::min<std::int64_t>({S, fit, 4096});
+                                          : std::min<std::int64_t>({S, fit, steps, 4096});
   check_memory(fixed + panel_bytes + per_row * static_cast<double>(block), budget, budget_given,
                fmt::format("{} ({} token rows a block)", what, block));
 
@@ -324,3 +328,26 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
 }
 
 }  // namespace xentlab::detail
+
+namespace xentlab {
+
+double measure_dgemm_rate(ReferenceTier tier) {
+  if (tier == ReferenceTier::cuda) return detail::cuda_dgemm_rate();
+  if (tier != ReferenceTier::blas)
+    throw InputError("measure_dgemm_rate: only the blas and cuda tiers run GEMMs");
+  const std::int64_t n = 2048;
+  std::vector<double> a(static_cast<std::size_t>(n * n)), b(static_cast<std::size_t>(n * n)), c(static_cast<std::size_t>(n * n));
+  for (std::int64_t k = 0; k < n * n; ++k) {
+    a[static_cast<std::size_t>(k)] = 1.0 + static_cast<double>(k % 7) / 8.0;
+    b[static_cast<std::size_t>(k)] = 0.5 - static_cast<double>(k % 5) / 16.0;
+  }
+  detail::dgemm_row_major(false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
+  const int reps = 3;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r)
+    detail::dgemm_row_major(false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * n * n * n * reps / secs;
+}
+
+}  // namespace xentlab

@@ -13,6 +13,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -303,6 +306,73 @@ __global__ void grad_bound_kernel(std::int64_t rows, std::int64_t D, double g, c
   }
 }
 
+// Device → host copies of the large outputs through two pinned staging buffers: the DMA of one
+// piece overlaps the parallel memcpy of the previous one into the (pageable) destination.
+class HostCopier {
+ public:
+  static constexpr std::size_t kPiece = std::size_t{128} << 20;
+  HostCopier() {
+    for (int k = 0; k < 2; ++k) {
+      check(cudaMallocHost(&buf_[k], kPiece), "pinned staging buffer");
+      check(cudaEventCreateWithFlags(&done_[k], cudaEventDisableTiming), "event");
+    }
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "copy stream");
+  }
+  ~HostCopier() {
+    for (int k = 0; k < 2; ++k) {
+      cudaFreeHost(buf_[k]);
+      cudaEventDestroy(done_[k]);
+    }
+    cudaStreamDestroy(stream_);
+  }
+  HostCopier(const HostCopier&) = delete;
+  HostCopier& operator=(const HostCopier&) = delete;
+
+  void copy(void* dst, const void* src, std::size_t bytes, const char* what) {
+    check(cudaDeviceSynchronize(), what);  // the producers of src ran on the default stream
+    auto* d = static_cast<unsigned char*>(dst);
+    const auto* sd = static_cast<const unsigned char*>(src);
+    const std::size_t pieces = (bytes + kPiece - 1) / kPiece;
+    auto issue = [&](std::size_t p) {
+      const std::size_t off = p * kPiece, n = std::min(kPiece, bytes - off);
+      check(cudaMemcpyAsync(buf_[p % 2], sd + off, n, cudaMemcpyDeviceToHost, stream_), what);
+      check(cudaEventRecord(done_[p % 2], stream_), what);
+    };
+    if (pieces > 0) issue(0);
+    for (std::size_t p = 0; p < pieces; ++p) {
+      check(cudaEventSynchronize(done_[p % 2]), what);
+      if (p + 1 < pieces) issue(p + 1);
+      const std::size_t off = p * kPiece, n = std::min(kPiece, bytes - off);
+      const auto* from = static_cast<const unsigned char*>(buf_[p % 2]);
+      const std::int64_t lines = static_cast<std::int64_t>((n + (1 << 20) - 1) >> 20);
+#pragma omp parallel for schedule(static)
+      for (std::int64_t l = 0; l < lines; ++l) {
+        const std::size_t o = static_cast<std::size_t>(l) << 20;
+        std::memcpy(d + off + o, from + o, std::min<std::size_t>(std::size_t{1} << 20, n - o));
+      }
+    }
+  }
+
+ private:
+  void* buf_[2] = {nullptr, nullptr};
+  cudaEvent_t done_[2] = {};
+  cudaStream_t stream_ = nullptr;
+};
+
+// Stage times on stderr when XENTLAB_REFERENCE_TIMINGS is set (for measurements).
+struct StageClock {
+  bool on = std::getenv("XENTLAB_REFERENCE_TIMINGS") != nullptr;
+  std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
+  void mark(const char* what) {
+    if (!on) return;
+    cudaDeviceSynchronize();
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "[cuda reference] %-28s %8.3f s\n", what,
+                 std::chrono::duration<double>(now - t).count());
+    t = now;
+  }
+};
+
 int grid_for(std::int64_t n, int threads = 256) {
   return static_cast<int>(std::min<std::int64_t>((n + threads - 1) / threads, 65535 * 16));
 }
@@ -370,6 +440,26 @@ bool cuda_reference_available(std::string* why_not) {
 
 namespace detail {
 
+double cuda_dgemm_rate() {
+  std::string why;
+  if (!cuda_reference_available(&why)) throw InputError("the cuda reference tier is not available: " + why);
+  const std::int64_t n = 8192;
+  DeviceArray<double> a(static_cast<std::size_t>(n * n), "a"), b(a.n, "b"), c(a.n, "c");
+  std::vector<double> h(a.n);
+  for (std::size_t k = 0; k < h.size(); ++k) h[k] = 1.0 + static_cast<double>(k % 7) / 8.0;
+  check(cudaMemcpy(a.p, h.data(), a.n * 8, cudaMemcpyHostToDevice), "a");
+  check(cudaMemcpy(b.p, h.data(), a.n * 8, cudaMemcpyHostToDevice), "b");
+  Cublas cb;
+  dgemm(cb.h, false, false, n, n, n, 1.0, a.p, n, b.p, n, 0.0, c.p, n);
+  check(cudaDeviceSynchronize(), "warm-up");
+  const int reps = 5;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) dgemm(cb.h, false, false, n, n, n, 1.0, a.p, n, b.p, n, 0.0, c.p, n);
+  check(cudaDeviceSynchronize(), "dgemm");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * double(n) * n * n * reps / secs;
+}
+
 void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& opt,
                ReferenceResult& res, std::int64_t budget, bool budget_given) {
   const std::int64_t V = pb.V, D = pb.D;
@@ -408,7 +498,10 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   block = std::min<std::int64_t>({block, S, 8192});
   if (opt.block_rows > 0) block = std::min(opt.block_rows, block);
 
+  StageClock clock;
   Cublas cb;
+  HostCopier copier;
+  clock.mark("start (cuBLAS, staging)");
   allocate_outputs(res, opt.want_dz, want_dH);
   if (want_dW) {
     res.dW.resize(static_cast<std::size_t>(J * D));
@@ -416,6 +509,7 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
     res.dW_cond.resize(static_cast<std::size_t>(J * D));
   }
 
+  clock.mark("host outputs allocated");
   // W (and |W|) as doubles on the device; ‖W_j‖ and column statistics on the host.
   const std::vector<double> w_norm_h = row_norms_upper(pb.W, V, D, opt.threads);
   DeviceArray<double> Wd(static_cast<std::size_t>(V * D), "W"), AWd(want_dH ? static_cast<std::size_t>(V * D) : 0, "|W|");
@@ -426,9 +520,11 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
     check(cudaGetLastError(), "widen W");
     check(cudaDeviceSynchronize(), "widen W");
   }
+  clock.mark("W on the device");
   std::vector<double> wmax, wnrm, hmax, hnrm;
   if (want_dH) column_stats_host(pb.W, D, {}, V, wmax, wnrm);
   if (want_dW) column_stats_host(pb.H, D, res.token_rows, S, hmax, hnrm);
+  clock.mark("norms and column statistics");
   DeviceArray<double> w_norm = upload(w_norm_h, "‖W_j‖");
   DeviceArray<double> d_wmax = upload(wmax, "W column max"), d_wnrm = upload(wnrm, "W column norm");
   DeviceArray<double> d_hmax = upload(hmax, "H column max"), d_hnrm = upload(hnrm, "H column norm");
@@ -515,9 +611,8 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
       rgb2_h[static_cast<std::size_t>(q)] = rows_h[static_cast<std::size_t>(q)].row_gb2;
     }
     if (opt.want_dz) {
-      check(cudaMemcpy(res.dz.data() + b0 * V, R.p, m * V * 8, cudaMemcpyDeviceToHost), "dz");
-      check(cudaMemcpy(res.dz_bound.data() + b0 * V, GB.p, m * V * 8, cudaMemcpyDeviceToHost),
-            "dz bound");
+      copier.copy(res.dz.data() + b0 * V, R.p, m * V * 8, "dz");
+      copier.copy(res.dz_bound.data() + b0 * V, GB.p, m * V * 8, "dz bound");
     }
     if (backward) {
       column_kernel<<<grid_for(J), 256>>>(m, V, J, all_vocab ? nullptr : vocab.p, R.p, GB.p,
@@ -534,11 +629,9 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
                                                   1.0 + 2 * eft::gamma_n(double(V + 2)), d_wmax.p,
                                                   d_wnrm.p, dHc.p, dHb.p);
       check(cudaGetLastError(), "dH bound");
-      check(cudaMemcpy(res.dH.data() + b0 * D, dHv.p, m * D * 8, cudaMemcpyDeviceToHost), "dH");
-      check(cudaMemcpy(res.dH_cond.data() + b0 * D, dHc.p, m * D * 8, cudaMemcpyDeviceToHost),
-            "dH cond");
-      check(cudaMemcpy(res.dH_bound.data() + b0 * D, dHb.p, m * D * 8, cudaMemcpyDeviceToHost),
-            "dH bound");
+      copier.copy(res.dH.data() + b0 * D, dHv.p, m * D * 8, "dH");
+      copier.copy(res.dH_cond.data() + b0 * D, dHc.p, m * D * 8, "dH cond");
+      copier.copy(res.dH_bound.data() + b0 * D, dHb.p, m * D * 8, "dH bound");
     }
     if (want_dW) {
       if (all_vocab) {
@@ -552,6 +645,7 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
     check(cudaDeviceSynchronize(), "token block");
     if (opt.progress) opt.progress(b0 + m, S);
   }
+  clock.mark("token blocks");
 
   if (want_dW) {
     DeviceArray<double> dWb(static_cast<std::size_t>(J * D), "dW bound");
@@ -559,9 +653,10 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
     grad_bound_kernel<<<grid_for(J * D), 256>>>(J, D, eft::gamma_n(double(S + 2)), col_gb.p,
                                                 col_gb2.p, up, d_hmax.p, d_hnrm.p, dWc.p, dWb.p);
     check(cudaGetLastError(), "dW bound");
-    check(cudaMemcpy(res.dW.data(), dW.p, J * D * 8, cudaMemcpyDeviceToHost), "dW");
-    check(cudaMemcpy(res.dW_cond.data(), dWc.p, J * D * 8, cudaMemcpyDeviceToHost), "dW cond");
-    check(cudaMemcpy(res.dW_bound.data(), dWb.p, J * D * 8, cudaMemcpyDeviceToHost), "dW bound");
+    copier.copy(res.dW.data(), dW.p, J * D * 8, "dW");
+    copier.copy(res.dW_cond.data(), dWc.p, J * D * 8, "dW cond");
+    copier.copy(res.dW_bound.data(), dWb.p, J * D * 8, "dW bound");
+    clock.mark("dW bounds and copies");
   }
   if (want_db) {
     std::vector<eft::CompensatedSum> acc(static_cast<std::size_t>(J));

@@ -16,5 +16,9 @@ void cuda_tier(const Problem&, const LossSpec&, const ReferenceOptions&, Referen
   throw InputError("the cuda reference tier is not available: this build has no CUDA toolkit");
 }
 
+double cuda_dgemm_rate() {
+  throw InputError("the cuda reference tier is not available: this build has no CUDA toolkit");
+}
+
 }  // namespace detail
 }  // namespace xentlab

@@ -251,8 +251,8 @@ OracleReport check_with_oracle(const Problem& pb, const LossSpec& sp, const Refe
     add("loss", {i}, fast.loss[static_cast<std::size_t>(q)], fast.loss_bound[static_cast<std::size_t>(q)], r.loss);
   }
   // Gradient entries: sampled plus ill-conditioned ones.
-  auto pick_entries = [&](std::int64_t rows, std::int64_t cols, const std::vector<double>& val,
-                          const std::vector<double>& bnd) {
+  auto pick_entries = [&](std::int64_t rows, std::int64_t cols, const auto& val,
+                          const auto& bnd) {
     std::set<std::pair<std::int64_t, std::int64_t>> out;
     if (rows == 0 || cols == 0) return out;
     std::uniform_int_distribution<std::int64_t> pr(0, rows - 1), pc(0, cols - 1);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "datasets/problem.hpp"
+#include "reference/host_array.hpp"
 #include "numerics/loss_spec.hpp"
 
 namespace xentlab {
@@ -41,6 +42,11 @@ enum class ReferenceTier {
 std::string_view to_string(ReferenceTier tier);
 /// Parses a tier name ("auto" for automatic); throws InputError naming the accepted values.
 ReferenceTier parse_reference_tier(std::string_view name);
+/// The fp64 GEMM rate (flop/s) of the tier's own library, measured now on a square product
+/// (n = 2048 with the system BLAS for blas, 8192 with cuBLAS for cuda): the ceiling that a
+/// tier's achieved rate is compared with. Throws InputError for other tiers.
+double measure_dgemm_rate(ReferenceTier tier);
+
 /// Whether this build has the cuda tier and a CUDA device is present (the reason in why_not).
 bool cuda_reference_available(std::string* why_not = nullptr);
 
@@ -94,9 +100,10 @@ struct ReferenceResult {
   /// whose gradient is returned). Over the sampled rows only when partial.
   double reduced_loss = 0.0, reduced_loss_bound = 0.0;
 
-  std::vector<double> dz, dz_bound;                  ///< (S, V) when want_dz
-  std::vector<double> dH, dH_bound, dH_cond;         ///< (S, D); cond = |dz|·|W|
-  std::vector<double> dW, dW_bound, dW_cond;         ///< (J, D); cond = |dz|ᵀ·|H| over the rows
+  // The large outputs are HostArrays (host_array.hpp: zero-filled in parallel when allocated).
+  HostArray<double> dz, dz_bound;                    ///< (S, V) when want_dz
+  HostArray<double> dH, dH_bound, dH_cond;           ///< (S, D); cond = |dz|·|W|
+  HostArray<double> dW, dW_bound, dW_cond;           ///< (J, D); cond = |dz|ᵀ·|H| over the rows
   std::vector<double> db, db_bound;                  ///< (J)
 };
 

@@ -65,6 +65,9 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
 void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& opt,
                ReferenceResult& res, std::int64_t budget, bool budget_given);
 
+/// cuBLAS DGEMM's rate on 8192² (flop/s); throws where there is no cuda tier.
+double cuda_dgemm_rate();
+
 /// ‖row r‖₂ of a (rows × cols) tensor for every row, rounded up (a rigorous upper bound).
 std::vector<double> row_norms_upper(const Tensor& T, std::int64_t rows, std::int64_t cols,
                                     int threads);

@@ -21,8 +21,8 @@ inline std::string fmt_pair(double a, double b, double ab, double bb) {
 
 // |a − b| ≤ bound_a + bound_b element by element (both claim to be within their bound of the
 // same exact value). NaN must match NaN, infinities must be equal.
-inline void expect_within(const char* what, const std::vector<double>& a, const std::vector<double>& ab,
-                   const std::vector<double>& b, const std::vector<double>& bb,
+template <class A>
+void expect_within(const char* what, const A& a, const A& ab, const A& b, const A& bb,
                    const std::string& ctx) {
   ASSERT_EQ(a.size(), b.size()) << what << " " << ctx;
   ASSERT_EQ(a.size(), ab.size()) << what << " " << ctx;
@@ -45,8 +45,8 @@ inline void expect_within(const char* what, const std::vector<double>& a, const 
 inline void expect_agree(const ReferenceResult& x, const ReferenceResult& y, const std::string& ctx) {
   expect_within("loss", x.loss, x.loss_bound, y.loss, y.loss_bound, ctx);
   expect_within("lse", x.lse, x.lse_bound, y.lse, y.lse_bound, ctx);
-  expect_within("reduced", {x.reduced_loss}, {x.reduced_loss_bound}, {y.reduced_loss},
-                {y.reduced_loss_bound}, ctx);
+  expect_within<std::vector<double>>("reduced", {x.reduced_loss}, {x.reduced_loss_bound},
+                                    {y.reduced_loss}, {y.reduced_loss_bound}, ctx);
   expect_within("dH", x.dH, x.dH_bound, y.dH, y.dH_bound, ctx);
   expect_within("dW", x.dW, x.dW_bound, y.dW, y.dW_bound, ctx);
   expect_within("db", x.db, x.db_bound, y.db, y.db_bound, ctx);

@@ -83,7 +83,8 @@ std::vector<double> random_upstream(std::int64_t N, std::uint64_t seed) {
   return u;
 }
 
-double max_abs_finite(const std::vector<double>& v) {
+template <class Values = std::vector<double>>
+double max_abs_finite(const Values& v) {
   double m = 0.0;
   for (double x : v)
     if (std::isfinite(x)) m = std::max(m, std::fabs(x));
@@ -108,7 +109,8 @@ std::string describe(const Case& c, const Recipe& r, const std::string& strategy
 /// Two procedures that each round their result to the output dtype last can land on adjacent
 /// values even when their unrounded results agree closely, so the GPU may differ from its
 /// emulation by one spacing however small the emulation's error.
-double rounding_floor(DType out, const std::vector<double>& ref) {
+template <class Values = std::vector<double>>
+double rounding_floor(DType out, const Values& ref) {
   return std::max(2.0 * unit_roundoff(out) * max_abs_finite(ref), min_subnormal(out));
 }
 
@@ -867,7 +869,7 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
       EXPECT_EQ(std::string(gpu::last_fused_backward_kernel()), "mma.sync") << ctx;
       // How far apart the two backwards are, relative to the largest reference entry.
       auto rel = [](const std::vector<double>& x, const std::vector<double>& y,
-                    const std::vector<double>& exact) {
+                    const auto& exact) {
         double d = 0.0, m = 0.0;
         for (std::size_t k = 0; k < x.size() && k < y.size(); ++k) d = std::max(d, std::fabs(x[k] - y[k]));
         for (const double v : exact) m = std::max(m, std::fabs(v));

@@ -8,6 +8,7 @@
 
 #include "datasets/synthetic.hpp"
 #include "numerics/error.hpp"
+#include "reference/blas.hpp"
 #include "reference/oracle.hpp"
 #include "reference/reference.hpp"
 #include "tools/cli/commands.hpp"
@@ -44,13 +45,13 @@ int run_reference(const ReferenceArgs& a) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("loss     {:.17g}  ± {:.3g}  (certified bound, relative {:.2g})\n", r.reduced_loss,
              r.reduced_loss_bound, r.reduced_loss_bound / std::fabs(r.reduced_loss));
-  auto max_rel = [](const std::vector<double>& v, const std::vector<double>& b) {
+  auto max_rel = [](const auto& v, const auto& b) {
     double m = 0;
     for (std::size_t k = 0; k < v.size(); ++k)
       if (v[k] != 0) m = std::max(m, b[k] / std::fabs(v[k]));
     return m;
   };
-  auto max_of = [](const std::vector<double>& b) {
+  auto max_of = [](const auto& b) {
     double m = 0;
     for (double x : b) m = std::max(m, x);
     return m;
@@ -67,6 +68,13 @@ int run_reference(const ReferenceArgs& a) {
                  ? ""
                  : fmt::format("; {:.3g} TFLOP/s on the 10·N·V·D of its five GEMMs",
                                gemm_flop / secs / 1e12));
+  if (r.tier == ReferenceTier::blas) fmt::print("blas     {}\n", detail::blas_description());
+  if (r.tier != ReferenceTier::compensated) {
+    const double ceiling = measure_dgemm_rate(r.tier);
+    fmt::print("gemm     this {} tier's dgemm on a square product now: {:.3g} TFLOP/s; the reference "
+               "reached {:.0f} % of it\n",
+               to_string(r.tier), ceiling / 1e12, 100.0 * gemm_flop / secs / ceiling);
+  }
   if (a.oracle_rows > 0) {
     OracleSampleSpec os;
     os.rows = a.oracle_rows;

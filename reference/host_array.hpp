@@ -1,0 +1,82 @@
+#pragma once
+// HostArray: the std::vector of the reference's large outputs (dz, dH, dW and their bounds and
+// condition quantities: up to 4.2 GB each for the Llama-3-8B head). A plain std::vector<double>
+// of that size spends seconds zero-filling fresh 4 KiB pages one by one on one thread; this
+// allocator takes transparent huge pages where the kernel offers them (madvise) and zero-fills
+// the memory once, in parallel, when it is allocated.
+//
+// Default construction writes nothing: the elements a resize adds read as zero because the memory
+// was zeroed when it was allocated. One difference from std::vector<T>: shrinking and then growing
+// again without a reallocation (resize down, then up, or clear then resize) brings back the old
+// values instead of zeros — assign(n, 0) where that matters. Destruction writes nothing either.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <vector>
+
+#include <omp.h>
+#include <sys/mman.h>
+
+namespace xentlab {
+
+template <class T>
+struct HostArrayAllocator {
+  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_default_constructible_v<T>,
+                "HostArray holds plain numbers only");
+  using value_type = T;
+  HostArrayAllocator() = default;
+  template <class U>
+  HostArrayAllocator(const HostArrayAllocator<U>&) noexcept {}
+
+  static constexpr std::size_t kHuge = std::size_t{2} << 20;  // one transparent huge page
+
+  T* allocate(std::size_t n) {
+    const std::size_t bytes = n * sizeof(T);
+    if (bytes < kHuge) {
+      void* p = std::calloc(n, sizeof(T));
+      if (!p) throw std::bad_alloc();
+      return static_cast<T*>(p);
+    }
+    const std::size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+    void* p = std::aligned_alloc(kHuge, rounded);
+    if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+    madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without THP the pages stay 4 KiB
+#endif
+    // Zero (and so fault in) the pages in parallel, in huge-page-sized pieces.
+    const auto pieces = static_cast<std::int64_t>(rounded / kHuge);
+    auto* c = static_cast<unsigned char*>(p);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t k = 0; k < pieces; ++k) std::memset(c + k * kHuge, 0, kHuge);
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) noexcept { std::free(p); }
+
+  /// Default construction: the slot is already zero (allocate).
+  template <class U>
+  void construct(U*) noexcept {}
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  template <class U>
+  void destroy(U*) noexcept {}
+};
+
+template <class T, class U>
+bool operator==(const HostArrayAllocator<T>&, const HostArrayAllocator<U>&) noexcept {
+  return true;
+}
+template <class T, class U>
+bool operator!=(const HostArrayAllocator<T>&, const HostArrayAllocator<U>&) noexcept {
+  return false;
+}
+
+/// A std::vector whose growth zero-fills in parallel (see above).
+template <class T>
+using HostArray = std::vector<T, HostArrayAllocator<T>>;
+
+}  // namespace xentlab
