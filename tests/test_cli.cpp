@@ -1,0 +1,176 @@
+// The xentlab program's refusals and file handling, run as a user runs them (the binary, its exit
+// status and its output): verify's number options, --junit on a re-run, --require.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "datasets/catalog.hpp"
+#include "numerics/dtype.hpp"
+#include "tests/program.hpp"
+#include "tests/temp_folder.hpp"
+#include "tools/golden/golden_file.hpp"
+#include "tools/golden/verify.hpp"
+
+namespace xentlab {
+namespace {
+namespace fs = std::filesystem;
+using testing::expect_exit_2_naming;
+using testing::Ran;
+using testing::shell_quote;
+using testing::xentlab;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+bool contains(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// ---- verify -----------------------------------------------------------------------------------
+
+// A golden file of the embedded real model (32 tokens) and three candidates: every output equal
+// to the reference (fp64), the same rounded to bf16, and the loss alone.
+class VerifyProgram : public testing::TempFolderTest {
+ protected:
+  VerifyProgram() : TempFolderTest("cli-verify") {}
+  void SetUp() override {
+    TempFolderTest::SetUp();
+    DatasetParams p;
+    p.N = 32;
+    p.seed = 4;
+    const DatasetInstance ds = make_dataset("stories260k", p);
+    write_golden(path("g.h5"), ds, ds.spec, {});
+    const Golden g = read_golden(path("g.h5"));
+    const auto tensor = [](const std::vector<double>& v, std::vector<std::int64_t> shape,
+                           DType dt) {
+      Tensor t(dt, std::move(shape));
+      for (std::size_t k = 0; k < v.size(); ++k) t.set(static_cast<std::int64_t>(k), v[k]);
+      return t;
+    };
+    for (DType dt : {DType::fp64, DType::bf16})
+      write_candidate(path(dt == DType::fp64 ? "exact.h5" : "bf16.h5"), false,
+                      {{"loss", tensor(g.loss, {g.S}, dt)},
+                       {"lse", tensor(g.lse, {g.S}, dt)},
+                       {"reduced_loss", tensor({*g.reduced_loss}, {}, dt)},
+                       {"dH", tensor(g.dH, {g.S, g.D}, dt)},
+                       {"dW", tensor(g.dW, {g.J, g.D}, dt)},
+                       {"db", tensor(g.db, {g.J}, dt)}},
+                      "test: the reference itself");
+    write_candidate(path("loss.h5"), false, {{"loss", tensor(g.loss, {g.S}, DType::fp64)}},
+                    "test: the loss alone");
+  }
+  // "verify <golden> <candidate> " with the files of this fixture.
+  std::string verify(const std::string& candidate) const {
+    return "verify " + shell_quote(path("g.h5")) + " " + shell_quote(path(candidate)) + " ";
+  }
+};
+
+TEST_F(VerifyProgram, NumberOptionsOutOfRangeAreRefusedNamingOptionAndValue) {
+  const std::string v = verify("exact.h5");
+  expect_exit_2_naming({
+      {v + "--atol -1", "--atol must be a finite number ≥ 0, got -1"},
+      {v + "--atol nan", "--atol must be a finite number ≥ 0, got nan"},
+      {v + "--atol inf", "--atol must be a finite number ≥ 0, got inf"},
+      {v + "--rtol -5", "--rtol must be a finite number ≥ 0, got -5"},
+      {v + "--k 0", "--k must be a finite number > 0, got 0"},
+      {v + "--k -3", "--k must be a finite number > 0, got -3"},
+      {v + "--k nan", "--k must be a finite number > 0, got nan"},
+      {v + "--k inf", "--k must be a finite number > 0, got inf"},
+      // An option that the explicit tolerance would ignore is refused, not dropped.
+      {v + "--rtol 0 --k 2", "--k does not apply with --atol/--rtol"},
+      {v + "--atol 0 --policy bf16", "--policy does not apply with --atol/--rtol"},
+      {v + "--atol 0 --strictness strict", "--strictness does not apply with --atol/--rtol"},
+  });
+  for (const char* bad : {"--atol -1", "--k 0", "--k nan"})
+    EXPECT_FALSE(contains(xentlab(v + bad).output, "PASSED")) << bad;
+}
+
+TEST_F(VerifyProgram, GivenValuesShowInThePrintedPolicy) {
+  // --k: the multiplier given is the one printed and applied.
+  const Ran k = xentlab(verify("exact.h5") + "--policy fp32 --k 2");
+  EXPECT_EQ(k.status, 0) << k.output;
+  EXPECT_TRUE(contains(k.output, "k=2,")) << k.output;
+  // --rtol alone: the bf16-rounded reference is within u_bf16·|ref| (round to nearest), and the
+  // printed policy carries the value given and atol 0.
+  const double u = unit_roundoff(DType::bf16);
+  const Ran r = xentlab(verify("bf16.h5") + fmt::format("--rtol {:.17g}", u));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, fmt::format("explicit: |e| ≤ 0 + {:g}·|ref|", u))) << r.output;
+  const Ran zero = xentlab(verify("bf16.h5") + "--atol 0");
+  EXPECT_EQ(zero.status, 1) << zero.output;
+  EXPECT_TRUE(contains(zero.output, "explicit: |e| ≤ 0 + 0·|ref|")) << zero.output;
+}
+
+TEST_F(VerifyProgram, JunitReportIsRewrittenOnARerun) {
+  const std::string xml = path("report.xml");
+  const std::string v = verify("exact.h5") + "--junit " + shell_quote(xml);
+  const Ran first = xentlab(v);
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::string report = slurp(xml);
+  EXPECT_TRUE(contains(report, "<testsuite name=\"xentlab.verify\"")) << report;
+  // A CI job re-runs into the same path: the report is replaced, atomically (no temporary left).
+  std::ofstream(xml) << "<?xml version=\"1.0\"?>\n<testsuites>stale</testsuites>\n";
+  const Ran again = xentlab(v);
+  EXPECT_EQ(again.status, 0) << again.output;
+  EXPECT_EQ(slurp(xml), report);
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".report.xml.tmp"), std::string::npos) << e.path();
+  // A failing run replaces it too (the report is what CI reads).
+  const Ran failing = xentlab(verify("loss.h5") + "--require dW --junit " + shell_quote(xml));
+  EXPECT_EQ(failing.status, 1) << failing.output;
+  EXPECT_TRUE(contains(slurp(xml), "failures=\"1\"")) << slurp(xml);
+  // What is not an XML report is kept unless --force; the golden and candidate files always.
+  std::ofstream(path("notes.txt")) << "my notes\n";
+  expect_exit_2_naming({
+      {verify("exact.h5") + "--junit " + shell_quote(path("notes.txt")), "not an XML report"},
+      {verify("exact.h5") + "--junit " + shell_quote(path("g.h5")) + " --force",
+       "is the golden file"},
+      {verify("exact.h5") + "--junit " + shell_quote(path("exact.h5")) + " --force",
+       "is the candidate file"},
+      {verify("exact.h5") + "--junit " + shell_quote(dir_.string()), "is a folder"},
+  });
+  EXPECT_EQ(slurp(path("notes.txt")), "my notes\n");
+  const Ran forced =
+      xentlab(verify("exact.h5") + "--junit " + shell_quote(path("notes.txt")) + " --force");
+  EXPECT_EQ(forced.status, 0) << forced.output;
+  EXPECT_EQ(slurp(path("notes.txt")), report);
+  // --help says so.
+  const Ran help = xentlab("verify --help");
+  EXPECT_TRUE(contains(help.output, "an existing XML report is replaced")) << help.output;
+}
+
+TEST_F(VerifyProgram, RequireNamesTheMissingOutputs) {
+  const Ran plain = xentlab(verify("loss.h5"));
+  EXPECT_EQ(plain.status, 0) << plain.output;
+  const Ran loss = xentlab(verify("loss.h5") + "--require loss");
+  EXPECT_EQ(loss.status, 0) << loss.output;
+  const Ran grads = xentlab(verify("loss.h5") + "--require loss,dH,dW");
+  EXPECT_EQ(grads.status, 1) << grads.output;
+  for (const char* name : {"dH", "dW"})
+    EXPECT_TRUE(contains(grads.output, fmt::format("the candidate holds no {}", name)))
+        << grads.output;
+  EXPECT_TRUE(contains(grads.output, "FAILED: dH failed")) << grads.output;
+  EXPECT_TRUE(contains(grads.output, "required   loss, dH, dW")) << grads.output;
+  // The same list as repeated options; every output of a full candidate.
+  const Ran repeated = xentlab(verify("loss.h5") + "--require loss --require dW");
+  EXPECT_EQ(repeated.status, 1) << repeated.output;
+  const Ran all = xentlab(verify("exact.h5") + "--require loss,lse,reduced_loss,dH,dW,db");
+  EXPECT_EQ(all.status, 0) << all.output;
+  expect_exit_2_naming({
+      {verify("loss.h5") + "--require loss,dx", "--require: unknown output 'dx'"},
+      {verify("loss.h5") + "--require dH,dH", "--require: 'dH' is named twice"},
+      {verify("loss.h5") + "--require ,", "--require: empty value"},
+  });
+}
+
+}  // namespace
+}  // namespace xentlab
