@@ -203,7 +203,13 @@ DatasetInstance load_dataset(const std::string& name_or_path, const DatasetParam
                              std::int64_t ignore_index) {
   for (const auto& e : dataset_catalog())
     if (e.name == name_or_path) return make_dataset(name_or_path, params);
-  if (!std::filesystem::exists(name_or_path)) find_dataset(name_or_path);  // throws, listing names
+  if (!std::filesystem::exists(name_or_path)) {
+    // A name that looks like a path (a folder separator, a file extension) was meant as a file.
+    const std::filesystem::path p(name_or_path);
+    if (name_or_path.find('/') != std::string::npos || p.has_extension())
+      throw InputError(fmt::format("no such file: {}", name_or_path));
+    find_dataset(name_or_path);  // throws, listing names
+  }
   LoadedProblem lp = load_problem_file(name_or_path, ignore_index);
   DatasetInstance d;
   d.problem = std::move(lp.problem);

@@ -1,5 +1,6 @@
 // The xentlab program's refusals and file handling, run as a user runs them (the binary, its exit
-// status and its output): verify's number options, --junit on a re-run, --require.
+// status and its output): verify's number options, --junit on a re-run, --require; golden's and
+// audit's dataset paths and loss-spec checks.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -170,6 +171,47 @@ TEST_F(VerifyProgram, RequireNamesTheMissingOutputs) {
       {verify("loss.h5") + "--require dH,dH", "--require: 'dH' is named twice"},
       {verify("loss.h5") + "--require ,", "--require: empty value"},
   });
+}
+
+// ---- golden, audit and datasets --------------------------------------------------------------
+
+class DatasetProgram : public testing::TempFolderTest {
+ protected:
+  DatasetProgram() : TempFolderTest("cli-datasets") {}
+};
+
+TEST_F(DatasetProgram, APathThatDoesNotExistIsNoSuchFile) {
+  const std::string missing = path("nowhere/model.safetensors");
+  expect_exit_2_naming({
+      {"golden --dataset /nonexistent.safetensors -o " + shell_quote(path("g.h5")),
+       "no such file: /nonexistent.safetensors"},
+      {"golden --dataset " + shell_quote(missing) + " -o " + shell_quote(path("g.h5")),
+       "no such file: " + missing},
+      {"golden --dataset problem.h5 -o " + shell_quote(path("g.h5")), "no such file: problem.h5"},
+      {"audit --backend cpu --dataset " + shell_quote(missing) + " -o " + shell_quote(path("a.h5")),
+       "no such file: " + missing},
+      // A name (no folder, no extension) is still looked up in the catalog.
+      {"golden --dataset stories -o " + shell_quote(path("g.h5")), "unknown dataset 'stories'"},
+  });
+  EXPECT_FALSE(fs::exists(path("g.h5")));
+}
+
+TEST_F(DatasetProgram, LossSpecIsCheckedBeforeTheDatasetIsMade) {
+  // The dataset named here could not be made at all: the spec's refusal comes first.
+  for (const char* dataset : {"no-such-dataset", "/nonexistent.safetensors"}) {
+    const std::string d = std::string(" --dataset ") + dataset;
+    expect_exit_2_naming({
+        {"golden" + d + " --label-smoothing -1 -o " + shell_quote(path("g.h5")),
+         "label_smoothing must be in [0, 1], got -1"},
+        {"golden" + d + " --z-loss -2 -o " + shell_quote(path("g.h5")), "z_loss"},
+        {"golden" + d + " --logit-scale 0 -o " + shell_quote(path("g.h5")), "logit_scale"},
+        {"golden" + d + " --reduction avg -o " + shell_quote(path("g.h5")), "avg"},
+        {"golden" + d + " --empty-mean one -o " + shell_quote(path("g.h5")), "--empty-mean"},
+        {"audit --backend cpu -q" + d + " --label-smoothing -1 -o " + shell_quote(path("a.h5")),
+         "label_smoothing must be in [0, 1], got -1"},
+        {"audit --backend cpu -q" + d + " --softcap -1 -o " + shell_quote(path("a.h5")), "softcap"},
+    });
+  }
 }
 
 }  // namespace

@@ -158,6 +158,17 @@ int run_audit_command(const AuditArgs& a) {
   AtomicOutput md_out(md_path, a.force || a.append);
   md_out.check_writable();
   if (!a.plots.empty()) check_plots_folder(a.plots, a.force);
+  {
+    // The loss-spec overrides are checked before any problem is generated (each problem's spec is
+    // checked again below, with its own defaults).
+    LossSpec given;
+    if (!a.reduction.empty()) given.reduction = parse_reduction(a.reduction);
+    if (a.label_smoothing) given.label_smoothing = *a.label_smoothing;
+    if (a.z_loss) given.z_loss = *a.z_loss;
+    if (a.softcap) given.softcap = *a.softcap;
+    if (a.logit_scale) given.logit_scale = *a.logit_scale;
+    given.validate();
+  }
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
   std::vector<audit::AuditProblem> problems;
