@@ -142,7 +142,7 @@ std::vector<DatasetEntry> build_catalog() {
                }});
   c.push_back({"odd-vocab",
                "Vocabulary and hidden sizes that are no multiple of any block (V=507, D=123; with "
-               "audit or golden try -V 129920): tail lanes past V must not exist. Calibrated.",
+               "audit or golden try --vocab 129920): tail lanes past V must not exist. Calibrated.",
                defaults(64, 507, 123, DType::bf16, 4.0), false, [](const ResolvedParams& p) {
                  return make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed, TargetMode::calibrated,
                                   p.spec, "odd-vocab");

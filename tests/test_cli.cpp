@@ -1,6 +1,6 @@
 // The xentlab program's refusals and file handling, run as a user runs them (the binary, its exit
 // status and its output): verify's number options, --junit on a re-run, --require; golden's and
-// audit's dataset paths and loss-spec checks.
+// audit's dataset paths and loss-spec checks; the datasets listing's suggestion.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -212,6 +212,31 @@ TEST_F(DatasetProgram, LossSpecIsCheckedBeforeTheDatasetIsMade) {
         {"audit --backend cpu -q" + d + " --softcap -1 -o " + shell_quote(path("a.h5")), "softcap"},
     });
   }
+}
+
+TEST_F(DatasetProgram, TheListingsSuggestionIsAcceptedByAuditAndGolden) {
+  const Ran list = xentlab("datasets");
+  ASSERT_EQ(list.status, 0) << list.output;
+  // The entry's text is wrapped: join its lines before looking for "try <options>)".
+  std::string text = std::regex_replace(list.output, std::regex("\\s+"), " ");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("with audit or golden try ([^)]*)\\)")))
+      << list.output;
+  const std::string suggested = m[1];
+  // Small otherwise (2 tokens, one strategy and recipe): the suggested V is what is exercised.
+  const Ran audit = xentlab("audit --backend cpu -q --dataset odd-vocab " + suggested +
+                            " --tokens 2 --strategies naive --recipes bf16/fp32/fp32/bf16 "
+                            "--vocab-rows 8 -o " +
+                            shell_quote(path("a.h5")));
+  EXPECT_TRUE(audit.status == 0 || audit.status == 1) << suggested << "\n" << audit.output;
+  EXPECT_TRUE(fs::exists(path("a.h5"))) << audit.output;
+  const Ran golden = xentlab("golden --dataset odd-vocab " + suggested +
+                             " -N 2 --vocab-rows 8 -o " + shell_quote(path("g.h5")));
+  EXPECT_EQ(golden.status, 0) << suggested << "\n" << golden.output;
+  // The short spellings golden has are audit's too.
+  const Ran help = xentlab("audit --help");
+  for (const char* opt : {"-N,--tokens", "-V,--vocab", "-D,--hidden"})
+    EXPECT_TRUE(contains(help.output, opt)) << opt << "\n" << help.output;
 }
 
 }  // namespace

@@ -295,10 +295,10 @@ void register_audit(CLI::App& app) {
       ->capture_default_str()->check(non_negative());
   c->add_option("--vocab-rows", a->vocab_rows, "vocabulary rows compared for dW/db (0 = all)")
       ->capture_default_str()->check(non_negative());
-  auto* tok = c->add_option("--tokens", a->tokens, "tokens N generated per synthetic problem")->capture_default_str();
-  c->add_option("--vocab", a->vocab, "vocabulary V of catalog datasets given with --dataset (default: the entry's)")
+  auto* tok = c->add_option("--tokens,-N", a->tokens, "tokens N generated per synthetic problem")->capture_default_str();
+  c->add_option("--vocab,-V", a->vocab, "vocabulary V of catalog datasets given with --dataset (default: the entry's)")
       ->check(positive());
-  auto* hid = c->add_option("--hidden", a->hidden, "hidden size D of the synthetic heads")->capture_default_str();
+  auto* hid = c->add_option("--hidden,-D", a->hidden, "hidden size D of the synthetic heads")->capture_default_str();
   c->add_option("--seed", a->seed, "seed of every generator and sample")->capture_default_str();
   c->add_option("--policy", a->policy, "pass/fail policy: audit, default, strict, lenient")->capture_default_str();
   c->add_option("--out,-o", a->out, "HDF5 results file")->capture_default_str();
