@@ -1,6 +1,8 @@
 // The xentlab program's refusals and file handling, run as a user runs them (the binary, its exit
 // status and its output): verify's number options, --junit on a re-run, --require; golden's and
-// audit's dataset paths and loss-spec checks; the datasets listing's suggestion.
+// audit's dataset paths and loss-spec checks; the datasets listing's suggestion; and
+// tools/plot_audit.py (bad input, existing plots, --force; skipped where python3 lacks h5py or
+// matplotlib).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -237,6 +239,110 @@ TEST_F(DatasetProgram, TheListingsSuggestionIsAcceptedByAuditAndGolden) {
   const Ran help = xentlab("audit --help");
   for (const char* opt : {"-N,--tokens", "-V,--vocab", "-D,--hidden"})
     EXPECT_TRUE(contains(help.output, opt)) << opt << "\n" << help.output;
+}
+
+// ---- tools/plot_audit.py ----------------------------------------------------------------------
+
+class PlotScript : public testing::TempFolderTest {
+ protected:
+  PlotScript() : TempFolderTest("cli-plots") {}
+  void SetUp() override {
+    TempFolderTest::SetUp();
+    const Ran py = testing::run_shell("python3 -c 'import h5py, numpy, matplotlib'");
+    if (py.status != 0)
+      GTEST_SKIP() << "python3 with h5py, numpy and matplotlib is not importable here "
+                      "(tools/setup.sh --python installs them): "
+                   << py.output;
+  }
+  static Ran plot(const std::string& args) {
+    return testing::run_shell("python3 " + shell_quote(XL_PLOT_SCRIPT) + " " + args);
+  }
+  // A small audit results file (CPU emulation).
+  void make_results() {
+    const Ran a = xentlab(
+        "audit --backend cpu -q --dataset odd-vocab -N 4 --strategies naive "
+        "--recipes bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16 -o " +
+        shell_quote(path("r.h5")));
+    ASSERT_TRUE(a.status == 0 || a.status == 1) << a.output;
+  }
+  static void expect_one_line(const Ran& r) {
+    EXPECT_FALSE(contains(r.output, "Traceback")) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_TRUE(contains(r.output, "plot_audit.py: ")) << r.output;
+  }
+};
+
+TEST_F(PlotScript, BadInputIsOneLineAndExit2) {
+  std::ofstream(path("text.h5")) << "hello\n";
+  const std::string out = shell_quote(path("plots"));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {shell_quote(path("text.h5")) + " " + out, "not a readable HDF5 file"},
+      {shell_quote(path("missing.h5")) + " " + out, "no such file"},
+      {shell_quote(path("text.h5")) + " " + shell_quote(path("text.h5")),
+       "exists and is not a folder"},
+      {shell_quote(path("text.h5")) + " " + shell_quote(path("no/such/folder")),
+       "cannot create the folder"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Ran r = plot(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, message)) << args << "\n" << r.output;
+    expect_one_line(r);
+  }
+}
+
+TEST_F(PlotScript, ExistingPlotsNeedForceInTheScriptAndInAudit) {
+  make_results();
+  const std::string args = shell_quote(path("r.h5")) + " " + shell_quote(path("plots"));
+  const Ran first = plot(args);
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::string png = path("plots/error_vs_recipe_loss.png");
+  ASSERT_TRUE(fs::exists(png)) << first.output;
+  const std::string marker = "not overwritten";
+  std::ofstream(png) << marker;
+  const Ran again = plot(args);
+  EXPECT_EQ(again.status, 2) << again.output;
+  EXPECT_TRUE(contains(again.output, "pass --force")) << again.output;
+  expect_one_line(again);
+  EXPECT_EQ(slurp(png), marker);
+  const Ran forced = plot("--force " + args);
+  EXPECT_EQ(forced.status, 0) << forced.output;
+  EXPECT_NE(slurp(png), marker);
+  // audit --plots: refused before the run without --force; with it, the script overwrites too.
+  std::ofstream(png) << marker;
+  const std::string audit =
+      "audit --backend cpu -q --dataset odd-vocab -N 4 --strategies naive "
+      "--recipes bf16/fp32/fp32/bf16 --plots " +
+      shell_quote(path("plots")) + " -o " + shell_quote(path("r2.h5"));
+  const Ran refused = xentlab(audit);
+  EXPECT_EQ(refused.status, 2) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "holds plots already")) << refused.output;
+  EXPECT_FALSE(fs::exists(path("r2.h5")));
+  const Ran audit_forced = xentlab(audit + " --force");
+  EXPECT_TRUE(audit_forced.status == 0 || audit_forced.status == 1) << audit_forced.output;
+  EXPECT_TRUE(contains(audit_forced.output, "plots: ")) << audit_forced.output;
+  EXPECT_NE(slurp(png), marker);
+}
+
+TEST_F(PlotScript, EveryPlotTheScriptMayWriteIsRefusedByAudit) {
+  // Each name the script writes, alone in the folder, makes audit --plots refuse the folder.
+  make_results();
+  const Ran made = plot(shell_quote(path("r.h5")) + " " + shell_quote(path("all")));
+  ASSERT_EQ(made.status, 0) << made.output;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(path("all")))
+    names.push_back(e.path().filename().string());
+  ASSERT_FALSE(names.empty());
+  for (const std::string& name : names) {
+    fs::remove_all(path("one"));
+    fs::create_directory(path("one"));
+    std::ofstream(path("one/" + name)) << "x";
+    const Ran r = xentlab("audit --backend cpu -q --dataset no-such-dataset --plots " +
+                          shell_quote(path("one")) + " -o " + shell_quote(path("r3.h5")));
+    EXPECT_EQ(r.status, 2) << name << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "holds plots already (" + name + ")")) << name << "\n"
+                                                                          << r.output;
+  }
 }
 
 }  // namespace

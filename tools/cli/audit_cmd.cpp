@@ -93,8 +93,11 @@ void check_plots_folder(const std::string& dir, bool force) {
     throw InputError(fmt::format("--plots {}: cannot create the folder: {}", dir, ec.message()));
   AtomicOutput((fs::path(dir) / "error_vs_recipe_loss.png").string(), true).check_writable();
   if (force) return;
-  for (const char* name : {"error_vs_recipe_loss.png", "error_vs_recipe_dH.png", "ulp_loss.png",
-                           "loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png"})
+  // Every file tools/plot_audit.py may write (its PLOT_NAMES; it makes the same check itself).
+  for (const char* name :
+       {"error_vs_recipe_loss.png", "error_vs_recipe_dz.png", "error_vs_recipe_dH.png",
+        "error_vs_recipe_dW.png", "ulp_loss.png", "ulp_dz.png", "ulp_dH.png", "ulp_dW.png",
+        "loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png"})
     if (fs::exists(fs::path(dir) / name, ec))
       throw InputError(fmt::format("--plots {}: holds plots already ({}); pass --force to "
                                    "overwrite them",
@@ -254,6 +257,7 @@ int run_audit_command(const AuditArgs& a) {
     // No shell: the arguments go to python3 as they are.
     const std::string script = std::string(XENTLAB_SOURCE_DIR) + "/tools/plot_audit.py";
     std::vector<std::string> args{"python3", script, a.out, a.plots};
+    if (a.force) args.push_back("--force");  // the folder was checked above, with the same rule
     std::vector<char*> argv;
     for (auto& x : args) argv.push_back(x.data());
     argv.push_back(nullptr);
