@@ -142,7 +142,7 @@ std::vector<DatasetEntry> build_catalog() {
                }});
   c.push_back({"odd-vocab",
                "Vocabulary and hidden sizes that are no multiple of any block (V=507, D=123; with "
-               "audit or golden try -V 129920): tail lanes past V must not exist. Calibrated.",
+               "audit or golden try --vocab 129920): tail lanes past V must not exist. Calibrated.",
                defaults(64, 507, 123, DType::bf16, 4.0), false, [](const ResolvedParams& p) {
                  return make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed, TargetMode::calibrated,
                                   p.spec, "odd-vocab");
@@ -203,7 +203,13 @@ DatasetInstance load_dataset(const std::string& name_or_path, const DatasetParam
                              std::int64_t ignore_index) {
   for (const auto& e : dataset_catalog())
     if (e.name == name_or_path) return make_dataset(name_or_path, params);
-  if (!std::filesystem::exists(name_or_path)) find_dataset(name_or_path);  // throws, listing names
+  if (!std::filesystem::exists(name_or_path)) {
+    // A name that looks like a path (a folder separator, a file extension) was meant as a file.
+    const std::filesystem::path p(name_or_path);
+    if (name_or_path.find('/') != std::string::npos || p.has_extension())
+      throw InputError(fmt::format("no such file: {}", name_or_path));
+    find_dataset(name_or_path);  // throws, listing names
+  }
   LoadedProblem lp = load_problem_file(name_or_path, ignore_index);
   DatasetInstance d;
   d.problem = std::move(lp.problem);

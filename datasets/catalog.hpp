@@ -64,7 +64,8 @@ struct DatasetInstance {
 DatasetInstance make_dataset(const std::string& name, const DatasetParams& params);
 
 /// A catalog name, or else a file (HDF5, .safetensors, a folder of .npy: datasets/loaders.hpp),
-/// loaded with the given ignore_index. Throws InputError when it is neither.
+/// loaded with the given ignore_index. Throws InputError when it is neither: "no such file" when
+/// the name looks like a path (holds a '/' or has a file extension), else "unknown dataset".
 DatasetInstance load_dataset(const std::string& name_or_path, const DatasetParams& params,
                              std::int64_t ignore_index = -100);
 

@@ -29,6 +29,7 @@
 #include "datasets/h5.hpp"
 #include "gpu/registry.hpp"
 #include "numerics/error.hpp"
+#include "tests/program.hpp"
 #include "tests/temp_folder.hpp"
 #include "tests/unprivileged.hpp"
 #include "tools/bench/bench_report.hpp"
@@ -830,32 +831,9 @@ TEST(BenchPlan, BudgetSizedChunksHoldAtMostKMaxChunkLogits) {
 
 // ---- the program ------------------------------------------------------------------------------
 
-struct Ran {
-  int status = -1;
-  std::string output;  ///< stdout and stderr
-};
-
-Ran xentlab(const std::string& args) {
-  const std::string cmd = std::string(XENTLAB_BIN) + " " + args + " 2>&1";
-  Ran r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-/// Each (arguments, message): the program exits 2 and its output contains the message.
-void expect_exit_2_naming(const std::vector<std::pair<std::string, std::string>>& cases) {
-  for (const auto& [args, message] : cases) {
-    const Ran r = xentlab(args);
-    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
-    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
-  }
-}
+using testing::expect_exit_2_naming;
+using testing::Ran;
+using testing::xentlab;
 
 bool device_present() {
 #ifdef XENTLAB_HAVE_CUDA

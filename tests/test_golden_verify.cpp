@@ -125,7 +125,7 @@ TEST_F(GoldenVerify, RoundTripPassesAndOnePerturbedDwElementFails) {
   EXPECT_NE(text.find(fmt::format("{:.9g}", dW[k])), std::string::npos) << text;
   EXPECT_NE(text.find(fmt::format("{:.9g}", g.dW[k])), std::string::npos) << text;
   for (const char* n : {"loss", "lse", "dH", "db"}) EXPECT_EQ(output(r, n).status, "passed") << n;
-  // JUnit: one failure, never overwritten without force.
+  // JUnit: one failure; a report from an earlier run is replaced, any other file kept unless force.
   write_junit(path("j.xml"), false, r);
   std::stringstream xml;
   xml << std::ifstream(path("j.xml")).rdbuf();
@@ -133,7 +133,11 @@ TEST_F(GoldenVerify, RoundTripPassesAndOnePerturbedDwElementFails) {
             std::string::npos)
       << xml.str();
   EXPECT_NE(xml.str().find(where), std::string::npos);
-  EXPECT_THROW(write_junit(path("j.xml"), false, r), InputError);
+  EXPECT_NO_THROW(write_junit(path("j.xml"), false, r));
+  std::ofstream(path("notes.txt")) << "not a report";
+  EXPECT_THROW(check_junit_output(path("notes.txt"), false), InputError);
+  EXPECT_THROW(write_junit(path("notes.txt"), false, r), InputError);
+  EXPECT_NO_THROW(write_junit(path("notes.txt"), true, r));
 }
 
 TEST_F(GoldenVerify, NanShapeAndDtypeMismatchesAreReportedFailures) {
@@ -253,6 +257,30 @@ TEST_F(GoldenVerify, ExplicitTolerancesAndPolicyNames) {
   EXPECT_THROW(make_verify_policy("bf16", "sloppy"), InputError);
   EXPECT_NO_THROW(make_verify_policy("bf16/bf16/fp32/bf16"));
   EXPECT_THROW(make_explicit_policy(-1, 0), InputError);
+  EXPECT_THROW(make_explicit_policy(0, std::numeric_limits<double>::quiet_NaN()), InputError);
+  EXPECT_THROW(make_verify_policy("bf16", "default", 0.0), InputError);
+}
+
+TEST_F(GoldenVerify, RequiredOutputsMissingOrUncheckedFail) {
+  GoldenOptions o;
+  o.rows = 8;  // token sampling: the golden file holds no dW
+  write_golden(path("s.h5"), ds_, ds_.spec, o);
+  const Golden g = read_golden(path("s.h5"));
+  write_candidate(path("c.h5"), false,
+                  {{"loss", tensor(g.loss, {g.S})}, {"dW", Tensor(DType::fp32, {g.J, g.D})}},
+                  "test: loss and an uncheckable dW");
+  const VerifyPolicy pol = make_verify_policy("fp32");
+  EXPECT_TRUE(verify_candidate(g, path("c.h5"), pol).passed);
+  EXPECT_TRUE(verify_candidate(g, path("c.h5"), pol, {"loss"}).passed);
+  const VerifyReport r = verify_candidate(g, path("c.h5"), pol, {"loss", "dH", "dW"});
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(output(r, "dH").status, "failed");
+  EXPECT_NE(output(r, "dH").message.find("holds no dH"), std::string::npos);
+  EXPECT_EQ(output(r, "dW").status, "failed");
+  EXPECT_NE(output(r, "dW").message.find("not checked"), std::string::npos);
+  EXPECT_NE(r.reason.find("dH"), std::string::npos) << r.reason;
+  EXPECT_THROW(verify_candidate(g, path("c.h5"), pol, {"dx"}), InputError);
+  EXPECT_THROW(parse_required_outputs({"loss", "loss"}), InputError);
 }
 
 }  // namespace

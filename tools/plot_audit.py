@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots of an xentlab audit results file (schema: docs/audit.md, "Results file").
 
-    python3 tools/plot_audit.py xentlab-audit.h5 plots/
+    python3 tools/plot_audit.py [--force] xentlab-audit.h5 plots/
 
 Writes, from the HDF5 file alone:
   error_vs_recipe_<output>.png  normwise relative error of each recipe, one marker per problem
@@ -9,17 +9,45 @@ Writes, from the HDF5 file alone:
   loss_error_vs_ptarget.png     per-token |loss error| against p_target, for three recipes
   loss_error_vs_maxlogit.png    per-token |loss error| against the row's max logit
   ulp_<output>.png              fraction of elements at 0, <=1, <=2, <=4 and >4 ULP per recipe
-Needs h5py, numpy, matplotlib (tools/setup.sh --python).
+The folder is created when missing (its parent must exist). A folder that already holds any of
+these PNGs is refused unless --force (`xentlab audit --plots DIR` checks the same names before its
+run and passes --force on). Each PNG is written to a temporary name and renamed into place.
+Exit status: 0 done, 2 invalid input (arguments, a file that is not a readable results file, a
+folder that cannot be used or holds plots), 3 a plot could not be written or h5py/numpy/matplotlib
+is missing (tools/setup.sh --python installs them). Errors are one line on stderr.
 """
+import argparse
 import os
 import sys
 
-import h5py
-import matplotlib
+OUTPUTS = ("loss", "dz", "dH", "dW")
+# Every file this script may write (tools/cli/audit_cmd.cpp, check_plots_folder, lists the same).
+PLOT_NAMES = ([f"error_vs_recipe_{o}.png" for o in OUTPUTS] + [f"ulp_{o}.png" for o in OUTPUTS]
+              + ["loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png"])
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+PROG = "plot_audit.py"
+
+
+class BadInput(Exception):
+    """Invalid input: exit 2."""
+
+
+class CannotWrite(Exception):
+    """An output that could not be made: exit 3."""
+
+
+def import_libraries():
+    global h5py, np, plt
+    try:
+        import h5py
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import numpy as np
+    except ImportError as e:
+        raise CannotWrite(f"needs h5py, numpy and matplotlib ({e}); tools/setup.sh --python "
+                          "installs them")
 
 
 def runs_table(f):
@@ -81,8 +109,7 @@ def plot_error_vs_recipe(runs, out, path):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
     return True
 
 
@@ -116,8 +143,7 @@ def plot_loss_vs_covariate(f, runs, covariate, path, xlabel, xscale):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
     return True
 
 
@@ -149,36 +175,101 @@ def plot_ulp(runs, out, path):
     ax.set_title(f"{out}: ULP distance to the correctly rounded reference (mean over problems and strategies)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
     return True
 
 
-def main():
-    if len(sys.argv) != 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    src, outdir = sys.argv[1], sys.argv[2]
-    os.makedirs(outdir, exist_ok=True)
-    with h5py.File(src, "r") as f:
+def save(fig, path):
+    """Writes the figure to a temporary name beside path and renames it into place."""
+    tmp = os.path.join(os.path.dirname(path) or ".",
+                       f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, path)
+    except OSError as e:
+        raise CannotWrite(f"{path}: cannot write the plot: {e.strerror or e}")
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def check_folder(outdir, force):
+    """The folder exists (created when missing, its parent must exist) and, unless force, holds
+    none of the plots."""
+    if os.path.exists(outdir) and not os.path.isdir(outdir):
+        raise BadInput(f"{outdir}: exists and is not a folder")
+    if not os.path.exists(outdir):
+        try:
+            os.mkdir(outdir)
+        except OSError as e:
+            raise BadInput(f"{outdir}: cannot create the folder: {e.strerror or e}")
+    if not os.access(outdir, os.W_OK | os.X_OK):
+        raise BadInput(f"{outdir}: the folder cannot be written to")
+    if force:
+        return
+    held = [n for n in PLOT_NAMES if os.path.exists(os.path.join(outdir, n))]
+    if held:
+        raise BadInput(f"{outdir}: holds plots already ({', '.join(held)}); pass --force to "
+                       "overwrite them")
+
+
+def plot_all(src, outdir):
+    if not os.path.exists(src):
+        raise BadInput(f"no such file: {src}")
+    try:
+        f = h5py.File(src, "r")
+    except OSError as e:
+        raise BadInput(f"{src}: not a readable HDF5 file ({e})")
+    made = []
+    with f:
         if s(f.attrs.get("format", "")) != "xentlab-results":
-            print(f"{src}: not an xentlab results file", file=sys.stderr)
-            return 2
-        runs = runs_table(f)
-        made = []
-        for out in ("loss", "dz", "dH", "dW"):
-            p = os.path.join(outdir, f"error_vs_recipe_{out}.png")
-            if plot_error_vs_recipe(runs, out, p):
-                made.append(p)
-            p = os.path.join(outdir, f"ulp_{out}.png")
-            if plot_ulp(runs, out, p):
-                made.append(p)
-        p = os.path.join(outdir, "loss_error_vs_ptarget.png")
-        if plot_loss_vs_covariate(f, runs, "p_target", p, "p_target (reference)", "log"):
-            made.append(p)
-        p = os.path.join(outdir, "loss_error_vs_maxlogit.png")
-        if plot_loss_vs_covariate(f, runs, "max_logit", p, "max logit of the row", "symlog"):
-            made.append(p)
+            raise BadInput(f"{src}: not an xentlab results file (no format=\"xentlab-results\" "
+                           "attribute)")
+        try:
+            runs = runs_table(f)
+            plots = []
+            for out in OUTPUTS:
+                plots.append((f"error_vs_recipe_{out}.png",
+                              lambda p, out=out: plot_error_vs_recipe(runs, out, p)))
+                plots.append((f"ulp_{out}.png", lambda p, out=out: plot_ulp(runs, out, p)))
+            plots.append(("loss_error_vs_ptarget.png", lambda p: plot_loss_vs_covariate(
+                f, runs, "p_target", p, "p_target (reference)", "log")))
+            plots.append(("loss_error_vs_maxlogit.png", lambda p: plot_loss_vs_covariate(
+                f, runs, "max_logit", p, "max logit of the row", "symlog")))
+            for name, plot in plots:
+                p = os.path.join(outdir, name)
+                if plot(p):
+                    made.append(p)
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
+            what = (f"missing '{e.args[0]}'" if isinstance(e, KeyError) and e.args
+                    else f"{type(e).__name__}: {e}")
+            raise BadInput(f"{src}: not a readable xentlab results file ({what})")
+        except OSError as e:
+            raise BadInput(f"{src}: cannot be read ({e})")
+    return made
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog=PROG, description="Plots of an xentlab audit results file (see the file's comment).")
+    ap.add_argument("results", help="audit results file (xentlab audit --out)")
+    ap.add_argument("outdir", help="folder for the PNGs (created when missing)")
+    ap.add_argument("--force", action="store_true", help="overwrite plots already in the folder")
+    a = ap.parse_args(argv)  # a usage error exits 2 with one message
+    try:
+        import_libraries()
+        check_folder(a.outdir, a.force)
+        made = plot_all(a.results, a.outdir)
+    except BadInput as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    except CannotWrite as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 3
+    except Exception as e:  # noqa: BLE001 - anything unforeseen: one line, not a traceback
+        print(f"{PROG}: error while plotting {a.results}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 3
     for p in made:
         print(p)
     return 0

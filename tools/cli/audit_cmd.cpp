@@ -93,8 +93,11 @@ void check_plots_folder(const std::string& dir, bool force) {
     throw InputError(fmt::format("--plots {}: cannot create the folder: {}", dir, ec.message()));
   AtomicOutput((fs::path(dir) / "error_vs_recipe_loss.png").string(), true).check_writable();
   if (force) return;
-  for (const char* name : {"error_vs_recipe_loss.png", "error_vs_recipe_dH.png", "ulp_loss.png",
-                           "loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png"})
+  // Every file tools/plot_audit.py may write (its PLOT_NAMES; it makes the same check itself).
+  for (const char* name :
+       {"error_vs_recipe_loss.png", "error_vs_recipe_dz.png", "error_vs_recipe_dH.png",
+        "error_vs_recipe_dW.png", "ulp_loss.png", "ulp_dz.png", "ulp_dH.png", "ulp_dW.png",
+        "loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png"})
     if (fs::exists(fs::path(dir) / name, ec))
       throw InputError(fmt::format("--plots {}: holds plots already ({}); pass --force to "
                                    "overwrite them",
@@ -158,6 +161,17 @@ int run_audit_command(const AuditArgs& a) {
   AtomicOutput md_out(md_path, a.force || a.append);
   md_out.check_writable();
   if (!a.plots.empty()) check_plots_folder(a.plots, a.force);
+  {
+    // The loss-spec overrides are checked before any problem is generated (each problem's spec is
+    // checked again below, with its own defaults).
+    LossSpec given;
+    if (!a.reduction.empty()) given.reduction = parse_reduction(a.reduction);
+    if (a.label_smoothing) given.label_smoothing = *a.label_smoothing;
+    if (a.z_loss) given.z_loss = *a.z_loss;
+    if (a.softcap) given.softcap = *a.softcap;
+    if (a.logit_scale) given.logit_scale = *a.logit_scale;
+    given.validate();
+  }
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
   std::vector<audit::AuditProblem> problems;
@@ -243,6 +257,7 @@ int run_audit_command(const AuditArgs& a) {
     // No shell: the arguments go to python3 as they are.
     const std::string script = std::string(XENTLAB_SOURCE_DIR) + "/tools/plot_audit.py";
     std::vector<std::string> args{"python3", script, a.out, a.plots};
+    if (a.force) args.push_back("--force");  // the folder was checked above, with the same rule
     std::vector<char*> argv;
     for (auto& x : args) argv.push_back(x.data());
     argv.push_back(nullptr);
@@ -284,10 +299,10 @@ void register_audit(CLI::App& app) {
       ->capture_default_str()->check(non_negative());
   c->add_option("--vocab-rows", a->vocab_rows, "vocabulary rows compared for dW/db (0 = all)")
       ->capture_default_str()->check(non_negative());
-  auto* tok = c->add_option("--tokens", a->tokens, "tokens N generated per synthetic problem")->capture_default_str();
-  c->add_option("--vocab", a->vocab, "vocabulary V of catalog datasets given with --dataset (default: the entry's)")
+  auto* tok = c->add_option("--tokens,-N", a->tokens, "tokens N generated per synthetic problem")->capture_default_str();
+  c->add_option("--vocab,-V", a->vocab, "vocabulary V of catalog datasets given with --dataset (default: the entry's)")
       ->check(positive());
-  auto* hid = c->add_option("--hidden", a->hidden, "hidden size D of the synthetic heads")->capture_default_str();
+  auto* hid = c->add_option("--hidden,-D", a->hidden, "hidden size D of the synthetic heads")->capture_default_str();
   c->add_option("--seed", a->seed, "seed of every generator and sample")->capture_default_str();
   c->add_option("--policy", a->policy, "pass/fail policy: audit, default, strict, lenient")->capture_default_str();
   c->add_option("--out,-o", a->out, "HDF5 results file")->capture_default_str();

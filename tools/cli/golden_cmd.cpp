@@ -33,6 +33,19 @@ struct GoldenArgs {
 int run_golden(GoldenArgs& a, const std::string& command) {
   { AtomicOutput probe(a.out, a.opt.force); }  // refuse an existing file before generating anything
   {
+    // The loss-spec overrides are checked before the dataset is generated or read (that can take
+    // many seconds): each against the defaults, the values given on their own.
+    LossSpec given;
+    if (a.o_eps->count()) given.label_smoothing = a.spec.label_smoothing;
+    if (a.o_z->count()) given.z_loss = a.spec.z_loss;
+    if (a.o_cap->count()) given.softcap = a.spec.softcap;
+    if (a.o_scale->count()) given.logit_scale = a.spec.logit_scale;
+    if (!a.reduction.empty()) given.reduction = parse_reduction(a.reduction);
+    given.validate();
+  }
+  if (!a.empty_mean.empty() && a.empty_mean != "nan" && a.empty_mean != "zero")
+    throw InputError(fmt::format("--empty-mean '{}': expected nan or zero", a.empty_mean));
+  {
     ReferenceOptions ro;
     apply_reference_choice(a.choice, ro);
     a.opt.tier = ro.tier;

@@ -1,39 +1,64 @@
 // `xentlab verify golden.h5 candidate.h5`: scores what another implementation wrote against the
 // golden reference (tools/golden/verify.hpp), prints a table of error statistics per output and
-// exits 0 (passed) or 1 (failed); 2 for a file that cannot be read as what it claims to be.
+// exits 0 (passed) or 1 (failed); 2 for invalid options or a file that cannot be read as what it
+// claims to be.
 #include <fmt/core.h>
 
-#include <filesystem>
-
+#include "datasets/atomic_file.hpp"
 #include "numerics/error.hpp"
 
 #include "tools/cli/commands.hpp"
 #include "tools/golden/verify.hpp"
+#include "tools/text.hpp"
 
 namespace xentlab::cli {
 namespace {
 
 struct VerifyArgs {
   std::string golden, candidate, policy, strictness = "default", junit;
-  double k = 0, atol = -1, rtol = -1;
+  std::vector<std::string> require;
+  double k = 1, atol = 0, rtol = 0;
   bool force = false;
+  // Which options were given: every given value is checked and used, none is a silent default.
+  CLI::Option *o_policy = nullptr, *o_strictness = nullptr, *o_k = nullptr, *o_atol = nullptr,
+              *o_rtol = nullptr, *o_require = nullptr;
 };
 
 int run_verify(const VerifyArgs& a) {
-  // Refuse an existing JUnit file before doing any work (it is written atomically at the end).
-  if (!a.junit.empty() && !a.force && std::filesystem::exists(a.junit))
-    throw InputError(a.junit + ": the file exists; pass --force to overwrite it");
+  // Every option is checked before any file is read.
+  const bool explicit_tol = a.o_atol->count() > 0 || a.o_rtol->count() > 0;
+  if (a.o_atol->count()) check_tolerance_number("--atol", a.atol, true);
+  if (a.o_rtol->count()) check_tolerance_number("--rtol", a.rtol, true);
+  if (a.o_k->count()) check_tolerance_number("--k", a.k, false);
+  if (explicit_tol)
+    for (const CLI::Option* o : {a.o_policy, a.o_strictness, a.o_k})
+      if (o->count())
+        throw InputError(fmt::format(
+            "{} does not apply with --atol/--rtol: the explicit tolerance atol + rtol·|ref| "
+            "replaces the policy (k = 1, no bias test); leave one of them out",
+            o->get_name()));
+  const std::vector<std::string> required_names = split_commas(a.require);
+  if (a.o_require->count() && required_names.empty())
+    throw InputError("--require: empty value (a comma list of outputs, e.g. loss,dH,dW)");
+  const std::vector<std::string> required = parse_required_outputs(required_names);
+  if (!a.junit.empty()) {
+    for (const std::string* other : {&a.golden, &a.candidate})
+      if (same_output_file(a.junit, *other))
+        throw InputError(fmt::format("--junit {}: is the {} file", a.junit,
+                                     other == &a.golden ? "golden" : "candidate"));
+    check_junit_output(a.junit, a.force);
+  }
   const Golden g = read_golden(a.golden);
   VerifyPolicy pol;
-  if (a.atol >= 0 || a.rtol >= 0) {
-    pol = make_explicit_policy(std::max(a.atol, 0.0), std::max(a.rtol, 0.0));
+  if (explicit_tol) {
+    pol = make_explicit_policy(a.atol, a.rtol);
   } else {
     const std::string name =
         a.policy.empty() ? std::string(to_string(g.problem.input_dtype())) : a.policy;
-    pol =
-        make_verify_policy(name, a.strictness, a.k > 0 ? std::optional<double>(a.k) : std::nullopt);
+    pol = make_verify_policy(name, a.strictness,
+                             a.o_k->count() ? std::optional<double>(a.k) : std::nullopt);
   }
-  const VerifyReport r = verify_candidate(g, a.candidate, pol);
+  const VerifyReport r = verify_candidate(g, a.candidate, pol, required);
   fmt::print("{}", format_report(r));
   if (!a.junit.empty()) {
     write_junit(a.junit, a.force, r);
@@ -47,20 +72,34 @@ int run_verify(const VerifyArgs& a) {
 void register_verify(CLI::App& app) {
   auto a = std::make_shared<VerifyArgs>();
   CLI::App* c = app.add_subcommand(
-      "verify", "Score a candidate file against a golden file; exit 0 passed, 1 failed, 2 bad input");
+      "verify",
+      "Score a candidate file against a golden file; exit 0 passed, 1 failed, 2 invalid input");
   c->add_option("golden", a->golden, "golden file (xentlab golden)")->required();
   c->add_option("candidate", a->candidate, "candidate file (docs/formats.md)")->required();
-  c->add_option("--policy", a->policy,
-                "tolerance policy: the candidate's arithmetic dtype bf16, fp16, fp32, or a recipe "
-                "in/logits/accum/grad (default: the golden problem's input dtype)");
-  c->add_option("--strictness", a->strictness,
-                "default, strict (k=0.5) or lenient (k=4, no bias test)")
-      ->capture_default_str();
-  c->add_option("--k", a->k, "multiplier of the tolerance (overrides the strictness's)");
-  c->add_option("--atol", a->atol, "explicit absolute tolerance (replaces the policy)");
-  c->add_option("--rtol", a->rtol, "explicit relative tolerance (replaces the policy)");
-  c->add_option("--junit", a->junit, "write a JUnit XML report here");
-  c->add_flag("--force", a->force, "overwrite an existing JUnit file");
+  a->o_policy = c->add_option(
+      "--policy", a->policy,
+      "tolerance policy: the candidate's arithmetic dtype bf16, fp16, fp32, or a recipe "
+      "in/logits/accum/grad (default: the golden problem's input dtype)");
+  a->o_strictness = c->add_option("--strictness", a->strictness,
+                                  "default, strict (k=0.5) or lenient (k=4, no bias test)")
+                        ->capture_default_str();
+  a->o_k = c->add_option("--k", a->k,
+                         "multiplier of the tolerance, a finite number > 0 (overrides the "
+                         "strictness's)");
+  a->o_atol = c->add_option("--atol", a->atol,
+                            "explicit absolute tolerance, a finite number ≥ 0 (with --rtol: "
+                            "replaces the policy; the one left out is 0)");
+  a->o_rtol = c->add_option("--rtol", a->rtol,
+                            "explicit relative tolerance, a finite number ≥ 0 (with --atol: "
+                            "replaces the policy; the one left out is 0)");
+  a->o_require = c->add_option(
+      "--require", a->require,
+      "outputs the candidate must hold and pass (comma list of loss, lse, reduced_loss, dH, dW, "
+      "db, dz); a missing one fails");
+  c->add_option("--junit", a->junit,
+                "write a JUnit XML report here (an existing XML report is replaced: CI re-runs "
+                "write to the same path)");
+  c->add_flag("--force", a->force, "overwrite an existing --junit file that is not an XML report");
   c->callback([a]() {
     const int rc = run_verify(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -317,17 +319,37 @@ VerifyPolicy make_verify_policy(const std::string& name, const std::string& stri
   p.arith.note = "unknown arithmetic: worst-case (sequential) reduction orders";
   p.judge = policy_by_name(strictness);
   if (k) {
-    if (!(*k > 0) || !std::isfinite(*k))
-      throw InputError(fmt::format("--k must be finite and > 0, got {}", *k));
+    check_tolerance_number("--k", *k, false);
     p.judge.k = *k;
   }
   return p;
 }
 
+void check_tolerance_number(const std::string& option, double value, bool zero_ok) {
+  if (std::isfinite(value) && (zero_ok ? value >= 0 : value > 0)) return;
+  throw InputError(
+      fmt::format("{} must be a finite number {} 0, got {}", option, zero_ok ? "≥" : ">", value));
+}
+
+std::vector<std::string> parse_required_outputs(const std::vector<std::string>& names) {
+  const std::vector<std::string>& known = candidate_output_names();
+  std::vector<std::string> out;
+  for (const std::string& n : names) {
+    if (std::find(known.begin(), known.end(), n) == known.end()) {
+      std::string all;
+      for (const auto& k : known) all += (all.empty() ? "" : ", ") + k;
+      throw InputError(fmt::format("--require: unknown output '{}' (the outputs: {})", n, all));
+    }
+    if (std::find(out.begin(), out.end(), n) != out.end())
+      throw InputError(fmt::format("--require: '{}' is named twice", n));
+    out.push_back(n);
+  }
+  return out;
+}
+
 VerifyPolicy make_explicit_policy(double atol, double rtol) {
-  if (!(atol >= 0) || !(rtol >= 0) || !std::isfinite(atol) || !std::isfinite(rtol))
-    throw InputError(
-        fmt::format("--atol and --rtol must be finite and >= 0, got {} and {}", atol, rtol));
+  check_tolerance_number("--atol", atol, true);
+  check_tolerance_number("--rtol", rtol, true);
   VerifyPolicy p;
   p.name = "explicit";
   p.explicit_tol = true;
@@ -340,8 +362,9 @@ VerifyPolicy make_explicit_policy(double atol, double rtol) {
 }
 
 VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path,
-                              const VerifyPolicy& pol) {
+                              const VerifyPolicy& pol, const std::vector<std::string>& required) {
   VerifyReport rep;
+  rep.required = parse_required_outputs(required);
   rep.golden = g.path;
   rep.candidate = candidate_path;
   rep.policy = pol.describe(g.problem.input_dtype());
@@ -370,13 +393,23 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
   std::vector<JudgedOutput> judged;
   std::vector<std::size_t> judged_index;
   rep.outputs.reserve(candidate_output_names().size());
+  const auto is_required = [&](const std::string& name) {
+    return std::find(rep.required.begin(), rep.required.end(), name) != rep.required.end();
+  };
   for (const std::string& name : candidate_output_names()) {
-    if (!f.exists(name)) continue;
     OutputReport o;
     o.name = name;
     RefOutput ro;
     ref_output(g, name, ro);
     o.shape = ro.shape;
+    if (!f.exists(name)) {
+      if (is_required(name)) {
+        o.status = "failed";
+        o.message = fmt::format("required (--require), but the candidate holds no {}", name);
+        rep.outputs.push_back(std::move(o));
+      }
+      continue;
+    }
     const h5::Dataset d = f.open_dataset(name);
     const h5::DatasetInfo inf = d.info();
     if (ro.ref->empty()) {
@@ -397,6 +430,7 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
       continue;
     }
     o.dtype = t.dtype();
+    o.dtype_known = true;
     std::vector<double> out(static_cast<std::size_t>(t.numel()));
     t.read(0, t.numel(), out.data());
     const bool scalar = name == "reduced_loss";
@@ -447,6 +481,13 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     }
     rep.outputs.push_back(std::move(o));
   }
+  // A required output that could not be checked (no reference, no bound) fails: what was asked
+  // for was not shown.
+  for (auto& o : rep.outputs)
+    if (o.status == "skipped" && is_required(o.name)) {
+      o.status = "failed";
+      o.message = fmt::format("required (--require), but not checked: {}", o.message);
+    }
   // Overall: every compared output passes, nothing failed, and at least one output was compared.
   int compared = 0;
   rep.passed = true;
@@ -490,14 +531,19 @@ std::string format_report(const VerifyReport& r) {
   s += fmt::format("golden     {}\n           {}\ncandidate  {}{}\npolicy     {}\n\n", r.golden,
                    r.provenance, r.candidate,
                    r.implementation.empty() ? "" : " (" + r.implementation + ")", r.policy);
+  if (!r.required.empty()) {
+    std::string names;
+    for (const auto& n : r.required) names += (names.empty() ? "" : ", ") + n;
+    s.insert(s.size() - 1, fmt::format("required   {}\n", names));
+  }
   s += fmt::format("{:<13}{:<6}{:<14}{:>11}{:>10}{:>11}{:>11}{:>9}{:>8}  {}\n", "output", "dtype",
                    "shape", "max|e|", "max rel", "normwise", "max e/tol", "ulp<=1", "nonfin",
                    "status");
   for (const auto& o : r.outputs) {
     if (!o.stats) {
       s += fmt::format("{:<13}{:<6}{:<14}{:>11}{:>10}{:>11}{:>11}{:>9}{:>8}  {}: {}\n", o.name,
-                       o.status == "skipped" ? "-" : std::string(to_string(o.dtype)),
-                       shape_text(o.shape), "-", "-", "-", "-", "-", "-", o.status, o.message);
+                       o.dtype_known ? std::string(to_string(o.dtype)) : "-", shape_text(o.shape),
+                       "-", "-", "-", "-", "-", "-", o.status, o.message);
       continue;
     }
     const ErrorStats& e = *o.stats;
@@ -519,8 +565,45 @@ std::string format_report(const VerifyReport& r) {
   return s;
 }
 
+namespace {
+
+// Whether path is an existing regular file whose first bytes (after an optional UTF-8 byte order
+// mark and white space) open an XML document or a JUnit report: what a previous run wrote.
+bool is_xml_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  std::string head(256, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  std::size_t i = head.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
+  while (i < head.size() && std::isspace(static_cast<unsigned char>(head[i]))) ++i;
+  return head.compare(i, 5, "<?xml") == 0 || head.compare(i, 11, "<testsuites") == 0 ||
+         head.compare(i, 10, "<testsuite") == 0;
+}
+
+// The force to give AtomicOutput: an existing XML report is replaced without asking.
+bool junit_force(const std::string& path, bool force) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return force;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(fmt::format("--junit {}: is a folder", path));
+  if (!force && !is_xml_file(path))
+    throw InputError(fmt::format(
+        "--junit {}: the file exists and is not an XML report (a report from an earlier run is "
+        "replaced); pass --force to overwrite it",
+        path));
+  return true;
+}
+
+}  // namespace
+
+void check_junit_output(const std::string& path, bool force) {
+  AtomicOutput(path, junit_force(path, force)).check_writable();
+}
+
 void write_junit(const std::string& path, bool force, const VerifyReport& r) {
-  AtomicOutput out(path, force);
+  AtomicOutput out(path, junit_force(path, force));
   int failures = 0, skipped = 0;
   for (const auto& o : r.outputs) {
     failures += o.status == "incorrect" || o.status == "failed";

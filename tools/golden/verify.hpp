@@ -48,13 +48,20 @@ VerifyPolicy make_verify_policy(const std::string& name, const std::string& stri
                                 std::optional<double> k = std::nullopt);
 /// Explicit tolerance |e| ≤ atol + rtol·|ref| (atol, rtol ≥ 0, finite).
 VerifyPolicy make_explicit_policy(double atol, double rtol);
+/// Throws InputError "<option> must be a finite number ≥ 0, got <value>" (> 0 when !zero_ok):
+/// the check of --k, --atol and --rtol, shared by the policies and the command line.
+void check_tolerance_number(const std::string& option, double value, bool zero_ok);
+/// The output names of a --require list, checked: each one of candidate_output_names(), none
+/// twice. Throws InputError naming the first that is not.
+std::vector<std::string> parse_required_outputs(const std::vector<std::string>& names);
 
 /// One output's result.
 struct OutputReport {
   std::string name;
   std::string status;   ///< "passed", "incorrect", "failed" (unusable), "skipped" (no reference)
   std::string message;  ///< why (for anything but passed)
-  DType dtype = DType::fp32;        ///< the candidate's storage dtype
+  DType dtype = DType::fp32;        ///< the candidate's storage dtype (when dtype_known)
+  bool dtype_known = false;         ///< the candidate holds it in a readable float dtype
   std::vector<std::int64_t> shape;  ///< compared shape (the golden's)
   std::optional<ErrorStats> stats;
   // The element that decided a failure (index = flat index in the compared shape, -1 if none).
@@ -65,6 +72,7 @@ struct OutputReport {
 
 struct VerifyReport {
   std::string golden, candidate, policy, provenance, implementation;
+  std::vector<std::string> required;  ///< outputs the candidate must hold and pass (--require)
   std::vector<OutputReport> outputs;
   bool passed = false;
   std::string reason;  ///< overall verdict text
@@ -74,8 +82,11 @@ struct VerifyReport {
 /// dW, db, dz at the root, any float dtype, in the golden's sampled shape or the full shape) and
 /// scores it. Unreadable files, foreign or wrong-version files throw FormatError; shape or dtype
 /// mismatches of one output and non-finite values are reported failures, never exceptions.
+/// Each name in `required` (parse_required_outputs) must be held by the candidate and checked: one
+/// that is missing, or that the golden file cannot check, is a failed output naming it.
 VerifyReport verify_candidate(const Golden& golden, const std::string& candidate_path,
-                              const VerifyPolicy& policy);
+                              const VerifyPolicy& policy,
+                              const std::vector<std::string>& required = {});
 
 /// The per-element tolerance verify applies to output `name` (in the golden's compared shape) for
 /// a candidate stored in out_dtype, before the policy's multiplier k. Throws InputError for an
@@ -87,8 +98,14 @@ std::vector<double> verify_tolerance(const Golden& golden, const VerifyPolicy& p
 std::string format_report(const VerifyReport& r);
 
 /// JUnit XML (one <testsuite name="xentlab.verify">, one <testcase> per output), written
-/// atomically.
+/// atomically. A report is a CI artefact rewritten by every run: an existing XML file at path is
+/// replaced; any other existing file (not XML, a folder) is refused unless force
+/// (check_junit_output).
 void write_junit(const std::string& path, bool force, const VerifyReport& r);
+/// The check write_junit makes, for a caller to make it before any work: throws InputError naming
+/// the path when it exists and is not an XML file (unless force), or when its folder does not take
+/// a file.
+void check_junit_output(const std::string& path, bool force);
 
 /// Writes a candidate file (format attributes + the given outputs in their dtypes), atomically.
 /// For tests and C++ users; the Python example writes the same layout with h5py.

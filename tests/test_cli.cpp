@@ -1,0 +1,349 @@
+// The xentlab program's refusals and file handling, run as a user runs them (the binary, its exit
+// status and its output): verify's number options, --junit on a re-run, --require; golden's and
+// audit's dataset paths and loss-spec checks; the datasets listing's suggestion; and
+// tools/plot_audit.py (bad input, existing plots, --force; skipped where python3 lacks h5py or
+// matplotlib).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "datasets/catalog.hpp"
+#include "numerics/dtype.hpp"
+#include "tests/program.hpp"
+#include "tests/temp_folder.hpp"
+#include "tools/golden/golden_file.hpp"
+#include "tools/golden/verify.hpp"
+
+namespace xentlab {
+namespace {
+namespace fs = std::filesystem;
+using testing::expect_exit_2_naming;
+using testing::Ran;
+using testing::shell_quote;
+using testing::xentlab;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+bool contains(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// ---- verify -----------------------------------------------------------------------------------
+
+// A golden file of the embedded real model (32 tokens) and three candidates: every output equal
+// to the reference (fp64), the same rounded to bf16, and the loss alone.
+class VerifyProgram : public testing::TempFolderTest {
+ protected:
+  VerifyProgram() : TempFolderTest("cli-verify") {}
+  void SetUp() override {
+    TempFolderTest::SetUp();
+    DatasetParams p;
+    p.N = 32;
+    p.seed = 4;
+    const DatasetInstance ds = make_dataset("stories260k", p);
+    write_golden(path("g.h5"), ds, ds.spec, {});
+    const Golden g = read_golden(path("g.h5"));
+    const auto tensor = [](const std::vector<double>& v, std::vector<std::int64_t> shape,
+                           DType dt) {
+      Tensor t(dt, std::move(shape));
+      for (std::size_t k = 0; k < v.size(); ++k) t.set(static_cast<std::int64_t>(k), v[k]);
+      return t;
+    };
+    for (DType dt : {DType::fp64, DType::bf16})
+      write_candidate(path(dt == DType::fp64 ? "exact.h5" : "bf16.h5"), false,
+                      {{"loss", tensor(g.loss, {g.S}, dt)},
+                       {"lse", tensor(g.lse, {g.S}, dt)},
+                       {"reduced_loss", tensor({*g.reduced_loss}, {}, dt)},
+                       {"dH", tensor(g.dH, {g.S, g.D}, dt)},
+                       {"dW", tensor(g.dW, {g.J, g.D}, dt)},
+                       {"db", tensor(g.db, {g.J}, dt)}},
+                      "test: the reference itself");
+    write_candidate(path("loss.h5"), false, {{"loss", tensor(g.loss, {g.S}, DType::fp64)}},
+                    "test: the loss alone");
+  }
+  // "verify <golden> <candidate> " with the files of this fixture.
+  std::string verify(const std::string& candidate) const {
+    return "verify " + shell_quote(path("g.h5")) + " " + shell_quote(path(candidate)) + " ";
+  }
+};
+
+TEST_F(VerifyProgram, NumberOptionsOutOfRangeAreRefusedNamingOptionAndValue) {
+  const std::string v = verify("exact.h5");
+  expect_exit_2_naming({
+      {v + "--atol -1", "--atol must be a finite number ≥ 0, got -1"},
+      {v + "--atol nan", "--atol must be a finite number ≥ 0, got nan"},
+      {v + "--atol inf", "--atol must be a finite number ≥ 0, got inf"},
+      {v + "--rtol -5", "--rtol must be a finite number ≥ 0, got -5"},
+      {v + "--k 0", "--k must be a finite number > 0, got 0"},
+      {v + "--k -3", "--k must be a finite number > 0, got -3"},
+      {v + "--k nan", "--k must be a finite number > 0, got nan"},
+      {v + "--k inf", "--k must be a finite number > 0, got inf"},
+      // An option that the explicit tolerance would ignore is refused, not dropped.
+      {v + "--rtol 0 --k 2", "--k does not apply with --atol/--rtol"},
+      {v + "--atol 0 --policy bf16", "--policy does not apply with --atol/--rtol"},
+      {v + "--atol 0 --strictness strict", "--strictness does not apply with --atol/--rtol"},
+  });
+  for (const char* bad : {"--atol -1", "--k 0", "--k nan"})
+    EXPECT_FALSE(contains(xentlab(v + bad).output, "PASSED")) << bad;
+}
+
+TEST_F(VerifyProgram, GivenValuesShowInThePrintedPolicy) {
+  // --k: the multiplier given is the one printed and applied.
+  const Ran k = xentlab(verify("exact.h5") + "--policy fp32 --k 2");
+  EXPECT_EQ(k.status, 0) << k.output;
+  EXPECT_TRUE(contains(k.output, "k=2,")) << k.output;
+  // --rtol alone: the bf16-rounded reference is within u_bf16·|ref| (round to nearest), and the
+  // printed policy carries the value given and atol 0.
+  const double u = unit_roundoff(DType::bf16);
+  const Ran r = xentlab(verify("bf16.h5") + fmt::format("--rtol {:.17g}", u));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, fmt::format("explicit: |e| ≤ 0 + {:g}·|ref|", u))) << r.output;
+  const Ran zero = xentlab(verify("bf16.h5") + "--atol 0");
+  EXPECT_EQ(zero.status, 1) << zero.output;
+  EXPECT_TRUE(contains(zero.output, "explicit: |e| ≤ 0 + 0·|ref|")) << zero.output;
+}
+
+TEST_F(VerifyProgram, JunitReportIsRewrittenOnARerun) {
+  const std::string xml = path("report.xml");
+  const std::string v = verify("exact.h5") + "--junit " + shell_quote(xml);
+  const Ran first = xentlab(v);
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::string report = slurp(xml);
+  EXPECT_TRUE(contains(report, "<testsuite name=\"xentlab.verify\"")) << report;
+  // A CI job re-runs into the same path: the report is replaced, atomically (no temporary left).
+  std::ofstream(xml) << "<?xml version=\"1.0\"?>\n<testsuites>stale</testsuites>\n";
+  const Ran again = xentlab(v);
+  EXPECT_EQ(again.status, 0) << again.output;
+  EXPECT_EQ(slurp(xml), report);
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".report.xml.tmp"), std::string::npos) << e.path();
+  // A failing run replaces it too (the report is what CI reads).
+  const Ran failing = xentlab(verify("loss.h5") + "--require dW --junit " + shell_quote(xml));
+  EXPECT_EQ(failing.status, 1) << failing.output;
+  EXPECT_TRUE(contains(slurp(xml), "failures=\"1\"")) << slurp(xml);
+  // What is not an XML report is kept unless --force; the golden and candidate files always.
+  std::ofstream(path("notes.txt")) << "my notes\n";
+  expect_exit_2_naming({
+      {verify("exact.h5") + "--junit " + shell_quote(path("notes.txt")), "not an XML report"},
+      {verify("exact.h5") + "--junit " + shell_quote(path("g.h5")) + " --force",
+       "is the golden file"},
+      {verify("exact.h5") + "--junit " + shell_quote(path("exact.h5")) + " --force",
+       "is the candidate file"},
+      {verify("exact.h5") + "--junit " + shell_quote(dir_.string()), "is a folder"},
+  });
+  EXPECT_EQ(slurp(path("notes.txt")), "my notes\n");
+  const Ran forced =
+      xentlab(verify("exact.h5") + "--junit " + shell_quote(path("notes.txt")) + " --force");
+  EXPECT_EQ(forced.status, 0) << forced.output;
+  EXPECT_EQ(slurp(path("notes.txt")), report);
+  // --help says so.
+  const Ran help = xentlab("verify --help");
+  EXPECT_TRUE(contains(help.output, "an existing XML report is replaced")) << help.output;
+}
+
+TEST_F(VerifyProgram, RequireNamesTheMissingOutputs) {
+  const Ran plain = xentlab(verify("loss.h5"));
+  EXPECT_EQ(plain.status, 0) << plain.output;
+  const Ran loss = xentlab(verify("loss.h5") + "--require loss");
+  EXPECT_EQ(loss.status, 0) << loss.output;
+  const Ran grads = xentlab(verify("loss.h5") + "--require loss,dH,dW");
+  EXPECT_EQ(grads.status, 1) << grads.output;
+  for (const char* name : {"dH", "dW"})
+    EXPECT_TRUE(contains(grads.output, fmt::format("the candidate holds no {}", name)))
+        << grads.output;
+  EXPECT_TRUE(contains(grads.output, "FAILED: dH failed")) << grads.output;
+  EXPECT_TRUE(contains(grads.output, "required   loss, dH, dW")) << grads.output;
+  // The same list as repeated options; every output of a full candidate.
+  const Ran repeated = xentlab(verify("loss.h5") + "--require loss --require dW");
+  EXPECT_EQ(repeated.status, 1) << repeated.output;
+  const Ran all = xentlab(verify("exact.h5") + "--require loss,lse,reduced_loss,dH,dW,db");
+  EXPECT_EQ(all.status, 0) << all.output;
+  expect_exit_2_naming({
+      {verify("loss.h5") + "--require loss,dx", "--require: unknown output 'dx'"},
+      {verify("loss.h5") + "--require dH,dH", "--require: 'dH' is named twice"},
+      {verify("loss.h5") + "--require ,", "--require: empty value"},
+  });
+}
+
+// ---- golden, audit and datasets --------------------------------------------------------------
+
+class DatasetProgram : public testing::TempFolderTest {
+ protected:
+  DatasetProgram() : TempFolderTest("cli-datasets") {}
+};
+
+TEST_F(DatasetProgram, APathThatDoesNotExistIsNoSuchFile) {
+  const std::string missing = path("nowhere/model.safetensors");
+  expect_exit_2_naming({
+      {"golden --dataset /nonexistent.safetensors -o " + shell_quote(path("g.h5")),
+       "no such file: /nonexistent.safetensors"},
+      {"golden --dataset " + shell_quote(missing) + " -o " + shell_quote(path("g.h5")),
+       "no such file: " + missing},
+      {"golden --dataset problem.h5 -o " + shell_quote(path("g.h5")), "no such file: problem.h5"},
+      {"audit --backend cpu --dataset " + shell_quote(missing) + " -o " + shell_quote(path("a.h5")),
+       "no such file: " + missing},
+      // A name (no folder, no extension) is still looked up in the catalog.
+      {"golden --dataset stories -o " + shell_quote(path("g.h5")), "unknown dataset 'stories'"},
+  });
+  EXPECT_FALSE(fs::exists(path("g.h5")));
+}
+
+TEST_F(DatasetProgram, LossSpecIsCheckedBeforeTheDatasetIsMade) {
+  // The dataset named here could not be made at all: the spec's refusal comes first.
+  for (const char* dataset : {"no-such-dataset", "/nonexistent.safetensors"}) {
+    const std::string d = std::string(" --dataset ") + dataset;
+    expect_exit_2_naming({
+        {"golden" + d + " --label-smoothing -1 -o " + shell_quote(path("g.h5")),
+         "label_smoothing must be in [0, 1], got -1"},
+        {"golden" + d + " --z-loss -2 -o " + shell_quote(path("g.h5")), "z_loss"},
+        {"golden" + d + " --logit-scale 0 -o " + shell_quote(path("g.h5")), "logit_scale"},
+        {"golden" + d + " --reduction avg -o " + shell_quote(path("g.h5")), "avg"},
+        {"golden" + d + " --empty-mean one -o " + shell_quote(path("g.h5")), "--empty-mean"},
+        {"audit --backend cpu -q" + d + " --label-smoothing -1 -o " + shell_quote(path("a.h5")),
+         "label_smoothing must be in [0, 1], got -1"},
+        {"audit --backend cpu -q" + d + " --softcap -1 -o " + shell_quote(path("a.h5")), "softcap"},
+    });
+  }
+}
+
+TEST_F(DatasetProgram, TheListingsSuggestionIsAcceptedByAuditAndGolden) {
+  const Ran list = xentlab("datasets");
+  ASSERT_EQ(list.status, 0) << list.output;
+  // The entry's text is wrapped: join its lines before looking for "try <options>)".
+  std::string text = std::regex_replace(list.output, std::regex("\\s+"), " ");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("with audit or golden try ([^)]*)\\)")))
+      << list.output;
+  const std::string suggested = m[1];
+  // Small otherwise (2 tokens, one strategy and recipe): the suggested V is what is exercised.
+  const Ran audit = xentlab("audit --backend cpu -q --dataset odd-vocab " + suggested +
+                            " --tokens 2 --strategies naive --recipes bf16/fp32/fp32/bf16 "
+                            "--vocab-rows 8 -o " +
+                            shell_quote(path("a.h5")));
+  EXPECT_TRUE(audit.status == 0 || audit.status == 1) << suggested << "\n" << audit.output;
+  EXPECT_TRUE(fs::exists(path("a.h5"))) << audit.output;
+  const Ran golden = xentlab("golden --dataset odd-vocab " + suggested +
+                             " -N 2 --vocab-rows 8 -o " + shell_quote(path("g.h5")));
+  EXPECT_EQ(golden.status, 0) << suggested << "\n" << golden.output;
+  // The short spellings golden has are audit's too.
+  const Ran help = xentlab("audit --help");
+  for (const char* opt : {"-N,--tokens", "-V,--vocab", "-D,--hidden"})
+    EXPECT_TRUE(contains(help.output, opt)) << opt << "\n" << help.output;
+}
+
+// ---- tools/plot_audit.py ----------------------------------------------------------------------
+
+class PlotScript : public testing::TempFolderTest {
+ protected:
+  PlotScript() : TempFolderTest("cli-plots") {}
+  void SetUp() override {
+    TempFolderTest::SetUp();
+    const Ran py = testing::run_shell("python3 -c 'import h5py, numpy, matplotlib'");
+    if (py.status != 0)
+      GTEST_SKIP() << "python3 with h5py, numpy and matplotlib is not importable here "
+                      "(tools/setup.sh --python installs them): "
+                   << py.output;
+  }
+  static Ran plot(const std::string& args) {
+    return testing::run_shell("python3 " + shell_quote(XL_PLOT_SCRIPT) + " " + args);
+  }
+  // A small audit results file (CPU emulation).
+  void make_results() {
+    const Ran a = xentlab(
+        "audit --backend cpu -q --dataset odd-vocab -N 4 --strategies naive "
+        "--recipes bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16 -o " +
+        shell_quote(path("r.h5")));
+    ASSERT_TRUE(a.status == 0 || a.status == 1) << a.output;
+  }
+  static void expect_one_line(const Ran& r) {
+    EXPECT_FALSE(contains(r.output, "Traceback")) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_TRUE(contains(r.output, "plot_audit.py: ")) << r.output;
+  }
+};
+
+TEST_F(PlotScript, BadInputIsOneLineAndExit2) {
+  std::ofstream(path("text.h5")) << "hello\n";
+  const std::string out = shell_quote(path("plots"));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {shell_quote(path("text.h5")) + " " + out, "not a readable HDF5 file"},
+      {shell_quote(path("missing.h5")) + " " + out, "no such file"},
+      {shell_quote(path("text.h5")) + " " + shell_quote(path("text.h5")),
+       "exists and is not a folder"},
+      {shell_quote(path("text.h5")) + " " + shell_quote(path("no/such/folder")),
+       "cannot create the folder"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Ran r = plot(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, message)) << args << "\n" << r.output;
+    expect_one_line(r);
+  }
+}
+
+TEST_F(PlotScript, ExistingPlotsNeedForceInTheScriptAndInAudit) {
+  make_results();
+  const std::string args = shell_quote(path("r.h5")) + " " + shell_quote(path("plots"));
+  const Ran first = plot(args);
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::string png = path("plots/error_vs_recipe_loss.png");
+  ASSERT_TRUE(fs::exists(png)) << first.output;
+  const std::string marker = "not overwritten";
+  std::ofstream(png) << marker;
+  const Ran again = plot(args);
+  EXPECT_EQ(again.status, 2) << again.output;
+  EXPECT_TRUE(contains(again.output, "pass --force")) << again.output;
+  expect_one_line(again);
+  EXPECT_EQ(slurp(png), marker);
+  const Ran forced = plot("--force " + args);
+  EXPECT_EQ(forced.status, 0) << forced.output;
+  EXPECT_NE(slurp(png), marker);
+  // audit --plots: refused before the run without --force; with it, the script overwrites too.
+  std::ofstream(png) << marker;
+  const std::string audit =
+      "audit --backend cpu -q --dataset odd-vocab -N 4 --strategies naive "
+      "--recipes bf16/fp32/fp32/bf16 --plots " +
+      shell_quote(path("plots")) + " -o " + shell_quote(path("r2.h5"));
+  const Ran refused = xentlab(audit);
+  EXPECT_EQ(refused.status, 2) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "holds plots already")) << refused.output;
+  EXPECT_FALSE(fs::exists(path("r2.h5")));
+  const Ran audit_forced = xentlab(audit + " --force");
+  EXPECT_TRUE(audit_forced.status == 0 || audit_forced.status == 1) << audit_forced.output;
+  EXPECT_TRUE(contains(audit_forced.output, "plots: ")) << audit_forced.output;
+  EXPECT_NE(slurp(png), marker);
+}
+
+TEST_F(PlotScript, EveryPlotTheScriptMayWriteIsRefusedByAudit) {
+  // Each name the script writes, alone in the folder, makes audit --plots refuse the folder.
+  make_results();
+  const Ran made = plot(shell_quote(path("r.h5")) + " " + shell_quote(path("all")));
+  ASSERT_EQ(made.status, 0) << made.output;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(path("all")))
+    names.push_back(e.path().filename().string());
+  ASSERT_FALSE(names.empty());
+  for (const std::string& name : names) {
+    fs::remove_all(path("one"));
+    fs::create_directory(path("one"));
+    std::ofstream(path("one/" + name)) << "x";
+    const Ran r = xentlab("audit --backend cpu -q --dataset no-such-dataset --plots " +
+                          shell_quote(path("one")) + " -o " + shell_quote(path("r3.h5")));
+    EXPECT_EQ(r.status, 2) << name << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "holds plots already (" + name + ")")) << name << "\n"
+                                                                          << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace xentlab
