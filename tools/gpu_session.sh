@@ -62,9 +62,21 @@ if [ "$what" = reference ]; then
   timeout 60 build-gpu/tools/xentlab reference -N 64 -V 32000 -D 256 --reference cuda \
     --oracle-rows 4 > "$OUT/reference-oracle.log" 2>&1; tail -12 "$OUT/reference-oracle.log"
   for n in 8192 131072; do
-    timeout 150 build-gpu/tools/xentlab reference -N $n -V 128256 -D 4096 --reference cuda \
-      --oracle-rows 0 > "$OUT/reference-$n.log" 2>&1; tail -6 "$OUT/reference-$n.log"
+    XENTLAB_REFERENCE_TIMINGS=1 timeout 150 build-gpu/tools/xentlab reference -N $n -V 128256 \
+      -D 4096 --reference cuda --oracle-rows 0 > "$OUT/reference-$n.log" 2>&1
+    tail -14 "$OUT/reference-$n.log"
   done
+  # A golden file of the whole Llama-3-8B head at N = 8192 (calibrated targets, every row, full
+  # dW), verified against PyTorch's bf16 path.
+  g=/tmp/xentlab-golden-llama3-8b.h5 c=/tmp/xentlab-candidate-torch.h5
+  rm -f "$g" "$c"
+  /usr/bin/time -f "golden wall %e s, max RSS %M KB" timeout 240 build-gpu/tools/xentlab golden \
+    --dataset llama3-8b -N 8192 --out "$g" > "$OUT/golden-8192.log" 2>&1
+  ls -l "$g" >> "$OUT/golden-8192.log" 2>&1; tail -9 "$OUT/golden-8192.log"
+  PYTHONUNBUFFERED=1 /usr/bin/time -f "candidate wall %e s" timeout 150 python3 \
+    tools/examples/torch_candidate.py "$g" "$c" --dtype bf16 --device cuda >> "$OUT/golden-8192.log" 2>&1
+  /usr/bin/time -f "verify wall %e s" timeout 150 build-gpu/tools/xentlab verify "$g" "$c" \
+    --policy bf16 >> "$OUT/golden-8192.log" 2>&1; echo "verify rc=$?"; tail -25 "$OUT/golden-8192.log"
   PYTHONUNBUFFERED=1 timeout 60 python3 -c '
 import torch, time
 a = torch.randn(8192, 8192, dtype=torch.float64, device="cuda"); b = torch.randn_like(a)
