@@ -15,9 +15,9 @@
 #include <cmath>
 #include <limits>
 
+#include "numerics/blas.hpp"
 #include "numerics/eft.hpp"
 #include "numerics/error.hpp"
-#include "reference/blas.hpp"
 #include "reference/row.hpp"
 
 extern "C" {

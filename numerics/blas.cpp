@@ -1,4 +1,4 @@
-#include "reference/blas.hpp"
+#include "numerics/blas.hpp"
 
 #include <fmt/format.h>
 
@@ -15,7 +15,7 @@ void dgemm_(const char* transa, const char* transb, const int* m, const int* n, 
 __attribute__((weak)) char* openblas_get_config();
 }
 
-namespace xentlab::detail {
+namespace xentlab {
 namespace {
 
 int blas_int(std::int64_t v, const char* what) {
@@ -45,4 +45,4 @@ const char* blas_description() {
   return "unknown BLAS";
 }
 
-}  // namespace xentlab::detail
+}  // namespace xentlab

@@ -1,9 +1,10 @@
 #pragma once
 // Row-major double GEMM on the system BLAS (the Fortran interface dgemm_, which every BLAS
-// exports: OpenBLAS, BLIS, the reference BLAS). Internal to reference/.
+// exports: OpenBLAS, BLIS, the reference BLAS). Used by reference/ (the BLAS tier) and datasets/
+// (the logits of calibrated targets); numerics/ links the BLAS.
 #include <cstdint>
 
-namespace xentlab::detail {
+namespace xentlab {
 
 /// C (m×n, leading dimension ldc) = alpha · op(A) · op(B) + beta · C, all row-major doubles;
 /// op(A) is m×k (A is m×k with lda, or k×m with lda when trans_a), op(B) is k×n (B is k×n with
@@ -19,4 +20,4 @@ void dgemm_row_major(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
 /// "unknown BLAS".
 const char* blas_description();
 
-}  // namespace xentlab::detail
+}  // namespace xentlab
