@@ -13,6 +13,9 @@ void dgemm_(const char* transa, const char* transb, const int* m, const int* n, 
             const double* beta, double* c, const int* ldc);
 // OpenBLAS only; declared weak so that another BLAS links too.
 __attribute__((weak)) char* openblas_get_config();
+__attribute__((weak)) int openblas_get_parallel();  // 0 sequential, 1 pthreads, 2 OpenMP
+__attribute__((weak)) void openblas_set_num_threads(int);
+__attribute__((weak)) int openblas_get_num_threads();
 }
 
 namespace xentlab {
@@ -43,6 +46,18 @@ void dgemm_row_major(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
 const char* blas_description() {
   if (openblas_get_config) return openblas_get_config();
   return "unknown BLAS";
+}
+
+BlasOneThreadPerCall::BlasOneThreadPerCall() {
+  if (openblas_get_parallel && openblas_set_num_threads && openblas_get_num_threads &&
+      openblas_get_parallel() == 1) {
+    saved_ = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+  }
+}
+
+BlasOneThreadPerCall::~BlasOneThreadPerCall() {
+  if (saved_ > 0) openblas_set_num_threads(saved_);
 }
 
 }  // namespace xentlab

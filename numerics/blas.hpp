@@ -20,4 +20,21 @@ void dgemm_row_major(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
 /// "unknown BLAS".
 const char* blas_description();
 
+/// While alive, every BLAS call runs on its calling thread alone, so that the threads of an OpenMP
+/// parallel region may each call dgemm_row_major on their own part of a product (each entry then
+/// comes from a one-thread GEMM of the same shape whatever the number of threads). OpenBLAS's
+/// OpenMP build does so inside a parallel region by itself; its pthread build is set to one thread
+/// here and set back on destruction; any other BLAS is left as it is (the reference BLAS has no
+/// threads). Create it outside the parallel region.
+class BlasOneThreadPerCall {
+ public:
+  BlasOneThreadPerCall();
+  ~BlasOneThreadPerCall();
+  BlasOneThreadPerCall(const BlasOneThreadPerCall&) = delete;
+  BlasOneThreadPerCall& operator=(const BlasOneThreadPerCall&) = delete;
+
+ private:
+  int saved_ = 0;  ///< the pthread build's thread count to restore (0: nothing changed)
+};
+
 }  // namespace xentlab
