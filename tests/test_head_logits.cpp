@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -125,18 +124,17 @@ TEST(CalibratedTargets, AFunctionOfTheSeed) {
 }
 
 // Whether |count − Σq| ≤ kSigmas·sqrt(Σq(1 − q)): count is the number of independent rows whose
-// event (probability q_i) happened. Prints the numbers when it is not.
-bool within_binomial_band(std::int64_t count, const std::vector<double>& q) {
+// event (probability q_i) happened. The message gives the numbers either way.
+testing::AssertionResult in_binomial_band(std::int64_t count, const std::vector<double>& q) {
   double mean = 0, var = 0;
   for (double x : q) {
     mean += x;
     var += x * (1 - x);
   }
   const bool in = std::fabs(static_cast<double>(count) - mean) <= kSigmas * std::sqrt(var);
-  if (!in)
-    std::printf("  %lld rows, expected %.2f ± %.2f (one standard deviation)\n",
-                static_cast<long long>(count), mean, std::sqrt(var));
-  return in;
+  return (in ? testing::AssertionSuccess() : testing::AssertionFailure())
+         << count << " rows, expected " << mean << " ± " << std::sqrt(var)
+         << " (one standard deviation; band " << kSigmas << ")";
 }
 
 TEST(CalibratedTargets, TwoWordVocabularyFollowsTheTransformedSoftmax) {
@@ -165,9 +163,9 @@ TEST(CalibratedTargets, TwoWordVocabularyFollowsTheTransformedSoftmax) {
     zeros += p.targets[k] == 0;
     likely += p.targets[k] == (r0 >= r1 ? 0 : 1);
   }
-  EXPECT_TRUE(within_binomial_band(zeros, q0)) << "target 0";
-  EXPECT_TRUE(within_binomial_band(likely, q_likely)) << "the more likely word";
-  EXPECT_FALSE(within_binomial_band(likely, q_likely_raw))
+  EXPECT_TRUE(in_binomial_band(zeros, q0)) << "target 0";
+  EXPECT_TRUE(in_binomial_band(likely, q_likely)) << "the more likely word";
+  EXPECT_FALSE(in_binomial_band(likely, q_likely_raw))
       << "the untransformed softmax fits as well: the check is blind to the spec";
 }
 
@@ -190,7 +188,7 @@ TEST(CalibratedTargets, NearlyOneHotRowsTakeTheirArgmax) {
     q[static_cast<std::size_t>(i)] = 1 - 1 / sum;
     others += p.targets[static_cast<std::size_t>(i)] != top;
   }
-  EXPECT_TRUE(within_binomial_band(others, q)) << "targets other than the argmax";
+  EXPECT_TRUE(in_binomial_band(others, q)) << "targets other than the argmax";
 }
 
 }  // namespace
