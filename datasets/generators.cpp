@@ -23,7 +23,7 @@ constexpr std::int64_t kPanelBytes = std::int64_t{256} << 20;
 // Checked before the parallel loops (dgemm_row_major would throw inside them).
 constexpr std::int64_t kBlasIntMax = std::numeric_limits<int>::max();
 // make_head's blocks of rows: their logits and rows of H take at most 1 GiB, and at most 1024
-// rows (larger blocks gain nothing in the GEMM).
+// rows (larger blocks gain nothing in the GEMM and would make the progress coarse).
 constexpr std::int64_t kBlockBytes = std::int64_t{1} << 30;
 constexpr std::int64_t kBlockRowsMax = 1024;
 // Purposes of the per-row streams (row_stream's tag).
@@ -234,7 +234,7 @@ void HeadLogits::compute(const double* X, std::int64_t m, std::vector<double>& Z
 
 Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, double sigma,
                   std::uint64_t seed, TargetMode mode, const LossSpec& spec,
-                  const std::string& name) {
+                  const std::string& name, const GenerationProgress& progress) {
   check_sizes(name.c_str(), N, V, D, sigma);
   Tensor H(dtype, {N, D}, "H"), W(dtype, {V, D}, "W");
   fill_gaussian(H, N, D, 1.0, seed, kTagH);
@@ -253,6 +253,7 @@ Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, d
       H.read(i0 * D, m * D, X.data());
       logits.compute(X.data(), m, Z);
       sample_targets_rows(i0, m, V, Z, spec, seed, t);
+      if (progress) progress(i0 + m, N);
     }
   }
   return Problem::linear(std::move(H), std::move(W), std::nullopt, std::move(t), spec.ignore_index,
@@ -261,7 +262,7 @@ Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, d
 
 Problem make_confident_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype,
                             double sigma, std::uint64_t seed, const LossSpec& spec, double p_lo,
-                            double p_hi) {
+                            double p_hi, const GenerationProgress& progress) {
   if (!(p_lo > 0 && p_lo <= p_hi && p_hi < 1))
     throw InputError(fmt::format("confident: need 0 < p_lo ≤ p_hi < 1, got {} and {}", p_lo, p_hi));
   Problem p = make_head(N, V, D, dtype, sigma, seed, TargetMode::uniform, spec, "confident");
@@ -307,6 +308,7 @@ Problem make_confident_head(std::int64_t N, std::int64_t V, std::int64_t D, DTyp
         p.H.set(i * D + d, X[static_cast<std::size_t>(r * D + d)] +
                                hi * WT[static_cast<std::size_t>(r * D + d)]);
     }
+    if (progress) progress(i0 + m, N);
   }
   p.validate(spec.ignore_index);
   return p;

@@ -6,6 +6,7 @@
 // (HeadLogits) whatever the thread count. Values are rounded once, to nearest even, into the
 // dtype. The catalog (datasets/catalog.hpp) names them.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "datasets/problem.hpp"
@@ -28,6 +29,9 @@ NormalStream row_stream(std::uint64_t seed, std::uint64_t tag, std::int64_t row)
 /// bf16 (a bit-level RNE on the double's encoding in the normal range) and fp32 (the IEEE
 /// conversion). Used by the generators for LLM-sized tensors.
 void store_rounded(Tensor& t, std::int64_t first, const double* v, std::int64_t n);
+
+/// Progress of a long generation: (rows done, rows in all), called on the calling thread.
+using GenerationProgress = std::function<void(std::int64_t, std::int64_t)>;
 
 /// The raw logits of a linear head in fp64, as make_head's calibrated targets use them:
 /// Z = X·Wᵀ for a block of m rows X (m × D doubles) against W (V × D, any dtype, read exactly).
@@ -60,7 +64,8 @@ class HeadLogits {
 /// Linear head: H_id ~ N(0, 1), W_jd ~ N(0, sigma²/D) (so each logit is ≈ N(0, sigma²)), targets by
 /// mode (calibrated: from the softmax of the spec-transformed logits of the stored values, the
 /// logits from HeadLogits in blocks of rows of at most 1 GiB of logits). Generated in parallel
-/// (OpenMP). Throws InputError for N, V, D < 1 or sigma ≤ 0.
+/// (OpenMP). progress, when given, hears (rows done, N) after every block of calibrated targets.
+/// Throws InputError for N, V, D < 1 or sigma ≤ 0.
 ///
 /// The calibrated targets were drawn from fixed-order scalar dot products before the logits came
 /// from a GEMM. Both are within γ_D·Σ|h||w| of the exact logit, so a target can differ from the
@@ -69,16 +74,18 @@ class HeadLogits {
 /// measured (docs/design.md, "Calibrated targets through fp64 GEMM").
 Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, double sigma,
                   std::uint64_t seed, TargetMode mode, const LossSpec& spec,
-                  const std::string& name = "head");
+                  const std::string& name = "head", const GenerationProgress& progress = {});
 
 /// Confident rows: a Gaussian head whose row i gets H_i ← H_i + c_i·W_{t_i} with c_i ≥ 0 chosen (by
 /// bisection, in double) so that p_target = p*_i, 1 − p*_i log-uniform in [1 − p_hi, 1 − p_lo]
 /// (default 0.9 … 0.9999); then rounded into dtype (p_target moves by the rounding, slightly). With
 /// a softcap p* may be out of reach; the row then gets the largest c tried. The logits and their
-/// derivatives W_t·W_j come from HeadLogits.
+/// derivatives W_t·W_j come from HeadLogits; progress, when given, hears (rows done, N) after every
+/// block of rows.
 Problem make_confident_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype,
                             double sigma, std::uint64_t seed, const LossSpec& spec,
-                            double p_lo = 0.9, double p_hi = 0.9999);
+                            double p_lo = 0.9, double p_hi = 0.9999,
+                            const GenerationProgress& progress = {});
 
 /// Heavy-tailed logits (given): z = sigma·n/u^(1/alpha) (n normal, u uniform: a Pareto-tailed
 /// scale mixture), clamped to ±65504 (the fp16 limit) before rounding. Targets by mode.

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "datasets/catalog.hpp"
 #include "datasets/generators.hpp"
 #include "numerics/eft.hpp"
 #include "numerics/error.hpp"
@@ -121,6 +122,36 @@ TEST(CalibratedTargets, AFunctionOfTheSeed) {
   omp_set_num_threads(before);
   EXPECT_EQ(a.targets, b.targets);
   EXPECT_NE(a.targets, c.targets);
+}
+
+TEST(CalibratedTargets, ProgressHearsEveryBlock) {
+  const std::int64_t N = 2100;  // more rows than one block
+  std::vector<std::pair<std::int64_t, std::int64_t>> calls;
+  make_head(N, 4, 4, DType::fp32, 1.0, 1, TargetMode::calibrated, LossSpec{}, "head",
+            [&](std::int64_t done, std::int64_t total) { calls.emplace_back(done, total); });
+  ASSERT_GE(calls.size(), 2u);
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    EXPECT_EQ(calls[k].second, N);
+    if (k > 0) {
+      EXPECT_GT(calls[k].first, calls[k - 1].first);
+    }
+  }
+  EXPECT_EQ(calls.back().first, N);
+  // The confident rows report theirs, and the catalog passes DatasetParams::progress on.
+  std::int64_t last = 0;
+  make_confident_head(130, 4, 4, DType::fp32, 1.0, 1, LossSpec{}, 0.9, 0.9999,
+                      [&](std::int64_t done, std::int64_t) { last = done; });
+  EXPECT_EQ(last, 130);
+  DatasetParams params;
+  params.N = 7;
+  params.progress = [&](std::int64_t done, std::int64_t) { last = done; };
+  make_dataset("llama3-8b", [&] {
+    DatasetParams q = params;
+    q.V = 50;
+    q.D = 8;
+    return q;
+  }());
+  EXPECT_EQ(last, 7);
 }
 
 // Whether |count − Σq| ≤ kSigmas·sqrt(Σq(1 − q)): count is the number of independent rows whose
