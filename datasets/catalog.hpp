@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/generators.hpp"
 #include "datasets/problem.hpp"
 #include "numerics/loss_spec.hpp"
 
@@ -22,6 +23,9 @@ struct DatasetParams {
   std::optional<double> sigma;
   std::uint64_t seed = 1;
   std::map<std::string, double> extra;  ///< entry-specific (e.g. offset, fraction); unknown → error
+  /// Hears (rows done, N) while a slow generator runs (calibrated targets or confident rows of a
+  /// linear head).
+  GenerationProgress progress;
 };
 
 /// Parameters after defaults are applied.
@@ -32,6 +36,7 @@ struct ResolvedParams {
   std::uint64_t seed = 1;
   LossSpec spec;
   std::map<std::string, double> extra;
+  GenerationProgress progress;  ///< DatasetParams::progress
   /// extra value by key (every key an entry uses is in its defaults).
   double get(const std::string& key) const;
 };

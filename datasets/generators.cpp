@@ -8,12 +8,24 @@
 #include <cstring>
 #include <limits>
 
+#include "numerics/blas.hpp"
 #include "numerics/error.hpp"
 
 namespace xentlab {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// HeadLogits: vocabulary rows a dgemm call (the unit split over the threads), the most W may take
+// as doubles to be held whole, and a panel's size otherwise.
+constexpr std::int64_t kTileRows = 256;
+constexpr std::int64_t kWholeWBytes = std::int64_t{1} << 30;
+constexpr std::int64_t kPanelBytes = std::int64_t{256} << 20;
+// Checked before the parallel loops (dgemm_row_major would throw inside them).
+constexpr std::int64_t kBlasIntMax = std::numeric_limits<int>::max();
+// make_head's blocks of rows: their logits and rows of H take at most 1 GiB, and at most 1024
+// rows (larger blocks gain nothing in the GEMM and would make the progress coarse).
+constexpr std::int64_t kBlockBytes = std::int64_t{1} << 30;
+constexpr std::int64_t kBlockRowsMax = 1024;
 // Purposes of the per-row streams (row_stream's tag).
 enum Tag : std::uint64_t {
   kTagH = 1,
@@ -60,28 +72,6 @@ std::int64_t sample_target(const double* raw, std::int64_t V, const LossSpec& sp
   return last;
 }
 
-// out (m × V) = X (m × D, double) · Wᵀ, W read exactly from its dtype; each entry a fixed-order
-// double sum over d (deterministic for any thread count).
-void dot_rows(const Tensor& W, const std::vector<double>& X, std::int64_t m,
-              std::vector<double>& out) {
-  const std::int64_t V = W.dim(0), D = W.dim(1);
-  out.assign(static_cast<std::size_t>(m * V), 0.0);
-#pragma omp parallel
-  {
-    std::vector<double> w(static_cast<std::size_t>(D));
-#pragma omp for schedule(static)
-    for (std::int64_t j = 0; j < V; ++j) {
-      W.read(j * D, D, w.data());
-      for (std::int64_t r = 0; r < m; ++r) {
-        const double* x = X.data() + r * D;
-        double s = 0;
-        for (std::int64_t d = 0; d < D; ++d) s += x[d] * w[static_cast<std::size_t>(d)];
-        out[static_cast<std::size_t>(r * V + j)] = s;
-      }
-    }
-  }
-}
-
 // Gaussian rows: T(r, d) = scale·n for rows [0, rows), one stream per row.
 void fill_gaussian(Tensor& T, std::int64_t rows, std::int64_t cols, double scale,
                    std::uint64_t seed, std::uint64_t tag) {
@@ -97,20 +87,11 @@ void fill_gaussian(Tensor& T, std::int64_t rows, std::int64_t cols, double scale
   }
 }
 
-// Rows of the linear head's logits in blocks (memory O(block·V)), calling f(i, z_row) per row.
-template <class F>
-void for_head_logit_rows(const Tensor& H, const Tensor& W, F&& f) {
-  const std::int64_t N = H.dim(0), D = H.dim(1), V = W.dim(0);
-  const std::int64_t block =
-      std::max<std::int64_t>(1, std::min<std::int64_t>(64, (std::int64_t{1} << 26) / V));
-  std::vector<double> X, Z;
-  for (std::int64_t i0 = 0; i0 < N; i0 += block) {
-    const std::int64_t m = std::min(block, N - i0);
-    X.resize(static_cast<std::size_t>(m * D));
-    H.read(i0 * D, m * D, X.data());
-    dot_rows(W, X, m, Z);
-    f(i0, m, Z);
-  }
+// Rows a block of make_head's calibrated targets: a function of the shape only (so the GEMM's
+// shapes, and with them every logit's bits, do not depend on the thread count).
+std::int64_t head_block_rows(std::int64_t N, std::int64_t V, std::int64_t D) {
+  const std::int64_t fit = kBlockBytes / (8 * (V + D));
+  return std::max<std::int64_t>(1, std::min({N, fit, kBlockRowsMax}));
 }
 
 void sample_targets_rows(std::int64_t i0, std::int64_t m, std::int64_t V,
@@ -194,9 +175,66 @@ NormalStream row_stream(std::uint64_t seed, std::uint64_t tag, std::int64_t row)
   return NormalStream(z ^ (z >> 31) ^ seed);
 }
 
+HeadLogits::HeadLogits(const Tensor& W, std::int64_t panel_rows) : W_(W) {
+  if (W.rank() != 2)
+    throw InputError(fmt::format("head logits: W must be a V × D matrix, got {} dimensions",
+                                 W.rank()));
+  if (panel_rows < 0)
+    throw InputError(fmt::format("head logits: panel_rows must be >= 0, got {}", panel_rows));
+  V_ = W.dim(0);
+  D_ = W.dim(1);
+  if (V_ > kBlasIntMax || D_ > kBlasIntMax)
+    throw InputError(fmt::format("head logits: V = {} and D = {} must be at most {} (the system "
+                                 "BLAS's 32-bit integers)",
+                                 V_, D_, kBlasIntMax));
+  const auto tiles = [](std::int64_t rows) {
+    return std::max<std::int64_t>(1, (rows + kTileRows - 1) / kTileRows) * kTileRows;
+  };
+  if (panel_rows == 0 && 8 * V_ * D_ <= kWholeWBytes) {
+    panel_ = V_;
+    whole_.resize(static_cast<std::size_t>(V_ * D_));
+#pragma omp parallel for schedule(static)
+    for (std::int64_t j = 0; j < V_; ++j) W_.read(j * D_, D_, whole_.data() + j * D_);
+    return;
+  }
+  panel_ = std::min(V_, tiles(panel_rows > 0 ? panel_rows : kPanelBytes / (8 * D_)));
+}
+
+void HeadLogits::compute(const double* X, std::int64_t m, std::vector<double>& Z) const {
+  if (m < 0 || m > kBlasIntMax)
+    throw InputError(fmt::format("head logits: {} rows in a block: must be in [0, {}] (the system "
+                                 "BLAS's 32-bit integers)",
+                                 m, kBlasIntMax));
+  Z.resize(static_cast<std::size_t>(m * V_));
+  if (m == 0) return;
+  const BlasOneThreadPerCall one_thread;
+  for (std::int64_t p0 = 0; p0 < V_; p0 += panel_) {
+    const std::int64_t rows = std::min(panel_, V_ - p0);
+    const double* P = panel_buf_.data();
+    if (!whole_.empty()) {
+      P = whole_.data() + p0 * D_;
+    } else {
+      panel_buf_.resize(static_cast<std::size_t>(rows * D_));
+      P = panel_buf_.data();
+#pragma omp parallel for schedule(static)
+      for (std::int64_t j = 0; j < rows; ++j)
+        W_.read((p0 + j) * D_, D_, panel_buf_.data() + j * D_);
+    }
+    // Tiles start at multiples of kTileRows from 0 (panels are multiples of it), so a logit's
+    // dgemm is the same call whatever the panels.
+    const std::int64_t n_tiles = (rows + kTileRows - 1) / kTileRows;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t k = 0; k < n_tiles; ++k) {
+      const std::int64_t j0 = k * kTileRows, nb = std::min(kTileRows, rows - j0);
+      dgemm_row_major(false, true, m, nb, D_, 1.0, X, D_, P + j0 * D_, D_, 0.0, Z.data() + p0 + j0,
+                      V_);
+    }
+  }
+}
+
 Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, double sigma,
                   std::uint64_t seed, TargetMode mode, const LossSpec& spec,
-                  const std::string& name) {
+                  const std::string& name, const GenerationProgress& progress) {
   check_sizes(name.c_str(), N, V, D, sigma);
   Tensor H(dtype, {N, D}, "H"), W(dtype, {V, D}, "W");
   fill_gaussian(H, N, D, 1.0, seed, kTagH);
@@ -206,9 +244,17 @@ Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, d
     for (std::int64_t i = 0; i < N; ++i)
       t[static_cast<std::size_t>(i)] = row_stream(seed, kTagTarget, i).uniform_int(V);
   } else {
-    for_head_logit_rows(H, W, [&](std::int64_t i0, std::int64_t m, const std::vector<double>& Z) {
+    const HeadLogits logits(W);
+    const std::int64_t block = head_block_rows(N, V, D);
+    std::vector<double> X, Z;
+    for (std::int64_t i0 = 0; i0 < N; i0 += block) {
+      const std::int64_t m = std::min(block, N - i0);
+      X.resize(static_cast<std::size_t>(m * D));
+      H.read(i0 * D, m * D, X.data());
+      logits.compute(X.data(), m, Z);
       sample_targets_rows(i0, m, V, Z, spec, seed, t);
-    });
+      if (progress) progress(i0 + m, N);
+    }
   }
   return Problem::linear(std::move(H), std::move(W), std::nullopt, std::move(t), spec.ignore_index,
                          name);
@@ -216,10 +262,11 @@ Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, d
 
 Problem make_confident_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype,
                             double sigma, std::uint64_t seed, const LossSpec& spec, double p_lo,
-                            double p_hi) {
+                            double p_hi, const GenerationProgress& progress) {
   if (!(p_lo > 0 && p_lo <= p_hi && p_hi < 1))
     throw InputError(fmt::format("confident: need 0 < p_lo ≤ p_hi < 1, got {} and {}", p_lo, p_hi));
   Problem p = make_head(N, V, D, dtype, sigma, seed, TargetMode::uniform, spec, "confident");
+  const HeadLogits logits(p.W);
   std::vector<double> X, G, Z;
   const std::int64_t block =
       std::max<std::int64_t>(1, std::min<std::int64_t>(64, (std::int64_t{1} << 25) / V));
@@ -227,11 +274,11 @@ Problem make_confident_head(std::int64_t N, std::int64_t V, std::int64_t D, DTyp
     const std::int64_t m = std::min(block, N - i0);
     X.resize(static_cast<std::size_t>(m * D));
     p.H.read(i0 * D, m * D, X.data());
-    dot_rows(p.W, X, m, Z);  // z0 = H_i·W_j
+    logits.compute(X.data(), m, Z);  // z0 = H_i·W_j
     std::vector<double> WT(static_cast<std::size_t>(m * D));
     for (std::int64_t r = 0; r < m; ++r)
       p.W.read(p.targets[static_cast<std::size_t>(i0 + r)] * D, D, WT.data() + r * D);
-    dot_rows(p.W, WT, m, G);  // g_j = W_t·W_j: dz_j/dc
+    logits.compute(WT.data(), m, G);  // g_j = W_t·W_j: dz_j/dc
 #pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < m; ++r) {
       const std::int64_t i = i0 + r, t = p.targets[static_cast<std::size_t>(i)];
@@ -261,6 +308,7 @@ Problem make_confident_head(std::int64_t N, std::int64_t V, std::int64_t D, DTyp
         p.H.set(i * D + d, X[static_cast<std::size_t>(r * D + d)] +
                                hi * WT[static_cast<std::size_t>(r * D + d)]);
     }
+    if (progress) progress(i0 + m, N);
   }
   p.validate(spec.ignore_index);
   return p;

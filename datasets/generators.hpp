@@ -1,10 +1,13 @@
 #pragma once
 // Seeded problem generators for the regimes of shared NUMERICS.md §6. Each is deterministic for its
-// seed regardless of the number of OpenMP threads: every row (of H, of W, of the given logits) and
-// every target draws from its own NormalStream seeded by (seed, purpose, row), and every logit used
-// for sampling is a fixed-order double dot product of the stored (rounded) values. Values are
-// rounded once, to nearest even, into the dtype. The catalog (datasets/catalog.hpp) names them.
+// seed and shape regardless of the number of OpenMP threads: every row (of H, of W, of the given
+// logits) and every target draws from its own NormalStream seeded by (seed, purpose, row), and
+// every logit of a linear head used for sampling comes from the same one-thread fp64 GEMM call
+// (HeadLogits) whatever the thread count. Values are rounded once, to nearest even, into the
+// dtype. The catalog (datasets/catalog.hpp) names them.
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "datasets/problem.hpp"
 #include "datasets/synthetic.hpp"
@@ -27,20 +30,62 @@ NormalStream row_stream(std::uint64_t seed, std::uint64_t tag, std::int64_t row)
 /// conversion). Used by the generators for LLM-sized tensors.
 void store_rounded(Tensor& t, std::int64_t first, const double* v, std::int64_t n);
 
+/// Progress of a long generation: (rows done, rows in all), called on the calling thread.
+using GenerationProgress = std::function<void(std::int64_t, std::int64_t)>;
+
+/// The raw logits of a linear head in fp64, as make_head's calibrated targets use them:
+/// Z = X·Wᵀ for a block of m rows X (m × D doubles) against W (V × D, any dtype, read exactly).
+/// One fp64 GEMM on the system BLAS (numerics/blas.hpp), split over the OpenMP threads in tiles of
+/// 256 vocabulary rows, each tile a one-thread dgemm of m × 256 × D: the bits of Z depend on
+/// (m, V, D), the values, the BLAS build and the kernel it picks for the CPU, not on the number of
+/// threads nor on how W is held.
+/// W is converted to doubles once (V × D) when that takes at most 1 GiB, else a panel at a time
+/// in every compute() (panel_rows rows, rounded up to a multiple of 256; 0: 256 MiB of doubles).
+///
+/// Products of bf16/fp16/fp32 values are exact in double, so the error of a logit is its sum's
+/// alone, in whatever order the BLAS adds: |Z_ij − X_i·W_j| ≤ γ_D·Σ_d |X_id||W_jd| (Higham,
+/// Accuracy and Stability, 2nd ed., §3.1, (3.4); docs/design.md, "Calibrated targets through fp64
+/// GEMM").
+class HeadLogits {
+ public:
+  /// Throws InputError when W is not a matrix, or panel_rows < 0.
+  explicit HeadLogits(const Tensor& W, std::int64_t panel_rows = 0);
+  /// Z (m × V, row-major, resized) = X (m × D, row-major) · Wᵀ.
+  void compute(const double* X, std::int64_t m, std::vector<double>& Z) const;
+  bool whole() const { return !whole_.empty(); }  ///< W held as doubles once
+
+ private:
+  const Tensor& W_;
+  std::int64_t V_, D_, panel_;
+  std::vector<double> whole_;
+  mutable std::vector<double> panel_buf_;
+};
+
 /// Linear head: H_id ~ N(0, 1), W_jd ~ N(0, sigma²/D) (so each logit is ≈ N(0, sigma²)), targets by
-/// mode (calibrated: from the softmax of the spec-transformed logits of the stored values).
-/// Generated in parallel (OpenMP) over rows. Throws InputError for N, V, D < 1 or sigma ≤ 0.
+/// mode (calibrated: from the softmax of the spec-transformed logits of the stored values, the
+/// logits from HeadLogits in blocks of rows of at most 1 GiB of logits). Generated in parallel
+/// (OpenMP). progress, when given, hears (rows done, N) after every block of calibrated targets.
+/// Throws InputError for N, V, D < 1 or sigma ≤ 0.
+///
+/// The calibrated targets were drawn from fixed-order scalar dot products before the logits came
+/// from a GEMM. Both are within γ_D·Σ|h||w| of the exact logit, so a target can differ from the
+/// old code's only when its row's uniform falls within about 4γ_D·max_j Σ|h||w_j| (relative) of a
+/// cumulative sum of the softmax: 3e-10 at worst for llama3-8b's head (D = 4096, σ = 4), ~1e-15 as
+/// measured (docs/design.md, "Calibrated targets through fp64 GEMM").
 Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, double sigma,
                   std::uint64_t seed, TargetMode mode, const LossSpec& spec,
-                  const std::string& name = "head");
+                  const std::string& name = "head", const GenerationProgress& progress = {});
 
 /// Confident rows: a Gaussian head whose row i gets H_i ← H_i + c_i·W_{t_i} with c_i ≥ 0 chosen (by
 /// bisection, in double) so that p_target = p*_i, 1 − p*_i log-uniform in [1 − p_hi, 1 − p_lo]
 /// (default 0.9 … 0.9999); then rounded into dtype (p_target moves by the rounding, slightly). With
-/// a softcap p* may be out of reach; the row then gets the largest c tried.
+/// a softcap p* may be out of reach; the row then gets the largest c tried. The logits and their
+/// derivatives W_t·W_j come from HeadLogits; progress, when given, hears (rows done, N) after every
+/// block of rows.
 Problem make_confident_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype,
                             double sigma, std::uint64_t seed, const LossSpec& spec,
-                            double p_lo = 0.9, double p_hi = 0.9999);
+                            double p_lo = 0.9, double p_hi = 0.9999,
+                            const GenerationProgress& progress = {});
 
 /// Heavy-tailed logits (given): z = sigma·n/u^(1/alpha) (n normal, u uniform: a Pareto-tailed
 /// scale mixture), clamped to ±65504 (the fp16 limit) before rounding. Targets by mode.

@@ -16,13 +16,14 @@
 #include <cmath>
 #include <limits>
 
+#include "numerics/blas.hpp"
 #include "numerics/eft.hpp"
 #include "numerics/error.hpp"
-#include "reference/blas.hpp"
 #include "reference/row.hpp"
 
 extern "C" {
-// OpenBLAS only (weak: another BLAS links too): the thread count of its own pool.
+// OpenBLAS only (weak: another BLAS links too): its threading and the thread count of its pool.
+__attribute__((weak)) int openblas_get_parallel();  // 0 sequential, 1 pthreads, 2 OpenMP
 __attribute__((weak)) void openblas_set_num_threads(int);
 __attribute__((weak)) int openblas_get_num_threads();
 }
@@ -84,17 +85,24 @@ void load_panel(const Tensor& W, std::int64_t j0, std::int64_t n, std::int64_t D
   }
 }
 
-// The BLAS's own thread pool follows opt.threads while this tier runs (OpenBLAS only).
+// The BLAS's threads follow opt.threads while this tier runs, and the caller's settings are put
+// back: OpenBLAS's pthread build has its own pool (openblas_set_num_threads); its OpenMP build,
+// like other OpenMP BLAS, uses OpenMP's thread count at each call (omp_set_num_threads, restored).
 struct BlasThreads {
-  int saved = 0;
+  int saved_blas = 0, saved_omp = 0;
   explicit BlasThreads(int threads) {
-    if (openblas_set_num_threads && openblas_get_num_threads) {
-      saved = openblas_get_num_threads();
+    if (openblas_get_parallel && openblas_get_parallel() == 1 && openblas_set_num_threads &&
+        openblas_get_num_threads) {
+      saved_blas = openblas_get_num_threads();
       openblas_set_num_threads(threads);
+    } else if (omp_get_max_threads() != threads) {
+      saved_omp = omp_get_max_threads();
+      omp_set_num_threads(threads);
     }
   }
   ~BlasThreads() {
-    if (saved > 0) openblas_set_num_threads(saved);
+    if (saved_blas > 0) openblas_set_num_threads(saved_blas);
+    if (saved_omp > 0) omp_set_num_threads(saved_omp);
   }
   BlasThreads(const BlasThreads&) = delete;
   BlasThreads& operator=(const BlasThreads&) = delete;
@@ -341,11 +349,11 @@ double measure_dgemm_rate(ReferenceTier tier) {
     a[static_cast<std::size_t>(k)] = 1.0 + static_cast<double>(k % 7) / 8.0;
     b[static_cast<std::size_t>(k)] = 0.5 - static_cast<double>(k % 5) / 16.0;
   }
-  detail::dgemm_row_major(false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
+  dgemm_row_major(false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
   const int reps = 3;
   const auto t0 = std::chrono::steady_clock::now();
   for (int r = 0; r < reps; ++r)
-    detail::dgemm_row_major(false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
+    dgemm_row_major(false, false, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return 2.0 * n * n * n * reps / secs;
 }

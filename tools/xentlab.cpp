@@ -9,11 +9,11 @@
 
 #include "numerics/error.hpp"
 #include "numerics/version.hpp"
-#include "reference/blas.hpp"
+#include "numerics/blas.hpp"
 #include "tools/cli/commands.hpp"
 
 int main(int argc, char** argv) {
-  xentlab::detail::choose_blas_kernels(argv);  // fast fp64 GEMM kernels for the reference
+  xentlab::choose_blas_kernels(argv);  // fast fp64 GEMM kernels for the reference
   CLI::App app{"xentlab: how wrong is a cross-entropy kernel? Certified reference, audits, golden files."};
   app.set_version_flag("--version", std::string("xentlab ") + xentlab::kVersion);
   app.require_subcommand(1);

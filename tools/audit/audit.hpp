@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "reference/reference.hpp"
+#include "datasets/generators.hpp"
 #include "datasets/h5.hpp"
 #include "datasets/problem.hpp"
 #include "gpu/strategy.hpp"
@@ -36,11 +37,13 @@ struct AuditProblem {
 /// stories260K on its own sampled text, and calibrated, confident, offset, masked and
 /// all-options (softcap, label smoothing, z-loss, ignored rows) problems at V = 128256.
 /// `tokens` rows are generated per synthetic problem; `only` (names, empty = all) generates just
-/// those (a name not in the set is skipped: the caller reports it). Throws what the generators
-/// throw.
-std::vector<AuditProblem> default_problem_set(std::uint64_t seed, std::int64_t tokens = 16,
-                                              std::int64_t hidden = 64,
-                                              const std::vector<std::string>& only = {});
+/// those (a name not in the set is skipped: the caller reports it). progress_for, when given,
+/// makes the progress callback of each linear problem's generation from its name. Throws what the
+/// generators throw.
+std::vector<AuditProblem> default_problem_set(
+    std::uint64_t seed, std::int64_t tokens = 16, std::int64_t hidden = 64,
+    const std::vector<std::string>& only = {},
+    const std::function<GenerationProgress(const std::string&)>& progress_for = {});
 
 struct AuditConfig {
   std::vector<std::string> strategies;  ///< names; empty = every registered strategy

@@ -7,15 +7,19 @@
 
 namespace xentlab::audit {
 
-std::vector<AuditProblem> default_problem_set(std::uint64_t seed, std::int64_t tokens,
-                                              std::int64_t hidden,
-                                              const std::vector<std::string>& only) {
+std::vector<AuditProblem> default_problem_set(
+    std::uint64_t seed, std::int64_t tokens, std::int64_t hidden,
+    const std::vector<std::string>& only,
+    const std::function<GenerationProgress(const std::string&)>& progress_for) {
   constexpr std::int64_t kV = 128256;  // Llama-3's vocabulary
   std::vector<AuditProblem> set;
   // Generation is the slow part at large `tokens` (the calibrated targets need every row's
   // softmax): only the problems asked for are made.
   const auto want = [&](const char* name) {
     return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
+  };
+  const auto progress = [&](const char* name) {
+    return progress_for ? progress_for(name) : GenerationProgress{};
   };
   LossSpec mean;
   if (want("stories260k")) {
@@ -24,12 +28,15 @@ std::vector<AuditProblem> default_problem_set(std::uint64_t seed, std::int64_t t
   }
   if (want("calibrated")) {
     set.push_back({"calibrated", "Gaussian head, sigma=4, targets drawn from each row's softmax (a trained model's regime)",
-                   make_head(tokens, kV, hidden, DType::bf16, 4.0, seed, TargetMode::calibrated, mean, "calibrated"),
+                   make_head(tokens, kV, hidden, DType::bf16, 4.0, seed, TargetMode::calibrated,
+                             mean, "calibrated", progress("calibrated")),
                    mean});
   }
   if (want("confident")) {
     set.push_back({"confident", "rows with p_target in 0.9 .. 0.9999 (true-class gradient 1 - p_t cancels)",
-                   make_confident_head(tokens, kV, hidden, DType::bf16, 4.0, seed, mean), mean});
+                   make_confident_head(tokens, kV, hidden, DType::bf16, 4.0, seed, mean, 0.9, 0.9999,
+                                       progress("confident")),
+                   mean});
   }
   if (want("offset")) {
     set.push_back({"offset", "given logits N(0, 2^2) + 1000: rounding a stored logit costs u*|z|",
@@ -44,7 +51,8 @@ std::vector<AuditProblem> default_problem_set(std::uint64_t seed, std::int64_t t
   gemma.softcap = 30.0;
   gemma.label_smoothing = 0.1;
   gemma.z_loss = 1e-4;
-  Problem opt = make_head(tokens, kV, hidden, DType::bf16, 8.0, seed + 7, TargetMode::calibrated, gemma, "all-options");
+  Problem opt = make_head(tokens, kV, hidden, DType::bf16, 8.0, seed + 7, TargetMode::calibrated,
+                          gemma, "all-options", progress("all-options"));
   ignore_rows(opt, 0.25, seed, gemma.ignore_index);
   set.push_back({"all-options", "softcap 30, label smoothing 0.1, z-loss 1e-4, a quarter of the rows ignored, sigma=8",
                  std::move(opt), gemma});

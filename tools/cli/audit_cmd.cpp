@@ -179,7 +179,11 @@ int run_audit_command(const AuditArgs& a) {
   const auto datasets = split_commas(a.datasets);
   if (!wanted.empty() || datasets.empty()) {
     std::vector<audit::AuditProblem> all =
-        audit::default_problem_set(a.seed, a.tokens, a.hidden, wanted);
+        audit::default_problem_set(a.seed, a.tokens, a.hidden, wanted,
+                                   [&a](const std::string& name) {
+                                     return a.quiet ? GenerationProgress{}
+                                                    : progress_printer("generating " + name);
+                                   });
     for (auto& p : all)
       if (wanted.empty() || std::find(wanted.begin(), wanted.end(), p.name) != wanted.end())
         problems.push_back(std::move(p));
@@ -197,6 +201,7 @@ int run_audit_command(const AuditArgs& a) {
     if (a.tokens_given) params.N = a.tokens;
     if (a.hidden_given) params.D = a.hidden;
     if (a.vocab > 0) params.V = a.vocab;
+    if (!a.quiet) params.progress = progress_printer("generating " + d);
     DatasetInstance inst = load_dataset(d, params);
     problems.push_back({inst.source, inst.regime.empty() ? inst.generator : inst.regime,
                         std::move(inst.problem), inst.spec});

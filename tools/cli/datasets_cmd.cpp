@@ -6,6 +6,7 @@
 
 #include "datasets/catalog.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/reference_options.hpp"
 
 namespace xentlab::cli {
 namespace {
@@ -59,6 +60,7 @@ int run_datasets(const DatasetsArgs& a) {
   DatasetParams p;
   if (a.N > 0) p.N = a.N;
   p.seed = a.seed;
+  p.progress = progress_printer("generating " + a.make);
   const auto t0 = std::chrono::steady_clock::now();
   const DatasetInstance d = make_dataset(a.make, p);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

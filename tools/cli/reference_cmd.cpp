@@ -8,7 +8,7 @@
 
 #include "datasets/synthetic.hpp"
 #include "numerics/error.hpp"
-#include "reference/blas.hpp"
+#include "numerics/blas.hpp"
 #include "reference/oracle.hpp"
 #include "reference/reference.hpp"
 #include "tools/cli/commands.hpp"
@@ -68,7 +68,7 @@ int run_reference(const ReferenceArgs& a) {
                  ? ""
                  : fmt::format("; {:.3g} TFLOP/s on the 10·N·V·D of its five GEMMs",
                                gemm_flop / secs / 1e12));
-  if (r.tier == ReferenceTier::blas) fmt::print("blas     {}\n", detail::blas_description());
+  if (r.tier == ReferenceTier::blas) fmt::print("blas     {}\n", blas_description());
   if (r.tier != ReferenceTier::compensated) {
     const double ceiling = measure_dgemm_rate(r.tier);
     fmt::print("gemm     this {} tier's dgemm on a square product now: {:.3g} TFLOP/s; the reference "

@@ -1,9 +1,10 @@
 #pragma once
 // Row-major double GEMM on the system BLAS (the Fortran interface dgemm_, which every BLAS
-// exports: OpenBLAS, BLIS, the reference BLAS). Internal to reference/.
+// exports: OpenBLAS, BLIS, the reference BLAS). Used by reference/ (the BLAS tier) and datasets/
+// (the logits of calibrated targets); numerics/ links the BLAS.
 #include <cstdint>
 
-namespace xentlab::detail {
+namespace xentlab {
 
 /// C (m×n, leading dimension ldc) = alpha · op(A) · op(B) + beta · C, all row-major doubles;
 /// op(A) is m×k (A is m×k with lda, or k×m with lda when trans_a), op(B) is k×n (B is k×n with
@@ -26,4 +27,21 @@ void choose_blas_kernels(char** argv);
 /// "unknown BLAS".
 const char* blas_description();
 
-}  // namespace xentlab::detail
+/// While alive, every BLAS call runs on its calling thread alone, so that the threads of an OpenMP
+/// parallel region may each call dgemm_row_major on their own part of a product (each entry then
+/// comes from a one-thread GEMM of the same shape whatever the number of threads). OpenBLAS's
+/// OpenMP build does so inside a parallel region by itself; its pthread build is set to one thread
+/// here and set back on destruction; any other BLAS is left as it is (the reference BLAS has no
+/// threads). Create it outside the parallel region.
+class BlasOneThreadPerCall {
+ public:
+  BlasOneThreadPerCall();
+  ~BlasOneThreadPerCall();
+  BlasOneThreadPerCall(const BlasOneThreadPerCall&) = delete;
+  BlasOneThreadPerCall& operator=(const BlasOneThreadPerCall&) = delete;
+
+ private:
+  int saved_ = 0;  ///< the pthread build's thread count to restore (0: nothing changed)
+};
+
+}  // namespace xentlab

@@ -1,10 +1,11 @@
-#include "reference/blas.hpp"
+#include "numerics/blas.hpp"
 
 #include <fmt/format.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include <unistd.h>
 
@@ -18,9 +19,12 @@ void dgemm_(const char* transa, const char* transb, const int* m, const int* n, 
 // OpenBLAS only; declared weak so that another BLAS links too.
 __attribute__((weak)) char* openblas_get_config();
 __attribute__((weak)) char* openblas_get_corename();
+__attribute__((weak)) int openblas_get_parallel();  // 0 sequential, 1 pthreads, 2 OpenMP
+__attribute__((weak)) void openblas_set_num_threads(int);
+__attribute__((weak)) int openblas_get_num_threads();
 }
 
-namespace xentlab::detail {
+namespace xentlab {
 namespace {
 
 int blas_int(std::int64_t v, const char* what) {
@@ -76,4 +80,16 @@ const char* blas_description() {
   return "unknown BLAS";
 }
 
-}  // namespace xentlab::detail
+BlasOneThreadPerCall::BlasOneThreadPerCall() {
+  if (openblas_get_parallel && openblas_set_num_threads && openblas_get_num_threads &&
+      openblas_get_parallel() == 1) {
+    saved_ = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+  }
+}
+
+BlasOneThreadPerCall::~BlasOneThreadPerCall() {
+  if (saved_ > 0) openblas_set_num_threads(saved_);
+}
+
+}  // namespace xentlab
