@@ -6,8 +6,10 @@
 #include <cmath>
 #include <ctime>
 #include <limits>
+#include <optional>
 
 #include "datasets/atomic_file.hpp"
+#include "datasets/generators.hpp"
 #include "datasets/h5.hpp"
 #include "numerics/error.hpp"
 #include "numerics/version.hpp"
@@ -41,8 +43,8 @@ double transform(double r, const LossSpec& spec) {
 
 // Per sampled row: the (transformed) target logit, max_j |x_j| and (1/V)Σ_j |x_j| over finite
 // entries, and for linear problems scale·max_j (Σ_d |H_id||W_jd| + |b_j|) — the covariates that
-// numerics/bounds.hpp needs beyond the reference's own. Logits of linear problems are double sums
-// of exact products (relative error ≈ D·2^-53, immaterial for a covariate of a bound).
+// numerics/bounds.hpp needs beyond the reference's own. Logits of linear problems are fp64 GEMMs
+// of exact products (relative error ≤ γ_D·Σ|h||w|, immaterial for a covariate of a bound).
 struct RowCovariates {
   std::vector<double> target_logit, max_abs_logit, mean_abs_logit, gemm_abs;
 };
@@ -55,39 +57,49 @@ RowCovariates row_covariates(const Problem& pb, const LossSpec& spec,
   c.max_abs_logit.assign(static_cast<std::size_t>(S), 0.0);
   c.mean_abs_logit.assign(static_cast<std::size_t>(S), 0.0);
   if (pb.is_linear()) c.gemm_abs.assign(static_cast<std::size_t>(S), 0.0);
-  const std::int64_t block = 32;
-  std::vector<double> raw, absd, X;
+  // Linear problems: the logits and Σ_d |H_id||W_jd| as fp64 GEMMs (HeadLogits) of H and W, and
+  // of |H| and |W|, in blocks of at most 2^27 logits (1 GiB).
+  std::optional<Tensor> abs_w;
+  std::optional<HeadLogits> z_of, abs_of;
+  if (pb.is_linear()) {
+    abs_w.emplace(pb.W.dtype(), pb.W.shape(), "|W|");
+    std::vector<double> row(static_cast<std::size_t>(D));
+    for (std::int64_t j = 0; j < V; ++j) {
+      pb.W.read(j * D, D, row.data());
+      for (std::int64_t d = 0; d < D; ++d) abs_w->set(j * D + d, std::fabs(row[static_cast<std::size_t>(d)]));
+    }
+    z_of.emplace(pb.W);
+    abs_of.emplace(*abs_w);
+  }
+  const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t{1} << 27) / V);
+  std::vector<double> raw, absd, X, AX;
   for (std::int64_t q0 = 0; q0 < S; q0 += block) {
     const std::int64_t m = std::min(block, S - q0);
-    raw.assign(static_cast<std::size_t>(m * V), 0.0);
-    absd.assign(static_cast<std::size_t>(m * V), 0.0);
     if (pb.is_linear()) {
       X.resize(static_cast<std::size_t>(m * D));
+      AX.resize(X.size());
       for (std::int64_t r = 0; r < m; ++r)
         pb.H.read(rows[static_cast<std::size_t>(q0 + r)] * D, D, X.data() + r * D);
-#pragma omp parallel
-      {
-        std::vector<double> w(static_cast<std::size_t>(D));
-#pragma omp for schedule(static)
+      for (std::size_t k = 0; k < X.size(); ++k) AX[k] = std::fabs(X[k]);
+      z_of->compute(X.data(), m, raw);
+      abs_of->compute(AX.data(), m, absd);
+      if (pb.bias) {
+#pragma omp parallel for schedule(static)
         for (std::int64_t j = 0; j < V; ++j) {
-          pb.W.read(j * D, D, w.data());
-          const double b = pb.bias ? pb.bias->get(j) : 0.0;
+          const double b = pb.bias->get(j);
           for (std::int64_t r = 0; r < m; ++r) {
-            double s = 0, a = 0;
-            for (std::int64_t d = 0; d < D; ++d) {
-              s += X[static_cast<std::size_t>(r * D + d)] * w[static_cast<std::size_t>(d)];
-              a += std::fabs(X[static_cast<std::size_t>(r * D + d)] *
-                             w[static_cast<std::size_t>(d)]);
-            }
-            raw[static_cast<std::size_t>(r * V + j)] = b == -kInf ? -kInf : s + b;
-            absd[static_cast<std::size_t>(r * V + j)] = a + (b == -kInf ? 0.0 : std::fabs(b));
+            const auto k = static_cast<std::size_t>(r * V + j);
+            raw[k] = b == -kInf ? -kInf : raw[k] + b;
+            absd[k] = absd[k] + (b == -kInf ? 0.0 : std::fabs(b));
           }
         }
       }
     } else {
+      raw.resize(static_cast<std::size_t>(m * V));
       for (std::int64_t r = 0; r < m; ++r)
         pb.logits.read(rows[static_cast<std::size_t>(q0 + r)] * V, V, raw.data() + r * V);
     }
+#pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < m; ++r) {
       const std::size_t q = static_cast<std::size_t>(q0 + r);
       const std::int64_t t = pb.targets[static_cast<std::size_t>(rows[q])];
