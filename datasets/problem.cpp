@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "numerics/error.hpp"
 
@@ -14,37 +16,47 @@ bool special16(std::uint16_t b, DType dt) {
   return dt == DType::bf16 ? (b & 0x7F80) == 0x7F80 : (b & 0x7C00) == 0x7C00;
 }
 
-void check_finite(const Tensor& t, bool allow_neg_inf, const std::string& what) {
+// The first flat index whose value is not allowed (NaN, +inf, and −inf unless allowed), or n.
+// Chunks are scanned in parallel; the smallest offending index wins, as in a sequential scan.
+std::int64_t first_nonfinite(const Tensor& t, bool allow_neg_inf) {
   const std::int64_t n = t.numel();
-  if (t.dtype() == DType::bf16 || t.dtype() == DType::fp16) {
-    // Fast scan of the bit patterns; decode only the special ones.
-    const auto* b = static_cast<const std::uint16_t*>(t.data());
-    std::int64_t bad = -1;
-    for (std::int64_t k = 0; k < n; ++k) {
-      if (special16(b[k], t.dtype()) && !(allow_neg_inf && t.get(k) == -HUGE_VAL)) {
-        bad = k;
-        break;
+  constexpr std::int64_t kChunk = std::int64_t{1} << 16;
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::int64_t bad = n;
+  const bool half = t.dtype() == DType::bf16 || t.dtype() == DType::fp16;
+  const auto* b = static_cast<const std::uint16_t*>(t.data());
+#pragma omp parallel for schedule(static) reduction(min : bad)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::int64_t first = c * kChunk, last = std::min(n, first + kChunk);
+    if (half) {
+      // Fast scan of the bit patterns; decode only the special ones.
+      for (std::int64_t k = first; k < last; ++k)
+        if (special16(b[k], t.dtype()) && !(allow_neg_inf && t.get(k) == -HUGE_VAL)) {
+          bad = std::min(bad, k);
+          break;
+        }
+    } else {
+      std::vector<double> buf(static_cast<std::size_t>(last - first));
+      t.read(first, last - first, buf.data());
+      for (std::int64_t k = first; k < last; ++k) {
+        const double v = buf[static_cast<std::size_t>(k - first)];
+        if (std::isnan(v) || (std::isinf(v) && (v > 0 || !allow_neg_inf))) {
+          bad = std::min(bad, k);
+          break;
+        }
       }
     }
-    if (bad >= 0)
-      throw InputError(fmt::format("{} holds a non-finite value {} at flat index {}{}", what,
-                                   t.get(bad), bad,
-                                   allow_neg_inf ? " (only -inf is allowed, as a mask)"
-                                                 : " (must be finite)"));
-    return;
   }
-  std::vector<double> buf(4096);
-  for (std::int64_t first = 0; first < n; first += 4096) {
-    const std::int64_t k = std::min<std::int64_t>(4096, n - first);
-    t.read(first, k, buf.data());
-    for (std::int64_t j = 0; j < k; ++j) {
-      const double v = buf[static_cast<std::size_t>(j)];
-      if (std::isnan(v) || (std::isinf(v) && (v > 0 || !allow_neg_inf)))
-        throw InputError(fmt::format("{} holds a non-finite value {} at flat index {}{}", what, v,
-                                     first + j, allow_neg_inf ? " (only -inf is allowed, as a mask)"
-                                                              : " (must be finite)"));
-    }
-  }
+  return bad;
+}
+
+void check_finite(const Tensor& t, bool allow_neg_inf, const std::string& what) {
+  const std::int64_t bad = first_nonfinite(t, allow_neg_inf);
+  if (bad < t.numel())
+    throw InputError(fmt::format("{} holds a non-finite value {} at flat index {}{}", what,
+                                 t.get(bad), bad,
+                                 allow_neg_inf ? " (only -inf is allowed, as a mask)"
+                                               : " (must be finite)"));
 }
 
 }  // namespace

@@ -43,6 +43,19 @@ TEST(ReferenceInput, ZeroAndNegativeSizes) {
                "D >= 1");
 }
 
+// The scan for non-finite values runs over chunks in parallel; it must still name the first
+// offending element, whichever chunk finishes first.
+TEST(ReferenceInput, NonFiniteScanNamesTheFirstElement) {
+  for (DType dt : {DType::fp32, DType::bf16}) {
+    Tensor W(dt, {1000, 300});  // 300000 elements: several scan chunks
+    W.set(250001, std::nan(""));
+    W.set(70003, HUGE_VAL);
+    W.set(299999, -HUGE_VAL);
+    Tensor H(dt, {2, 300});
+    expect_error([&] { Problem::linear(H, W, std::nullopt, {0, 1}); }, "flat index 70003");
+  }
+}
+
 TEST(ReferenceInput, NonFiniteInputs) {
   for (DType dt : {DType::fp32, DType::bf16, DType::fp16}) {
     Tensor H(dt, {2, 4}), W(dt, {3, 4});
