@@ -67,11 +67,11 @@ class HeadLogits {
 /// (OpenMP). progress, when given, hears (rows done, N) after every block of calibrated targets.
 /// Throws InputError for N, V, D < 1 or sigma ≤ 0.
 ///
-/// The calibrated targets were drawn from fixed-order scalar dot products before the logits came
-/// from a GEMM. Both are within γ_D·Σ|h||w| of the exact logit, so a target can differ from the
-/// old code's only when its row's uniform falls within about 4γ_D·max_j Σ|h||w_j| (relative) of a
-/// cumulative sum of the softmax: 3e-10 at worst for llama3-8b's head (D = 4096, σ = 4), ~1e-15 as
-/// measured (docs/design.md, "Calibrated targets through fp64 GEMM").
+/// A GEMM's logits are within γ_D·Σ|h||w| of the exact ones, so another summation order (another
+/// BLAS, kernel or block shape) can change a target only when its row's uniform falls within
+/// about 4γ_D·max_j Σ|h||w_j| (relative) of a cumulative sum of the softmax: 3e-10 at worst for
+/// llama3-8b's head (D = 4096, σ = 4), ~1e-15 as measured (docs/design.md, "Calibrated targets
+/// through fp64 GEMM").
 Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, double sigma,
                   std::uint64_t seed, TargetMode mode, const LossSpec& spec,
                   const std::string& name = "head", const GenerationProgress& progress = {});

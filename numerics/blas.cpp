@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
 
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "numerics/error.hpp"
@@ -69,10 +71,19 @@ void choose_blas_kernels(char** argv) {
   else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     want = "Haswell";
   if (!want) return;
-  // OpenBLAS reads OPENBLAS_CORETYPE when it is loaded, before main: start again with it set.
+  // OpenBLAS reads OPENBLAS_CORETYPE when it is loaded, before main: start again with it set —
+  // only when /proc/self/exe is the program itself (not a loader it was started through).
+  char self[4096] = {}, named[4096] = {};
+  const char* execfn = reinterpret_cast<const char*>(getauxval(AT_EXECFN));
+  if (!execfn || !realpath("/proc/self/exe", self) || !realpath(execfn, named) ||
+      std::strcmp(self, named) != 0)
+    return;
   setenv("OPENBLAS_CORETYPE", want, 1);
   setenv("XENTLAB_BLAS_CHOSEN", "1", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: go on with the library's choice
+  execv("/proc/self/exe", argv);
+  // execv returned: it failed. Go on with the library's choice, leaving no trace for children.
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("XENTLAB_BLAS_CHOSEN");
 }
 
 const char* blas_description() {

@@ -39,6 +39,14 @@ auto sz(std::int64_t n) { return static_cast<std::size_t>(n); }
 // An upper bound of a sum of n non-negative doubles from its computed value (any order).
 double sum_upper(double computed, double n) { return computed * (1.0 + 2 * eft::gamma_n(n + 2)); }
 
+// ‖x‖₂ rounded up from a computed Σx² (itself rounded up), or +inf when the sum is so small that
+// squares of tiny terms may have underflowed (below 2^-900 the terms lost to underflow, at most
+// n·2^-1022 with n < 2^37, are no longer negligible against the slack): the caller's min() then
+// takes its other form of the bound.
+double norm_from_squares(double sum_sq) {
+  return sum_sq >= 0x1p-900 ? std::sqrt(sum_sq) * (1.0 + 2 * kU) : kInf;
+}
+
 // Column maxima and sums of squares of |T| over the given rows (all rows when rows is empty).
 struct ColumnStats {
   std::vector<double> max_abs, norm;  // (cols) norm rounded up
@@ -149,9 +157,9 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   const BlasThreads blas_threads(threads);
   allocate_outputs(res, opt.want_dz, want_dH);
   if (want_dW) {
-    res.dW.assign(sz(J * D), 0.0);
+    res.dW.resize(sz(J * D));  // HostArrays: zero when freshly allocated
     res.dW_bound.resize(sz(J * D));
-    res.dW_cond.assign(sz(J * D), 0.0);
+    res.dW_cond.resize(sz(J * D));
   }
   std::vector<eft::CompensatedSum> db_acc(want_db ? sz(J) : 0);
   std::vector<double> db_bnd(want_db ? sz(J) : 0, 0.0), db_abs(want_db ? sz(J) : 0, 0.0);
@@ -295,7 +303,7 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
       const double g = eft::gamma_n(static_cast<double>(V + 2));
 #pragma omp parallel for schedule(static) num_threads(threads)
       for (std::int64_t q = 0; q < m; ++q) {
-        const double s1 = row_gb[sz(q)], s2 = std::sqrt(row_gb2[sz(q)]) * (1.0 + 2 * kU);
+        const double s1 = row_gb[sz(q)], s2 = norm_from_squares(row_gb2[sz(q)]);
         for (std::int64_t d = 0; d < D; ++d) {
           const std::size_t k = sz(q * D + d);
           const double cond = dHc[k] * (1.0 + 2 * g);
@@ -313,7 +321,7 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (std::int64_t jj = 0; jj < J; ++jj) {
       const double s1 = sum_upper(col_gb[sz(jj)], static_cast<double>(S));
-      const double s2 = std::sqrt(sum_upper(col_gb2[sz(jj)], static_cast<double>(S))) * (1.0 + 2 * kU);
+      const double s2 = norm_from_squares(sum_upper(col_gb2[sz(jj)], static_cast<double>(S)));
       for (std::int64_t d = 0; d < D; ++d) {
         const std::size_t k = sz(jj * D + d);
         const double cond = res.dW_cond[k] * (1.0 + 2 * g);

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <stdexcept>
 
 #include "numerics/error.hpp"
@@ -214,7 +215,7 @@ __global__ void __launch_bounds__(kRowThreads) row_kernel(
   }
   auto merge = [&](eft::CompensatedSum mine) -> double {
     __syncthreads();
-    sh_c[tid] = mine;
+    new (&sh_c[tid]) eft::CompensatedSum(mine);
     __syncthreads();
     for (int st = blockDim.x / 2; st > 0; st >>= 1) {
       if (tid < st) sh_c[tid].add(sh_c[tid + st]);
@@ -300,7 +301,11 @@ __global__ void grad_bound_kernel(std::int64_t rows, std::int64_t D, double g, c
        i += std::int64_t(gridDim.x) * blockDim.x) {
     const std::int64_t q = i / D, d = i % D;
     const double c = cond[i] * (1.0 + 2 * g);
-    const double a1 = s1[q] * s_up, a2 = ::sqrt(s2[q] * s_up) * (1.0 + 2 * detail::kRefU);
+    // The Cauchy–Schwarz form only where no square can have underflowed (blas_tier.cpp,
+    // norm_from_squares); else the other form alone.
+    const double sq = s2[q] * s_up;
+    const double a1 = s1[q] * s_up,
+                 a2 = sq >= 0x1p-900 ? ::sqrt(sq) * (1.0 + 2 * detail::kRefU) : hd::inf();
     cond[i] = c;
     bound[i] = ::fmin(a1 * colmax[d], a2 * colnorm[d]) + g * c;
   }
@@ -474,7 +479,8 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   const double host_need = 8.0 * (12.0 * S + (opt.want_dz ? 2.0 * S * V : 0.0) +
                                   (want_dH ? 3.0 * S * D : 0.0) + (want_dW ? 3.0 * J * D : 0.0) +
                                   (want_db ? 4.0 * J : 0.0) + 2.0 * V + 4.0 * D) +
-                           sizeof(RowOut) * 4096.0;
+                           2.0 * HostCopier::kPiece +
+                           (sizeof(RowOut) + 2.0 * 8 + 16.0 * D) * std::min<double>(S, 8192);
   const std::string what = fmt::format("the cuda reference of {} rows × V={} × D={}{}", S, V, D,
                                        want_dW ? fmt::format(" with dW of {} rows", J) : "");
   check_memory(host_need, budget, budget_given, what + " (host outputs)");
@@ -486,8 +492,10 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
                                   (want_dW ? 2.0 * J * D : 0.0) + 6.0 * J + 3.0 * V + 3.0 * D) +
                            2.0 * std::max(pb.W.nbytes(), static_cast<std::size_t>(1)) / 2.0 +
                            sizeof(eft::CompensatedSum) * double(J);
+  // Per token row: R, |dz|, δdz (V each); H, |H|, dH, its bound and condition (D each) and the
+  // raw H row; the row scalars.
   const double dev_row = 8.0 * (static_cast<double>(V) * (backward || opt.want_dz ? 3 : 1) +
-                                3.0 * D + 8.0 + (want_dW && !all_vocab ? 2.0 * J : 0.0)) +
+                                6.0 * D + 8.0 + (want_dW && !all_vocab ? 2.0 * J : 0.0)) +
                          sizeof(RowOut);
   if (dev_fixed + dev_row > dev_budget)
     throw InputError(fmt::format(

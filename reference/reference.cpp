@@ -245,16 +245,32 @@ void allocate_outputs(ReferenceResult& res, bool want_dz, bool want_dH) {
 }
 
 std::int64_t available_memory_bytes() {
+  std::int64_t avail = -1;
   if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
     char line[256];
     long long kb = -1;
     while (std::fgets(line, sizeof line, f))
       if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
     std::fclose(f);
-    if (kb > 0) return static_cast<std::int64_t>(kb) * 1024;
+    if (kb > 0) avail = static_cast<std::int64_t>(kb) * 1024;
   }
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : std::int64_t{8} << 30;
+  if (avail < 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    avail = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : std::int64_t{8} << 30;
+  }
+  // A container's memory limit (cgroup v2) can be far below what the machine has.
+  auto read_number = [](const char* path) -> long long {
+    long long v = -1;
+    if (std::FILE* f = std::fopen(path, "r")) {
+      if (std::fscanf(f, "%lld", &v) != 1) v = -1;  // "max": no limit
+      std::fclose(f);
+    }
+    return v;
+  };
+  const long long limit = read_number("/sys/fs/cgroup/memory.max");
+  const long long used = read_number("/sys/fs/cgroup/memory.current");
+  if (limit > 0 && used >= 0) avail = std::min<std::int64_t>(avail, std::max(0LL, limit - used));
+  return avail;
 }
 
 void check_memory(double needed, std::int64_t budget, bool budget_given, const std::string& what) {
@@ -267,12 +283,16 @@ void check_memory(double needed, std::int64_t budget, bool budget_given, const s
       budget_given ? "as given" : "the memory available now"));
 }
 
+double norm_margin(std::int64_t n) {
+  // The sum of n squares is rounded n times and its square root once: 1 + γ_{n+2} covers both;
+  // 2γ_{n+2}, and at least 1e-12, is taken.
+  return 1.0 + std::max(1e-12, 2 * eft::gamma_n(static_cast<double>(n + 2)));
+}
+
 std::vector<double> row_norms_upper(const Tensor& T, std::int64_t rows, std::int64_t cols,
                                     int threads) {
   std::vector<double> out(static_cast<std::size_t>(rows));
-  // The sum of squares is rounded cols times and the square root once: a relative factor
-  // 1 + γ_{cols+2} covers both (with γ ≥ 1e-12 kept as the margin used before).
-  const double up = 1.0 + std::max(1e-12, 2 * eft::gamma_n(static_cast<double>(cols + 2)));
+  const double up = norm_margin(cols);
 #pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
   {
     std::vector<double> w(static_cast<std::size_t>(cols));
@@ -419,7 +439,7 @@ void compensated_tier(const Problem& pb, const LossSpec& sp, const ReferenceOpti
           pb.H.read(i * D, D, hbuf.data());
           double ss = 0;
           for (std::int64_t d = 0; d < D; ++d) ss += hbuf[sz(d)] * hbuf[sz(d)];
-          h_norm = std::sqrt(ss) * (1.0 + 1e-12);
+          h_norm = std::sqrt(ss) * detail::norm_margin(D);
           if (keep_block) std::copy(hbuf.begin(), hbuf.end(), blk_h.begin() + (q - b0) * D);
         }
         row_logits(cx, i, hbuf.data(), h_norm, wbuf, z.data(), zb.data(), ch.data(), chb.data());

@@ -68,6 +68,9 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
 /// cuBLAS DGEMM's rate on 8192² (flop/s); throws where there is no cuda tier.
 double cuda_dgemm_rate();
 
+/// The relative factor that turns a computed ‖x‖₂ of n terms into an upper bound.
+double norm_margin(std::int64_t n);
+
 /// ‖row r‖₂ of a (rows × cols) tensor for every row, rounded up (a rigorous upper bound).
 std::vector<double> row_norms_upper(const Tensor& T, std::int64_t rows, std::int64_t cols,
                                     int threads);

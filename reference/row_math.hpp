@@ -41,6 +41,16 @@ XL_HD inline double ref_log1p(double x) { return ::log1p(x); }
 XL_HD inline void transform_logit(const LossSpec& sp, double r, double rb, double& z, double& zb,
                                   double& chain, double& chain_b) {
   constexpr double kU = kRefU, kLibm = kRefLibm;
+  if (r == -hd::inf()) {
+    // A masked logit is exact: −inf, or −c under the softcap (tanh(−inf) = −1), whose derivative
+    // with respect to the raw logit is exactly 0. (The general formulas below would give
+    // 0·inf = NaN bounds here.)
+    z = sp.softcap > 0.0 ? -sp.softcap : r;
+    zb = 0.0;
+    chain = sp.softcap > 0.0 ? 0.0 : sp.logit_scale;
+    chain_b = 0.0;
+    return;
+  }
   double v = r, vb = rb, ch = 1.0, chb = 0.0;
   if (sp.logit_scale != 1.0) {
     v = sp.logit_scale * r;

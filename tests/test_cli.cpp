@@ -347,3 +347,43 @@ TEST_F(PlotScript, EveryPlotTheScriptMayWriteIsRefusedByAudit) {
 
 }  // namespace
 }  // namespace xentlab
+
+namespace xentlab {
+namespace {
+
+// The reference options of reference, golden and audit: a nonsense tier or budget is refused
+// naming the option; a budget too small for the problem is refused before any work, naming the
+// bytes it needs, and golden leaves no file behind.
+TEST(ReferenceOptionsProgram, BadTierAndBudgetAreRefused) {
+  const std::string ref = "reference -N 8 -V 100 -D 8 --oracle-rows 0 ";
+  testing::expect_exit_2_naming({
+      {ref + "--reference fast", "--reference: unknown reference tier 'fast'"},
+      {ref + "--memory-budget 12Q", "--memory-budget: memory size '12Q'"},
+      {ref + "--memory-budget -1", "--memory-budget: memory size '-1'"},
+      {ref + "--memory-budget 1K", "needs 48208 bytes"},
+      {"golden --dataset gaussian -N 8 -V 100 -D 8 --out " + ::testing::TempDir() +
+           "xl-never-golden.h5 --reference x",
+       "--reference: unknown reference tier 'x'"},
+      {"audit --problems stories260k --reference blas --memory-budget nan --out " +
+           ::testing::TempDir() + "xl-never-audit.h5",
+       "--memory-budget: memory size 'nan'"},
+  });
+  const Ran ok = testing::xentlab(ref + "--reference compensated --memory-budget 12GB");
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("tier compensated"), std::string::npos) << ok.output;
+}
+
+TEST(ReferenceOptionsProgram, GoldenOverTheBudgetWritesNothing) {
+  const std::string dir = ::testing::TempDir() + "xl-golden-budget";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const Ran r = testing::xentlab("golden --dataset gaussian -N 8 -V 2000 -D 16 --memory-budget 64K --out " +
+                                 dir + "/g.h5");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("of memory but the budget is 65536 bytes"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "files left in " << dir;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace xentlab

@@ -107,6 +107,44 @@ TEST(ReferenceTiers, RefusedOverTheBudgetBeforeAnyWork) {
   EXPECT_NO_THROW(compute_reference(p, LossSpec{}, o));
 }
 
+// Scaling the upstream gradient by 2^-500 scales dz, its bounds and dH exactly; the bound of dH
+// may not shrink faster (squares of the tiny dz bounds underflow: the bound must not lose the
+// propagated term on that account).
+TEST(ReferenceTiers, TinyUpstreamGradientKeepsItsBounds) {
+  const Problem p = make_gaussian_linear(6, 300, 12, DType::bf16, 4.0, 13);
+  LossSpec s;
+  s.reduction = Reduction::none;
+  ReferenceOptions o;
+  o.tier = ReferenceTier::blas;
+  o.upstream.assign(6, 1.0);
+  const ReferenceResult one = compute_reference(p, s, o);
+  const double scale = std::ldexp(1.0, -500);
+  o.upstream.assign(6, scale);
+  const ReferenceResult tiny = compute_reference(p, s, o);
+  for (std::size_t k = 0; k < one.dH.size(); ++k) {
+    ASSERT_EQ(tiny.dH[k], one.dH[k] * scale) << k;  // exact: a power-of-two scale
+    EXPECT_GE(tiny.dH_bound[k], one.dH_bound[k] * scale) << k;
+  }
+  for (std::size_t k = 0; k < one.dW.size(); ++k)
+    EXPECT_GE(tiny.dW_bound[k], one.dW_bound[k] * scale) << k;
+}
+
+// HostArray: a large resize (the huge-page path) and a small one read as zeros, and the values
+// written are kept through a reallocation.
+TEST(ReferenceTiers, HostArrayGrowsWithZeros) {
+  HostArray<double> big;
+  big.resize(std::size_t{3} << 20);  // 24 MiB
+  std::size_t nonzero = 0;
+  for (double x : big) nonzero += x != 0.0;
+  EXPECT_EQ(nonzero, 0u);
+  big[12345] = 2.5;
+  big.resize(big.size() * 2);
+  EXPECT_EQ(big[12345], 2.5);
+  EXPECT_EQ(big.back(), 0.0);
+  HostArray<double> small(100);
+  for (double x : small) EXPECT_EQ(x, 0.0);
+}
+
 TEST(ReferenceTiers, TierNames) {
   for (ReferenceTier t : {ReferenceTier::automatic, ReferenceTier::compensated,
                           ReferenceTier::blas, ReferenceTier::cuda})

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "numerics/error.hpp"
+#include "tools/bench/bench_report.hpp"
 
 namespace xentlab::cli {
 
@@ -17,8 +18,9 @@ void add_reference_options(CLI::App* cmd, ReferenceChoice& choice) {
                   "(tightest bounds, small problems), blas (fp64 GEMM on the system BLAS), cuda")
       ->capture_default_str();
   cmd->add_option("--memory-budget", choice.memory_budget,
-                  "memory the reference may use, in bytes or with K/M/G/T (default: the memory "
-                  "available now); a problem that needs more is refused before any work");
+                  "memory the reference may use: bytes, or with a unit as for bench (K/M/G/T and "
+                  "KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000); default or 0: the "
+                  "memory available now. A problem that needs more is refused before any work");
 }
 
 void apply_reference_choice(const ReferenceChoice& choice, ReferenceOptions& options) {
@@ -28,28 +30,11 @@ void apply_reference_choice(const ReferenceChoice& choice, ReferenceOptions& opt
     throw InputError(fmt::format("--reference: {}", e.what()));
   }
   if (choice.memory_budget.empty()) return;
-  const std::string& s = choice.memory_budget;
-  std::size_t used = 0;
-  double v = 0;
   try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
+    options.max_bytes = bench::parse_bytes(choice.memory_budget);  // 0: the available memory
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("--memory-budget: {}", e.what()));
   }
-  double scale = 1;
-  std::string suffix = s.substr(used);
-  if (suffix == "K" || suffix == "KiB") scale = 1024.0;
-  else if (suffix == "M" || suffix == "MiB") scale = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (suffix == "T" || suffix == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (!suffix.empty()) used = 0;
-  const double bytes = v * scale;
-  if (used == 0 || !std::isfinite(bytes) || bytes < 1 || bytes > 9.0e18)
-    throw InputError(fmt::format(
-        "--memory-budget '{}': expected a positive number of bytes, optionally with K, M, G or T "
-        "(powers of 1024), e.g. 12G",
-        s));
-  options.max_bytes = static_cast<std::int64_t>(bytes);
 }
 
 std::function<void(std::int64_t, std::int64_t)> progress_printer(std::string what) {

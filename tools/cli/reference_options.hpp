@@ -13,7 +13,7 @@ namespace xentlab::cli {
 
 struct ReferenceChoice {
   std::string tier = "auto";        ///< auto, compensated, blas, cuda
-  std::string memory_budget;        ///< bytes, or with a K/M/G/T suffix (powers of 1024); "" = available
+  std::string memory_budget;        ///< as bench's parse_bytes ("12G", "12GB"); "" or 0 = available
 };
 
 /// Adds --reference and --memory-budget to a subcommand.

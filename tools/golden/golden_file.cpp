@@ -44,7 +44,7 @@ double transform(double r, const LossSpec& spec) {
 // Per sampled row: the (transformed) target logit, max_j |x_j| and (1/V)Σ_j |x_j| over finite
 // entries, and for linear problems scale·max_j (Σ_d |H_id||W_jd| + |b_j|) — the covariates that
 // numerics/bounds.hpp needs beyond the reference's own. Logits of linear problems are fp64 GEMMs
-// of exact products (relative error ≤ γ_D·Σ|h||w|, immaterial for a covariate of a bound).
+// of exact products (absolute error ≤ γ_D·Σ|h||w|, immaterial for a covariate of a bound).
 struct RowCovariates {
   std::vector<double> target_logit, max_abs_logit, mean_abs_logit, gemm_abs;
 };
@@ -63,11 +63,14 @@ RowCovariates row_covariates(const Problem& pb, const LossSpec& spec,
   std::optional<HeadLogits> z_of, abs_of;
   if (pb.is_linear()) {
     abs_w.emplace(pb.W.dtype(), pb.W.shape(), "|W|");
-    std::vector<double> row(static_cast<std::size_t>(D));
-    for (std::int64_t j = 0; j < V; ++j) {
-      pb.W.read(j * D, D, row.data());
-      for (std::int64_t d = 0; d < D; ++d) abs_w->set(j * D + d, std::fabs(row[static_cast<std::size_t>(d)]));
-    }
+    // |x| clears the sign bit of the stored pattern (fp32, fp16, bf16): exact.
+    const auto n = static_cast<std::int64_t>(pb.W.nbytes());
+    const auto* from = static_cast<const unsigned char*>(pb.W.data());
+    auto* to = static_cast<unsigned char*>(abs_w->data());
+    const auto width = static_cast<std::int64_t>(pb.W.nbytes() / static_cast<std::size_t>(pb.W.numel()));
+#pragma omp parallel for schedule(static)
+    for (std::int64_t k = 0; k < n; ++k)
+      to[k] = (k % width == width - 1) ? static_cast<unsigned char>(from[k] & 0x7F) : from[k];
     z_of.emplace(pb.W);
     abs_of.emplace(*abs_w);
   }
@@ -204,8 +207,10 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   opt.want_dH = linear && o.gradients;
   opt.want_dW = opt.want_db = linear && o.gradients && !partial;
   opt.want_dz = o.gradients && (!linear || opt.want_db) && S * pb.V <= o.max_dz_elements;
+  // The covariates first: their buffers (|W|, blocks of logits) are freed before the reference
+  // plans its memory.
+  const RowCovariates cov = row_covariates(pb, spec, opt.token_rows);
   const ReferenceResult r = compute_reference(pb, spec, opt);
-  const RowCovariates cov = row_covariates(pb, spec, r.token_rows);
   const std::int64_t J = static_cast<std::int64_t>(r.vocab_rows.size());
 
   GoldenSummary sum;
