@@ -52,9 +52,13 @@ void dgemm_row_major(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
 }
 
 void choose_blas_kernels(char** argv) {
-  if (!openblas_get_corename || std::getenv("OPENBLAS_CORETYPE") ||
-      std::getenv("XENTLAB_BLAS_CHOSEN"))
+  if (std::getenv("XENTLAB_BLAS_CHOSEN")) {
+    // The restarted process: OpenBLAS has read the variable; the programs it starts must not.
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("XENTLAB_BLAS_CHOSEN");
     return;
+  }
+  if (!openblas_get_corename || std::getenv("OPENBLAS_CORETYPE")) return;
   // OpenBLAS's DYNAMIC_ARCH reads the processor's model number; on a model it does not know
   // (new processors, or a virtual machine that masks the model) it falls back to its oldest
   // kernel set, Prescott (SSE3): 3 GFLOP/s a core in fp64 where the AVX-512 kernels give 40
@@ -80,7 +84,7 @@ void choose_blas_kernels(char** argv) {
     return;
   setenv("OPENBLAS_CORETYPE", want, 1);
   setenv("XENTLAB_BLAS_CHOSEN", "1", 1);
-  execv("/proc/self/exe", argv);
+  execv(self, argv);  // the resolved path: the process keeps its name (ps, pgrep)
   // execv returned: it failed. Go on with the library's choice, leaving no trace for children.
   unsetenv("OPENBLAS_CORETYPE");
   unsetenv("XENTLAB_BLAS_CHOSEN");

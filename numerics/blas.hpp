@@ -17,10 +17,11 @@ void dgemm_row_major(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
                      std::int64_t ldb, double beta, double* C, std::int64_t ldc);
 
 /// Where OpenBLAS fell back to its oldest kernels on a processor it does not recognise, starts
-/// the program again (execv of /proc/self/exe with argv) with OPENBLAS_CORETYPE naming the kernels
-/// that the processor's instruction sets allow (SkylakeX for AVX-512, Haswell for AVX2 + FMA). Does
-/// nothing with another BLAS, when OPENBLAS_CORETYPE is set, or after one restart. Call first in
-/// main, before any thread starts.
+/// the program again (execv of its own resolved path with argv) with OPENBLAS_CORETYPE naming the
+/// kernels that the processor's instruction sets allow (SkylakeX for AVX-512, Haswell for AVX2 +
+/// FMA); the restarted program removes both variables it set, so that the programs it starts see
+/// the environment as it was. Does nothing with another BLAS, when the user set OPENBLAS_CORETYPE,
+/// or when started through the dynamic loader. Call first in main, before any thread starts.
 void choose_blas_kernels(char** argv);
 
 /// The BLAS library's name and version as it reports them (e.g. "OpenBLAS 0.3.21 …"), or

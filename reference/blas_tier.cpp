@@ -118,6 +118,20 @@ struct BlasThreads {
 
 }  // namespace
 
+BlasPlanTerms blas_plan_terms(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
+                              const ReferenceOptions& opt, int threads) {
+  const bool want_dH = opt.want_dH, want_dW = opt.want_dW, want_db = opt.want_db;
+  const bool backward = want_dH || want_dW || want_db;
+  BlasPlanTerms t;
+  t.fixed = 8.0 * (12.0 * S + (opt.want_dz ? 2.0 * S * V : 0.0) + (want_dH ? 3.0 * S * D : 0.0) +
+                   (want_dW ? 3.0 * J * D : 0.0) + (want_db ? 4.0 * J : 0.0) + 2.0 * J + V + 6.0 * D +
+                   threads * (6.0 * V + 3.0 * D));
+  t.per_row = 8.0 * (static_cast<double>(V) * (backward ? 3 : 1) + 2.0 * D + 2.0 +
+                     (want_dW && J < V ? 2.0 * J : 0.0));
+  t.min_panel = 16.0 * static_cast<double>(std::min<std::int64_t>(64, V)) * D;
+  return t;
+}
+
 void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& opt,
                ReferenceResult& res, std::int64_t budget, bool budget_given) {
   const std::int64_t V = pb.V, D = pb.D;
@@ -129,30 +143,30 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
 
   // ---- memory plan: outputs and accumulators, one W panel, then as many token rows as fit.
-  const double fixed =
-      8.0 * (12.0 * S + (opt.want_dz ? 2.0 * S * V : 0.0) + (want_dH ? 3.0 * S * D : 0.0) +
-             (want_dW ? 3.0 * J * D : 0.0) + (want_db ? 4.0 * J : 0.0) + 2.0 * J + V + 6.0 * D +
-             threads * (6.0 * V + 3.0 * D));
-  // Panels of W: 64 MiB of W and |W| as doubles, or a quarter of the budget when that is less.
-  const std::int64_t panel_bytes_max = std::min<std::int64_t>(std::int64_t{64} << 20, budget / 4);
-  std::int64_t panel = opt.panel_rows > 0
-                           ? std::min(opt.panel_rows, V)
-                           : std::min(V, std::max<std::int64_t>(64, panel_bytes_max / (16 * D)));
-  const double panel_bytes = 16.0 * static_cast<double>(panel) * D;
-  const double per_row = 8.0 * (static_cast<double>(V) * (backward ? 3 : 1) + 2.0 * D + 2.0 +
-                                (want_dW && !all_vocab ? 2.0 * J : 0.0));
+  const BlasPlanTerms terms = blas_plan_terms(S, V, D, J, opt, threads);
+  const double fixed = terms.fixed, per_row = terms.per_row;
   const std::string what = fmt::format("the BLAS reference of {} rows × V={} × D={}{}", S, V, D,
                                        want_dW ? fmt::format(" with dW of {} rows", J) : "");
-  check_memory(fixed + panel_bytes + per_row, budget, budget_given, what + " (one token row a block)");
-  const auto fit = static_cast<std::int64_t>((static_cast<double>(budget) - fixed - panel_bytes) /
-                                             per_row);
+  // The least it can run with: one token row a block and panels of 64 rows of W (and |W|) as
+  // doubles. The message names that figure, whatever the budget.
+  check_memory(terms.minimum(), budget, budget_given, what);
+  // Panels of at most 64 MiB, from what is left after one token row; then the largest block.
+  const double spare = static_cast<double>(budget) - fixed - per_row;
+  const double panel_budget = std::min<double>(64.0 * (1 << 20), spare / 2);
+  const std::int64_t panel =
+      opt.panel_rows > 0 ? std::min(opt.panel_rows, V)
+                         : std::clamp<std::int64_t>(static_cast<std::int64_t>(panel_budget / (16.0 * D)),
+                                                    std::min<std::int64_t>(64, V), V);
+  const double panel_bytes = 16.0 * static_cast<double>(panel) * D;
+  const auto fit = std::max<std::int64_t>(
+      1, static_cast<std::int64_t>((static_cast<double>(budget) - fixed - panel_bytes) / per_row));
   // At least eight blocks once there are rows enough (progress, and a bounded block buffer);
   // each block converts W to doubles twice, 2·V·D conversions against 10·m·V·D flops.
   const std::int64_t steps = std::max<std::int64_t>(128, (S + 7) / 8);
-  std::int64_t block = opt.block_rows > 0 ? std::min(opt.block_rows, S)
-                                          : std::min<std::int64_t>({S, fit, steps, 4096});
+  const std::int64_t block = opt.block_rows > 0 ? std::min(opt.block_rows, S)
+                                                : std::min<std::int64_t>({S, fit, steps, 4096});
   check_memory(fixed + panel_bytes + per_row * static_cast<double>(block), budget, budget_given,
-               fmt::format("{} ({} token rows a block)", what, block));
+               fmt::format("{} ({} token rows a block, panels of {} rows)", what, block, panel));
 
   const BlasThreads blas_threads(threads);
   allocate_outputs(res, opt.want_dz, want_dH);

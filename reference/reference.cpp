@@ -22,6 +22,8 @@ namespace {
 
 using detail::RowStats;
 using detail::RowSums;
+double compensated_need(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
+                        const ReferenceOptions& opt, bool want_dH, bool want_dW, bool want_db);
 constexpr double kU = detail::kRefU;  // unit roundoff of double
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -277,10 +279,10 @@ void check_memory(double needed, std::int64_t budget, bool budget_given, const s
   if (needed <= static_cast<double>(budget)) return;
   throw InputError(fmt::format(
       "{} needs {:.0f} bytes ({:.2f} GiB) of memory but the budget is {} bytes ({:.2f} GiB, {}): "
-      "sample token rows (--rows) or vocabulary rows (--vocab-rows), or give a larger "
-      "--memory-budget on a machine that has it",
+      "compute fewer token or vocabulary rows (--rows, --vocab-rows of golden and audit; a "
+      "smaller problem), or give a larger --memory-budget on a machine that has it",
       what, needed, needed / double(1 << 30), budget, budget / double(1 << 30),
-      budget_given ? "as given" : "the memory available now"));
+      budget_given ? "as given" : "90 % of the memory available now"));
 }
 
 double norm_margin(std::int64_t n) {
@@ -308,6 +310,36 @@ std::vector<double> row_norms_upper(const Tensor& T, std::int64_t rows, std::int
 }
 
 }  // namespace detail
+
+void check_reference_fits(std::int64_t N, std::int64_t V, std::int64_t D,
+                          const ReferenceOptions& opt) {
+  if (N < 1 || V < 1 || D < 0) return;  // the problem's own validation names these
+  std::string why;
+  if (opt.tier == ReferenceTier::cuda && !cuda_reference_available(&why))
+    throw InputError("the cuda reference tier is not available: " + why);
+  const bool budget_given = opt.max_bytes > 0;
+  const std::int64_t budget =
+      budget_given ? opt.max_bytes
+                   : static_cast<std::int64_t>(0.9 * static_cast<double>(detail::available_memory_bytes()));
+  const auto S = opt.token_rows.empty() ? N : static_cast<std::int64_t>(opt.token_rows.size());
+  const auto J = opt.vocab_rows.empty() ? V : static_cast<std::int64_t>(opt.vocab_rows.size());
+  const bool linear = D > 0;
+  ReferenceTier tier = opt.tier;
+  if (!linear) tier = ReferenceTier::compensated;
+  else if (tier == ReferenceTier::automatic)
+    tier = cuda_reference_available() ? ReferenceTier::cuda : ReferenceTier::blas;
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  if (tier == ReferenceTier::compensated)
+    detail::check_memory(compensated_need(S, V, D, J, opt, linear && opt.want_dH,
+                                          linear && opt.want_dW, linear && opt.want_db),
+                         budget, budget_given,
+                         fmt::format("the compensated reference of {} rows × V={} × D={}", S, V, D));
+  else if (tier == ReferenceTier::blas)
+    detail::check_memory(detail::blas_plan_terms(S, V, D, J, opt, threads).minimum(), budget,
+                         budget_given,
+                         fmt::format("the BLAS reference of {} rows × V={} × D={}{}", S, V, D,
+                                     opt.want_dW ? fmt::format(" with dW of {} rows", J) : ""));
+}
 
 std::string_view to_string(ReferenceTier tier) {
   switch (tier) {
@@ -514,6 +546,17 @@ void compensated_tier(const Problem& pb, const LossSpec& sp, const ReferenceOpti
 
 }
 
+// Dot2 accumulators (4 doubles per dW/dH element), outputs, the dz block (≤ 512 MiB), the
+// per-thread rows.
+double compensated_need(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
+                        const ReferenceOptions& opt, bool want_dH, bool want_dW, bool want_db) {
+  const double threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  return 8.0 * (12.0 * S + (want_dW ? 7.0 * J * D : 0.0) + (want_db ? 4.0 * J : 0) +
+                (opt.want_dz ? 2.0 * S * V : 0.0) + (want_dH ? 3.0 * S * D : 0.0) +
+                threads * (9.0 * V + 6.0 * D)) +
+         (want_dW || want_db ? std::min(16.0 * S * V, 512.0 * (1 << 20)) : 0.0);
+}
+
 // Reduced loss: Sum2 over rows of g-weighted (none) or plain (sum/mean) losses.
 void finish_reduced_loss(const Problem& pb, const LossSpec& sp, ReferenceResult& res) {
   const auto S = static_cast<std::int64_t>(res.token_rows.size());
@@ -595,7 +638,11 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
     throw InputError(fmt::format("block_rows and panel_rows must be >= 0 (0 = automatic), got {} and {}",
                                  opt.block_rows, opt.panel_rows));
   const bool budget_given = opt.max_bytes > 0;
-  const std::int64_t budget = budget_given ? opt.max_bytes : detail::available_memory_bytes();
+  // Without a budget: 90 % of the memory available now, a margin for what other processes
+  // allocate while the reference runs.
+  const std::int64_t budget =
+      budget_given ? opt.max_bytes
+                   : static_cast<std::int64_t>(0.9 * static_cast<double>(detail::available_memory_bytes()));
   ReferenceTier tier = opt.tier;
   if (!linear) {
     tier = ReferenceTier::compensated;  // no GEMM: the row work is the whole computation
@@ -609,14 +656,8 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
   res.tier = tier;
 
   if (tier == ReferenceTier::compensated) {
-    // Dot2 accumulators (4 doubles per dW/dH element), outputs, the dz block (≤ 512 MiB), the
-    // per-thread rows.
-    const double threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
-    const double need = 8.0 * (12.0 * S + (want_dW ? 7.0 * J * D : 0.0) + (want_db ? 4.0 * J : 0) +
-                               (opt.want_dz ? 2.0 * S * V : 0.0) + (want_dH ? 3.0 * S * D : 0.0) +
-                               threads * (9.0 * V + 6.0 * D)) +
-                        (want_dW || want_db ? std::min(16.0 * S * V, 512.0 * (1 << 20)) : 0.0);
-    detail::check_memory(need, budget, budget_given,
+    detail::check_memory(compensated_need(S, V, D, J, opt, want_dH, want_dW, want_db), budget,
+                         budget_given,
                          fmt::format("the compensated reference of {} rows × V={} × D={}", S, V, D));
     compensated_tier(pb, sp, opt, res);
   } else if (tier == ReferenceTier::blas) {

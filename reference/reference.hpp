@@ -63,8 +63,8 @@ struct ReferenceOptions {
   /// Called from the calling thread after each block of rows: (rows done, rows total).
   std::function<void(std::int64_t, std::int64_t)> progress;
   /// Memory budget in bytes for the reference's working set (outputs, accumulators, blocks);
-  /// 0 = the machine's available memory (MemAvailable), or the GPU's free memory for the cuda
-  /// tier's device part. A problem that needs more is refused before any work (InputError
+  /// 0 = 90 % of the memory available now (MemAvailable, or a cgroup's limit), and the GPU's free
+  /// memory for the cuda tier's device part. A problem that needs more is refused before any work (InputError
   /// naming the bytes it needs), never cut short.
   std::int64_t max_bytes = 0;
   /// Which tier computes: logits problems (no GEMM) always use compensated.
@@ -114,6 +114,12 @@ struct ReferenceResult {
 /// bytes needed), or tier cuda where this build or machine has none.
 ReferenceResult compute_reference(const Problem& problem, const LossSpec& spec,
                                   const ReferenceOptions& options = {});
+
+/// Refuses, before a problem of N tokens × V × D (D = 0: a logits problem) is even generated,
+/// what compute_reference with these options would refuse for want of memory or of a CUDA
+/// device (InputError with the same message). Checks nothing else.
+void check_reference_fits(std::int64_t N, std::int64_t V, std::int64_t D,
+                          const ReferenceOptions& options);
 
 /// Sorted, unique random subset of [0, n) of size min(k, n), from a seeded generator
 /// (std::mt19937_64). Used to sample token and vocabulary rows reproducibly.

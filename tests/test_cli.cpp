@@ -368,9 +368,24 @@ TEST(ReferenceOptionsProgram, BadTierAndBudgetAreRefused) {
            ::testing::TempDir() + "xl-never-audit.h5",
        "--memory-budget: memory size 'nan'"},
   });
+  // The figure a refusal names is enough: the budget it names runs.
+  const Ran just = testing::xentlab(ref + "--memory-budget 48208");
+  EXPECT_EQ(just.status, 0) << just.output;
   const Ran ok = testing::xentlab(ref + "--reference compensated --memory-budget 12GB");
   EXPECT_EQ(ok.status, 0) << ok.output;
   EXPECT_NE(ok.output.find("tier compensated"), std::string::npos) << ok.output;
+}
+
+// A reference refused for want of memory ends the audit with the reference's message (it is not
+// a "not supported" run), and the reference command refuses a size before generating it (the
+// 10^8-token problem would take minutes to generate).
+TEST(ReferenceOptionsProgram, RefusalsComeFirstAndSayWhy) {
+  testing::expect_exit_2_naming({
+      {"audit --problems stories260k,calibrated --tokens 16 -q --memory-budget 1M --out " +
+           ::testing::TempDir() + "xl-never-audit2.h5",
+       "of memory but the budget is 1048576 bytes"},
+      {"reference -N 100000000 --memory-budget 1G", "needs 163254856720 bytes"},
+  });
 }
 
 TEST(ReferenceOptionsProgram, GoldenOverTheBudgetWritesNothing) {

@@ -37,9 +37,21 @@ else
 fi
 
 if [ "${1:-}" = "--python" ]; then
+  # Only the plots (`audit --plots`) and the example scripts need these: a failure here is a
+  # warning, never the end of the main job. Debian's own python3 takes Debian's packages (pip is
+  # refused there: PEP 668); another python3 (pyenv, a virtual environment) takes PyPI's.
   py=${PYTHON:-python3}
   if ! "$py" -c 'import h5py, numpy, matplotlib' 2>/dev/null; then
-    echo "setup: installing h5py numpy matplotlib from PyPI"
-    "$py" -m pip install -q h5py numpy matplotlib
+    if [ "$(command -v "$py")" = /usr/bin/python3 ]; then
+      echo "setup: installing python3-h5py python3-numpy python3-matplotlib (Debian packages)"
+      as_root apt-get update -qq || true
+      DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends \
+        python3-h5py python3-numpy python3-matplotlib || true
+    else
+      echo "setup: installing h5py numpy matplotlib from PyPI for $py"
+      "$py" -m pip install -q h5py numpy matplotlib || true
+    fi
+    "$py" -c 'import h5py, numpy, matplotlib' 2>/dev/null ||
+      echo "setup: warning: $py cannot import h5py, numpy and matplotlib; audit --plots and the example scripts will not run (the rest does)" >&2
   fi
 fi

@@ -34,8 +34,21 @@ struct Prepared {
   std::vector<std::int64_t> orig_rows;
 };
 
+// The problem has no version in an input dtype (e.g. fp32 values beyond fp16's range): its runs
+// of that dtype are not-supported. Any other InputError (a reference refused over its memory
+// budget, a tier not available) ends the audit with its own message.
+struct NoInputVersion : InputError {
+  using InputError::InputError;
+};
+
 Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
-  Prepared p{with_input_dtype(ap.problem, input, ap.spec.ignore_index), {}, {}};
+  Problem converted;
+  try {
+    converted = with_input_dtype(ap.problem, input, ap.spec.ignore_index);
+  } catch (const InputError& e) {
+    throw NoInputVersion(e.what());
+  }
+  Prepared p{std::move(converted), {}, {}};
   const std::int64_t rows = ap.rows >= 0 ? ap.rows : cfg.rows;
   if (rows > 0 && rows < p.problem.N) {
     p.orig_rows = sample_rows(p.problem.N, rows, cfg.seed);
@@ -126,7 +139,7 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
       std::optional<Prepared> prepared;
       try {
         prepared.emplace(prepare(ap, input, cfg));
-      } catch (const InputError& e) {
+      } catch (const NoInputVersion& e) {
         // E.g. fp32 inputs beyond fp16's range: the problem has no fp16 version. Every run of
         // this input dtype is not-supported, with the reason; the other dtypes go on.
         for (const Recipe& recipe : recipes) {

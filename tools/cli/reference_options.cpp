@@ -29,6 +29,9 @@ void apply_reference_choice(const ReferenceChoice& choice, ReferenceOptions& opt
   } catch (const InputError& e) {
     throw InputError(fmt::format("--reference: {}", e.what()));
   }
+  std::string why;
+  if (options.tier == ReferenceTier::cuda && !cuda_reference_available(&why))
+    throw InputError("--reference cuda: the cuda reference tier is not available: " + why);
   if (choice.memory_budget.empty()) return;
   try {
     options.max_bytes = bench::parse_bytes(choice.memory_budget);  // 0: the available memory
