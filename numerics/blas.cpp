@@ -1,15 +1,14 @@
 #include "numerics/blas.hpp"
 
 #include <fmt/format.h>
+#include <sys/auxv.h>
+#include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
-
-#include <sys/auxv.h>
-#include <unistd.h>
 
 #include "numerics/error.hpp"
 
@@ -31,9 +30,10 @@ namespace {
 
 int blas_int(std::int64_t v, const char* what) {
   if (v < 0 || v > std::numeric_limits<int>::max())
-    throw InputError(fmt::format("BLAS {} = {} does not fit a 32-bit integer (at most {}): the "
-                                 "dimension is too large for the system BLAS",
-                                 what, v, std::numeric_limits<int>::max()));
+    throw InputError(
+        fmt::format("BLAS {} = {} does not fit a 32-bit integer (at most {}): the "
+                    "dimension is too large for the system BLAS",
+                    what, v, std::numeric_limits<int>::max()));
   return static_cast<int>(v);
 }
 

@@ -34,10 +34,14 @@ namespace {
 constexpr double kU = kRefU;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-auto sz(std::int64_t n) { return static_cast<std::size_t>(n); }
+auto sz(std::int64_t n) {
+  return static_cast<std::size_t>(n);
+}
 
 // An upper bound of a sum of n non-negative doubles from its computed value (any order).
-double sum_upper(double computed, double n) { return computed * (1.0 + 2 * eft::gamma_n(n + 2)); }
+double sum_upper(double computed, double n) {
+  return computed * (1.0 + 2 * eft::gamma_n(n + 2));
+}
 
 // ‖x‖₂ rounded up from a computed Σx² (itself rounded up), or +inf when the sum is so small that
 // squares of tiny terms may have underflowed (below 2^-900 the terms lost to underflow, at most
@@ -77,8 +81,8 @@ ColumnStats column_stats(const Tensor& T, std::int64_t cols, const std::vector<s
   }
   cs.norm.resize(sz(cols));
   for (std::int64_t d = 0; d < cols; ++d)
-    cs.norm[sz(d)] = std::sqrt(sum_upper(sq[sz(d)], static_cast<double>(n_rows + threads))) *
-                     (1.0 + 2 * kU);
+    cs.norm[sz(d)] =
+        std::sqrt(sum_upper(sq[sz(d)], static_cast<double>(n_rows + threads))) * (1.0 + 2 * kU);
   return cs;
 }
 
@@ -124,8 +128,8 @@ BlasPlanTerms blas_plan_terms(std::int64_t S, std::int64_t V, std::int64_t D, st
   const bool backward = want_dH || want_dW || want_db;
   BlasPlanTerms t;
   t.fixed = 8.0 * (12.0 * S + (opt.want_dz ? 2.0 * S * V : 0.0) + (want_dH ? 3.0 * S * D : 0.0) +
-                   (want_dW ? 3.0 * J * D : 0.0) + (want_db ? 4.0 * J : 0.0) + 2.0 * J + V + 6.0 * D +
-                   threads * (6.0 * V + 3.0 * D));
+                   (want_dW ? 3.0 * J * D : 0.0) + (want_db ? 4.0 * J : 0.0) + 2.0 * J + V +
+                   6.0 * D + threads * (6.0 * V + 3.0 * D));
   t.per_row = 8.0 * (static_cast<double>(V) * (backward ? 3 : 1) + 2.0 * D + 2.0 +
                      (want_dW && J < V ? 2.0 * J : 0.0));
   t.min_panel = 16.0 * static_cast<double>(std::min<std::int64_t>(64, V)) * D;
@@ -154,9 +158,10 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   const double spare = static_cast<double>(budget) - fixed - per_row;
   const double panel_budget = std::min<double>(64.0 * (1 << 20), spare / 2);
   const std::int64_t panel =
-      opt.panel_rows > 0 ? std::min(opt.panel_rows, V)
-                         : std::clamp<std::int64_t>(static_cast<std::int64_t>(panel_budget / (16.0 * D)),
-                                                    std::min<std::int64_t>(64, V), V);
+      opt.panel_rows > 0
+          ? std::min(opt.panel_rows, V)
+          : std::clamp<std::int64_t>(static_cast<std::int64_t>(panel_budget / (16.0 * D)),
+                                     std::min<std::int64_t>(64, V), V);
   const double panel_bytes = 16.0 * static_cast<double>(panel) * D;
   const auto fit = std::max<std::int64_t>(
       1, static_cast<std::int64_t>((static_cast<double>(budget) - fixed - panel_bytes) / per_row));
@@ -210,7 +215,8 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
     for (std::int64_t j0 = 0; j0 < V; j0 += panel) {
       const std::int64_t nb = std::min(panel, V - j0);
       load_panel(pb.W, j0, nb, D, Wp.data(), nullptr, threads);
-      dgemm_row_major(false, true, m, nb, D, 1.0, Hb.data(), D, Wp.data(), D, 0.0, R.data() + j0, V);
+      dgemm_row_major(false, true, m, nb, D, 1.0, Hb.data(), D, Wp.data(), D, 0.0, R.data() + j0,
+                      V);
     }
 
     // The row work: bounds of the raw logits, then the compensated tier's row arithmetic.
@@ -238,8 +244,8 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
         }
         transform_logits(sp, V, z, zb.data(), ch.data(), chb.data());
         double ops = 1.0, omp_t = 0.0;
-        const RowStats st = row_forward(sp, V, valid ? t : -1, valid, z, zb.data(), e.data(), ops,
-                                        omp_t);
+        const RowStats st =
+            row_forward(sp, V, valid ? t : -1, valid, z, zb.data(), e.data(), ops, omp_t);
         const double gs = row_grad_scale(sp, res.n_valid, opt.upstream, i, valid);
         store_row_outputs(res, row, st, gs);
         double* gb = backward ? GB.data() + q * V : gbuf.data();
@@ -296,7 +302,8 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
           load_panel(pb.W, j0, nb, D, Wp.data(), AWp.data(), threads);
           const double beta = j0 == 0 ? 0.0 : 1.0;
           dgemm_row_major(false, false, m, D, nb, 1.0, R.data() + j0, V, Wp.data(), D, beta, dH, D);
-          dgemm_row_major(false, false, m, D, nb, 1.0, A.data() + j0, V, AWp.data(), D, beta, dHc, D);
+          dgemm_row_major(false, false, m, D, nb, 1.0, A.data() + j0, V, AWp.data(), D, beta, dHc,
+                          D);
         }
         if (want_dW && all_vocab) {
           dgemm_row_major(true, false, nb, D, m, 1.0, R.data() + j0, V, Hb.data(), D, 1.0,
@@ -307,7 +314,8 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
       }
     }
     if (want_dW && !all_vocab) {
-      dgemm_row_major(true, false, J, D, m, 1.0, DZJ.data(), J, Hb.data(), D, 1.0, res.dW.data(), D);
+      dgemm_row_major(true, false, J, D, m, 1.0, DZJ.data(), J, Hb.data(), D, 1.0, res.dW.data(),
+                      D);
       dgemm_row_major(true, false, J, D, m, 1.0, ADZJ.data(), J, AHb.data(), D, 1.0,
                       res.dW_cond.data(), D);
     }
@@ -345,16 +353,7 @@ void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
       }
     }
   }
-  if (want_db) {
-    res.db.resize(sz(J));
-    res.db_bound.resize(sz(J));
-    const double g2 = eft::gamma_n(static_cast<double>(S)) * eft::gamma_n(static_cast<double>(S));
-    for (std::int64_t jj = 0; jj < J; ++jj) {
-      const double v = db_acc[sz(jj)].value();
-      res.db[sz(jj)] = v;
-      res.db_bound[sz(jj)] = db_bnd[sz(jj)] + kU * std::fabs(v) + g2 * db_abs[sz(jj)];
-    }
-  }
+  if (want_db) finish_db(db_acc, db_bnd, db_abs, S, res);
 }
 
 }  // namespace xentlab::detail
@@ -366,7 +365,8 @@ double measure_dgemm_rate(ReferenceTier tier) {
   if (tier != ReferenceTier::blas)
     throw InputError("measure_dgemm_rate: only the blas and cuda tiers run GEMMs");
   const std::int64_t n = 2048;
-  std::vector<double> a(static_cast<std::size_t>(n * n)), b(static_cast<std::size_t>(n * n)), c(static_cast<std::size_t>(n * n));
+  std::vector<double> a(static_cast<std::size_t>(n * n)), b(static_cast<std::size_t>(n * n)),
+      c(static_cast<std::size_t>(n * n));
   for (std::int64_t k = 0; k < n * n; ++k) {
     a[static_cast<std::size_t>(k)] = 1.0 + static_cast<double>(k % 7) / 8.0;
     b[static_cast<std::size_t>(k)] = 0.5 - static_cast<double>(k % 5) / 16.0;

@@ -14,9 +14,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -78,9 +78,10 @@ void dgemm(cublasHandle_t h, bool ta, bool tb, std::int64_t m, std::int64_t n, s
   if (m == 0 || n == 0) return;
   for (std::int64_t v : {m, n, k, lda, ldb, ldc})
     if (v > std::numeric_limits<int>::max())
-      throw InputError(fmt::format("cuda reference: GEMM dimension {} does not fit cuBLAS's 32-bit "
-                                   "integers",
-                                   v));
+      throw InputError(
+          fmt::format("cuda reference: GEMM dimension {} does not fit cuBLAS's 32-bit "
+                      "integers",
+                      v));
   check(cublasDgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(n),
                     int(m), int(k), &alpha, B, int(ldb), A, int(lda), &beta, C, int(ldc)),
         "cublasDgemm");
@@ -120,9 +121,10 @@ constexpr int kRowThreads = 512;
 
 // One token row per block: raw logits (R) → z and bounds → reductions → RowStats → dz (written
 // over R), δdz (GB), |dz| (A), Σδdz and Σδdz² of the row.
-__global__ void __launch_bounds__(kRowThreads) row_kernel(
-    RowParams P, double* R, double* A, double* GB, const double* bias, const double* w_norm,
-    const double* h_norm, const std::int64_t* targets, const double* gscale, RowOut* out) {
+__global__ void __launch_bounds__(kRowThreads)
+    row_kernel(RowParams P, double* R, double* A, double* GB, const double* bias,
+               const double* w_norm, const double* h_norm, const std::int64_t* targets,
+               const double* gscale, RowOut* out) {
   using detail::kRefLibm;
   using detail::kRefU;
   const std::int64_t q = blockIdx.x;
@@ -146,7 +148,8 @@ __global__ void __launch_bounds__(kRowThreads) row_kernel(
   __shared__ double sh_d2[kRowThreads];
   __shared__ std::int64_t sh_k[kRowThreads];
   // Raw storage: CompensatedSum has default member initialisers, which __shared__ does not take.
-  __shared__ alignas(eft::CompensatedSum) unsigned char sh_c_raw[kRowThreads * sizeof(eft::CompensatedSum)];
+  __shared__ alignas(
+      eft::CompensatedSum) unsigned char sh_c_raw[kRowThreads * sizeof(eft::CompensatedSum)];
   auto* sh_c = reinterpret_cast<eft::CompensatedSum*>(sh_c_raw);
   __shared__ detail::RowSums sums;
   __shared__ detail::GradRow grow;
@@ -203,7 +206,9 @@ __global__ void __launch_bounds__(kRowThreads) row_kernel(
     double z, zb, ch, chb;
     logit(j, z, zb, ch, chb);
     if (want_gap) gap.add(a - z);
-    if (j == t) sums.z_t = z, sums.zb_t = zb, sums.e_t = (j == k) ? 1.0 : (z == -hd::inf() ? 0.0 : detail::ref_exp(-(a - z)));
+    if (j == t)
+      sums.z_t = z, sums.zb_t = zb,
+      sums.e_t = (j == k) ? 1.0 : (z == -hd::inf() ? 0.0 : detail::ref_exp(-(a - z)));
     if (j == k || z == -hd::inf()) continue;
     const double g = a - z;
     const double ej = detail::ref_exp(-g);
@@ -390,7 +395,8 @@ void column_stats_host(const Tensor& T, std::int64_t cols, const std::vector<std
   const int threads = omp_get_max_threads();
 #pragma omp parallel
   {
-    std::vector<double> m(static_cast<std::size_t>(cols), 0.0), s(static_cast<std::size_t>(cols), 0.0), row(static_cast<std::size_t>(cols));
+    std::vector<double> m(static_cast<std::size_t>(cols), 0.0),
+        s(static_cast<std::size_t>(cols), 0.0), row(static_cast<std::size_t>(cols));
 #pragma omp for schedule(static)
     for (std::int64_t q = 0; q < n_rows; ++q) {
       T.read((rows.empty() ? q : rows[static_cast<std::size_t>(q)]) * cols, cols, row.data());
@@ -402,29 +408,36 @@ void column_stats_host(const Tensor& T, std::int64_t cols, const std::vector<std
     }
 #pragma omp critical
     for (std::int64_t d = 0; d < cols; ++d) {
-      mx[static_cast<std::size_t>(d)] = std::max(mx[static_cast<std::size_t>(d)], m[static_cast<std::size_t>(d)]);
+      mx[static_cast<std::size_t>(d)] =
+          std::max(mx[static_cast<std::size_t>(d)], m[static_cast<std::size_t>(d)]);
       sq[static_cast<std::size_t>(d)] += s[static_cast<std::size_t>(d)];
     }
   }
   nrm.resize(static_cast<std::size_t>(cols));
   const double up = 1.0 + 2 * eft::gamma_n(double(n_rows + threads + 2));
   for (std::int64_t d = 0; d < cols; ++d)
-    nrm[static_cast<std::size_t>(d)] = std::sqrt(sq[static_cast<std::size_t>(d)] * up) * (1.0 + 2 * detail::kRefU);
+    nrm[static_cast<std::size_t>(d)] =
+        std::sqrt(sq[static_cast<std::size_t>(d)] * up) * (1.0 + 2 * detail::kRefU);
 }
 
 int dtype_code(DType t) {
   switch (t) {
-    case DType::fp32: return 0;
-    case DType::fp16: return 1;
-    case DType::bf16: return 2;
-    default: throw InputError("cuda reference: H/W must be fp32, fp16 or bf16");
+    case DType::fp32:
+      return 0;
+    case DType::fp16:
+      return 1;
+    case DType::bf16:
+      return 2;
+    default:
+      throw InputError("cuda reference: H/W must be fp32, fp16 or bf16");
   }
 }
 
 template <class T>
 DeviceArray<T> upload(const std::vector<T>& v, const char* what) {
   DeviceArray<T> d(v.size(), what);
-  if (!v.empty()) check(cudaMemcpy(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), what);
+  if (!v.empty())
+    check(cudaMemcpy(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), what);
   return d;
 }
 
@@ -447,7 +460,8 @@ namespace detail {
 
 double cuda_dgemm_rate() {
   std::string why;
-  if (!cuda_reference_available(&why)) throw InputError("the cuda reference tier is not available: " + why);
+  if (!cuda_reference_available(&why))
+    throw InputError("the cuda reference tier is not available: " + why);
   const std::int64_t n = 8192;
   DeviceArray<double> a(static_cast<std::size_t>(n * n), "a"), b(a.n, "b"), c(a.n, "c");
   std::vector<double> h(a.n);
@@ -459,7 +473,8 @@ double cuda_dgemm_rate() {
   check(cudaDeviceSynchronize(), "warm-up");
   const int reps = 5;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < reps; ++r) dgemm(cb.h, false, false, n, n, n, 1.0, a.p, n, b.p, n, 0.0, c.p, n);
+  for (int r = 0; r < reps; ++r)
+    dgemm(cb.h, false, false, n, n, n, 1.0, a.p, n, b.p, n, 0.0, c.p, n);
   check(cudaDeviceSynchronize(), "dgemm");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return 2.0 * double(n) * n * n * reps / secs;
@@ -476,11 +491,10 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   const int code = dtype_code(pb.H.dtype());
 
   // Host memory: the outputs (as the blas tier) and the row statistics.
-  const double host_need = 8.0 * (12.0 * S + (opt.want_dz ? 2.0 * S * V : 0.0) +
-                                  (want_dH ? 3.0 * S * D : 0.0) + (want_dW ? 3.0 * J * D : 0.0) +
-                                  (want_db ? 4.0 * J : 0.0) + 2.0 * V + 4.0 * D) +
-                           2.0 * HostCopier::kPiece +
-                           (sizeof(RowOut) + 2.0 * 8 + 16.0 * D) * std::min<double>(S, 8192);
+  const double host_need =
+      8.0 * (12.0 * S + (opt.want_dz ? 2.0 * S * V : 0.0) + (want_dH ? 3.0 * S * D : 0.0) +
+             (want_dW ? 3.0 * J * D : 0.0) + (want_db ? 4.0 * J : 0.0) + 2.0 * V + 4.0 * D) +
+      2.0 * HostCopier::kPiece + (sizeof(RowOut) + 2.0 * 8 + 16.0 * D) * std::min<double>(S, 8192);
   const std::string what = fmt::format("the cuda reference of {} rows × V={} × D={}{}", S, V, D,
                                        want_dW ? fmt::format(" with dW of {} rows", J) : "");
   check_memory(host_need, budget, budget_given, what + " (host outputs)");
@@ -520,7 +534,8 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   clock.mark("host outputs allocated");
   // W (and |W|) as doubles on the device; ‖W_j‖ and column statistics on the host.
   const std::vector<double> w_norm_h = row_norms_upper(pb.W, V, D, opt.threads);
-  DeviceArray<double> Wd(static_cast<std::size_t>(V * D), "W"), AWd(want_dH ? static_cast<std::size_t>(V * D) : 0, "|W|");
+  DeviceArray<double> Wd(static_cast<std::size_t>(V * D), "W"),
+      AWd(want_dH ? static_cast<std::size_t>(V * D) : 0, "|W|");
   {
     DeviceArray<unsigned char> raw(pb.W.nbytes(), "W (raw)");
     check(cudaMemcpy(raw.p, pb.W.data(), pb.W.nbytes(), cudaMemcpyHostToDevice), "W upload");
@@ -543,8 +558,8 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   }
   DeviceArray<double> bias = upload(bias_h, "bias");
   std::vector<std::int64_t> vocab_h = res.vocab_rows;
-  DeviceArray<std::int64_t> vocab = upload(all_vocab ? std::vector<std::int64_t>{} : vocab_h,
-                                           "vocabulary rows");
+  DeviceArray<std::int64_t> vocab =
+      upload(all_vocab ? std::vector<std::int64_t>{} : vocab_h, "vocabulary rows");
 
   DeviceArray<double> dW(want_dW ? static_cast<std::size_t>(J * D) : 0, "dW"), dWc(dW.n, "dW cond");
   if (want_dW) {
@@ -553,7 +568,8 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   }
   DeviceArray<eft::CompensatedSum> db(want_db ? static_cast<std::size_t>(J) : 0, "db");
   DeviceArray<double> db_bnd(db.n, "db bound"), db_abs(db.n, "db |dz|");
-  DeviceArray<double> col_gb(static_cast<std::size_t>(J), "Σδdz"), col_gb2(static_cast<std::size_t>(J), "Σδdz²");
+  DeviceArray<double> col_gb(static_cast<std::size_t>(J), "Σδdz"),
+      col_gb2(static_cast<std::size_t>(J), "Σδdz²");
   check(cudaMemset(col_gb.p, 0, J * 8), "Σδdz");
   check(cudaMemset(col_gb2.p, 0, J * 8), "Σδdz²");
   if (want_db) {
@@ -562,17 +578,21 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
     check(cudaMemset(db_abs.p, 0, db.n * 8), "db |dz|");
   }
 
-  const std::size_t bV = static_cast<std::size_t>(block * V), bD = static_cast<std::size_t>(block * D);
+  const std::size_t bV = static_cast<std::size_t>(block * V),
+                    bD = static_cast<std::size_t>(block * D);
   DeviceArray<double> R(bV, "logits block"), A(backward ? bV : 0, "|dz| block"),
       GB(backward || opt.want_dz ? bV : 0, "δdz block");
   DeviceArray<double> Hb(bD, "H block"), AHb(want_dW ? bD : 0, "|H| block");
   DeviceArray<unsigned char> Hraw(bD * pb.H.nbytes() / std::max<std::size_t>(1, pb.H.numel()),
                                   "H block (raw)");
-  DeviceArray<double> hn(static_cast<std::size_t>(block), "‖H_i‖"), gsc(static_cast<std::size_t>(block), "grad scale");
+  DeviceArray<double> hn(static_cast<std::size_t>(block), "‖H_i‖"),
+      gsc(static_cast<std::size_t>(block), "grad scale");
   DeviceArray<std::int64_t> tg(static_cast<std::size_t>(block), "targets");
   DeviceArray<RowOut> rows(static_cast<std::size_t>(block), "row statistics");
-  DeviceArray<double> rgb(static_cast<std::size_t>(block), "row Σδdz"), rgb2(static_cast<std::size_t>(block), "row Σδdz²");
-  DeviceArray<double> DZJ(want_dW && !all_vocab ? static_cast<std::size_t>(block * J) : 0, "dz columns"),
+  DeviceArray<double> rgb(static_cast<std::size_t>(block), "row Σδdz"),
+      rgb2(static_cast<std::size_t>(block), "row Σδdz²");
+  DeviceArray<double> DZJ(want_dW && !all_vocab ? static_cast<std::size_t>(block * J) : 0,
+                          "dz columns"),
       ADZJ(DZJ.n, "|dz| columns");
   DeviceArray<double> dHc(want_dH ? bD : 0, "dH cond"), dHb(want_dH ? bD : 0, "dH bound"),
       dHv(want_dH ? bD : 0, "dH");
@@ -595,10 +615,12 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
       pb.H.read(i * D, D, h.data());
       double ss = 0;
       for (double x : h) ss += x * x;
-      hn_h[static_cast<std::size_t>(q)] = std::sqrt(ss * (1.0 + 2 * eft::gamma_n(double(D + 2)))) * (1.0 + 2 * kRefU);
+      hn_h[static_cast<std::size_t>(q)] =
+          std::sqrt(ss * (1.0 + 2 * eft::gamma_n(double(D + 2)))) * (1.0 + 2 * kRefU);
       const std::int64_t t = pb.targets[static_cast<std::size_t>(i)];
       tg_h[static_cast<std::size_t>(q)] = t;
-      gs_h[static_cast<std::size_t>(q)] = row_grad_scale(sp, res.n_valid, opt.upstream, i, t != sp.ignore_index);
+      gs_h[static_cast<std::size_t>(q)] =
+          row_grad_scale(sp, res.n_valid, opt.upstream, i, t != sp.ignore_index);
     }
     check(cudaMemcpy(Hraw.p, hraw_h.data(), m * D * esz, cudaMemcpyHostToDevice), "H upload");
     check(cudaMemcpy(hn.p, hn_h.data(), m * 8, cudaMemcpyHostToDevice), "‖H‖ upload");
@@ -614,7 +636,8 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
           "row statistics");
     std::vector<double> rgb_h(static_cast<std::size_t>(m)), rgb2_h(static_cast<std::size_t>(m));
     for (std::int64_t q = 0; q < m; ++q) {
-      store_row_outputs(res, b0 + q, rows_h[static_cast<std::size_t>(q)].st, rows_h[static_cast<std::size_t>(q)].gs);
+      store_row_outputs(res, b0 + q, rows_h[static_cast<std::size_t>(q)].st,
+                        rows_h[static_cast<std::size_t>(q)].gs);
       rgb_h[static_cast<std::size_t>(q)] = rows_h[static_cast<std::size_t>(q)].row_gb;
       rgb2_h[static_cast<std::size_t>(q)] = rows_h[static_cast<std::size_t>(q)].row_gb2;
     }
@@ -669,17 +692,11 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   if (want_db) {
     std::vector<eft::CompensatedSum> acc(static_cast<std::size_t>(J));
     std::vector<double> bnd(static_cast<std::size_t>(J)), ab(static_cast<std::size_t>(J));
-    check(cudaMemcpy(acc.data(), db.p, J * sizeof(eft::CompensatedSum), cudaMemcpyDeviceToHost), "db");
+    check(cudaMemcpy(acc.data(), db.p, J * sizeof(eft::CompensatedSum), cudaMemcpyDeviceToHost),
+          "db");
     check(cudaMemcpy(bnd.data(), db_bnd.p, J * 8, cudaMemcpyDeviceToHost), "db bound");
     check(cudaMemcpy(ab.data(), db_abs.p, J * 8, cudaMemcpyDeviceToHost), "db |dz|");
-    res.db.resize(static_cast<std::size_t>(J));
-    res.db_bound.resize(static_cast<std::size_t>(J));
-    const double g2 = eft::gamma_n(double(S)) * eft::gamma_n(double(S));
-    for (std::int64_t jj = 0; jj < J; ++jj) {
-      const double v = acc[static_cast<std::size_t>(jj)].value();
-      res.db[static_cast<std::size_t>(jj)] = v;
-      res.db_bound[static_cast<std::size_t>(jj)] = bnd[static_cast<std::size_t>(jj)] + kRefU * std::fabs(v) + g2 * ab[static_cast<std::size_t>(jj)];
-    }
+    finish_db(acc, bnd, ab, S, res);
   }
 }
 

@@ -9,6 +9,9 @@
 // was zeroed when it was allocated. One difference from std::vector<T>: shrinking and then growing
 // again without a reallocation (resize down, then up, or clear then resize) brings back the old
 // values instead of zeros — assign(n, 0) where that matters. Destruction writes nothing either.
+#include <omp.h>
+#include <sys/mman.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -16,9 +19,6 @@
 #include <new>
 #include <type_traits>
 #include <vector>
-
-#include <omp.h>
-#include <sys/mman.h>
 
 namespace xentlab {
 
@@ -53,7 +53,9 @@ struct HostArrayAllocator {
     for (std::int64_t k = 0; k < pieces; ++k) std::memset(c + k * kHuge, 0, kHuge);
     return static_cast<T*>(p);
   }
-  void deallocate(T* p, std::size_t) noexcept { std::free(p); }
+  void deallocate(T* p, std::size_t) noexcept {
+    std::free(p);
+  }
 
   /// Default construction: the slot is already zero (allocate).
   template <class U>

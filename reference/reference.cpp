@@ -229,6 +229,19 @@ void store_row_outputs(ReferenceResult& res, std::int64_t q, const RowStats& st,
   res.grad_scale[k] = gs;
 }
 
+void finish_db(const std::vector<eft::CompensatedSum>& acc, const std::vector<double>& propagated,
+               const std::vector<double>& abs_sum, std::int64_t S, ReferenceResult& res) {
+  const std::size_t J = acc.size();
+  res.db.resize(J);
+  res.db_bound.resize(J);
+  const double g2 = eft::gamma_n(static_cast<double>(S)) * eft::gamma_n(static_cast<double>(S));
+  for (std::size_t jj = 0; jj < J; ++jj) {
+    const double v = acc[jj].value();
+    res.db[jj] = v;
+    res.db_bound[jj] = propagated[jj] + kU * std::fabs(v) + g2 * abs_sum[jj];
+  }
+}
+
 void allocate_outputs(ReferenceResult& res, bool want_dz, bool want_dH) {
   const auto S = res.token_rows.size();
   const auto V = static_cast<std::size_t>(res.V), D = static_cast<std::size_t>(res.D);
@@ -533,16 +546,7 @@ void compensated_tier(const Problem& pb, const LossSpec& sp, const ReferenceOpti
       dW_acc[sz(jj)].finish(D, static_cast<double>(S) + 1, res.dW.data() + jj * D,
                             res.dW_bound.data() + jj * D, res.dW_cond.data() + jj * D);
   }
-  if (want_db) {
-    res.db.resize(sz(J));
-    res.db_bound.resize(sz(J));
-    const double g2 = eft::gamma_n(static_cast<double>(S)) * eft::gamma_n(static_cast<double>(S));
-    for (std::int64_t jj = 0; jj < J; ++jj) {
-      const double v = db_acc[sz(jj)].value();
-      res.db[sz(jj)] = v;
-      res.db_bound[sz(jj)] = db_bnd[sz(jj)] + kU * std::fabs(v) + g2 * db_abs[sz(jj)];
-    }
-  }
+  if (want_db) detail::finish_db(db_acc, db_bnd, db_abs, S, res);
 
 }
 

@@ -37,12 +37,17 @@ void row_gradient(const LossSpec& sp, std::int64_t V, std::int64_t t, bool valid
 
 /// dL/dloss_i of one row: 0 (ignored), 1/n_valid (mean), 1 (sum) or upstream[i] (none; 1 when
 /// upstream is empty).
-double row_grad_scale(const LossSpec& sp, std::int64_t n_valid,
-                      const std::vector<double>& upstream, std::int64_t i, bool valid);
+double row_grad_scale(const LossSpec& sp, std::int64_t n_valid, const std::vector<double>& upstream,
+                      std::int64_t i, bool valid);
 
 /// Stores one computed row's per-token outputs at position q of res (loss, lse and their bounds,
 /// the covariates, the gradient scale gs).
 void store_row_outputs(ReferenceResult& res, std::int64_t q, const RowStats& st, double gs);
+
+/// db and its bound from the Sum2 accumulators of the S token rows (acc), the propagated error
+/// Σ_i δdz_ij and Σ_i |dz_ij| per vocabulary row: bound = propagated + u|db| + γ_S²·Σ|dz|.
+void finish_db(const std::vector<eft::CompensatedSum>& acc, const std::vector<double>& propagated,
+               const std::vector<double>& abs_sum, std::int64_t S, ReferenceResult& res);
 
 /// Sizes res's per-token vectors (res.token_rows.size() entries), and dz (S×V) and dH (S×D,
 /// with bound and condition) when asked for.

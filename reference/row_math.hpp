@@ -33,8 +33,12 @@ struct RowSums {
   double e_t, z_t, zb_t;  ///< at the target (unused for an ignored row)
 };
 
-XL_HD inline double ref_exp(double x) { return ::exp(x); }
-XL_HD inline double ref_log1p(double x) { return ::log1p(x); }
+XL_HD inline double ref_exp(double x) {
+  return ::exp(x);
+}
+XL_HD inline double ref_log1p(double x) {
+  return ::log1p(x);
+}
 
 /// Scale and softcap of one raw logit r (bound rb): the transformed z (bound zb), its derivative
 /// dz/dr (chain) and the derivative's bound (chain_b).
@@ -134,8 +138,8 @@ XL_HD inline RowStats finish_row(const LossSpec& sp, std::int64_t V, std::int64_
   const double eps = sp.label_smoothing;
   const double gap_t = a - q.z_t;  // +inf when the target is masked
   double ce = (1.0 - eps) * gap_t + l1p;
-  double ce_b = (1.0 - eps) * (dzmax + q.zb_t + kU * hd::fabs(gap_t)) + err_s / (1.0 + sv) +
-                kLibm * l1p;
+  double ce_b =
+      (1.0 - eps) * (dzmax + q.zb_t + kU * hd::fabs(gap_t)) + err_s / (1.0 + sv) + kLibm * l1p;
   if (eps > 0.0) {
     // (ε/V)·Σ_j (a − z_j): mean gap, Sum2 over non-negative terms (+inf for masked logits).
     const double mg = q.zsum_gap / static_cast<double>(V);

@@ -44,14 +44,16 @@ void expect_within(const char* what, const A& a, const A& ab, const A& b, const 
     if (std::fabs(a[k] - b[k]) > ab[k] + bb[k]) ++bad, first = std::min(first, k);
   }
   EXPECT_EQ(bad, 0u) << what << " " << ctx << ": first at [" << first << "] "
-                     << (first < a.size() ? fmt_pair(a[first], b[first], ab[first], bb[first]) : "");
+                     << (first < a.size() ? fmt_pair(a[first], b[first], ab[first], bb[first])
+                                          : "");
 }
 
-inline void expect_agree(const ReferenceResult& x, const ReferenceResult& y, const std::string& ctx) {
+inline void expect_agree(const ReferenceResult& x, const ReferenceResult& y,
+                         const std::string& ctx) {
   expect_within("loss", x.loss, x.loss_bound, y.loss, y.loss_bound, ctx);
   expect_within("lse", x.lse, x.lse_bound, y.lse, y.lse_bound, ctx);
   expect_within<std::vector<double>>("reduced", {x.reduced_loss}, {x.reduced_loss_bound},
-                                    {y.reduced_loss}, {y.reduced_loss_bound}, ctx);
+                                     {y.reduced_loss}, {y.reduced_loss_bound}, ctx);
   expect_within("dH", x.dH, x.dH_bound, y.dH, y.dH_bound, ctx);
   expect_within("dW", x.dW, x.dW_bound, y.dW, y.dW_bound, ctx);
   expect_within("db", x.db, x.db_bound, y.db, y.db_bound, ctx);
@@ -71,7 +73,8 @@ inline void expect_agree(const ReferenceResult& x, const ReferenceResult& y, con
   cond_check("dW_cond", x.dW_cond, x.dW_bound, y.dW_cond, y.dW_bound);
 }
 
-inline ReferenceResult run(const Problem& p, const LossSpec& s, ReferenceOptions o, ReferenceTier t) {
+inline ReferenceResult run(const Problem& p, const LossSpec& s, ReferenceOptions o,
+                           ReferenceTier t) {
   o.tier = t;
   const ReferenceResult r = compute_reference(p, s, o);
   EXPECT_EQ(r.tier, t);
@@ -96,8 +99,10 @@ inline Problem masked_head(DType dt, std::uint64_t seed) {
     b.set(j, j % 11 == 3 ? -std::numeric_limits<double>::infinity() : 0.25 * (j % 5));
   p.bias = b;
   for (std::size_t i = 0; i < p.targets.size(); ++i) {
-    if (i % 7 == 2) p.targets[i] = -100;
-    else if (p.targets[i] % 11 == 3) p.targets[i] = (p.targets[i] + 1) % 509;  // unmasked target
+    if (i % 7 == 2)
+      p.targets[i] = -100;
+    else if (p.targets[i] % 11 == 3)
+      p.targets[i] = (p.targets[i] + 1) % 509;  // unmasked target
   }
   return p;
 }

@@ -22,7 +22,8 @@ TEST(ReferenceTiersGpu, CudaAgreesWithCompensatedOnEveryOption) {
       ReferenceOptions o;
       o.want_dz = true;
       if (red == Reduction::none)
-        for (std::int64_t i = 0; i < p.N; ++i) o.upstream.push_back(1.0 - 0.125 * static_cast<double>(i % 9));
+        for (std::int64_t i = 0; i < p.N; ++i)
+          o.upstream.push_back(1.0 - 0.125 * static_cast<double>(i % 9));
       const std::string ctx = std::string(to_string(dt)) + " " + s.describe();
       const ReferenceResult c = run(p, s, o, ReferenceTier::compensated);
       expect_agree(c, run(p, s, o, ReferenceTier::cuda), ctx);
@@ -50,7 +51,8 @@ TEST(ReferenceTiersGpu, CudaIndexingPast2Pow31) {
     const auto i = static_cast<std::size_t>(s.token_rows[q]);
     EXPECT_LE(std::fabs(g.loss[i] - c.loss[q]), g.loss_bound[i] + c.loss_bound[q]) << "row " << i;
     for (std::int64_t d = 0; d < p.D; ++d) {
-      const auto gi = i * 16 + static_cast<std::size_t>(d), ci = q * 16 + static_cast<std::size_t>(d);
+      const auto gi = i * 16 + static_cast<std::size_t>(d),
+                 ci = q * 16 + static_cast<std::size_t>(d);
       EXPECT_LE(std::fabs(g.dH[gi] - c.dH[ci]), g.dH_bound[gi] + c.dH_bound[ci]) << "dH row " << i;
     }
   }

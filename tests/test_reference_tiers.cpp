@@ -30,9 +30,11 @@ TEST(ReferenceTiers, BlasAgreesWithCompensatedOnEveryOption) {
         ReferenceOptions o;
         o.want_dz = true;
         if (red == Reduction::none)
-          for (std::int64_t i = 0; i < p.N; ++i) o.upstream.push_back(0.25 * static_cast<double>(i % 5) - 0.5);
+          for (std::int64_t i = 0; i < p.N; ++i)
+            o.upstream.push_back(0.25 * static_cast<double>(i % 5) - 0.5);
         const std::string ctx = std::string(to_string(dt)) + " " + s.describe();
-        expect_agree(run(p, s, o, ReferenceTier::compensated), run(p, s, o, ReferenceTier::blas), ctx);
+        expect_agree(run(p, s, o, ReferenceTier::compensated), run(p, s, o, ReferenceTier::blas),
+                     ctx);
       }
     }
   }
@@ -146,8 +148,8 @@ TEST(ReferenceTiers, HostArrayGrowsWithZeros) {
 }
 
 TEST(ReferenceTiers, TierNames) {
-  for (ReferenceTier t : {ReferenceTier::automatic, ReferenceTier::compensated,
-                          ReferenceTier::blas, ReferenceTier::cuda})
+  for (ReferenceTier t : {ReferenceTier::automatic, ReferenceTier::compensated, ReferenceTier::blas,
+                          ReferenceTier::cuda})
     EXPECT_EQ(parse_reference_tier(to_string(t)), t);
   EXPECT_THROW(parse_reference_tier("fast"), InputError);
   // A logits problem has no GEMM: every tier runs the compensated row arithmetic.

@@ -55,9 +55,9 @@ std::function<void(std::int64_t, std::int64_t)> progress_printer(std::string wha
     st->last = now;
     const double frac = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
     const double eta = frac > 0 ? el * (1.0 - frac) / frac : 0.0;
-    std::fprintf(stderr, "\r%s: rows %lld/%lld (%.0f%%), elapsed %.0f s, ETA %.0f s%s", what.c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total), 100.0 * frac, el, eta,
-                 end ? "\n" : "");
+    std::fprintf(stderr, "\r%s: rows %lld/%lld (%.0f%%), elapsed %.0f s, ETA %.0f s%s",
+                 what.c_str(), static_cast<long long>(done), static_cast<long long>(total),
+                 100.0 * frac, el, eta, end ? "\n" : "");
     std::fflush(stderr);
     st->printed = true;
   };

@@ -2,7 +2,6 @@
 // The reference options that reference, golden and audit share: --reference (the tier) and
 // --memory-budget, and a progress line for long reference runs.
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -12,8 +11,8 @@
 namespace xentlab::cli {
 
 struct ReferenceChoice {
-  std::string tier = "auto";        ///< auto, compensated, blas, cuda
-  std::string memory_budget;        ///< as bench's parse_bytes ("12G", "12GB"); "" or 0 = available
+  std::string tier = "auto";  ///< auto, compensated, blas, cuda
+  std::string memory_budget;  ///< as bench's parse_bytes ("12G", "12GB"); "" or 0 = available
 };
 
 /// Adds --reference and --memory-budget to a subcommand.
