@@ -324,9 +324,9 @@ std::vector<double> row_norms_upper(const Tensor& T, std::int64_t rows, std::int
 
 }  // namespace detail
 
-void check_reference_fits(std::int64_t N, std::int64_t V, std::int64_t D,
+void check_reference_fits(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
                           const ReferenceOptions& opt) {
-  if (N < 1 || V < 1 || D < 0) return;  // the problem's own validation names these
+  if (S < 1 || V < 1 || D < 0 || J < 0) return;  // the problem's own validation names these
   std::string why;
   if (opt.tier == ReferenceTier::cuda && !cuda_reference_available(&why))
     throw InputError("the cuda reference tier is not available: " + why);
@@ -334,8 +334,6 @@ void check_reference_fits(std::int64_t N, std::int64_t V, std::int64_t D,
   const std::int64_t budget =
       budget_given ? opt.max_bytes
                    : static_cast<std::int64_t>(0.9 * static_cast<double>(detail::available_memory_bytes()));
-  const auto S = opt.token_rows.empty() ? N : static_cast<std::int64_t>(opt.token_rows.size());
-  const auto J = opt.vocab_rows.empty() ? V : static_cast<std::int64_t>(opt.vocab_rows.size());
   const bool linear = D > 0;
   ReferenceTier tier = opt.tier;
   if (!linear) tier = ReferenceTier::compensated;

@@ -115,10 +115,11 @@ struct ReferenceResult {
 ReferenceResult compute_reference(const Problem& problem, const LossSpec& spec,
                                   const ReferenceOptions& options = {});
 
-/// Refuses, before a problem of N tokens × V × D (D = 0: a logits problem) is even generated,
-/// what compute_reference with these options would refuse for want of memory or of a CUDA
-/// device (InputError with the same message). Checks nothing else.
-void check_reference_fits(std::int64_t N, std::int64_t V, std::int64_t D,
+/// Refuses, before a problem of V × D (D = 0: a logits problem) is even generated, what
+/// compute_reference with these options would refuse for want of memory or of a CUDA device
+/// (InputError with the same message), for S token rows and J vocabulary rows of dW/db (the
+/// options' token_rows and vocab_rows are not read). Checks nothing else.
+void check_reference_fits(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
                           const ReferenceOptions& options);
 
 /// Sorted, unique random subset of [0, n) of size min(k, n), from a seeded generator

@@ -385,6 +385,10 @@ TEST(ReferenceOptionsProgram, RefusalsComeFirstAndSayWhy) {
            ::testing::TempDir() + "xl-never-audit2.h5",
        "of memory but the budget is 1048576 bytes"},
       {"reference -N 100000000 --memory-budget 1G", "needs 163254856720 bytes"},
+      // The Llama-3-8B head (V = 128256, D = 4096) is refused before it is generated.
+      {"golden --dataset llama3-8b -N 16 --memory-budget 1M --out " + ::testing::TempDir() +
+           "xl-never-golden2.h5",
+       "needs 12636878352 bytes"},
   });
 }
 

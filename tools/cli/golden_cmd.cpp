@@ -3,11 +3,13 @@
 // per-token covariates and provenance.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <map>
 
 #include "datasets/atomic_file.hpp"
 #include "datasets/catalog.hpp"
 #include "numerics/error.hpp"
+#include "reference/reference.hpp"
 #include "tools/cli/commands.hpp"
 #include "tools/cli/reference_options.hpp"
 #include "tools/golden/golden_file.hpp"
@@ -52,6 +54,25 @@ int run_golden(GoldenArgs& a, const std::string& command) {
     a.opt.memory_budget = ro.max_bytes;
   }
   a.opt.progress = progress_printer("reference");
+  // A catalog problem's shape is known before it is generated: refuse what the reference would
+  // refuse for want of memory now rather than after the generation. (Files are checked by the
+  // reference itself once loaded.)
+  if (const auto& cat = dataset_catalog();
+      std::any_of(cat.begin(), cat.end(), [&](const DatasetEntry& e) { return e.name == a.dataset; })) {
+    const DatasetEntry& e = find_dataset(a.dataset);
+    const std::int64_t N = a.N > 0 ? a.N : e.defaults.N;
+    const std::int64_t V = !e.fixed_shape && a.V > 0 ? a.V : e.defaults.V;
+    const std::int64_t D = !e.fixed_shape && a.D > 0 ? a.D : e.defaults.D;
+    const bool partial = a.opt.rows > 0 && a.opt.rows < N;
+    ReferenceOptions ro;
+    ro.tier = a.opt.tier;
+    ro.max_bytes = a.opt.memory_budget;
+    ro.threads = a.opt.threads;
+    ro.want_dH = D > 0 && !a.no_grad;
+    ro.want_dW = ro.want_db = D > 0 && !a.no_grad && !partial;
+    check_reference_fits(partial ? a.opt.rows : N, V, D,
+                         a.opt.vocab_rows > 0 && a.opt.vocab_rows < V ? a.opt.vocab_rows : V, ro);
+  }
   DatasetParams p;
   if (a.N > 0) p.N = a.N;
   if (a.V > 0) p.V = a.V;

@@ -35,7 +35,7 @@ int run_reference(const ReferenceArgs& a) {
   ReferenceOptions opt;
   apply_reference_choice(a.choice, opt);  // bad option values are refused before generating
   opt.threads = a.threads;
-  check_reference_fits(a.N, a.V, a.D, opt);  // memory and tier, before generating
+  check_reference_fits(a.N, a.V, a.D, a.V, opt);  // memory and tier, before generating
   Problem pb = make_gaussian_linear(a.N, a.V, a.D, parse_dtype(a.dtype), a.sigma, a.seed);
   fmt::print("problem  {} sigma={} seed={}\nspec     {}\n", pb.describe(), a.sigma, a.seed,
              spec.describe());
