@@ -51,41 +51,6 @@ double norm_from_squares(double sum_sq) {
   return sum_sq >= 0x1p-900 ? std::sqrt(sum_sq) * (1.0 + 2 * kU) : kInf;
 }
 
-// Column maxima and sums of squares of |T| over the given rows (all rows when rows is empty).
-struct ColumnStats {
-  std::vector<double> max_abs, norm;  // (cols) norm rounded up
-};
-ColumnStats column_stats(const Tensor& T, std::int64_t cols, const std::vector<std::int64_t>& rows,
-                         std::int64_t n_rows, int threads) {
-  ColumnStats cs;
-  cs.max_abs.assign(sz(cols), 0.0);
-  std::vector<double> sq(sz(cols), 0.0);
-#pragma omp parallel num_threads(threads)
-  {
-    std::vector<double> mx(sz(cols), 0.0), s(sz(cols), 0.0), row(sz(cols));
-#pragma omp for schedule(static)
-    for (std::int64_t q = 0; q < n_rows; ++q) {
-      const std::int64_t r = rows.empty() ? q : rows[sz(q)];
-      T.read(r * cols, cols, row.data());
-      for (std::int64_t d = 0; d < cols; ++d) {
-        const double a = std::fabs(row[sz(d)]);
-        mx[sz(d)] = std::max(mx[sz(d)], a);
-        s[sz(d)] += a * a;
-      }
-    }
-#pragma omp critical
-    for (std::int64_t d = 0; d < cols; ++d) {
-      cs.max_abs[sz(d)] = std::max(cs.max_abs[sz(d)], mx[sz(d)]);
-      sq[sz(d)] += s[sz(d)];
-    }
-  }
-  cs.norm.resize(sz(cols));
-  for (std::int64_t d = 0; d < cols; ++d)
-    cs.norm[sz(d)] =
-        std::sqrt(sum_upper(sq[sz(d)], static_cast<double>(n_rows + threads))) * (1.0 + 2 * kU);
-  return cs;
-}
-
 // Rows [j0, j0 + n) of W as doubles in P (n × D), and |W| in AP when asked for.
 void load_panel(const Tensor& W, std::int64_t j0, std::int64_t n, std::int64_t D, double* P,
                 double* AP, int threads) {
@@ -121,6 +86,37 @@ struct BlasThreads {
 };
 
 }  // namespace
+
+ColumnStats column_stats(const Tensor& T, std::int64_t cols, const std::vector<std::int64_t>& rows,
+                         std::int64_t n_rows, int threads) {
+  ColumnStats cs;
+  cs.max_abs.assign(sz(cols), 0.0);
+  std::vector<double> sq(sz(cols), 0.0);
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<double> mx(sz(cols), 0.0), s(sz(cols), 0.0), row(sz(cols));
+#pragma omp for schedule(static)
+    for (std::int64_t q = 0; q < n_rows; ++q) {
+      const std::int64_t r = rows.empty() ? q : rows[sz(q)];
+      T.read(r * cols, cols, row.data());
+      for (std::int64_t d = 0; d < cols; ++d) {
+        const double a = std::fabs(row[sz(d)]);
+        mx[sz(d)] = std::max(mx[sz(d)], a);
+        s[sz(d)] += a * a;
+      }
+    }
+#pragma omp critical
+    for (std::int64_t d = 0; d < cols; ++d) {
+      cs.max_abs[sz(d)] = std::max(cs.max_abs[sz(d)], mx[sz(d)]);
+      sq[sz(d)] += s[sz(d)];
+    }
+  }
+  cs.norm.resize(sz(cols));
+  for (std::int64_t d = 0; d < cols; ++d)
+    cs.norm[sz(d)] =
+        std::sqrt(sum_upper(sq[sz(d)], static_cast<double>(n_rows + threads))) * (1.0 + 2 * kU);
+  return cs;
+}
 
 BlasPlanTerms blas_plan_terms(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
                               const ReferenceOptions& opt, int threads) {

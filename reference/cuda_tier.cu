@@ -387,39 +387,6 @@ int grid_for(std::int64_t n, int threads = 256) {
   return static_cast<int>(std::min<std::int64_t>((n + threads - 1) / threads, 65535 * 16));
 }
 
-// Column max and norm of |T| over rows (host, as the blas tier: reference/blas_tier.cpp).
-void column_stats_host(const Tensor& T, std::int64_t cols, const std::vector<std::int64_t>& rows,
-                       std::int64_t n_rows, std::vector<double>& mx, std::vector<double>& nrm) {
-  mx.assign(static_cast<std::size_t>(cols), 0.0);
-  std::vector<double> sq(static_cast<std::size_t>(cols), 0.0);
-  const int threads = omp_get_max_threads();
-#pragma omp parallel
-  {
-    std::vector<double> m(static_cast<std::size_t>(cols), 0.0),
-        s(static_cast<std::size_t>(cols), 0.0), row(static_cast<std::size_t>(cols));
-#pragma omp for schedule(static)
-    for (std::int64_t q = 0; q < n_rows; ++q) {
-      T.read((rows.empty() ? q : rows[static_cast<std::size_t>(q)]) * cols, cols, row.data());
-      for (std::int64_t d = 0; d < cols; ++d) {
-        const double v = std::fabs(row[static_cast<std::size_t>(d)]);
-        m[static_cast<std::size_t>(d)] = std::max(m[static_cast<std::size_t>(d)], v);
-        s[static_cast<std::size_t>(d)] += v * v;
-      }
-    }
-#pragma omp critical
-    for (std::int64_t d = 0; d < cols; ++d) {
-      mx[static_cast<std::size_t>(d)] =
-          std::max(mx[static_cast<std::size_t>(d)], m[static_cast<std::size_t>(d)]);
-      sq[static_cast<std::size_t>(d)] += s[static_cast<std::size_t>(d)];
-    }
-  }
-  nrm.resize(static_cast<std::size_t>(cols));
-  const double up = 1.0 + 2 * eft::gamma_n(double(n_rows + threads + 2));
-  for (std::int64_t d = 0; d < cols; ++d)
-    nrm[static_cast<std::size_t>(d)] =
-        std::sqrt(sq[static_cast<std::size_t>(d)] * up) * (1.0 + 2 * detail::kRefU);
-}
-
 int dtype_code(DType t) {
   switch (t) {
     case DType::fp32:
@@ -544,13 +511,16 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
     check(cudaDeviceSynchronize(), "widen W");
   }
   clock.mark("W on the device");
-  std::vector<double> wmax, wnrm, hmax, hnrm;
-  if (want_dH) column_stats_host(pb.W, D, {}, V, wmax, wnrm);
-  if (want_dW) column_stats_host(pb.H, D, res.token_rows, S, hmax, hnrm);
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  ColumnStats wcol, hcol;
+  if (want_dH) wcol = column_stats(pb.W, D, {}, V, threads);
+  if (want_dW) hcol = column_stats(pb.H, D, res.token_rows, S, threads);
   clock.mark("norms and column statistics");
   DeviceArray<double> w_norm = upload(w_norm_h, "‖W_j‖");
-  DeviceArray<double> d_wmax = upload(wmax, "W column max"), d_wnrm = upload(wnrm, "W column norm");
-  DeviceArray<double> d_hmax = upload(hmax, "H column max"), d_hnrm = upload(hnrm, "H column norm");
+  DeviceArray<double> d_wmax = upload(wcol.max_abs, "W column max"),
+                      d_wnrm = upload(wcol.norm, "W column norm");
+  DeviceArray<double> d_hmax = upload(hcol.max_abs, "H column max"),
+                      d_hnrm = upload(hcol.norm, "H column norm");
   std::vector<double> bias_h;
   if (pb.bias) {
     bias_h.resize(static_cast<std::size_t>(V));

@@ -82,6 +82,14 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
 /// cuBLAS DGEMM's rate on 8192² (flop/s); throws where there is no cuda tier.
 double cuda_dgemm_rate();
 
+/// Column maxima of |T| and column norms ‖T_:d‖₂ (rounded up) over the given rows of a
+/// (rows × cols) tensor (every row when rows is empty; n_rows of them), on `threads` threads.
+struct ColumnStats {
+  std::vector<double> max_abs, norm;  ///< (cols)
+};
+ColumnStats column_stats(const Tensor& T, std::int64_t cols, const std::vector<std::int64_t>& rows,
+                         std::int64_t n_rows, int threads);
+
 /// The relative factor that turns a computed ‖x‖₂ of n terms into an upper bound.
 double norm_margin(std::int64_t n);
 
