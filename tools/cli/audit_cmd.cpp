@@ -249,8 +249,18 @@ int run_audit_command(const AuditArgs& a) {
   {
     errno = 0;
     std::ofstream md(md_out.temp_path());
+    // Problems with their own sub-batch (the real-shape problem: every row, full dW) say so.
+    std::string own;
+    const auto count = [](std::int64_t n, const char* all) {
+      return n > 0 ? std::to_string(n) : std::string(all);
+    };
+    for (const auto& p : problems)
+      if (p.rows >= 0 || p.vocab_rows >= 0)
+        own += fmt::format("; {}: {} token rows, {} vocabulary rows of dW", p.name,
+                           count(p.rows >= 0 ? p.rows : cfg.rows, "every"),
+                           count(p.vocab_rows >= 0 ? p.vocab_rows : cfg.vocab_rows, "all"));
     md << "# xentlab audit\n\nbackend: " << cfg.device << ", seed " << cfg.seed << ", policy "
-       << cfg.policy << ", sub-batch rows " << cfg.rows << "\n\n"
+       << cfg.policy << ", sub-batch rows " << cfg.rows << own << "\n\n"
        << audit::format_summary(res, true);
     md.close();
     const int err = errno;
