@@ -177,16 +177,17 @@ NormalStream row_stream(std::uint64_t seed, std::uint64_t tag, std::int64_t row)
 
 HeadLogits::HeadLogits(const Tensor& W, std::int64_t panel_rows) : W_(W) {
   if (W.rank() != 2)
-    throw InputError(fmt::format("head logits: W must be a V × D matrix, got {} dimensions",
-                                 W.rank()));
+    throw InputError(
+        fmt::format("head logits: W must be a V × D matrix, got {} dimensions", W.rank()));
   if (panel_rows < 0)
     throw InputError(fmt::format("head logits: panel_rows must be >= 0, got {}", panel_rows));
   V_ = W.dim(0);
   D_ = W.dim(1);
   if (V_ > kBlasIntMax || D_ > kBlasIntMax)
-    throw InputError(fmt::format("head logits: V = {} and D = {} must be at most {} (the system "
-                                 "BLAS's 32-bit integers)",
-                                 V_, D_, kBlasIntMax));
+    throw InputError(
+        fmt::format("head logits: V = {} and D = {} must be at most {} (the system "
+                    "BLAS's 32-bit integers)",
+                    V_, D_, kBlasIntMax));
   const auto tiles = [](std::int64_t rows) {
     return std::max<std::int64_t>(1, (rows + kTileRows - 1) / kTileRows) * kTileRows;
   };
@@ -202,9 +203,10 @@ HeadLogits::HeadLogits(const Tensor& W, std::int64_t panel_rows) : W_(W) {
 
 void HeadLogits::compute(const double* X, std::int64_t m, std::vector<double>& Z) const {
   if (m < 0 || m > kBlasIntMax)
-    throw InputError(fmt::format("head logits: {} rows in a block: must be in [0, {}] (the system "
-                                 "BLAS's 32-bit integers)",
-                                 m, kBlasIntMax));
+    throw InputError(
+        fmt::format("head logits: {} rows in a block: must be in [0, {}] (the system "
+                    "BLAS's 32-bit integers)",
+                    m, kBlasIntMax));
   Z.resize(static_cast<std::size_t>(m * V_));
   if (m == 0) return;
   const BlasOneThreadPerCall one_thread;

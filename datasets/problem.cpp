@@ -53,10 +53,9 @@ std::int64_t first_nonfinite(const Tensor& t, bool allow_neg_inf) {
 void check_finite(const Tensor& t, bool allow_neg_inf, const std::string& what) {
   const std::int64_t bad = first_nonfinite(t, allow_neg_inf);
   if (bad < t.numel())
-    throw InputError(fmt::format("{} holds a non-finite value {} at flat index {}{}", what,
-                                 t.get(bad), bad,
-                                 allow_neg_inf ? " (only -inf is allowed, as a mask)"
-                                               : " (must be finite)"));
+    throw InputError(
+        fmt::format("{} holds a non-finite value {} at flat index {}{}", what, t.get(bad), bad,
+                    allow_neg_inf ? " (only -inf is allowed, as a mask)" : " (must be finite)"));
 }
 
 }  // namespace
@@ -105,11 +104,12 @@ void Problem::validate(std::int64_t ignore_index) const {
     if (H.rank() != 2 || H.dim(0) != N || H.dim(1) != D)
       throw InputError(fmt::format("{}: H must have shape ({}, {})", name, N, D));
     if (W.rank() != 2 || W.dim(0) != V)
-      throw InputError(fmt::format("{}: W must have shape (V={}, D), got rank {}", name, V, W.rank()));
+      throw InputError(
+          fmt::format("{}: W must have shape (V={}, D), got rank {}", name, V, W.rank()));
     if (W.dim(1) != D)
-      throw InputError(fmt::format(
-          "{}: H is (N={}, D={}) but W is (V={}, D={}): the hidden sizes differ", name, N, D, V,
-          W.dim(1)));
+      throw InputError(
+          fmt::format("{}: H is (N={}, D={}) but W is (V={}, D={}): the hidden sizes differ", name,
+                      N, D, V, W.dim(1)));
     if (H.dtype() != W.dtype())
       throw InputError(fmt::format("{}: H is {} but W is {}: one input dtype is required", name,
                                    to_string(H.dtype()), to_string(W.dtype())));
@@ -128,9 +128,9 @@ void Problem::validate(std::int64_t ignore_index) const {
   for (std::int64_t i = 0; i < N; ++i) {
     const std::int64_t t = targets[static_cast<std::size_t>(i)];
     if (t != ignore_index && (t < 0 || t >= V))
-      throw InputError(fmt::format(
-          "{}: target of row {} is {}, outside [0, {}) and not ignore_index {}", name, i, t, V,
-          ignore_index));
+      throw InputError(
+          fmt::format("{}: target of row {} is {}, outside [0, {}) and not ignore_index {}", name,
+                      i, t, V, ignore_index));
   }
 }
 

@@ -97,8 +97,8 @@ Stories260K Stories260K::load(const std::string& path) {
         fmt::format("{}: vocab_size {} ≤ 0 (untied classifier) is not supported", path, m.vocab));
   if (m.dim <= 0 || m.hidden_dim <= 0 || m.n_layers <= 0 || m.n_heads <= 0 || m.n_kv_heads <= 0 ||
       m.seq_len <= 0 || m.dim % m.n_heads != 0 || m.n_heads % m.n_kv_heads != 0 ||
-      (m.dim / m.n_heads) % 2 != 0 || m.vocab < 2 || m.dim > 65536 ||
-      m.hidden_dim > 262144 || m.n_layers > 1024 || m.vocab > (1 << 22) || m.seq_len > (1 << 20))
+      (m.dim / m.n_heads) % 2 != 0 || m.vocab < 2 || m.dim > 65536 || m.hidden_dim > 262144 ||
+      m.n_layers > 1024 || m.vocab > (1 << 22) || m.seq_len > (1 << 20))
     throw FormatError(fmt::format(
         "{}: implausible header dim={} hidden_dim={} n_layers={} n_heads={} n_kv_heads={} "
         "vocab_size={} seq_len={}",

@@ -184,8 +184,9 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
   auto sanitize = [](std::vector<double>& bound, const auto& value) {
     for (std::size_t k = 0; k < bound.size(); ++k)
       if (std::isnan(bound[k]))
-        bound[k] = (k < value.size() && !std::isfinite(value[k])) ? 0.0
-                                                                   : std::numeric_limits<double>::infinity();
+        bound[k] = (k < value.size() && !std::isfinite(value[k]))
+                       ? 0.0
+                       : std::numeric_limits<double>::infinity();
   };
   sanitize(b.loss, ref.loss);
   sanitize(b.lse, ref.lse);
@@ -194,7 +195,8 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
   sanitize(b.dW, ref.dW);
   sanitize(b.db, ref.db);
   if (std::isnan(b.reduced_loss))
-    b.reduced_loss = std::isfinite(ref.reduced_loss) ? std::numeric_limits<double>::infinity() : 0.0;
+    b.reduced_loss =
+        std::isfinite(ref.reduced_loss) ? std::numeric_limits<double>::infinity() : 0.0;
   return b;
 }
 

@@ -412,8 +412,8 @@ Bounds compute_bounds(const BoundInputs& in) {
           const std::size_t q = static_cast<std::size_t>(j * D + k);
           const double cond = in.dW_cond[q];
           const double t_jk = slot >= 0 ? tgt[static_cast<std::size_t>(slot * D + k)] : 0.0;
-          double v = mul0(eta_max + gGemmS + gChunks, cond) + uG1 * std::fabs(in.dW_ref[q]) +
-                     t_jk + extra_col[static_cast<std::size_t>(k)] + subG +
+          double v = mul0(eta_max + gGemmS + gChunks, cond) + uG1 * std::fabs(in.dW_ref[q]) + t_jk +
+                     extra_col[static_cast<std::size_t>(k)] + subG +
                      subL * habs_col[static_cast<std::size_t>(k)] +
                      (gChunks > 0 ? static_cast<double>(in.n_chunks) * subA
                                   : 0.0);    // chunk adds underflow

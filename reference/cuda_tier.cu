@@ -18,9 +18,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <new>
-#include <exception>
 #include <stdexcept>
 #include <thread>
 

@@ -13,7 +13,9 @@
 namespace xentlab {
 namespace {
 
-mp_float mp_inf() { return std::numeric_limits<mp_float>::infinity(); }
+mp_float mp_inf() {
+  return std::numeric_limits<mp_float>::infinity();
+}
 
 double ratio_of(double fast, double oracle, double bound) {
   if (std::isnan(fast) && std::isnan(oracle)) return 0.0;
@@ -57,7 +59,8 @@ const Oracle::Row& Oracle::row(std::int64_t i) {
   std::vector<mp_float> h;
   if (pb_.is_linear()) {
     h.resize(static_cast<std::size_t>(D));
-    for (std::int64_t d = 0; d < D; ++d) h[static_cast<std::size_t>(d)] = value('H', i * D + d, pb_.H);
+    for (std::int64_t d = 0; d < D; ++d)
+      h[static_cast<std::size_t>(d)] = value('H', i * D + d, pb_.H);
   }
   const mp_float scale(sp_.logit_scale), cap(sp_.softcap);
   for (std::int64_t j = 0; j < V; ++j) {
@@ -68,7 +71,8 @@ const Oracle::Row& Oracle::row(std::int64_t i) {
         r = b;
       } else {
         r = b;
-        for (std::int64_t d = 0; d < D; ++d) r += h[static_cast<std::size_t>(d)] * value('W', j * D + d, pb_.W);
+        for (std::int64_t d = 0; d < D; ++d)
+          r += h[static_cast<std::size_t>(d)] * value('W', j * D + d, pb_.W);
       }
     } else {
       r = value('Z', i * V + j, pb_.logits);
@@ -164,7 +168,8 @@ mp_float Oracle::dH(std::int64_t i, std::int64_t d) {
   const Row& r = row(i);
   mp_float acc = 0;
   for (std::int64_t j = 0; j < pb_.V; ++j)
-    if (r.dz[static_cast<std::size_t>(j)] != 0) acc += r.dz[static_cast<std::size_t>(j)] * value('W', j * pb_.D + d, pb_.W);
+    if (r.dz[static_cast<std::size_t>(j)] != 0)
+      acc += r.dz[static_cast<std::size_t>(j)] * value('W', j * pb_.D + d, pb_.W);
   return acc;
 }
 
@@ -196,10 +201,12 @@ std::string OracleReport::summary() const {
   for (const auto& [name, w] : worst) {
     const OracleCheck& c = *w.second;
     std::string idx;
-    for (std::size_t q = 0; q < c.index.size(); ++q) idx += (q ? "," : "") + std::to_string(c.index[q]);
-    s += fmt::format("  {:<8} {:>4} checked, {} over bound; worst [{}] fast={:.17g} oracle={:.17g} "
-                     "bound={:.3g} ratio={:.3g}\n",
-                     name, w.first, fails[name], idx, c.fast, c.oracle, c.bound, c.ratio);
+    for (std::size_t q = 0; q < c.index.size(); ++q)
+      idx += (q ? "," : "") + std::to_string(c.index[q]);
+    s += fmt::format(
+        "  {:<8} {:>4} checked, {} over bound; worst [{}] fast={:.17g} oracle={:.17g} "
+        "bound={:.3g} ratio={:.3g}\n",
+        name, w.first, fails[name], idx, c.fast, c.oracle, c.bound, c.ratio);
   }
   for (const auto& k : skipped) s += "  skipped: " + k + "\n";
   return s;
@@ -221,8 +228,9 @@ OracleReport check_with_oracle(const Problem& pb, const LossSpec& sp, const Refe
     // Compare in multiprecision: the oracle's own rounding to double must not count.
     if (std::isfinite(f) && boost::multiprecision::isfinite(o)) {
       const mp_float diff = abs(mp_float(f) - o);
-      c.ratio = diff == 0 ? 0.0 : (b > 0 ? (diff / b).convert_to<double>()
-                                         : std::numeric_limits<double>::infinity());
+      c.ratio = diff == 0 ? 0.0
+                          : (b > 0 ? (diff / b).convert_to<double>()
+                                   : std::numeric_limits<double>::infinity());
     } else {
       c.ratio = ratio_of(f, c.oracle, b);
     }
@@ -238,7 +246,8 @@ OracleReport check_with_oracle(const Problem& pb, const LossSpec& sp, const Refe
   std::int64_t extra = 0;
   for (std::int64_t q = 0; q < S && extra < spec.rows; ++q) {
     const double v = fast.loss[static_cast<std::size_t>(q)];
-    if (std::isfinite(v) && fast.loss_bound[static_cast<std::size_t>(q)] > spec.ill_conditioned * std::fabs(v) &&
+    if (std::isfinite(v) &&
+        fast.loss_bound[static_cast<std::size_t>(q)] > spec.ill_conditioned * std::fabs(v) &&
         !qs.count(q)) {
       qs.insert(q);
       ++extra;
@@ -247,12 +256,13 @@ OracleReport check_with_oracle(const Problem& pb, const LossSpec& sp, const Refe
   for (std::int64_t q : qs) {
     const std::int64_t i = fast.token_rows[static_cast<std::size_t>(q)];
     const Oracle::Row& r = oracle.row(i);
-    add("lse", {i}, fast.lse[static_cast<std::size_t>(q)], fast.lse_bound[static_cast<std::size_t>(q)], r.lse);
-    add("loss", {i}, fast.loss[static_cast<std::size_t>(q)], fast.loss_bound[static_cast<std::size_t>(q)], r.loss);
+    add("lse", {i}, fast.lse[static_cast<std::size_t>(q)],
+        fast.lse_bound[static_cast<std::size_t>(q)], r.lse);
+    add("loss", {i}, fast.loss[static_cast<std::size_t>(q)],
+        fast.loss_bound[static_cast<std::size_t>(q)], r.loss);
   }
   // Gradient entries: sampled plus ill-conditioned ones.
-  auto pick_entries = [&](std::int64_t rows, std::int64_t cols, const auto& val,
-                          const auto& bnd) {
+  auto pick_entries = [&](std::int64_t rows, std::int64_t cols, const auto& val, const auto& bnd) {
     std::set<std::pair<std::int64_t, std::int64_t>> out;
     if (rows == 0 || cols == 0) return out;
     std::uniform_int_distribution<std::int64_t> pr(0, rows - 1), pc(0, cols - 1);
@@ -260,7 +270,8 @@ OracleReport check_with_oracle(const Problem& pb, const LossSpec& sp, const Refe
     std::int64_t more = 0;
     for (std::int64_t f = 0; !val.empty() && f < rows * cols && more < spec.entries; ++f) {
       const double v = val[static_cast<std::size_t>(f)], b = bnd[static_cast<std::size_t>(f)];
-      if (b > spec.ill_conditioned * std::fabs(v) && out.insert({f / cols, f % cols}).second) ++more;
+      if (b > spec.ill_conditioned * std::fabs(v) && out.insert({f / cols, f % cols}).second)
+        ++more;
     }
     return out;
   };
@@ -304,22 +315,24 @@ OracleReport check_with_oracle(const Problem& pb, const LossSpec& sp, const Refe
         for (auto [jj, d] : pick_entries(J, D, fast.dW, fast.dW_bound)) {
           const std::int64_t j = fast.vocab_rows[static_cast<std::size_t>(jj)];
           add("dW", {j, d}, fast.dW[static_cast<std::size_t>(jj * D + d)],
-              fast.dW_bound[static_cast<std::size_t>(jj * D + d)], oracle.dW(j, d, fast.token_rows));
+              fast.dW_bound[static_cast<std::size_t>(jj * D + d)],
+              oracle.dW(j, d, fast.token_rows));
         }
       if (!fast.db.empty())
         for (auto [jj, unused] : pick_entries(J, 1, fast.db, fast.db_bound)) {
           (void)unused;
           const std::int64_t j = fast.vocab_rows[static_cast<std::size_t>(jj)];
-          add("db", {j}, fast.db[static_cast<std::size_t>(jj)], fast.db_bound[static_cast<std::size_t>(jj)],
-              oracle.db(j, fast.token_rows));
+          add("db", {j}, fast.db[static_cast<std::size_t>(jj)],
+              fast.db_bound[static_cast<std::size_t>(jj)], oracle.db(j, fast.token_rows));
         }
     }
   }
   if (fast.partial) {
     rep.skipped.push_back("reduced loss: the fast result covers a sample of the rows");
   } else if (!all_rows_ok) {
-    rep.skipped.push_back(fmt::format("reduced loss: {:.3g} multiprecision operations > budget {:.3g}",
-                                      all_rows_ops, spec.max_mp_ops));
+    rep.skipped.push_back(
+        fmt::format("reduced loss: {:.3g} multiprecision operations > budget {:.3g}", all_rows_ops,
+                    spec.max_mp_ops));
   } else {
     add("reduced", {}, fast.reduced_loss, fast.reduced_loss_bound, oracle.reduced_loss());
   }

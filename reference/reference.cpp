@@ -4,14 +4,13 @@
 
 #include <fmt/format.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstdio>
+#include <limits>
 #include <random>
-
-#include <unistd.h>
 
 #include "numerics/eft.hpp"
 #include "numerics/error.hpp"
@@ -84,7 +83,8 @@ struct Dot2Rows {
     }
   }
   // Writes value, bound (propagated + Dot2 rounding u|v| + γ_n²·cond) and cond.
-  void finish(std::int64_t D, double n_terms, double* value, double* bound, double* condition) const {
+  void finish(std::int64_t D, double n_terms, double* value, double* bound,
+              double* condition) const {
     const double g2 = eft::gamma_n(n_terms) * eft::gamma_n(n_terms);
     for (std::int64_t d = 0; d < D; ++d) {
       const double v = s[static_cast<std::size_t>(d)] + c[static_cast<std::size_t>(d)];
@@ -123,8 +123,8 @@ void row_logits(const Context& cx, std::int64_t i, const double* h_row, double h
         const double r = dot_exact_products(h_row, wbuf.data(), D, b);
         z[j] = r;
         // Sum2 bound: u|r| + γ²·Σ|p|, Σ|p| ≤ ‖H_i‖‖W_j‖ + |b|.
-        zb[j] = kU * std::fabs(r) + cx.dot_g2 * (h_norm * cx.w_norm[static_cast<std::size_t>(j)] +
-                                                 std::fabs(b));
+        zb[j] = kU * std::fabs(r) +
+                cx.dot_g2 * (h_norm * cx.w_norm[static_cast<std::size_t>(j)] + std::fabs(b));
       }
     }
   }
@@ -137,7 +137,8 @@ namespace detail {
 
 void transform_logits(const LossSpec& sp, std::int64_t V, double* z, double* zb, double* chain,
                       double* chain_b) {
-  for (std::int64_t j = 0; j < V; ++j) transform_logit(sp, z[j], zb[j], z[j], zb[j], chain[j], chain_b[j]);
+  for (std::int64_t j = 0; j < V; ++j)
+    transform_logit(sp, z[j], zb[j], z[j], zb[j], chain[j], chain_b[j]);
 }
 
 RowStats row_forward(const LossSpec& sp, std::int64_t V, std::int64_t t, bool valid,
@@ -202,12 +203,14 @@ void row_gradient(const LossSpec& sp, std::int64_t V, std::int64_t t, bool valid
   for (std::int64_t j = 0; j < V; ++j) grad_entry(r, j, e[j], ch[j], chb[j], g[j], gb[j]);
 }
 
-double row_grad_scale(const LossSpec& sp, std::int64_t n_valid,
-                      const std::vector<double>& upstream, std::int64_t i, bool valid) {
+double row_grad_scale(const LossSpec& sp, std::int64_t n_valid, const std::vector<double>& upstream,
+                      std::int64_t i, bool valid) {
   if (!valid) return 0.0;
   switch (sp.reduction) {
-    case Reduction::mean: return n_valid > 0 ? 1.0 / static_cast<double>(n_valid) : 0.0;
-    case Reduction::sum: return 1.0;
+    case Reduction::mean:
+      return n_valid > 0 ? 1.0 / static_cast<double>(n_valid) : 0.0;
+    case Reduction::sum:
+      return 1.0;
     case Reduction::none:
       return upstream.empty() ? 1.0 : upstream[static_cast<std::size_t>(i)];
   }
@@ -332,19 +335,22 @@ void check_reference_fits(std::int64_t S, std::int64_t V, std::int64_t D, std::i
     throw InputError("the cuda reference tier is not available: " + why);
   const bool budget_given = opt.max_bytes > 0;
   const std::int64_t budget =
-      budget_given ? opt.max_bytes
-                   : static_cast<std::int64_t>(0.9 * static_cast<double>(detail::available_memory_bytes()));
+      budget_given
+          ? opt.max_bytes
+          : static_cast<std::int64_t>(0.9 * static_cast<double>(detail::available_memory_bytes()));
   const bool linear = D > 0;
   ReferenceTier tier = opt.tier;
-  if (!linear) tier = ReferenceTier::compensated;
+  if (!linear)
+    tier = ReferenceTier::compensated;
   else if (tier == ReferenceTier::automatic)
     tier = cuda_reference_available() ? ReferenceTier::cuda : ReferenceTier::blas;
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
   if (tier == ReferenceTier::compensated)
-    detail::check_memory(compensated_need(S, V, D, J, opt, linear && opt.want_dH,
-                                          linear && opt.want_dW, linear && opt.want_db),
-                         budget, budget_given,
-                         fmt::format("the compensated reference of {} rows × V={} × D={}", S, V, D));
+    detail::check_memory(
+        compensated_need(S, V, D, J, opt, linear && opt.want_dH, linear && opt.want_dW,
+                         linear && opt.want_db),
+        budget, budget_given,
+        fmt::format("the compensated reference of {} rows × V={} × D={}", S, V, D));
   else if (tier == ReferenceTier::blas)
     detail::check_memory(detail::blas_plan_terms(S, V, D, J, opt, threads).minimum(), budget,
                          budget_given,
@@ -354,10 +360,14 @@ void check_reference_fits(std::int64_t S, std::int64_t V, std::int64_t D, std::i
 
 std::string_view to_string(ReferenceTier tier) {
   switch (tier) {
-    case ReferenceTier::automatic: return "auto";
-    case ReferenceTier::compensated: return "compensated";
-    case ReferenceTier::blas: return "blas";
-    case ReferenceTier::cuda: return "cuda";
+    case ReferenceTier::automatic:
+      return "auto";
+    case ReferenceTier::compensated:
+      return "compensated";
+    case ReferenceTier::blas:
+      return "blas";
+    case ReferenceTier::cuda:
+      return "cuda";
   }
   return "?";
 }
@@ -366,7 +376,8 @@ ReferenceTier parse_reference_tier(std::string_view name) {
   for (ReferenceTier t : {ReferenceTier::automatic, ReferenceTier::compensated, ReferenceTier::blas,
                           ReferenceTier::cuda})
     if (name == to_string(t)) return t;
-  throw InputError(fmt::format("unknown reference tier '{}': use auto, compensated, blas or cuda", name));
+  throw InputError(
+      fmt::format("unknown reference tier '{}': use auto, compensated, blas or cuda", name));
 }
 
 std::vector<std::int64_t> sample_rows(std::int64_t n, std::int64_t k, std::uint64_t seed) {
@@ -469,8 +480,8 @@ void compensated_tier(const Problem& pb, const LossSpec& sp, const ReferenceOpti
     const std::int64_t b1 = std::min(S, b0 + B);
 #pragma omp parallel num_threads(nthreads)
     {
-      std::vector<double> z(sz(V)), zb(sz(V)), ch(sz(V)), chb(sz(V)), e(sz(V)), g(sz(V)),
-          gb(sz(V)), wbuf(sz(std::max<std::int64_t>(D, 1))), hbuf(sz(std::max<std::int64_t>(D, 1)));
+      std::vector<double> z(sz(V)), zb(sz(V)), ch(sz(V)), chb(sz(V)), e(sz(V)), g(sz(V)), gb(sz(V)),
+          wbuf(sz(std::max<std::int64_t>(D, 1))), hbuf(sz(std::max<std::int64_t>(D, 1)));
       Dot2Rows dh(want_dH ? D : 0);
 #pragma omp for schedule(dynamic, 1)
       for (std::int64_t q = b0; q < b1; ++q) {
@@ -492,8 +503,8 @@ void compensated_tier(const Problem& pb, const LossSpec& sp, const ReferenceOpti
         const double gs = detail::row_grad_scale(sp, res.n_valid, opt.upstream, i, valid);
         detail::store_row_outputs(res, q, st, gs);
 
-        detail::row_gradient(sp, V, t, valid, st, gs, e.data(), ops, omp_t, ch.data(),
-                             chb.data(), g.data(), gb.data());
+        detail::row_gradient(sp, V, t, valid, st, gs, e.data(), ops, omp_t, ch.data(), chb.data(),
+                             g.data(), gb.data());
         if (opt.want_dz) {
           std::copy(g.begin(), g.end(), res.dz.begin() + q * V);
           std::copy(gb.begin(), gb.end(), res.dz_bound.begin() + q * V);
@@ -545,7 +556,6 @@ void compensated_tier(const Problem& pb, const LossSpec& sp, const ReferenceOpti
                             res.dW_bound.data() + jj * D, res.dW_cond.data() + jj * D);
   }
   if (want_db) detail::finish_db(db_acc, db_bnd, db_abs, S, res);
-
 }
 
 // Dot2 accumulators (4 doubles per dW/dH element), outputs, the dz block (≤ 512 MiB), the
@@ -597,14 +607,13 @@ void finish_reduced_loss(const Problem& pb, const LossSpec& sp, ReferenceResult&
 
 }  // namespace
 
-
-
 ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
                                   const ReferenceOptions& opt) {
   sp.validate();
   pb.validate(sp.ignore_index);
   if (opt.threads < 0 || opt.threads > 4096)
-    throw InputError(fmt::format("threads must be in [0, 4096] (0 = OpenMP's default), got {}", opt.threads));
+    throw InputError(
+        fmt::format("threads must be in [0, 4096] (0 = OpenMP's default), got {}", opt.threads));
   const bool linear = pb.is_linear();
   if (linear && pb.H.dtype() == DType::fp64)
     throw InputError("H/W in fp64 are not supported: products of fp64 values are not exact");
@@ -627,24 +636,27 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
     if (sp.reduction != Reduction::none)
       throw InputError("an upstream gradient is only taken with reduction none");
     if (static_cast<std::int64_t>(opt.upstream.size()) != N)
-      throw InputError(fmt::format("upstream gradient has {} entries, expected N={}",
-                                   opt.upstream.size(), N));
+      throw InputError(
+          fmt::format("upstream gradient has {} entries, expected N={}", opt.upstream.size(), N));
     for (std::size_t i = 0; i < opt.upstream.size(); ++i)
       if (!std::isfinite(opt.upstream[i]))
-        throw InputError(fmt::format("upstream gradient [{}] = {} is not finite", i, opt.upstream[i]));
+        throw InputError(
+            fmt::format("upstream gradient [{}] = {} is not finite", i, opt.upstream[i]));
   }
   if (opt.max_bytes < 0)
-    throw InputError(fmt::format("memory budget must be >= 0 bytes (0 = the available memory), got {}",
-                                 opt.max_bytes));
+    throw InputError(fmt::format(
+        "memory budget must be >= 0 bytes (0 = the available memory), got {}", opt.max_bytes));
   if (opt.block_rows < 0 || opt.panel_rows < 0)
-    throw InputError(fmt::format("block_rows and panel_rows must be >= 0 (0 = automatic), got {} and {}",
-                                 opt.block_rows, opt.panel_rows));
+    throw InputError(
+        fmt::format("block_rows and panel_rows must be >= 0 (0 = automatic), got {} and {}",
+                    opt.block_rows, opt.panel_rows));
   const bool budget_given = opt.max_bytes > 0;
   // Without a budget: 90 % of the memory available now, a margin for what other processes
   // allocate while the reference runs.
   const std::int64_t budget =
-      budget_given ? opt.max_bytes
-                   : static_cast<std::int64_t>(0.9 * static_cast<double>(detail::available_memory_bytes()));
+      budget_given
+          ? opt.max_bytes
+          : static_cast<std::int64_t>(0.9 * static_cast<double>(detail::available_memory_bytes()));
   ReferenceTier tier = opt.tier;
   if (!linear) {
     tier = ReferenceTier::compensated;  // no GEMM: the row work is the whole computation
@@ -658,9 +670,9 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
   res.tier = tier;
 
   if (tier == ReferenceTier::compensated) {
-    detail::check_memory(compensated_need(S, V, D, J, opt, want_dH, want_dW, want_db), budget,
-                         budget_given,
-                         fmt::format("the compensated reference of {} rows × V={} × D={}", S, V, D));
+    detail::check_memory(
+        compensated_need(S, V, D, J, opt, want_dH, want_dW, want_db), budget, budget_given,
+        fmt::format("the compensated reference of {} rows × V={} × D={}", S, V, D));
     compensated_tier(pb, sp, opt, res);
   } else if (tier == ReferenceTier::blas) {
     detail::blas_tier(pb, sp, opt, res, budget, budget_given);
