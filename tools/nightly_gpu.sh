@@ -3,7 +3,8 @@
 #   tools/nightly_gpu.sh OUTDIR [BASELINE.h5]
 # 1. configures and builds (Release, build-nightly/);
 # 2. runs the gpu-labelled and slow tests, JUnit XML in OUTDIR/tests.xml;
-# 3. runs the audit on the GPU: the embedded set, then the 128K-context problem (N = 131072,
+# 3. runs the audit on the GPU: the embedded set (on a GPU it includes the Llama-3-8B head at
+#    N = 8192, every row, full dW: minutes of the suite), then the 128K-context problem (N = 131072,
 #    V = 128256, D = 4096, the catalog's Gaussian head with uniform targets — calibrated targets
 #    would need the softmax of all 131072 rows on the CPU) audited on a seeded sub-batch of rows; results in
 #    OUTDIR/audit.h5 (+ .md), summary in OUTDIR/summary.txt; the embedded set also on the CPU
