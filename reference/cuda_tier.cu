@@ -26,13 +26,13 @@
 
 #include "numerics/error.hpp"
 #include "reference/row.hpp"
+#include "reference/row_math.hpp"
 
 // The staging copies and the H rows are OpenMP loops in host code: without -fopenmp for the host
 // compiler (reference/CMakeLists.txt) nvcc drops the pragmas and they run on one thread.
 #ifndef _OPENMP
 #error "cuda_tier.cu needs OpenMP in its host code (-Xcompiler=-fopenmp)"
 #endif
-#include "reference/row_math.hpp"
 
 namespace xentlab {
 namespace {
