@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -354,7 +355,14 @@ namespace {
 // The reference options of reference, golden and audit: a nonsense tier or budget is refused
 // naming the option; a budget too small for the problem is refused before any work, naming the
 // bytes it needs, and golden leaves no file behind.
+// The BLAS tier's memory plan holds a panel of W per thread: the byte figures below are those of
+// two OpenMP threads, which every child program of these tests gets, whatever the machine.
+void two_threads() {
+  ::setenv("OMP_NUM_THREADS", "2", 1);
+}
+
 TEST(ReferenceOptionsProgram, BadTierAndBudgetAreRefused) {
+  two_threads();
   const std::string ref = "reference -N 8 -V 100 -D 8 --oracle-rows 0 ";
   testing::expect_exit_2_naming({
       {ref + "--reference fast", "--reference: unknown reference tier 'fast'"},
@@ -380,7 +388,14 @@ TEST(ReferenceOptionsProgram, BadTierAndBudgetAreRefused) {
 // a "not supported" run), and the reference command refuses a size before generating it (the
 // 10^8-token problem would take minutes to generate).
 TEST(ReferenceOptionsProgram, RefusalsComeFirstAndSayWhy) {
+  two_threads();
   testing::expect_exit_2_naming({
+      // The audit checks each embedded problem's reference before generating it (100000
+      // calibrated rows would take many minutes to generate).
+      {"audit --problems calibrated --tokens 100000 --hidden 4096 --rows 0 --vocab-rows 0 -q "
+       "--memory-budget 1G --out " +
+           ::testing::TempDir() + "xl-never-audit4.h5",
+       "of memory but the budget is 1073741824 bytes"},
       {"audit --problems stories260k,calibrated --tokens 16 -q --memory-budget 1M --out " +
            ::testing::TempDir() + "xl-never-audit2.h5",
        "of memory but the budget is 1048576 bytes"},

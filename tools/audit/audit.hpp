@@ -44,12 +44,21 @@ struct AuditProblem {
 /// With real_shapes (an audit on a GPU), the set also holds the Llama-3-8B head at a training
 /// shape: "llama3-8b", V = 128256, D = 4096, N = kRealShapeTokens, calibrated targets, audited on
 /// every token row with full dW and db (too large for the CPU emulation, so never in a CPU set).
+/// before_generating, when given, hears each problem's shape before it is generated (and may
+/// throw to refuse it: the audit checks the reference's memory there, so a problem over the
+/// budget is refused before minutes of generation).
 inline constexpr std::int64_t kRealShapeTokens = 8192;
+struct ProblemShape {
+  std::string name;
+  std::int64_t N = 0, V = 0, D = 0;  ///< D = 0: given logits
+  std::int64_t rows = -1, vocab_rows = -1;  ///< as AuditProblem
+};
 std::vector<AuditProblem> default_problem_set(
     std::uint64_t seed, std::int64_t tokens = 16, std::int64_t hidden = 64,
     const std::vector<std::string>& only = {},
     const std::function<GenerationProgress(const std::string&)>& progress_for = {},
-    bool real_shapes = false);
+    bool real_shapes = false,
+    const std::function<void(const ProblemShape&)>& before_generating = {});
 
 struct AuditConfig {
   std::vector<std::string> strategies;  ///< names; empty = every registered strategy

@@ -184,7 +184,22 @@ int run_audit_command(const AuditArgs& a) {
                                      return a.quiet ? GenerationProgress{}
                                                     : progress_printer("generating " + name);
                                    },
-                                   cfg.backend != Backend::cpu_emulation);
+                                   cfg.backend != Backend::cpu_emulation,
+                                   [&cfg](const audit::ProblemShape& ps) {
+                                     // The reference of the sub-batch the audit will run on
+                                     // (tools/audit/audit.cpp, prepare), before generating.
+                                     const std::int64_t r = ps.rows >= 0 ? ps.rows : cfg.rows;
+                                     const std::int64_t S = r > 0 ? std::min(r, ps.N) : ps.N;
+                                     const std::int64_t vr =
+                                         ps.vocab_rows >= 0 ? ps.vocab_rows : cfg.vocab_rows;
+                                     const std::int64_t J =
+                                         ps.D == 0 ? 0 : (vr > 0 ? std::min(vr, ps.V) : ps.V);
+                                     ReferenceOptions ro;
+                                     ro.tier = cfg.reference_tier;
+                                     ro.max_bytes = cfg.reference_memory;
+                                     ro.want_dz = ps.D == 0;
+                                     check_reference_fits(S, ps.V, ps.D, J, ro);
+                                   });
     for (auto& p : all)
       if (wanted.empty() || std::find(wanted.begin(), wanted.end(), p.name) != wanted.end())
         problems.push_back(std::move(p));
