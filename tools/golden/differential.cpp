@@ -136,27 +136,33 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   b.golden_rows = g.S;
   b.seed = opt.seed;
   const Problem& P = g.problem;
-  // The first emulated strategy of the registry that implements the recipe (naive).
-  const std::vector<std::unique_ptr<Strategy>> strategies = make_strategies(Backend::cpu_emulation);
-  const Strategy* st = nullptr;
+  // Every emulated strategy of the registry that implements the recipe.
+  std::vector<std::unique_ptr<Strategy>> strategies = make_strategies(Backend::cpu_emulation);
   std::string why;
+  std::vector<const Strategy*> runs;
   for (const auto& s : strategies) {
     const Status ok = s->can_implement(P, g.spec, recipe);
-    if (ok.ok()) {
-      st = s.get();
-      break;
-    }
-    if (why.empty()) why = ok.message;
+    if (ok.ok())
+      runs.push_back(s.get());
+    else if (why.empty())
+      why = ok.message;
   }
-  if (!st) {
+  if (runs.empty()) {
     b.status = why.empty() ? "no emulated strategy" : why;
     return b;
   }
-  b.strategy = fmt::format("{} ({})", st->name(), to_string(st->backend()));
+  for (const Strategy* st : runs) b.strategy += (b.strategy.empty() ? "" : ", ") + st->name();
+  b.strategy = fmt::format("{} ({}; per output the largest error)", b.strategy,
+                           to_string(runs.front()->backend()));
 
-  // Token rows: all the golden file's, or a seeded sample of them (positions into token_rows).
+  // Token rows: all the golden file's, or a seeded sample of them (positions into token_rows),
+  // each strategy's share of the work kBaselineWork.
   const std::int64_t per_row = std::max<std::int64_t>(1, g.V * std::max<std::int64_t>(g.D, 1));
-  std::int64_t m = opt.rows > 0 ? opt.rows : std::max<std::int64_t>(8, kBaselineWork / per_row);
+  std::int64_t m = opt.rows > 0 ? opt.rows
+                                : std::max<std::int64_t>(
+                                      kBaselineMinRows,
+                                      kBaselineWork / static_cast<std::int64_t>(runs.size()) /
+                                          per_row);
   m = std::min(m, g.S);
   std::vector<std::int64_t> pos;
   if (m < g.S) {
@@ -168,46 +174,30 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   }
   for (const std::int64_t q : pos) b.token_rows.push_back(g.token_rows[sz(q)]);
 
-  RunRequest req;
-  req.problem = &P;
-  req.spec = g.spec;
-  req.recipe = recipe;
-  req.token_rows = b.token_rows;
-  req.want_grads = !g.dH.empty() || !g.dW.empty() || !g.db.empty() || !g.dz.empty();
-  const StrategyOutputs o = st->run(req);
-  b.loss_dtype = o.loss_dtype;
-  b.grad_dtype = o.grad_dtype;
-  const auto add = [&](const std::string& name, const std::vector<double>& out,
-                       const std::vector<double>& ref) {
-    const DType dt = b.output_dtype(name);
-    b.profiles.emplace_back(name, error_profile(out.data(), ref.data(),
-                                                static_cast<std::int64_t>(ref.size()), dt));
-  };
-  if (!g.loss.empty()) add("loss", o.loss, pick(g.loss, 1, pos));
-  if (!g.lse.empty()) add("lse", o.lse, pick(g.lse, 1, pos));
-  if (!g.dH.empty() && !o.dH.empty()) add("dH", o.dH, pick(g.dH, g.D, pos));
-  if (!g.dz.empty() && !o.dz.empty()) add("dz", o.dz, pick(g.dz, g.V, pos));
+  // The references the baseline is compared with.
+  std::vector<std::pair<std::string, std::vector<double>>> refs;
+  if (!g.loss.empty()) refs.emplace_back("loss", pick(g.loss, 1, pos));
+  if (!g.lse.empty()) refs.emplace_back("lse", pick(g.lse, 1, pos));
+  if (!g.dH.empty()) refs.emplace_back("dH", pick(g.dH, g.D, pos));
+  if (!g.dz.empty()) refs.emplace_back("dz", pick(g.dz, g.V, pos));
   const bool vocab_outputs = !g.dW.empty() || !g.db.empty();
   if (!b.sampled) {
-    if (g.reduced_loss && !g.partial) add("reduced_loss", {o.reduced_loss}, {*g.reduced_loss});
-    b.vocab_rows = vocab_outputs ? g.vocab_rows : std::vector<std::int64_t>{};
-    if (!g.dW.empty() && !o.dW.empty()) add("dW", pick(o.dW, g.D, g.vocab_rows), g.dW);
-    if (!g.db.empty() && !o.db.empty()) add("db", pick(o.db, 1, g.vocab_rows), g.db);
-  } else if (P.is_linear() && (vocab_outputs || g.reduced_loss)) {
-    // dW, db and the reduced loss of the sample are sums over the sampled tokens only: their
-    // reference is recomputed on the same rows (the golden file holds the full sums).
+    if (g.reduced_loss && !g.partial) refs.emplace_back("reduced_loss", std::vector<double>{*g.reduced_loss});
+    if (vocab_outputs) b.vocab_rows = g.vocab_rows;
+    if (!g.dW.empty()) refs.emplace_back("dW", g.dW);
+    if (!g.db.empty()) refs.emplace_back("db", g.db);
+  } else if (P.is_linear() && vocab_outputs) {
+    // dW and db of the sample are sums over the sampled tokens only: their reference is
+    // recomputed on the same rows (the golden file holds the full sums).
     const std::int64_t J = opt.vocab_rows > 0 ? opt.vocab_rows : kBaselineVocabRows;
-    if (vocab_outputs)
-      b.vocab_rows = static_cast<std::int64_t>(g.vocab_rows.size()) <= J
-                         ? g.vocab_rows
-                         : [&] {
-                             std::vector<std::int64_t> v;
-                             for (const std::int64_t k :
-                                  sample_rows(static_cast<std::int64_t>(g.vocab_rows.size()), J,
-                                              opt.seed))
-                               v.push_back(g.vocab_rows[sz(k)]);
-                             return v;
-                           }();
+    if (vocab_outputs) {
+      if (static_cast<std::int64_t>(g.vocab_rows.size()) <= J)
+        b.vocab_rows = g.vocab_rows;
+      else
+        for (const std::int64_t k :
+             sample_rows(static_cast<std::int64_t>(g.vocab_rows.size()), J, opt.seed))
+          b.vocab_rows.push_back(g.vocab_rows[sz(k)]);
+    }
     ReferenceOptions ro;
     ro.token_rows = b.token_rows;
     ro.vocab_rows = b.vocab_rows.empty() ? std::vector<std::int64_t>{0} : b.vocab_rows;
@@ -217,11 +207,50 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
     ro.threads = opt.threads;
     ro.tier = ReferenceTier::blas;
     const ReferenceResult r = compute_reference(P, g.spec, ro);
-    if (g.reduced_loss) add("reduced_loss", {o.reduced_loss}, {r.reduced_loss});
-    if (!g.dW.empty() && !o.dW.empty())
-      add("dW", pick(o.dW, g.D, b.vocab_rows), std::vector<double>(r.dW.begin(), r.dW.end()));
-    if (!g.db.empty() && !o.db.empty())
-      add("db", pick(o.db, 1, b.vocab_rows), std::vector<double>(r.db.begin(), r.db.end()));
+    // The reduced loss of the sample is one number of another sum: not compared.
+    if (!g.dW.empty()) refs.emplace_back("dW", std::vector<double>(r.dW.begin(), r.dW.end()));
+    if (!g.db.empty()) refs.emplace_back("db", std::vector<double>(r.db.begin(), r.db.end()));
+  }
+
+  RunRequest req;
+  req.problem = &P;
+  req.spec = g.spec;
+  req.recipe = recipe;
+  req.token_rows = b.token_rows;
+  req.want_grads = !g.dH.empty() || !g.dW.empty() || !g.db.empty() || !g.dz.empty();
+  for (const Strategy* st : runs) {
+    const StrategyOutputs o = st->run(req);
+    b.loss_dtype = o.loss_dtype;
+    b.grad_dtype = o.grad_dtype;
+    for (const auto& [name, ref] : refs) {
+      std::vector<double> out;
+      if (name == "loss") out = o.loss;
+      if (name == "lse") out = o.lse;
+      if (name == "dH") out = o.dH;
+      if (name == "dz") out = o.dz;
+      if (name == "reduced_loss") out = {o.reduced_loss};
+      if (name == "dW" && !o.dW.empty()) out = pick(o.dW, g.D, b.vocab_rows);
+      if (name == "db" && !o.db.empty()) out = pick(o.db, 1, b.vocab_rows);
+      if (out.size() != ref.size()) continue;  // not produced (db without a bias)
+      const ErrorProfile p = error_profile(out.data(), ref.data(),
+                                           static_cast<std::int64_t>(ref.size()),
+                                           b.output_dtype(name));
+      // Per output the largest error over the strategies: the profile of the largest normwise
+      // error, with the largest quantiles.
+      auto it = std::find_if(b.profiles.begin(), b.profiles.end(),
+                             [&](const auto& e) { return e.first == name; });
+      if (it == b.profiles.end()) {
+        b.profiles.emplace_back(name, p);
+        continue;
+      }
+      ErrorProfile& k = it->second;
+      const double q = std::max(k.rel_q, p.rel_q), p50 = std::max(k.rel_p50, p.rel_p50),
+                   p99 = std::max(k.rel_p99, p.rel_p99);
+      if (p.normwise > k.normwise) k = p;
+      k.rel_q = q;
+      k.rel_p50 = p50;
+      k.rel_p99 = p99;
+    }
   }
   b.status = "ok";
   b.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -353,20 +353,14 @@ DifferentialResult differential_check(const Golden& g, const Baseline& b, const 
 
 // --explain: the candidate's profile against every recipe of the default grid with the golden
 // problem's input dtype.
-std::vector<RecipeMatch> explain_recipes(
+std::vector<RecipeMatch> match_recipes(
     const Golden& g, const std::vector<std::pair<std::string, std::vector<double>>>& compared,
-    const BaselineOptions& bo) {
+    const std::vector<Baseline>& baselines) {
   std::vector<RecipeMatch> ms;
-  // The grid's recipes on the stored inputs (the candidate read them as stored), each once.
-  std::vector<Recipe> recipes;
-  for (Recipe r : default_recipe_grid()) {
-    r.input = g.problem.input_dtype();
-    if (std::find(recipes.begin(), recipes.end(), r) == recipes.end()) recipes.push_back(r);
-  }
-  for (const Recipe& r : recipes) {
+  for (const Baseline& b : baselines) {
     RecipeMatch m;
+    const Recipe r = b.recipe;
     m.recipe = r;
-    const Baseline b = emulate_baseline(g, r, bo);
     m.status = b.status;
     m.profiles = b.profiles;
     if (b.status != "ok") {
@@ -421,6 +415,21 @@ std::vector<RecipeMatch> explain_recipes(
 }
 
 }  // namespace
+
+std::vector<Recipe> explain_recipes(const Golden& g) {
+  const DType in = g.problem.input_dtype();
+  std::vector<Recipe> recipes;
+  for (const Recipe& r : default_recipe_grid())
+    if (r.input == in) recipes.push_back(r);
+  if (recipes.size() > 1) return recipes;
+  // The grid's recipes read on the stored inputs (an fp32 problem has one recipe of its own).
+  recipes.clear();
+  for (Recipe r : default_recipe_grid()) {
+    r.input = in;
+    if (std::find(recipes.begin(), recipes.end(), r) == recipes.end()) recipes.push_back(r);
+  }
+  return recipes;
+}
 
 std::vector<double> verify_tolerance(const Golden& g, const VerifyPolicy& pol,
                                      const std::string& name, DType out_dtype) {
@@ -561,8 +570,14 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
 
   PolicyBounds pb;
   if (!pol.explicit_tol) policy_bounds(g, pol, pb);
-  if (diff_check)
-    rep.baseline = emulate_baseline(g, recipe_of(pol, g.problem.input_dtype()), options.baseline);
+  if (diff_check) {
+    const Recipe r = recipe_of(pol, g.problem.input_dtype());
+    if (options.baseline_given && !(options.baseline_given->recipe == r))
+      throw InputError(fmt::format("the baseline given is of recipe {}, the policy's is {}",
+                                   options.baseline_given->recipe.name(), r.name()));
+    rep.baseline = options.baseline_given ? *options.baseline_given
+                                          : emulate_baseline(g, r, options.baseline);
+  }
   // The candidate's values of each compared output, kept for --explain.
   std::vector<std::pair<std::string, std::vector<double>>> compared_values;
 
@@ -641,10 +656,8 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     const std::vector<double> tol = tolerance_from(g, pol, pb, name, o.dtype, ro);
     o.stats = compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()),
                                   o.dtype, tol.data());
-    if (diff_check) {
-      o.differential = differential_check(g, *rep.baseline, name, out, ref);
-      compared_values.emplace_back(name, out);
-    }
+    if (diff_check) o.differential = differential_check(g, *rep.baseline, name, out, ref);
+    if (options.explain) compared_values.emplace_back(name, out);
     // The bound check. An infinite bound is "no bound" when the differential check judges the
     // output instead; without it, the policy decides (incorrect under default and strict).
     const bool diff_judges = diff_check && o.differential.status != "not judged";
@@ -756,7 +769,13 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
       rep.reason = fmt::format("{} output(s) passed: {}", compared, t);
     }
   }
-  if (options.explain) rep.explain = explain_recipes(g, compared_values, options.baseline);
+  if (options.explain) {
+    std::vector<Baseline> computed;
+    if (!options.explain_given)
+      for (const Recipe& r : explain_recipes(g)) computed.push_back(emulate_baseline(g, r, options.baseline));
+    rep.explain = match_recipes(g, compared_values,
+                                options.explain_given ? *options.explain_given : computed);
+  }
   return rep;
 }
 

@@ -80,10 +80,13 @@ inline constexpr double kDifferentialQuantile = 0.9;
 /// Outputs with fewer elements compare the normwise error only (a 0.9-quantile of fewer than 64
 /// values is one of its 7 largest, as noisy as the maximum).
 inline constexpr std::int64_t kDifferentialMinElements = 64;
-/// Default work of the emulated baseline, in multiply-adds of the logits GEMM (S·V·D, or S·V for a
-/// logits problem): above it the baseline runs on a seeded sample of token rows (about 10 s of the
-/// three GEMMs' emulation on two cores).
-inline constexpr std::int64_t kBaselineWork = std::int64_t{1} << 32;
+/// Work of the emulated baseline, in multiply-adds of the logits GEMM summed over the strategies
+/// it runs (S·V·D each, or S·V for a logits problem): above it the baseline runs on a seeded
+/// sample of token rows (at least kBaselineMinRows). The emulation does about 4·10^8 emulated
+/// multiply-adds per second on two cores and runs three GEMMs per strategy: 2^31 is about 16 s.
+inline constexpr std::int64_t kBaselineWork = std::int64_t{1} << 31;
+/// Fewest token rows of a sampled baseline.
+inline constexpr std::int64_t kBaselineMinRows = 4;
 /// Default number of vocabulary rows of dW/db compared when the baseline's tokens are sampled.
 inline constexpr std::int64_t kBaselineVocabRows = 4096;
 /// Buckets of the ULP histogram of ErrorProfile: distance 0, 1, [2,4), [4,8), …, ≥ 2^(n−2).
@@ -108,8 +111,9 @@ ErrorProfile error_profile(const double* out, const double* ref, std::int64_t n,
 
 /// How the emulated baseline is sampled.
 struct BaselineOptions {
-  /// Token rows of the golden file the baseline runs on: 0 = all when S·V·D ≤ kBaselineWork,
-  /// else a seeded sample of ⌊kBaselineWork/(V·D)⌋ rows (at least 8); k > 0: at most k rows.
+  /// Token rows of the golden file the baseline runs on: 0 = all when their work is at most
+  /// kBaselineWork, else a seeded sample of that work (at least kBaselineMinRows rows); k > 0: at
+  /// most k rows.
   std::int64_t rows = 0;
   /// Vocabulary rows of dW/db compared when the tokens are sampled (0 = kBaselineVocabRows).
   std::int64_t vocab_rows = 0;
@@ -117,16 +121,18 @@ struct BaselineOptions {
   int threads = 0;         ///< OpenMP threads of the reference on the sample; 0 = default
 };
 
-/// The emulated baseline of one recipe on a golden problem: the CPU emulation of the first
-/// strategy of the registry that implements the recipe (naive: one blocked vocabulary reduction,
-/// one fp32 GEMM per output), run on the golden file's problem, and its error profile per output
+/// The emulated baseline of one recipe on a golden problem: the CPU emulation of every strategy of
+/// the registry that implements the recipe (their reduction orders and chunked accumulations are
+/// all correct implementations of it), run on the golden file's problem, and per output the
+/// error profile of the least accurate of them (largest normwise error; the largest quantiles)
 /// against the certified reference. When all golden token rows are run, the reference is the
 /// golden file's; when they are sampled, loss, lse, dH and dz are compared with the golden file's
 /// reference on the sampled rows, and dW, db and the reduced loss (sums over the sampled tokens
 /// only) with the reference recomputed on the sample (its blas tier, compute_reference).
 struct Baseline {
   Recipe recipe;
-  std::string strategy;                   ///< "naive (cpu-emulation)"
+  /// "naive, chunked, checkpointed, fused (cpu-emulation; per output the largest error)"
+  std::string strategy;
   std::string status;                     ///< "ok", or why it could not run
   std::vector<std::int64_t> token_rows;   ///< problem rows it ran on
   std::vector<std::int64_t> vocab_rows;   ///< vocabulary rows of dW/db compared
@@ -213,9 +219,19 @@ struct VerifyOptions {
   VerifyCheck check = VerifyCheck::both;
   BaselineOptions baseline;
   /// Also run the emulation of every recipe of default_recipe_grid() with the golden problem's
-  /// input dtype and rank them by how close their error profiles are to the candidate's.
+  /// input dtype (every recipe of the grid on the stored inputs when the grid has none) and rank
+  /// them by how close their error profiles are to the candidate's.
   bool explain = false;
+  /// For verifying many candidates against one golden file: the policy recipe's baseline, as
+  /// emulate_baseline returned it for this golden file (its recipe must be the policy's, else
+  /// InputError); null: computed here.
+  const Baseline* baseline_given = nullptr;
+  /// Likewise the baselines --explain compares with (explain_recipes of this golden file).
+  const std::vector<Baseline>* explain_given = nullptr;
 };
+
+/// The recipes --explain emulates for a golden problem (see VerifyOptions::explain).
+std::vector<Recipe> explain_recipes(const Golden& golden);
 
 /// Reads the candidate (format "xentlab-candidate" version 1: datasets loss, lse, reduced_loss, dH,
 /// dW, db, dz at the root, any float dtype, in the golden's sampled shape or the full shape) and
