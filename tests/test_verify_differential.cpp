@@ -338,7 +338,9 @@ TEST_F(VerifyDifferential, ExplainClassifiesEmulatedCandidatesByTheirRecipe) {
         bool found = false;
         for (const RecipeMatch& m : rep.explain) {
           found = found || (m.recipe == r && m.consistent);
-          if (m.consistent) EXPECT_EQ(m.recipe.accum, DType::bf16) << what;
+          if (m.consistent) {
+            EXPECT_EQ(m.recipe.accum, DType::bf16) << what;
+          }
         }
         EXPECT_TRUE(found) << what;
       }

@@ -297,7 +297,8 @@ DifferentialResult compare_profiles(const ErrorProfile& c, const ErrorProfile& b
   d.candidate = c;
   d.baseline = base;
   // One ULP of the recipe's output format: 2u relative per element; normwise, one ULP at the
-  // largest element, 2u·max|ref|/‖ref‖₂.
+  // largest element, 2u·max|ref|/‖ref‖₂. Not of the candidate's storage format: an output stored
+  // coarser than the recipe delivers it is itself a lowered precision.
   const double u = unit_roundoff(out);
   d.floor_rel = 2 * u;
   d.floor_normwise = c.norm_ref > 0 ? 2 * u * c.max_ref / c.norm_ref : 2 * u;
@@ -351,11 +352,16 @@ DifferentialResult differential_check(const Golden& g, const Baseline& b, const 
       *base, dt, b.recipe.name());
 }
 
+// A candidate's output as read: its name and values in the compared shape.
+struct ComparedOutput {
+  std::string name;
+  std::vector<double> values;
+};
+
 // --explain: the candidate's profile against every recipe of the default grid with the golden
 // problem's input dtype.
-std::vector<RecipeMatch> match_recipes(
-    const Golden& g, const std::vector<std::pair<std::string, std::vector<double>>>& compared,
-    const std::vector<Baseline>& baselines) {
+std::vector<RecipeMatch> match_recipes(const Golden& g, const std::vector<ComparedOutput>& compared,
+                                       const std::vector<Baseline>& baselines) {
   std::vector<RecipeMatch> ms;
   for (const Baseline& b : baselines) {
     RecipeMatch m;
@@ -579,7 +585,7 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
                                           : emulate_baseline(g, r, options.baseline);
   }
   // The candidate's values of each compared output, kept for --explain.
-  std::vector<std::pair<std::string, std::vector<double>>> compared_values;
+  std::vector<ComparedOutput> compared_values;
 
   std::vector<JudgedOutput> judged;
   std::vector<std::size_t> judged_index;
@@ -657,7 +663,7 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     o.stats = compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()),
                                   o.dtype, tol.data());
     if (diff_check) o.differential = differential_check(g, *rep.baseline, name, out, ref);
-    if (options.explain) compared_values.emplace_back(name, out);
+    if (options.explain) compared_values.push_back({name, out});
     // The bound check. An infinite bound is "no bound" when the differential check judges the
     // output instead; without it, the policy decides (incorrect under default and strict).
     const bool diff_judges = diff_check && o.differential.status != "not judged";
@@ -810,7 +816,10 @@ std::string format_report(const VerifyReport& r) {
     s += fmt::format("\ndifferential check: error ≤ {:g} × the emulated recipe's + one ULP of its "
                      "output format; q{:g} = {:g}-quantile of |e_i|/|ref_i|\nbaseline   {}\n",
                      kDifferentialK, 100 * kDifferentialQuantile, kDifferentialQuantile,
-                     r.baseline->describe());
+                     r.baseline->describe() +
+                         (r.baseline->status == "ok"
+                              ? fmt::format(", {:.2f} s", r.baseline->seconds)
+                              : std::string()));
     s += fmt::format("{:<13}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}  {:<10}{}\n", "output",
                      "normwise", "baseline", "limit", fmt::format("q{:g}", 100 * kDifferentialQuantile),
                      "baseline", "limit", "bound", "differential");
@@ -919,9 +928,9 @@ void write_junit(const std::string& path, bool force, const VerifyReport& r) {
     x << fmt::format(
         "  <properties><property name=\"golden\" value=\"{}\"/><property name=\"candidate\" "
         "value=\"{}\"/>"
-        "<property name=\"policy\" value=\"{}\"/></properties>\n",
+        "<property name=\"policy\" value=\"{}\"/>",
         xml_escape(r.golden), xml_escape(r.candidate), xml_escape(r.policy));
-    x << fmt::format("  <properties><property name=\"check\" value=\"{}\"/>", to_string(r.check));
+    x << fmt::format("<property name=\"check\" value=\"{}\"/>", to_string(r.check));
     if (r.baseline) {
       x << fmt::format("<property name=\"baseline\" value=\"{}\"/>",
                        xml_escape(r.baseline->describe()));

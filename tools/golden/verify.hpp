@@ -69,8 +69,10 @@ std::string_view to_string(VerifyCheck c);
 // of its element-wise relative errors,
 //     candidate error ≤ kDifferentialK · baseline error + floor,
 // the baseline being a correct implementation of the policy's recipe (the CPU emulation) on the
-// same golden problem, and the floor one ULP of the recipe's output format (normwise: one ULP of
-// the largest reference element, 2u·max|ref|/‖ref‖₂; element-wise: 2u).
+// same golden problem, and the floor one ULP of the format the recipe delivers the output in
+// (normwise: one ULP of the largest reference element, 2u·max|ref|/‖ref‖₂; element-wise: 2u). An
+// output stored coarser than that (an fp32 lse stored in bf16) is judged as the lowered precision
+// it is, where the bound check allows one rounding into the storage dtype.
 /// k: √4, the geometric middle of 1 (a candidate as accurate as the baseline must pass) and 4 (a
 /// candidate 4× less accurate than the declared recipe must fail): it tolerates a spread factor r
 /// between two correct implementations up to r² < 2 either way; the measured r is ≤ 1.27.
@@ -146,7 +148,8 @@ struct Baseline {
   DType loss_dtype = DType::fp32, grad_dtype = DType::fp32;
   const ErrorProfile* profile(const std::string& name) const;
   DType output_dtype(const std::string& name) const;
-  /// "recipe bf16/bf16/fp32/bf16, naive (cpu-emulation), 64 of 256 token rows (seed 1), …"
+  /// "recipe bf16/bf16/fp32/bf16, naive, … (cpu-emulation; …), 64 of 256 token rows (seed 1), …"
+  /// (not the time: a report is the same on a re-run)
   std::string describe() const;
 };
 /// Runs the baseline of recipe on the golden problem. Never throws for a recipe the emulation
