@@ -290,8 +290,10 @@ TEST_F(VerifyProgram, DifferentialCheckSeparatesBF16FromFP32Results) {
   EXPECT_TRUE(contains(report, "differential: incorrect")) << report;
 }
 
-// tools/examples/torch_candidate.py --backend numpy (float32 throughout) behaves like the all-fp32
-// recipe, and like no other of the grid.
+// tools/examples/torch_candidate.py --backend numpy: float32 throughout behaves like the all-fp32
+// recipe and like no other of the grid; its stand-in of PyTorch's bf16 path (bf16 logits and
+// gradients) behaves like fp32/bf16/fp32/bf16 first, and fails a policy that declares fp32 logits
+// (the classic downgrade) on the differential check.
 TEST_F(VerifyProgram, ExplainClassifiesTheNumpyExample) {
   const Ran py = testing::run_shell("python3 -c 'import h5py, numpy'");
   if (py.status != 0)
@@ -305,6 +307,18 @@ TEST_F(VerifyProgram, ExplainClassifiesTheNumpyExample) {
   const Ran r = xentlab(verify("numpy.h5") + "--explain");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "behaves like: fp32/fp32/fp32/fp32 (closest first)")) << r.output;
+  const Ran made_bf16 = testing::run_shell(
+      "python3 " + shell_quote(XL_EXAMPLE_SCRIPT) + " " + shell_quote(path("g.h5")) + " " +
+      shell_quote(path("numpy-bf16.h5")) + " --backend numpy --dtype bf16");
+  ASSERT_EQ(made_bf16.status, 0) << made_bf16.output;
+  const Ran b = xentlab(verify("numpy-bf16.h5") + "--policy fp32/bf16/fp32/bf16 --explain");
+  EXPECT_EQ(b.status, 0) << b.output;
+  EXPECT_TRUE(contains(b.output, "behaves like: fp32/bf16/fp32/bf16,")) << b.output;
+  const Ran down =
+      xentlab(verify("numpy-bf16.h5") + "--policy fp32/fp32/fp32/bf16 --check differential");
+  EXPECT_EQ(down.status, 1) << down.output;
+  EXPECT_TRUE(contains(down.output, "dH incorrect: differential: normwise relative error"))
+      << down.output;
 }
 
 // ---- tools/plot_audit.py ----------------------------------------------------------------------

@@ -335,14 +335,15 @@ DifferentialResult differential_check(const Golden& g, const Baseline& b, const 
   const ErrorProfile* base = b.status == "ok" ? b.profile(name) : nullptr;
   if (!base) {
     d.status = "not judged";
-    d.message = b.status != "ok" ? fmt::format("the emulation did not run: {}", b.status)
-                                 : fmt::format("the emulated baseline has no {} ({})", name,
-                                               name == "reduced_loss"
-                                                   ? "the baseline's tokens are sampled"
-                                               : name == "db"
-                                                   ? "the emulation returns db only for a problem "
-                                                     "with a bias"
-                                                   : "not computed for this golden file");
+    const bool sum = name == "reduced_loss" || name == "dW" || name == "db";
+    d.message =
+        b.status != "ok" ? fmt::format("the emulation did not run: {}", b.status)
+        : sum && b.sampled
+            ? fmt::format("{} is a sum over all tokens and the baseline's tokens are sampled "
+                          "(--baseline-rows {} runs them all)",
+                          name, g.S)
+        : name == "db" ? "the emulation returns db only for a problem with a bias"
+                       : fmt::format("the emulated baseline has no {}", name);
     return d;
   }
   const auto [c_out, c_ref] = on_baseline_elements(g, b, name, out, ref);
