@@ -91,7 +91,8 @@ class VerifyDifferential : public ::testing::Test {
     req.recipe = r;
     req.chunk_tokens = chunk_tokens;
     const StrategyOutputs o = s.run(req);
-    const auto tensor = [](const std::vector<double>& v, std::vector<std::int64_t> shape, DType dt) {
+    const auto tensor = [](const std::vector<double>& v, std::vector<std::int64_t> shape,
+                           DType dt) {
       Tensor t(dt, std::move(shape));
       for (std::size_t k = 0; k < v.size(); ++k) t.set(static_cast<std::int64_t>(k), v[k]);
       return t;
@@ -147,7 +148,7 @@ TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBase
           for (const auto& [name, t] : run_candidate(g, *s, r, chunk)) {
             const ErrorProfile* bp = b.profile(name);
             if (!bp || name == "reduced_loss") continue;
-            const std::vector<double>& ref = name == "loss" ? g.loss
+            const std::vector<double>& ref = name == "loss"  ? g.loss
                                              : name == "lse" ? g.lse
                                              : name == "dH"  ? g.dH
                                                              : g.dW;
@@ -161,8 +162,8 @@ TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBase
                 fmt::format("{} {} {} by {} (chunk {})", pname, r.name(), name, s->name(), chunk);
             EXPECT_LE(p.normwise, kDifferentialK * bp->normwise + f_nw)
                 << where << ": baseline " << bp->normwise;
-            EXPECT_LE(p.rel_q, kDifferentialK * bp->rel_q + f_q) << where << ": baseline "
-                                                                  << bp->rel_q;
+            EXPECT_LE(p.rel_q, kDifferentialK * bp->rel_q + f_q)
+                << where << ": baseline " << bp->rel_q;
             ++compared;
             // The spread, beyond the floor (normwise).
             if (bp->normwise > f_nw && p.normwise > f_nw) {
@@ -176,9 +177,10 @@ TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBase
     }
   }
   EXPECT_GT(compared, 300);
-  std::printf("normwise error / baseline's over %d implementations × outputs: largest %.3f (%s), "
-              "smallest %.3f (%s)\n",
-              compared, hi, hi_where.c_str(), lo, lo_where.c_str());
+  std::printf(
+      "normwise error / baseline's over %d implementations × outputs: largest %.3f (%s), "
+      "smallest %.3f (%s)\n",
+      compared, hi, hi_where.c_str(), lo, lo_where.c_str());
 }
 
 // Every strategy's candidate in every recipe passes the differential check of its own recipe, and
@@ -194,8 +196,8 @@ TEST_F(VerifyDifferential, OwnRecipePassesAndFourTimesMoreAccurateRecipesFail) {
     for (const Recipe& r : recipes(g)) {
       for (const auto& s : strategies) {
         if (!s->can_implement(g.problem, g.spec, r).ok()) continue;
-        const std::string path = write(fmt::format("{}-{}.h5", pname, s->name()),
-                                       run_candidate(g, *s, r));
+        const std::string path =
+            write(fmt::format("{}-{}.h5", pname, s->name()), run_candidate(g, *s, r));
         const std::string what = fmt::format("{} {} by {}", pname, r.name(), s->name());
         const VerifyReport own =
             verify(g, path, r.name(), VerifyCheck::differential, &base.at(r.name()));
@@ -268,7 +270,8 @@ TEST_F(VerifyDifferential, OnePerturbedElementFailsTheBoundCheckNamed) {
   const Golden& g = golden("calibrated");
   const Recipe r = parse_recipe("bf16/fp32/fp32/bf16");
   auto c = run_candidate(g, *make_strategies(Backend::cpu_emulation).front(), r);
-  const std::vector<double> tol = verify_tolerance(g, make_verify_policy(r.name()), "dW", DType::bf16);
+  const std::vector<double> tol =
+      verify_tolerance(g, make_verify_policy(r.name()), "dW", DType::bf16);
   const std::int64_t j = 411, d = 17, flat = j * g.D + d;
   for (auto& [name, t] : c)
     if (name == "dW") t.set(flat, t.get(flat) + 64 * tol[static_cast<std::size_t>(flat)]);
@@ -296,7 +299,8 @@ TEST_F(VerifyDifferential, SampledBaselineRecordsItsSample) {
   EXPECT_TRUE(rep.baseline->sampled);
   EXPECT_EQ(rep.baseline->token_rows, [&] {
     std::vector<std::int64_t> v;
-    for (const auto q : sample_rows(g.S, 12, 3)) v.push_back(g.token_rows[static_cast<std::size_t>(q)]);
+    for (const auto q : sample_rows(g.S, 12, 3))
+      v.push_back(g.token_rows[static_cast<std::size_t>(q)]);
     return v;
   }());
   EXPECT_NE(rep.baseline->describe().find("12 of 32 token rows (seed 3)"), std::string::npos)
@@ -307,8 +311,8 @@ TEST_F(VerifyDifferential, SampledBaselineRecordsItsSample) {
   EXPECT_EQ(output(rep, "dW").differential.status, "not judged");
   EXPECT_NE(output(rep, "dW").differential.message.find("--baseline-rows 32 runs them all"),
             std::string::npos);
-  const std::string bad =
-      write("sampled-bad.h5", run_candidate(g, *strategies.back(), parse_recipe("bf16/bf16/fp32/bf16")));
+  const std::string bad = write(
+      "sampled-bad.h5", run_candidate(g, *strategies.back(), parse_recipe("bf16/bf16/fp32/bf16")));
   EXPECT_FALSE(verify_candidate(g, bad, make_verify_policy(r.name()), o).passed);
 }
 

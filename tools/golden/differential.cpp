@@ -16,14 +16,17 @@
 namespace xentlab {
 namespace {
 
-std::size_t sz(std::int64_t i) { return static_cast<std::size_t>(i); }
+std::size_t sz(std::int64_t i) {
+  return static_cast<std::size_t>(i);
+}
 
 // Rows `rows` (positions) of a row-major (·, cols) array.
 std::vector<double> pick(const std::vector<double>& a, std::int64_t cols,
                          const std::vector<std::int64_t>& rows) {
   std::vector<double> out(rows.size() * sz(cols));
   for (std::size_t q = 0; q < rows.size(); ++q)
-    std::copy_n(a.begin() + rows[q] * cols, cols, out.begin() + static_cast<std::ptrdiff_t>(q) * cols);
+    std::copy_n(a.begin() + rows[q] * cols, cols,
+                out.begin() + static_cast<std::ptrdiff_t>(q) * cols);
   return out;
 }
 
@@ -75,8 +78,8 @@ ErrorProfile error_profile(const double* out, const double* ref, std::int64_t n,
   p.rel_floor = 0x1p-20 * max_ref;
   std::vector<double> rel;
   rel.reserve(sz(n));
-  // Sums of squares scaled by max|ref| (no overflow); the profile's own rounding (relative ~n·u_fp64)
-  // is far below any error it measures.
+  // Sums of squares scaled by max|ref| (no overflow); the profile's own rounding (relative
+  // ~n·u_fp64) is far below any error it measures.
   const double s = max_ref > 0 ? 1.0 / max_ref : 1.0;
   double ee = 0, rr = 0, se = 0;
   std::array<std::int64_t, kUlpBuckets> hist{};
@@ -115,13 +118,11 @@ DType Baseline::output_dtype(const std::string& name) const {
 }
 
 std::string Baseline::describe() const {
-  if (status != "ok")
-    return fmt::format("recipe {}: not run ({})", recipe.name(), status);
+  if (status != "ok") return fmt::format("recipe {}: not run ({})", recipe.name(), status);
   std::string t = fmt::format("recipe {}, {}, ", recipe.name(), strategy);
   t += sampled ? fmt::format("{} of {} token rows (seed {})", token_rows.size(), golden_rows, seed)
                : fmt::format("all {} token rows", token_rows.size());
-  if (!vocab_rows.empty())
-    t += fmt::format(", dW/db on {} vocabulary rows", vocab_rows.size());
+  if (!vocab_rows.empty()) t += fmt::format(", dW/db on {} vocabulary rows", vocab_rows.size());
   return t;
 }
 
@@ -155,11 +156,11 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   // Token rows: all the golden file's, or a seeded sample of them (positions into token_rows),
   // each strategy's share of the work kBaselineWork.
   const std::int64_t per_row = std::max<std::int64_t>(1, g.V * std::max<std::int64_t>(g.D, 1));
-  std::int64_t m = opt.rows > 0 ? opt.rows
-                                : std::max<std::int64_t>(
-                                      kBaselineMinRows,
-                                      kBaselineWork / static_cast<std::int64_t>(runs.size()) /
-                                          per_row);
+  std::int64_t m =
+      opt.rows > 0
+          ? opt.rows
+          : std::max<std::int64_t>(
+                kBaselineMinRows, kBaselineWork / static_cast<std::int64_t>(runs.size()) / per_row);
   m = std::min(m, g.S);
   std::vector<std::int64_t> pos;
   if (m < g.S) {
@@ -179,7 +180,8 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   if (!g.dz.empty()) refs.emplace_back("dz", pick(g.dz, g.V, pos));
   const bool vocab_outputs = !g.dW.empty() || !g.db.empty();
   if (!b.sampled) {
-    if (g.reduced_loss && !g.partial) refs.emplace_back("reduced_loss", std::vector<double>{*g.reduced_loss});
+    if (g.reduced_loss && !g.partial)
+      refs.emplace_back("reduced_loss", std::vector<double>{*g.reduced_loss});
     if (vocab_outputs) b.vocab_rows = g.vocab_rows;
     if (!g.dW.empty()) refs.emplace_back("dW", g.dW);
     if (!g.db.empty()) refs.emplace_back("db", g.db);
@@ -195,8 +197,8 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   req.token_rows = b.token_rows;
   req.want_grads = !g.dH.empty() || !g.dW.empty() || !g.db.empty() || !g.dz.empty();
   // dW/db of the compared vocabulary rows only (one row when none is compared: the least work).
-  req.vocab_rows = !b.vocab_rows.empty() || !P.is_linear() ? b.vocab_rows
-                                                           : std::vector<std::int64_t>{0};
+  req.vocab_rows =
+      !b.vocab_rows.empty() || !P.is_linear() ? b.vocab_rows : std::vector<std::int64_t>{0};
   for (const Strategy* st : runs) {
     const StrategyOutputs o = st->run(req);
     b.loss_dtype = o.loss_dtype;
@@ -211,9 +213,8 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
       if (name == "dW") out = o.dW;
       if (name == "db") out = o.db;
       if (out.size() != ref.size()) continue;  // not produced (db without a bias)
-      const ErrorProfile p = error_profile(out.data(), ref.data(),
-                                           static_cast<std::int64_t>(ref.size()),
-                                           b.output_dtype(name));
+      const ErrorProfile p = error_profile(
+          out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), b.output_dtype(name));
       // Per output the largest error over the strategies: the profile of the largest normwise
       // error, with the largest quantiles.
       auto it = std::find_if(b.profiles.begin(), b.profiles.end(),

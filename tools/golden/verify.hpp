@@ -95,14 +95,14 @@ inline constexpr int kUlpBuckets = 24;
 /// The error profile of one output against the certified reference: what the differential check
 /// and `--explain` compare. Computed over the pairs where both values are finite.
 struct ErrorProfile {
-  std::int64_t n = 0;      ///< elements compared
-  double normwise = 0;     ///< ‖e‖₂/‖ref‖₂ (0 when both are 0)
-  double rel_q = 0;        ///< kDifferentialQuantile-quantile of |e_i|/max(|ref_i|, rel_floor)
+  std::int64_t n = 0;   ///< elements compared
+  double normwise = 0;  ///< ‖e‖₂/‖ref‖₂ (0 when both are 0)
+  double rel_q = 0;     ///< kDifferentialQuantile-quantile of |e_i|/max(|ref_i|, rel_floor)
   double rel_p50 = 0, rel_p99 = 0;
-  double rel_floor = 0;    ///< 2^-20·max|ref| (as numerics/stats.hpp)
-  double bias = 0;         ///< mean signed error / rms(ref): a systematic shift, dimensionless
-  double max_ref = 0, norm_ref = 0;  ///< max|ref_i| and ‖ref‖₂
-  DType ulp_dtype = DType::fp32;     ///< the format the ULP distances are counted in
+  double rel_floor = 0;  ///< 2^-20·max|ref| (as numerics/stats.hpp)
+  double bias = 0;       ///< mean signed error / rms(ref): a systematic shift, dimensionless
+  double max_ref = 0, norm_ref = 0;            ///< max|ref_i| and ‖ref‖₂
+  DType ulp_dtype = DType::fp32;               ///< the format the ULP distances are counted in
   std::array<double, kUlpBuckets> ulp_hist{};  ///< fractions of elements per ULP bucket
 };
 /// The profile of out (n values) against ref, ULP distances counted in ulp_dtype (out rounded
@@ -129,11 +129,11 @@ struct Baseline {
   Recipe recipe;
   /// "naive, chunked, checkpointed, fused (cpu-emulation; per output the largest error)"
   std::string strategy;
-  std::string status;                     ///< "ok", or why it could not run
-  std::vector<std::int64_t> token_rows;   ///< problem rows it ran on
-  std::vector<std::int64_t> vocab_rows;   ///< vocabulary rows of dW/db compared (none if sampled)
-  bool sampled = false;                   ///< token rows are a sample of the golden file's
-  std::int64_t golden_rows = 0;           ///< S of the golden file
+  std::string status;                    ///< "ok", or why it could not run
+  std::vector<std::int64_t> token_rows;  ///< problem rows it ran on
+  std::vector<std::int64_t> vocab_rows;  ///< vocabulary rows of dW/db compared (none if sampled)
+  bool sampled = false;                  ///< token rows are a sample of the golden file's
+  std::int64_t golden_rows = 0;          ///< S of the golden file
   std::uint64_t seed = 1;
   double seconds = 0;
   /// Profiles, by output name (loss, lse, reduced_loss, dH, dW, db, dz: those the golden holds).
@@ -171,9 +171,9 @@ struct RecipeMatch {
   /// every output judged passes the recipe's differential check and is not
   /// kExplainAccuracyFactor× more accurate than the recipe's baseline
   bool consistent = false;
-  double distance = 0;      ///< Σ over outputs |log2 ratio| (normwise, quantile) + ULP histogram
-                            ///< total variation + |bias difference| in baseline stderr units
-  std::string status;       ///< "ok", or why the emulation did not run
+  double distance = 0;  ///< Σ over outputs |log2 ratio| (normwise, quantile) + ULP histogram
+                        ///< total variation + |bias difference| in baseline stderr units
+  std::string status;   ///< "ok", or why the emulation did not run
   std::vector<std::pair<std::string, ErrorProfile>> profiles;  ///< the recipe's baseline
 };
 
