@@ -248,7 +248,8 @@ TEST_F(VerifyProgram, CheckValueAndDifferentialOptionsAreValidated) {
       {verify("exact.h5") + "--check sometimes",
        "--check: unknown check 'sometimes' (one of bound, differential, both)"},
       {verify("exact.h5") + "--check Both", "--check: unknown check 'Both'"},
-      {verify("exact.h5") + "--check differential --atol 1e-3", "--check differential needs a recipe"},
+      {verify("exact.h5") + "--check differential --atol 1e-3",
+       "--check differential needs a recipe"},
       {verify("exact.h5") + "--explain --rtol 0.01", "--explain compares with emulated recipes"},
       {verify("exact.h5") + "--baseline-rows -1", "--baseline-rows must be ≥ 0"},
   });
@@ -279,8 +280,8 @@ TEST_F(VerifyProgram, DifferentialCheckSeparatesBF16FromFP32Results) {
   EXPECT_TRUE(contains(bf16.output, "by the differential check alone (--check differential)"))
       << bf16.output;
   const std::string xml = path("v.xml");
-  const Ran fp32 =
-      xentlab(verify("grads.h5") + "--policy fp32 --check differential --junit " + shell_quote(xml));
+  const Ran fp32 = xentlab(verify("grads.h5") + "--policy fp32 --check differential --junit " +
+                           shell_quote(xml));
   EXPECT_EQ(fp32.status, 1) << fp32.output;
   EXPECT_TRUE(contains(fp32.output, "differential: normwise relative error")) << fp32.output;
   const std::string report = slurp(xml);

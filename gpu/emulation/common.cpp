@@ -503,8 +503,11 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
       throw InputError(fmt::format(
           "{} (cpu-emulation): vocab_rows[{}] = {} is out of [0, {}) or not sorted/unique",
           cfg_.name, k, req.vocab_rows[k], V));
-  const std::int64_t J = req.vocab_rows.empty() ? V : static_cast<std::int64_t>(req.vocab_rows.size());
-  const auto vrow = [&](std::int64_t k) { return req.vocab_rows.empty() ? k : req.vocab_rows[sz(k)]; };
+  const std::int64_t J =
+      req.vocab_rows.empty() ? V : static_cast<std::int64_t>(req.vocab_rows.size());
+  const auto vrow = [&](std::int64_t k) {
+    return req.vocab_rows.empty() ? k : req.vocab_rows[sz(k)];
+  };
   if (grads) {
     if (c.linear) {
       out.dH.assign(sz(S * D), 0.0);

@@ -48,8 +48,8 @@ int run_verify(const VerifyArgs& a) {
   options.check = parse_verify_check(a.check);
   options.explain = a.explain;
   if (a.baseline_rows < 0)
-    throw InputError(fmt::format("--baseline-rows must be ≥ 0 (0: by the work of the problem), got {}",
-                                 a.baseline_rows));
+    throw InputError(fmt::format(
+        "--baseline-rows must be ≥ 0 (0: by the work of the problem), got {}", a.baseline_rows));
   options.baseline.rows = a.baseline_rows;
   options.baseline.seed = a.baseline_seed;
   if (explicit_tol && options.check == VerifyCheck::differential)
@@ -57,7 +57,8 @@ int run_verify(const VerifyArgs& a) {
         "--check differential needs a recipe to emulate: --atol/--rtol declare none (give "
         "--policy instead)");
   if (explicit_tol && a.explain)
-    throw InputError("--explain compares with emulated recipes: it does not apply with --atol/--rtol");
+    throw InputError(
+        "--explain compares with emulated recipes: it does not apply with --atol/--rtol");
   if (!a.junit.empty()) {
     for (const std::string* other : {&a.golden, &a.candidate})
       if (same_output_file(a.junit, *other))

@@ -285,8 +285,8 @@ std::pair<std::vector<double>, std::vector<double>> on_baseline_elements(
   if (name == "reduced_loss") return {out, ref};
   const bool vocab = name == "dW" || name == "db";
   const std::int64_t cols = name == "dH" || name == "dW" ? g.D : name == "dz" ? g.V : 1;
-  const std::vector<std::int64_t> pos = vocab ? positions_of(g.vocab_rows, b.vocab_rows)
-                                              : positions_of(g.token_rows, b.token_rows);
+  const std::vector<std::int64_t> pos =
+      vocab ? positions_of(g.vocab_rows, b.vocab_rows) : positions_of(g.token_rows, b.token_rows);
   return {select(out, cols, pos), select(ref, cols, pos)};
 }
 
@@ -307,23 +307,24 @@ DifferentialResult compare_profiles(const ErrorProfile& c, const ErrorProfile& b
   d.quantile_compared = c.n >= kDifferentialMinElements && base.n >= kDifferentialMinElements;
   std::string why;
   if (c.normwise > d.limit_normwise)
-    why = fmt::format("normwise relative error {:.3g} > {:g} × {:.3g} + {:.2g} (recipe {} "
-                      "emulated: {:.1f}× its error)",
-                      c.normwise, kDifferentialK, base.normwise, d.floor_normwise, recipe,
-                      base.normwise > 0 ? c.normwise / base.normwise : INFINITY);
+    why = fmt::format(
+        "normwise relative error {:.3g} > {:g} × {:.3g} + {:.2g} (recipe {} "
+        "emulated: {:.1f}× its error)",
+        c.normwise, kDifferentialK, base.normwise, d.floor_normwise, recipe,
+        base.normwise > 0 ? c.normwise / base.normwise : INFINITY);
   else if (d.quantile_compared && c.rel_q > d.limit_rel_q)
-    why = fmt::format("{:g}-quantile of the element-wise relative error {:.3g} > {:g} × {:.3g} + "
-                      "{:.2g} (recipe {} emulated: {:.1f}× its error)",
-                      kDifferentialQuantile, c.rel_q, kDifferentialK, base.rel_q, d.floor_rel,
-                      recipe, base.rel_q > 0 ? c.rel_q / base.rel_q : INFINITY);
+    why = fmt::format(
+        "{:g}-quantile of the element-wise relative error {:.3g} > {:g} × {:.3g} + "
+        "{:.2g} (recipe {} emulated: {:.1f}× its error)",
+        kDifferentialQuantile, c.rel_q, kDifferentialK, base.rel_q, d.floor_rel, recipe,
+        base.rel_q > 0 ? c.rel_q / base.rel_q : INFINITY);
   d.status = why.empty() ? "passed" : "incorrect";
   d.message = why.empty()
                   ? fmt::format("normwise {:.3g} ≤ {:.3g}{}", c.normwise, d.limit_normwise,
-                                d.quantile_compared
-                                    ? fmt::format(", q{:g} {:.3g} ≤ {:.3g}",
-                                                  100 * kDifferentialQuantile, c.rel_q,
-                                                  d.limit_rel_q)
-                                    : "")
+                                d.quantile_compared ? fmt::format(", q{:g} {:.3g} ≤ {:.3g}",
+                                                                  100 * kDifferentialQuantile,
+                                                                  c.rel_q, d.limit_rel_q)
+                                                    : "")
                   : why;
   return d;
 }
@@ -336,21 +337,21 @@ DifferentialResult differential_check(const Golden& g, const Baseline& b, const 
   if (!base) {
     d.status = "not judged";
     const bool sum = name == "reduced_loss" || name == "dW" || name == "db";
-    d.message =
-        b.status != "ok" ? fmt::format("the emulation did not run: {}", b.status)
-        : sum && b.sampled
-            ? fmt::format("{} is a sum over all tokens and the baseline's tokens are sampled "
+    d.message = b.status != "ok" ? fmt::format("the emulation did not run: {}", b.status)
+                : sum && b.sampled
+                    ? fmt::format(
+                          "{} is a sum over all tokens and the baseline's tokens are sampled "
                           "(--baseline-rows {} runs them all)",
                           name, g.S)
-        : name == "db" ? "the emulation returns db only for a problem with a bias"
-                       : fmt::format("the emulated baseline has no {}", name);
+                : name == "db" ? "the emulation returns db only for a problem with a bias"
+                               : fmt::format("the emulated baseline has no {}", name);
     return d;
   }
   const auto [c_out, c_ref] = on_baseline_elements(g, b, name, out, ref);
   const DType dt = b.output_dtype(name);
   return compare_profiles(
-      error_profile(c_out.data(), c_ref.data(), static_cast<std::int64_t>(c_ref.size()), dt),
-      *base, dt, b.recipe.name());
+      error_profile(c_out.data(), c_ref.data(), static_cast<std::int64_t>(c_ref.size()), dt), *base,
+      dt, b.recipe.name());
 }
 
 // A candidate's output as read: its name and values in the compared shape.
@@ -393,16 +394,21 @@ std::vector<RecipeMatch> match_recipes(const Golden& g, const std::vector<Compar
       const auto within = [](double a, double b, double f) {
         return a <= kDifferentialK * b + f && b <= kExplainAccuracyFactor * a;
       };
-      m.consistent = m.consistent && within(d.candidate.normwise, base->normwise, d.floor_normwise) &&
+      m.consistent = m.consistent &&
+                     within(d.candidate.normwise, base->normwise, d.floor_normwise) &&
                      (!d.quantile_compared || within(d.candidate.rel_q, base->rel_q, d.floor_rel));
       // Distance: log2 ratios of the error scales (each with its floor), the total variation of
       // the ULP histograms, and the difference of the systematic fractions bias/normwise.
-      const auto lr = [](double a, double b, double f) { return std::fabs(std::log2((a + f) / (b + f))); };
+      const auto lr = [](double a, double b, double f) {
+        return std::fabs(std::log2((a + f) / (b + f)));
+      };
       double tv = 0;
       for (int k = 0; k < kUlpBuckets; ++k)
         tv += std::fabs(d.candidate.ulp_hist[static_cast<std::size_t>(k)] -
                         base->ulp_hist[static_cast<std::size_t>(k)]);
-      const auto sys = [](const ErrorProfile& p) { return p.normwise > 0 ? p.bias / p.normwise : 0.0; };
+      const auto sys = [](const ErrorProfile& p) {
+        return p.normwise > 0 ? p.bias / p.normwise : 0.0;
+      };
       m.distance += lr(d.candidate.normwise, base->normwise, d.floor_normwise) +
                     (d.quantile_compared ? lr(d.candidate.rel_q, base->rel_q, d.floor_rel) : 0.0) +
                     tv / 2 + std::fabs(sys(d.candidate) - sys(*base));
@@ -582,8 +588,8 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     if (options.baseline_given && !(options.baseline_given->recipe == r))
       throw InputError(fmt::format("the baseline given is of recipe {}, the policy's is {}",
                                    options.baseline_given->recipe.name(), r.name()));
-    rep.baseline = options.baseline_given ? *options.baseline_given
-                                          : emulate_baseline(g, r, options.baseline);
+    rep.baseline =
+        options.baseline_given ? *options.baseline_given : emulate_baseline(g, r, options.baseline);
   }
   // The candidate's values of each compared output, kept for --explain.
   std::vector<ComparedOutput> compared_values;
@@ -670,18 +676,18 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     const bool diff_judges = diff_check && o.differential.status != "not judged";
     Policy bound_policy = pol.judge;
     if (diff_judges) bound_policy.require_meaningful_bound = false;
-    const ErrorStats finiteness_only = compute_error_stats(
-        out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), o.dtype);
-    const Verdict v = judge({{name, bound_check ? &*o.stats : &finiteness_only, name == "loss"}},
-                            bound_policy);
+    const ErrorStats finiteness_only =
+        compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), o.dtype);
+    const Verdict v =
+        judge({{name, bound_check ? &*o.stats : &finiteness_only, name == "loss"}}, bound_policy);
     const bool infinite = o.stats->n_infinite_bound > 0;
-    o.bound_status = !bound_check ? "not run"
+    o.bound_status = !bound_check                           ? "not run"
                      : v.disposition != Disposition::passed ? "incorrect"
-                     : infinite                            ? "no bound"
-                                                           : "passed";
+                     : infinite                             ? "no bound"
+                                                            : "passed";
     const bool bound_ok = v.disposition == Disposition::passed;
     o.differential_only = bound_ok && diff_judges && (infinite || !bound_check);
-    o.status = !bound_ok                                    ? "incorrect"
+    o.status = !bound_ok                                          ? "incorrect"
                : diff_judges && o.differential.status != "passed" ? "incorrect"
                : !bound_check && !diff_judges                     ? "skipped"
                                                                   : "passed";
@@ -739,9 +745,9 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     rep.passed = false;
     std::string names;
     for (const auto& n : candidate_output_names()) names += (names.empty() ? "" : ", ") + n;
-    const auto undecided = std::find_if(rep.outputs.begin(), rep.outputs.end(), [](const OutputReport& o) {
-      return o.status == "skipped" && o.bound_status == "not run";
-    });
+    const auto undecided = std::find_if(
+        rep.outputs.begin(), rep.outputs.end(),
+        [](const OutputReport& o) { return o.status == "skipped" && o.bound_status == "not run"; });
     rep.reason =
         undecided != rep.outputs.end()
             ? fmt::format("no output could be judged: {} {}", undecided->name, undecided->message)
@@ -764,13 +770,13 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     } else {
       std::vector<std::string> parts;
       if (both)
-        parts.push_back(fmt::format(
-            "{} within the bound and the differential check", both));
+        parts.push_back(fmt::format("{} within the bound and the differential check", both));
       if (bound_only)
         parts.push_back(fmt::format("{} within the bound (no differential baseline)", bound_only));
       if (diff_only)
-        parts.push_back(fmt::format("{} by the differential check alone ({})", diff_only,
-                                    bound_check ? "no finite a-priori bound" : "--check differential"));
+        parts.push_back(
+            fmt::format("{} by the differential check alone ({})", diff_only,
+                        bound_check ? "no finite a-priori bound" : "--check differential"));
       std::string t;
       for (const auto& q : parts) t += (t.empty() ? "" : ", ") + q;
       rep.reason = fmt::format("{} output(s) passed: {}", compared, t);
@@ -779,7 +785,8 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
   if (options.explain) {
     std::vector<Baseline> computed;
     if (!options.explain_given)
-      for (const Recipe& r : explain_recipes(g)) computed.push_back(emulate_baseline(g, r, options.baseline));
+      for (const Recipe& r : explain_recipes(g))
+        computed.push_back(emulate_baseline(g, r, options.baseline));
     rep.explain = match_recipes(g, compared_values,
                                 options.explain_given ? *options.explain_given : computed);
   }
@@ -788,10 +795,10 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
 
 std::string format_report(const VerifyReport& r) {
   std::string s;
-  s += fmt::format("golden     {}\n           {}\ncandidate  {}{}\npolicy     {}\ncheck      {}\n\n",
-                   r.golden, r.provenance, r.candidate,
-                   r.implementation.empty() ? "" : " (" + r.implementation + ")", r.policy,
-                   to_string(r.check));
+  s += fmt::format(
+      "golden     {}\n           {}\ncandidate  {}{}\npolicy     {}\ncheck      {}\n\n", r.golden,
+      r.provenance, r.candidate, r.implementation.empty() ? "" : " (" + r.implementation + ")",
+      r.policy, to_string(r.check));
   if (!r.required.empty()) {
     std::string names;
     for (const auto& n : r.required) names += (names.empty() ? "" : ", ") + n;
@@ -814,15 +821,15 @@ std::string format_report(const VerifyReport& r) {
                      e.out_nan + e.out_posinf + e.out_neginf, o.status);
   }
   if (r.baseline) {
-    s += fmt::format("\ndifferential check: error ≤ {:g} × the emulated recipe's + one ULP of its "
-                     "output format; q{:g} = {:g}-quantile of |e_i|/|ref_i|\nbaseline   {}\n",
-                     kDifferentialK, 100 * kDifferentialQuantile, kDifferentialQuantile,
-                     r.baseline->describe() +
-                         (r.baseline->status == "ok"
-                              ? fmt::format(", {:.2f} s", r.baseline->seconds)
-                              : std::string()));
-    s += fmt::format("{:<13}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}  {:<10}{}\n", "output",
-                     "normwise", "baseline", "limit", fmt::format("q{:g}", 100 * kDifferentialQuantile),
+    s += fmt::format(
+        "\ndifferential check: error ≤ {:g} × the emulated recipe's + one ULP of its "
+        "output format; q{:g} = {:g}-quantile of |e_i|/|ref_i|\nbaseline   {}\n",
+        kDifferentialK, 100 * kDifferentialQuantile, kDifferentialQuantile,
+        r.baseline->describe() + (r.baseline->status == "ok"
+                                      ? fmt::format(", {:.2f} s", r.baseline->seconds)
+                                      : std::string()));
+    s += fmt::format("{:<13}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}  {:<10}{}\n", "output", "normwise",
+                     "baseline", "limit", fmt::format("q{:g}", 100 * kDifferentialQuantile),
                      "baseline", "limit", "bound", "differential");
     for (const auto& o : r.outputs) {
       if (!o.stats) continue;
@@ -856,9 +863,8 @@ std::string format_report(const VerifyReport& r) {
                        m.distance, nw);
       if (m.consistent) consistent += (consistent.empty() ? "" : ", ") + m.recipe.name();
     }
-    s += consistent.empty()
-             ? "behaves like none of the recipes of the grid\n"
-             : fmt::format("behaves like: {} (closest first)\n", consistent);
+    s += consistent.empty() ? "behaves like none of the recipes of the grid\n"
+                            : fmt::format("behaves like: {} (closest first)\n", consistent);
   }
   for (const auto& o : r.outputs)
     if (o.status == "incorrect" || o.status == "failed")
@@ -936,11 +942,13 @@ void write_junit(const std::string& path, bool force, const VerifyReport& r) {
       x << fmt::format("<property name=\"baseline\" value=\"{}\"/>",
                        xml_escape(r.baseline->describe()));
       std::string rows;
-      for (const auto t : r.baseline->token_rows) rows += (rows.empty() ? "" : " ") + std::to_string(t);
+      for (const auto t : r.baseline->token_rows)
+        rows += (rows.empty() ? "" : " ") + std::to_string(t);
       x << fmt::format("<property name=\"baseline_token_rows\" value=\"{}\"/>", rows);
       for (const auto& [name, p] : r.baseline->profiles)
         x << fmt::format(
-            "<property name=\"baseline_{}\" value=\"normwise {:.6g} q{:g} {:.6g} bias {:.6g} n {}\"/>",
+            "<property name=\"baseline_{}\" value=\"normwise {:.6g} q{:g} {:.6g} bias {:.6g} n "
+            "{}\"/>",
             name, p.normwise, 100 * kDifferentialQuantile, p.rel_q, p.bias, p.n);
     }
     x << "</properties>\n";
@@ -961,7 +969,8 @@ void write_junit(const std::string& path, bool force, const VerifyReport& r) {
       if (o.stats) {
         std::string out = fmt::format("bound: {}; {}", o.bound_status, o.stats->summary());
         if (o.differential.status != "not run")
-          out += fmt::format("\ndifferential: {}: {}", o.differential.status, o.differential.message);
+          out +=
+              fmt::format("\ndifferential: {}: {}", o.differential.status, o.differential.message);
         x << fmt::format("<system-out>{}</system-out>", xml_escape(out));
       }
       x << "</testcase>\n";
