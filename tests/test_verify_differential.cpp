@@ -128,7 +128,7 @@ class VerifyDifferential : public ::testing::Test {
 };
 
 // The premise of k (docs/verify.md): a correct implementation of a recipe other than the ones the
-// baseline runs — every emulated strategy, chunked and checkpointed also at chunk widths 5 and 16
+// baseline runs — every emulated strategy, also at chunk width 5
 // (the baseline's chunked runs one chunk here) — stays within kDifferentialK × the baseline +
 // the floor, normwise and in the 0.9-quantile. Prints the measured spread: the largest and the
 // smallest ratio of an implementation's error to the baseline's.
@@ -143,8 +143,9 @@ TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBase
       const Baseline b = emulate_baseline(g, r);
       for (const auto& s : strategies) {
         if (!s->can_implement(g.problem, g.spec, r).ok()) continue;
-        for (const std::int64_t chunk : {std::int64_t{0}, std::int64_t{5}, std::int64_t{16}}) {
-          if (chunk > 0 && s->name() != "chunked" && s->name() != "checkpointed") continue;
+        // Chunk width 5 (7 chunks of the 32 tokens) beside the default (one chunk); strategies
+        // without chunks run the same twice.
+        for (const std::int64_t chunk : {std::int64_t{0}, std::int64_t{5}}) {
           for (const auto& [name, t] : run_candidate(g, *s, r, chunk)) {
             const ErrorProfile* bp = b.profile(name);
             if (!bp || name == "reduced_loss") continue;
@@ -348,6 +349,45 @@ TEST_F(VerifyDifferential, ExplainClassifiesEmulatedCandidatesByTheirRecipe) {
           }
         }
         EXPECT_TRUE(found) << what;
+      }
+    }
+  }
+}
+
+// RunRequest::vocab_rows (the baseline's dW/db on the compared rows only): every emulated
+// strategy returns, row for row, the bits of its full run; unsorted or out-of-range rows are
+// refused naming the row.
+TEST_F(VerifyDifferential, EmulationVocabRowsAreTheFullRunsRows) {
+  const Golden& g = golden("calibrated");
+  const Recipe r = parse_recipe("bf16/bf16/fp16/bf16");  // a low-precision cross-chunk sum
+  for (const auto& s : make_strategies(Backend::cpu_emulation)) {
+    if (!s->can_implement(g.problem, g.spec, r).ok()) continue;
+    RunRequest req;
+    req.problem = &g.problem;
+    req.spec = g.spec;
+    req.recipe = r;
+    req.chunk_tokens = 5;
+    const StrategyOutputs full = s->run(req);
+    req.vocab_rows = {3, 17, 256, 511};
+    const StrategyOutputs part = s->run(req);
+    ASSERT_EQ(part.dW.size(), req.vocab_rows.size() * static_cast<std::size_t>(g.D)) << s->name();
+    for (std::size_t k = 0; k < req.vocab_rows.size(); ++k)
+      for (std::int64_t d = 0; d < g.D; ++d)
+        ASSERT_EQ(part.dW[k * static_cast<std::size_t>(g.D) + static_cast<std::size_t>(d)],
+                  full.dW[static_cast<std::size_t>(req.vocab_rows[k] * g.D + d)])
+            << s->name() << " row " << req.vocab_rows[k] << " col " << d;
+    EXPECT_EQ(part.dH, full.dH) << s->name();
+    EXPECT_EQ(part.loss, full.loss) << s->name();
+    for (const std::vector<std::int64_t>& bad :
+         {std::vector<std::int64_t>{5, 3}, std::vector<std::int64_t>{512}}) {
+      req.vocab_rows = bad;
+      try {
+        s->run(req);
+        ADD_FAILURE() << s->name();
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("is out of [0, 512) or not sorted/unique"),
+                  std::string::npos)
+            << e.what();
       }
     }
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <cmath>
 
 #include "gpu/registry.hpp"
@@ -200,7 +201,18 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   req.vocab_rows =
       !b.vocab_rows.empty() || !P.is_linear() ? b.vocab_rows : std::vector<std::int64_t>{0};
   for (const Strategy* st : runs) {
-    const StrategyOutputs o = st->run(req);
+    StrategyOutputs o;
+    try {
+      o = st->run(req);
+    } catch (const InputError& e) {  // what the emulation refuses to run
+      b.status = fmt::format("{} (cpu-emulation) failed: {}", st->name(), e.what());
+      b.profiles.clear();
+      return b;
+    } catch (const std::bad_alloc&) {  // a working set beyond the host's memory
+      b.status = fmt::format("{} (cpu-emulation): out of host memory", st->name());
+      b.profiles.clear();
+      return b;
+    }
     b.loss_dtype = o.loss_dtype;
     b.grad_dtype = o.grad_dtype;
     for (const auto& [name, ref] : refs) {
