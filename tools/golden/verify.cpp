@@ -676,10 +676,13 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     const bool diff_judges = diff_check && o.differential.status != "not judged";
     Policy bound_policy = pol.judge;
     if (diff_judges) bound_policy.require_meaningful_bound = false;
-    const ErrorStats finiteness_only =
-        compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), o.dtype);
-    const Verdict v =
-        judge({{name, bound_check ? &*o.stats : &finiteness_only, name == "loss"}}, bound_policy);
+    // --check differential: the finiteness check alone (statistics without bounds).
+    const std::optional<ErrorStats> finiteness_only =
+        bound_check ? std::nullopt
+                    : std::optional<ErrorStats>(compute_error_stats(
+                          out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), o.dtype));
+    const Verdict v = judge(
+        {{name, bound_check ? &*o.stats : &*finiteness_only, name == "loss"}}, bound_policy);
     const bool infinite = o.stats->n_infinite_bound > 0;
     o.bound_status = !bound_check                           ? "not run"
                      : v.disposition != Disposition::passed ? "incorrect"
