@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <new>
 #include <cmath>
+#include <new>
 
 #include "gpu/registry.hpp"
 #include "numerics/error.hpp"

@@ -681,8 +681,8 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
         bound_check ? std::nullopt
                     : std::optional<ErrorStats>(compute_error_stats(
                           out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), o.dtype));
-    const Verdict v = judge(
-        {{name, bound_check ? &*o.stats : &*finiteness_only, name == "loss"}}, bound_policy);
+    const Verdict v =
+        judge({{name, bound_check ? &*o.stats : &*finiteness_only, name == "loss"}}, bound_policy);
     const bool infinite = o.stats->n_infinite_bound > 0;
     o.bound_status = !bound_check                           ? "not run"
                      : v.disposition != Disposition::passed ? "incorrect"
