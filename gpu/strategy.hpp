@@ -41,6 +41,9 @@ struct RunRequest {
   /// CPU emulation only: compute these token rows (sorted); dW/db then sum over them only, with
   /// the gradient scale of the whole problem (as ReferenceOptions::token_rows). Empty = all.
   std::vector<std::int64_t> token_rows;
+  /// CPU emulation only: dW and db for these vocabulary rows only (sorted, unique), returned as
+  /// (J, D) and (J) in this order; each row's arithmetic is the one of the full run. Empty = all.
+  std::vector<std::int64_t> vocab_rows;
   /// CPU emulation of fused only: the SM count of the GPU whose launch it models (the kernel
   /// splits each row's vocabulary into ranges by it, gpu/fused_plan.hpp); ≤ 0 = kFusedModelSms
   /// (132, an H200). The CUDA strategies use the device's own count.
@@ -57,8 +60,8 @@ struct StrategyOutputs {
   DType loss_dtype = DType::fp32;
   std::vector<double> dz;     ///< (S, V) logits problems
   std::vector<double> dH;     ///< (S, D)
-  std::vector<double> dW;     ///< (V, D)
-  std::vector<double> db;     ///< (V) when the problem has a bias
+  std::vector<double> dW;     ///< (V, D), or (J, D) for RunRequest::vocab_rows
+  std::vector<double> db;     ///< (V) when the problem has a bias, or (J)
   DType grad_dtype = DType::fp32;
   std::int64_t peak_extra_bytes = 0;  ///< measured device (or host working) memory beyond I/O
   double seconds = 0.0;               ///< wall time of run (forward + backward)

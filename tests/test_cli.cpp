@@ -242,6 +242,92 @@ TEST_F(DatasetProgram, TheListingsSuggestionIsAcceptedByAuditAndGolden) {
     EXPECT_TRUE(contains(help.output, opt)) << opt << "\n" << help.output;
 }
 
+// --check picks the checks; its value, and the options the differential check needs, are checked
+// before any file is read.
+TEST_F(VerifyProgram, CheckValueAndDifferentialOptionsAreValidated) {
+  expect_exit_2_naming({
+      {verify("exact.h5") + "--check sometimes",
+       "--check: unknown check 'sometimes' (one of bound, differential, both)"},
+      {verify("exact.h5") + "--check Both", "--check: unknown check 'Both'"},
+      {verify("exact.h5") + "--check differential --atol 1e-3",
+       "--check differential needs a recipe"},
+      {verify("exact.h5") + "--explain --rtol 0.01", "--explain compares with emulated recipes"},
+      {verify("exact.h5") + "--baseline-rows -1", "--baseline-rows must be ≥ 0"},
+  });
+  const Ran bound = xentlab(verify("exact.h5") + "--check bound");
+  EXPECT_EQ(bound.status, 0) << bound.output;
+  EXPECT_FALSE(contains(bound.output, "differential check")) << bound.output;
+  const Ran both = xentlab(verify("exact.h5"));
+  EXPECT_EQ(both.status, 0) << both.output;
+  EXPECT_TRUE(contains(both.output, "check      both")) << both.output;
+  EXPECT_TRUE(contains(both.output, "baseline   recipe fp32/fp32/fp32/fp32")) << both.output;
+  // With the explicit tolerance there is no recipe: the bound alone.
+  const Ran expl = xentlab(verify("exact.h5") + "--atol 0");
+  EXPECT_EQ(expl.status, 0) << expl.output;
+  EXPECT_FALSE(contains(expl.output, "baseline   recipe")) << expl.output;
+}
+
+// Gradients of the reference rounded to bf16 are bf16 gradients: within the differential check of
+// a bf16 policy, far beyond that of fp32 (whose emulated errors are ~1e-7); the report and the
+// JUnit file name the baseline.
+TEST_F(VerifyProgram, DifferentialCheckSeparatesBF16FromFP32Results) {
+  const Golden g = read_golden(path("g.h5"));
+  Tensor dH(DType::bf16, {g.S, g.D}), dW(DType::bf16, {g.J, g.D});
+  for (std::size_t k = 0; k < g.dH.size(); ++k) dH.set(static_cast<std::int64_t>(k), g.dH[k]);
+  for (std::size_t k = 0; k < g.dW.size(); ++k) dW.set(static_cast<std::int64_t>(k), g.dW[k]);
+  write_candidate(path("grads.h5"), false, {{"dH", dH}, {"dW", dW}}, "test: bf16 gradients");
+  const Ran bf16 = xentlab(verify("grads.h5") + "--policy bf16 --check differential");
+  EXPECT_EQ(bf16.status, 0) << bf16.output;
+  EXPECT_TRUE(contains(bf16.output, "by the differential check alone (--check differential)"))
+      << bf16.output;
+  const std::string xml = path("v.xml");
+  const Ran fp32 = xentlab(verify("grads.h5") + "--policy fp32 --check differential --junit " +
+                           shell_quote(xml));
+  EXPECT_EQ(fp32.status, 1) << fp32.output;
+  EXPECT_TRUE(contains(fp32.output, "differential: normwise relative error")) << fp32.output;
+  const std::string report = slurp(xml);
+  EXPECT_TRUE(contains(report, "<property name=\"baseline\" value=\"recipe fp32/fp32/fp32/fp32"))
+      << report;
+  EXPECT_TRUE(contains(report, "<property name=\"baseline_dH\" value=\"normwise ")) << report;
+  EXPECT_TRUE(contains(report, "differential: incorrect")) << report;
+}
+
+// tools/examples/torch_candidate.py --backend numpy: float32 throughout behaves like the all-fp32
+// recipe and like no other of the grid; its stand-in of PyTorch's bf16 path (bf16 logits and
+// gradients) behaves like fp32/bf16/fp32/bf16 first, and fails a policy that declares fp32 logits
+// (the classic downgrade) on the differential check.
+TEST_F(VerifyProgram, ExplainClassifiesTheNumpyExample) {
+  const Ran py = testing::run_shell("python3 -c 'import h5py, numpy'");
+  if (py.status != 0)
+    GTEST_SKIP() << "python3 with h5py and numpy is not importable here (Debian: python3-h5py "
+                    "python3-numpy): "
+                 << py.output;
+  const Ran made = testing::run_shell("python3 " + shell_quote(XL_EXAMPLE_SCRIPT) + " " +
+                                      shell_quote(path("g.h5")) + " " +
+                                      shell_quote(path("numpy.h5")) + " --backend numpy");
+  ASSERT_EQ(made.status, 0) << made.output;
+  // --explain runs 19 recipes × 4 emulated strategies: one OpenMP thread, as ctest -j2 on two
+  // cores already runs two processes (tests/CMakeLists.txt, test_verify_differential).
+  const auto explain = [&](const std::string& args) {
+    return testing::run_shell(std::string("OMP_NUM_THREADS=1 ") + XENTLAB_BIN + " " + args);
+  };
+  const Ran r = explain(verify("numpy.h5") + "--explain");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "behaves like: fp32/fp32/fp32/fp32 (closest first)")) << r.output;
+  const Ran made_bf16 = testing::run_shell(
+      "python3 " + shell_quote(XL_EXAMPLE_SCRIPT) + " " + shell_quote(path("g.h5")) + " " +
+      shell_quote(path("numpy-bf16.h5")) + " --backend numpy --dtype bf16");
+  ASSERT_EQ(made_bf16.status, 0) << made_bf16.output;
+  const Ran b = explain(verify("numpy-bf16.h5") + "--policy fp32/bf16/fp32/bf16 --explain");
+  EXPECT_EQ(b.status, 0) << b.output;
+  EXPECT_TRUE(contains(b.output, "behaves like: fp32/bf16/fp32/bf16,")) << b.output;
+  const Ran down =
+      xentlab(verify("numpy-bf16.h5") + "--policy fp32/fp32/fp32/bf16 --check differential");
+  EXPECT_EQ(down.status, 1) << down.output;
+  EXPECT_TRUE(contains(down.output, "dH incorrect: differential: normwise relative error"))
+      << down.output;
+}
+
 // ---- tools/plot_audit.py ----------------------------------------------------------------------
 
 class PlotScript : public testing::TempFolderTest {

@@ -496,19 +496,31 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
                                                (4 * std::max<std::int64_t>(V, 1)));
   block = std::max<std::int64_t>(1, std::min(block, S));
   const bool par = S * V * (D + 4) >= (std::int64_t{1} << 18);
+  // Vocabulary rows of dW/db (all, or RunRequest::vocab_rows): k-th row computed is vrow(k).
+  for (std::size_t k = 0; k < req.vocab_rows.size(); ++k)
+    if (req.vocab_rows[k] < 0 || req.vocab_rows[k] >= V ||
+        (k > 0 && req.vocab_rows[k] <= req.vocab_rows[k - 1]))
+      throw InputError(fmt::format(
+          "{} (cpu-emulation): vocab_rows[{}] = {} is out of [0, {}) or not sorted/unique",
+          cfg_.name, k, req.vocab_rows[k], V));
+  const std::int64_t J =
+      req.vocab_rows.empty() ? V : static_cast<std::int64_t>(req.vocab_rows.size());
+  const auto vrow = [&](std::int64_t k) {
+    return req.vocab_rows.empty() ? k : req.vocab_rows[sz(k)];
+  };
   if (grads) {
     if (c.linear) {
       out.dH.assign(sz(S * D), 0.0);
-      out.dW.assign(sz(V * D), 0.0);
-      if (pb.bias) out.db.assign(sz(V), 0.0);
+      out.dW.assign(sz(J * D), 0.0);
+      if (pb.bias) out.db.assign(sz(J), 0.0);
     } else {
       out.dz.assign(sz(S * V), 0.0);
     }
   }
   // dW, db: the accumulator (fp32 for naive/fused, accum dtype across chunks for chunked), and the
   // fp32 partial of one chunk; values held as float.
-  std::vector<float> dW_acc(grads && c.linear ? sz(V * D) : 0, 0.0f);
-  std::vector<float> db_acc(grads && c.linear && pb.bias ? sz(V) : 0, 0.0f);
+  std::vector<float> dW_acc(grads && c.linear ? sz(J * D) : 0, 0.0f);
+  std::vector<float> db_acc(grads && c.linear && pb.bias ? sz(J) : 0, 0.0f);
   std::vector<float> zbuf(sz(block * V));  // (block, V): logits, then dz in place (logits dtype)
   std::vector<float> dHacc(grads && c.linear ? sz(block * D) : 0);
   extra +=
@@ -556,11 +568,12 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
     {
       std::vector<float> part(sz(D));
 #pragma omp for schedule(static)
-      for (std::int64_t j = 0; j < V; ++j) {
+      for (std::int64_t k = 0; k < J; ++k) {
+        const std::int64_t j = vrow(k);  // vocabulary row; k indexes the accumulators
         const bool partial = chunk_acc || tile_acc;
-        float* accw = partial ? part.data() : dW_acc.data() + j * D;
+        float* accw = partial ? part.data() : dW_acc.data() + k * D;
         if (partial) std::fill(part.begin(), part.end(), 0.0f);
-        float dbs = partial ? 0.0f : (db_acc.empty() ? 0.0f : db_acc[sz(j)]);
+        float dbs = partial ? 0.0f : (db_acc.empty() ? 0.0f : db_acc[sz(k)]);
         for (std::int64_t r = 0; r < R; ++r) {
           const float dzj = dz[r * V + j];
           if (dzj == 0.0f) continue;  // adding exact zeros leaves an fp32 sum unchanged
@@ -570,21 +583,21 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
           if (!db_acc.empty()) dbs = tile_acc ? dbs + dzj : rnd(dbs + dzj, A);
         }
         if (tile_acc) {
-          float* a = dW_acc.data() + j * D;
+          float* a = dW_acc.data() + k * D;
           for (std::int64_t d = 0; d < D; ++d) a[d] += accw[d];
-          if (!db_acc.empty()) db_acc[sz(j)] += dbs;
+          if (!db_acc.empty()) db_acc[sz(k)] += dbs;
         } else if (chunk_acc) {
-          float* a = dW_acc.data() + j * D;
+          float* a = dW_acc.data() + k * D;
           for (std::int64_t d = 0; d < D; ++d) a[d] = rnd(a[d] + accw[d], A);
-          if (!db_acc.empty()) db_acc[sz(j)] = rnd(db_acc[sz(j)] + dbs, A);
+          if (!db_acc.empty()) db_acc[sz(k)] = rnd(db_acc[sz(k)] + dbs, A);
         } else if (!db_acc.empty()) {
-          db_acc[sz(j)] = dbs;
+          db_acc[sz(k)] = dbs;
         }
       }
     }
   }
   if (grads && c.linear) {
-    for (std::int64_t k = 0; k < V * D; ++k) out.dW[sz(k)] = rnd(dW_acc[sz(k)], G);
+    for (std::int64_t k = 0; k < J * D; ++k) out.dW[sz(k)] = rnd(dW_acc[sz(k)], G);
     for (std::size_t j = 0; j < db_acc.size(); ++j) out.db[j] = rnd(db_acc[j], G);
   }
 

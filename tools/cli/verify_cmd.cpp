@@ -15,7 +15,10 @@ namespace xentlab::cli {
 namespace {
 
 struct VerifyArgs {
-  std::string golden, candidate, policy, strictness = "default", junit;
+  std::string golden, candidate, policy, strictness = "default", junit, check = "both";
+  std::int64_t baseline_rows = 0;
+  std::uint64_t baseline_seed = 1;
+  bool explain = false;
   std::vector<std::string> require;
   double k = 1, atol = 0, rtol = 0;
   bool force = false;
@@ -40,7 +43,22 @@ int run_verify(const VerifyArgs& a) {
   const std::vector<std::string> required_names = split_commas(a.require);
   if (a.o_require->count() && required_names.empty())
     throw InputError("--require: empty value (a comma list of outputs, e.g. loss,dH,dW)");
-  const std::vector<std::string> required = parse_required_outputs(required_names);
+  VerifyOptions options;
+  options.required = parse_required_outputs(required_names);
+  options.check = parse_verify_check(a.check);
+  options.explain = a.explain;
+  if (a.baseline_rows < 0)
+    throw InputError(fmt::format(
+        "--baseline-rows must be ≥ 0 (0: by the work of the problem), got {}", a.baseline_rows));
+  options.baseline.rows = a.baseline_rows;
+  options.baseline.seed = a.baseline_seed;
+  if (explicit_tol && options.check == VerifyCheck::differential)
+    throw InputError(
+        "--check differential needs a recipe to emulate: --atol/--rtol declare none (give "
+        "--policy instead)");
+  if (explicit_tol && a.explain)
+    throw InputError(
+        "--explain compares with emulated recipes: it does not apply with --atol/--rtol");
   if (!a.junit.empty()) {
     for (const std::string* other : {&a.golden, &a.candidate})
       if (same_output_file(a.junit, *other))
@@ -58,7 +76,7 @@ int run_verify(const VerifyArgs& a) {
     pol = make_verify_policy(name, a.strictness,
                              a.o_k->count() ? std::optional<double>(a.k) : std::nullopt);
   }
-  const VerifyReport r = verify_candidate(g, a.candidate, pol, required);
+  const VerifyReport r = verify_candidate(g, a.candidate, pol, options);
   fmt::print("{}", format_report(r));
   if (!a.junit.empty()) {
     write_junit(a.junit, a.force, r);
@@ -96,6 +114,19 @@ void register_verify(CLI::App& app) {
       "--require", a->require,
       "outputs the candidate must hold and pass (comma list of loss, lse, reduced_loss, dH, dW, "
       "db, dz); a missing one fails");
+  c->add_option("--check", a->check,
+                "bound (the a-priori tolerance), differential (error ≤ 2 × that of the policy's "
+                "recipe run by the CPU emulation on the same problem, + one ULP), or both")
+      ->capture_default_str();
+  c->add_flag("--explain", a->explain,
+              "also run the emulation of every recipe of the default grid and report which ones "
+              "the candidate's error profile is consistent with");
+  c->add_option("--baseline-rows", a->baseline_rows,
+                "token rows the emulated baseline runs on (0: all when S·V·D ≤ 2^32, else a "
+                "seeded sample of that work)")
+      ->capture_default_str();
+  c->add_option("--baseline-seed", a->baseline_seed, "seed of the baseline's row sample")
+      ->capture_default_str();
   c->add_option("--junit", a->junit,
                 "write a JUnit XML report here (an existing XML report is replaced: CI re-runs "
                 "write to the same path)");

@@ -11,7 +11,11 @@ from autograd. Outputs are written in the dtype PyTorch returned them in: loss (
 reduced_loss, dH, dW, db (linear problems) or dz (given-logits problems).
 
 --backend numpy runs the same formulas in numpy float32 (no PyTorch needed; ignore_index and the
-none/mean/sum reductions only) — used to test this script where PyTorch is not installed.
+none/mean/sum reductions only) — used to test this script where PyTorch is not installed. With
+--dtype bf16 it stands in for PyTorch's bf16 path (`F.linear` in bf16, then `.float()` and the loss):
+the logits are rounded to bf16 (round to nearest even), softmax, lse and loss are float32, and dz
+and the gradients are rounded to bf16 (dH = dz·W and dW = dzᵀ·H with float32 sums): the recipe
+in/bf16/fp32/bf16 of docs/arithmetic.md.
 """
 import argparse
 import os
@@ -90,8 +94,22 @@ def torch_outputs(prob, spec, dtype, device):
     return out, f"torch {torch.__version__} {dtype} on {device}"
 
 
-def numpy_outputs(prob, spec):
-    """float32 numpy stand-in: plain log-softmax cross-entropy (ε = λ = 0, no softcap)."""
+def to_bf16(x):
+    """float32 array rounded to the nearest bf16 (ties to even), as float32 (NaN-free input)."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+class Bf16:
+    """A float32 array whose values are bf16: written as bf16 bit patterns (docs/formats.md)."""
+    def __init__(self, x):
+        self.x = to_bf16(x)
+
+
+def numpy_outputs(prob, spec, bf16=False):
+    """float32 numpy stand-in: plain log-softmax cross-entropy (ε = λ = 0, no softcap); bf16: the
+    logits, dz and the gradients rounded to bf16 (the module docstring)."""
     if spec["label_smoothing"] or spec["z_loss"] or spec["softcap"] or spec["logit_scale"] != 1:
         sys.exit("--backend numpy supports plain cross-entropy only")
     f = np.float32
@@ -105,6 +123,8 @@ def numpy_outputs(prob, spec):
             z = z + prob["bias"].astype(f)
     else:
         z = prob["logits"].astype(f)
+    if bf16:
+        z = to_bf16(z)
     m = z.max(axis=1, keepdims=True)
     m = np.where(np.isfinite(m), m, f(0))          # a fully masked row: e = 0, lse = -inf
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -125,11 +145,14 @@ def numpy_outputs(prob, spec):
     if spec["reduction"] == "mean" and n == 0:    # PyTorch: the mean of no valid row is NaN
         reduced = np.float32("nan") if spec["empty_mean"] == "nan" else np.float32(0)
     out = {"loss": loss, "lse": lse.astype(f), "reduced_loss": np.float32(reduced)}
+    g = Bf16 if bf16 else (lambda x: x.astype(f))
+    if bf16:
+        dz = to_bf16(dz)
     if prob["kind"] == "linear":
-        out.update(dH=(dz @ W).astype(f), dW=(dz.T @ H).astype(f), db=dz.sum(axis=0, dtype=f))
+        out.update(dH=g(dz @ W), dW=g(dz.T @ H), db=g(dz.sum(axis=0, dtype=f)))
     else:
-        out["dz"] = dz
-    return out, f"numpy {np.__version__} float32"
+        out["dz"] = g(dz)
+    return out, f"numpy {np.__version__} float32" + (", bf16 logits and gradients" if bf16 else "")
 
 
 def write_candidate(path, outputs, implementation, force):
@@ -143,6 +166,10 @@ def write_candidate(path, outputs, implementation, force):
             c.attrs["format_version"] = 1
             c.attrs["implementation"] = implementation
             for name, x in outputs.items():
+                if isinstance(x, Bf16):               # bf16 values: uint16 bit patterns + dtype
+                    c[name] = (x.x.view(np.uint32) >> 16).astype(np.uint16)
+                    c[name].attrs["dtype"] = "bf16"
+                    continue
                 if hasattr(x, "detach"):              # a torch tensor
                     import torch
                     if x.dtype == torch.bfloat16:     # bf16: uint16 bit patterns + dtype attribute
@@ -161,17 +188,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("golden")
     ap.add_argument("candidate")
-    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"],
-                    help="dtype of H, W and the logits in PyTorch")
+    ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"],
+                    help="dtype of H, W and the logits in PyTorch (default bf16); numpy: fp32 "
+                         "(default) or bf16 logits and gradients")
     ap.add_argument("--device", default="cuda", help="cuda or cpu")
     ap.add_argument("--backend", default="torch", choices=["torch", "numpy"])
     ap.add_argument("--force", action="store_true", help="overwrite an existing candidate file")
     a = ap.parse_args()
     prob, spec = load_golden(a.golden)
     if a.backend == "torch":
-        outputs, impl = torch_outputs(prob, spec, a.dtype, a.device)
+        outputs, impl = torch_outputs(prob, spec, a.dtype or "bf16", a.device)
     else:
-        outputs, impl = numpy_outputs(prob, spec)
+        if a.dtype == "fp16":
+            sys.exit("--backend numpy: --dtype fp32 or bf16 (numpy has no stand-in for fp16 here)")
+        outputs, impl = numpy_outputs(prob, spec, bf16=a.dtype == "bf16")
     write_candidate(a.candidate, outputs, impl, a.force)
     print(f"wrote {a.candidate}: {', '.join(outputs)} ({impl})")
 

@@ -267,7 +267,182 @@ std::vector<double> tolerance_from(const Golden& g, const VerifyPolicy& pol, con
   return tol;
 }
 
+// Positions in sorted of each of values (each present).
+std::vector<std::int64_t> positions_of(const std::vector<std::int64_t>& sorted,
+                                       const std::vector<std::int64_t>& values) {
+  std::vector<std::int64_t> pos;
+  pos.reserve(values.size());
+  for (const std::int64_t v : values)
+    pos.push_back(std::lower_bound(sorted.begin(), sorted.end(), v) - sorted.begin());
+  return pos;
+}
+
+// The candidate's values and the golden reference of output `name` on the elements the baseline
+// was measured on (its token rows, or its vocabulary rows for dW/db).
+std::pair<std::vector<double>, std::vector<double>> on_baseline_elements(
+    const Golden& g, const Baseline& b, const std::string& name, const std::vector<double>& out,
+    const std::vector<double>& ref) {
+  if (name == "reduced_loss") return {out, ref};
+  const bool vocab = name == "dW" || name == "db";
+  const std::int64_t cols = name == "dH" || name == "dW" ? g.D : name == "dz" ? g.V : 1;
+  const std::vector<std::int64_t> pos =
+      vocab ? positions_of(g.vocab_rows, b.vocab_rows) : positions_of(g.token_rows, b.token_rows);
+  return {select(out, cols, pos), select(ref, cols, pos)};
+}
+
+// The candidate's profile against the baseline's, and the decision (docs/verify.md).
+DifferentialResult compare_profiles(const ErrorProfile& c, const ErrorProfile& base, DType out,
+                                    const std::string& recipe) {
+  DifferentialResult d;
+  d.candidate = c;
+  d.baseline = base;
+  // One ULP of the recipe's output format: 2u relative per element; normwise, one ULP at the
+  // largest element, 2u·max|ref|/‖ref‖₂. Not of the candidate's storage format: an output stored
+  // coarser than the recipe delivers it is itself a lowered precision.
+  const double u = unit_roundoff(out);
+  d.floor_rel = 2 * u;
+  d.floor_normwise = c.norm_ref > 0 ? 2 * u * c.max_ref / c.norm_ref : 2 * u;
+  d.limit_normwise = kDifferentialK * base.normwise + d.floor_normwise;
+  d.limit_rel_q = kDifferentialK * base.rel_q + d.floor_rel;
+  d.quantile_compared = c.n >= kDifferentialMinElements && base.n >= kDifferentialMinElements;
+  std::string why;
+  if (c.normwise > d.limit_normwise)
+    why = fmt::format(
+        "normwise relative error {:.3g} > {:g} × {:.3g} + {:.2g} (recipe {} "
+        "emulated: {:.1f}× its error)",
+        c.normwise, kDifferentialK, base.normwise, d.floor_normwise, recipe,
+        base.normwise > 0 ? c.normwise / base.normwise : INFINITY);
+  else if (d.quantile_compared && c.rel_q > d.limit_rel_q)
+    why = fmt::format(
+        "{:g}-quantile of the element-wise relative error {:.3g} > {:g} × {:.3g} + "
+        "{:.2g} (recipe {} emulated: {:.1f}× its error)",
+        kDifferentialQuantile, c.rel_q, kDifferentialK, base.rel_q, d.floor_rel, recipe,
+        base.rel_q > 0 ? c.rel_q / base.rel_q : INFINITY);
+  d.status = why.empty() ? "passed" : "incorrect";
+  d.message = why.empty()
+                  ? fmt::format("normwise {:.3g} ≤ {:.3g}{}", c.normwise, d.limit_normwise,
+                                d.quantile_compared ? fmt::format(", q{:g} {:.3g} ≤ {:.3g}",
+                                                                  100 * kDifferentialQuantile,
+                                                                  c.rel_q, d.limit_rel_q)
+                                                    : "")
+                  : why;
+  return d;
+}
+
+DifferentialResult differential_check(const Golden& g, const Baseline& b, const std::string& name,
+                                      const std::vector<double>& out,
+                                      const std::vector<double>& ref) {
+  DifferentialResult d;
+  const ErrorProfile* base = b.status == "ok" ? b.profile(name) : nullptr;
+  if (!base) {
+    d.status = "not judged";
+    const bool sum = name == "reduced_loss" || name == "dW" || name == "db";
+    d.message = b.status != "ok" ? fmt::format("the emulation did not run: {}", b.status)
+                : sum && b.sampled
+                    ? fmt::format(
+                          "{} is a sum over all tokens and the baseline's tokens are sampled "
+                          "(--baseline-rows {} runs them all)",
+                          name, g.S)
+                : name == "db" ? "the emulation returns db only for a problem with a bias"
+                               : fmt::format("the emulated baseline has no {}", name);
+    return d;
+  }
+  const auto [c_out, c_ref] = on_baseline_elements(g, b, name, out, ref);
+  const DType dt = b.output_dtype(name);
+  return compare_profiles(
+      error_profile(c_out.data(), c_ref.data(), static_cast<std::int64_t>(c_ref.size()), dt), *base,
+      dt, b.recipe.name());
+}
+
+// A candidate's output as read: its name and values in the compared shape.
+struct ComparedOutput {
+  std::string name;
+  std::vector<double> values;
+};
+
+// --explain: the candidate's profile against every recipe of the default grid with the golden
+// problem's input dtype.
+std::vector<RecipeMatch> match_recipes(const Golden& g, const std::vector<ComparedOutput>& compared,
+                                       const std::vector<Baseline>& baselines) {
+  std::vector<RecipeMatch> ms;
+  for (const Baseline& b : baselines) {
+    RecipeMatch m;
+    const Recipe r = b.recipe;
+    m.recipe = r;
+    m.status = b.status;
+    m.profiles = b.profiles;
+    if (b.status != "ok") {
+      ms.push_back(std::move(m));
+      continue;
+    }
+    int judged = 0;
+    m.consistent = true;
+    for (const auto& [name, out] : compared) {
+      const ErrorProfile* base = b.profile(name);
+      if (!base) continue;
+      RefOutput ro;
+      ref_output(g, name, ro);
+      const auto [c_out, c_ref] = on_baseline_elements(g, b, name, out, *ro.ref);
+      const DType dt = b.output_dtype(name);
+      const DifferentialResult d = compare_profiles(
+          error_profile(c_out.data(), c_ref.data(), static_cast<std::int64_t>(c_ref.size()), dt),
+          *base, dt, r.name());
+      ++judged;
+      // Consistent: the candidate passes the recipe's differential check, and is not
+      // kExplainAccuracyFactor times more accurate than it (then it is another, more accurate
+      // recipe), on the normwise error and (where compared) on the quantile.
+      const auto within = [](double a, double b, double f) {
+        return a <= kDifferentialK * b + f && b <= kExplainAccuracyFactor * a;
+      };
+      m.consistent = m.consistent &&
+                     within(d.candidate.normwise, base->normwise, d.floor_normwise) &&
+                     (!d.quantile_compared || within(d.candidate.rel_q, base->rel_q, d.floor_rel));
+      // Distance: log2 ratios of the error scales (each with its floor), the total variation of
+      // the ULP histograms, and the difference of the systematic fractions bias/normwise.
+      const auto lr = [](double a, double b, double f) {
+        return std::fabs(std::log2((a + f) / (b + f)));
+      };
+      double tv = 0;
+      for (int k = 0; k < kUlpBuckets; ++k)
+        tv += std::fabs(d.candidate.ulp_hist[static_cast<std::size_t>(k)] -
+                        base->ulp_hist[static_cast<std::size_t>(k)]);
+      const auto sys = [](const ErrorProfile& p) {
+        return p.normwise > 0 ? p.bias / p.normwise : 0.0;
+      };
+      m.distance += lr(d.candidate.normwise, base->normwise, d.floor_normwise) +
+                    (d.quantile_compared ? lr(d.candidate.rel_q, base->rel_q, d.floor_rel) : 0.0) +
+                    tv / 2 + std::fabs(sys(d.candidate) - sys(*base));
+    }
+    if (judged == 0) {
+      m.consistent = false;
+      m.status = "no output of the candidate has a baseline";
+    }
+    ms.push_back(std::move(m));
+  }
+  std::stable_sort(ms.begin(), ms.end(), [](const RecipeMatch& a, const RecipeMatch& b) {
+    if (a.consistent != b.consistent) return a.consistent;
+    if ((a.status == "ok") != (b.status == "ok")) return a.status == "ok";
+    return a.distance < b.distance;
+  });
+  return ms;
+}
+
 }  // namespace
+
+std::vector<Recipe> explain_recipes(const Golden& g) {
+  const DType in = g.problem.input_dtype();
+  std::vector<Recipe> recipes;
+  for (const Recipe& r : default_recipe_grid())
+    if (r.input == in) recipes.push_back(r);
+  if (recipes.size() > 1) return recipes;
+  // The grid's recipes read on the stored inputs (an fp32 problem has one recipe of its own).
+  recipes.clear();
+  for (Recipe r : default_recipe_grid()) {
+    r.input = in;
+    if (std::find(recipes.begin(), recipes.end(), r) == recipes.end()) recipes.push_back(r);
+  }
+  return recipes;
+}
 
 std::vector<double> verify_tolerance(const Golden& g, const VerifyPolicy& pol,
                                      const std::string& name, DType out_dtype) {
@@ -361,10 +536,29 @@ VerifyPolicy make_explicit_policy(double atol, double rtol) {
   return p;
 }
 
+std::optional<Recipe> policy_recipe(const VerifyPolicy& policy, DType input_dtype) {
+  if (policy.explicit_tol) return std::nullopt;
+  return recipe_of(policy, input_dtype);
+}
+
 VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path,
                               const VerifyPolicy& pol, const std::vector<std::string>& required) {
+  VerifyOptions o;
+  o.required = required;
+  return verify_candidate(g, candidate_path, pol, o);
+}
+
+VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path,
+                              const VerifyPolicy& pol, const VerifyOptions& options) {
   VerifyReport rep;
-  rep.required = parse_required_outputs(required);
+  rep.required = parse_required_outputs(options.required);
+  rep.check = options.check;
+  const bool bound_check = options.check != VerifyCheck::differential;
+  const bool diff_check = options.check != VerifyCheck::bound && !pol.explicit_tol;
+  if (options.check == VerifyCheck::differential && pol.explicit_tol)
+    throw InputError(
+        "--check differential needs a recipe to emulate: an explicit --atol/--rtol tolerance "
+        "declares none (give --policy instead)");
   rep.golden = g.path;
   rep.candidate = candidate_path;
   rep.policy = pol.describe(g.problem.input_dtype());
@@ -389,6 +583,16 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
 
   PolicyBounds pb;
   if (!pol.explicit_tol) policy_bounds(g, pol, pb);
+  if (diff_check) {
+    const Recipe r = recipe_of(pol, g.problem.input_dtype());
+    if (options.baseline_given && !(options.baseline_given->recipe == r))
+      throw InputError(fmt::format("the baseline given is of recipe {}, the policy's is {}",
+                                   options.baseline_given->recipe.name(), r.name()));
+    rep.baseline =
+        options.baseline_given ? *options.baseline_given : emulate_baseline(g, r, options.baseline);
+  }
+  // The candidate's values of each compared output, kept for --explain.
+  std::vector<ComparedOutput> compared_values;
 
   std::vector<JudgedOutput> judged;
   std::vector<std::size_t> judged_index;
@@ -453,7 +657,7 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     if (!pol.explicit_tol) {
       std::vector<double> scalar_b;
       const std::vector<double>* pbv = bound_of(pb, name, scalar_b);
-      if (pbv->size() != ref.size()) {
+      if (pbv->size() != ref.size() && !diff_check) {
         o.status = "skipped";
         o.message =
             fmt::format("no a-priori bound for {} from this golden file{}", name,
@@ -465,9 +669,35 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     const std::vector<double> tol = tolerance_from(g, pol, pb, name, o.dtype, ro);
     o.stats = compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()),
                                   o.dtype, tol.data());
-    const Verdict v = judge({{name, &*o.stats, name == "loss"}}, pol.judge);
-    o.status = v.disposition == Disposition::passed ? "passed" : "incorrect";
-    if (v.disposition != Disposition::passed) {
+    if (diff_check) o.differential = differential_check(g, *rep.baseline, name, out, ref);
+    if (options.explain) compared_values.push_back({name, out});
+    // The bound check. An infinite bound is "no bound" when the differential check judges the
+    // output instead; without it, the policy decides (incorrect under default and strict).
+    const bool diff_judges = diff_check && o.differential.status != "not judged";
+    Policy bound_policy = pol.judge;
+    if (diff_judges) bound_policy.require_meaningful_bound = false;
+    // --check differential: the finiteness check alone (statistics without bounds).
+    const std::optional<ErrorStats> finiteness_only =
+        bound_check ? std::nullopt
+                    : std::optional<ErrorStats>(compute_error_stats(
+                          out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), o.dtype));
+    const Verdict v =
+        judge({{name, bound_check ? &*o.stats : &*finiteness_only, name == "loss"}}, bound_policy);
+    const bool infinite = o.stats->n_infinite_bound > 0;
+    o.bound_status = !bound_check                           ? "not run"
+                     : v.disposition != Disposition::passed ? "incorrect"
+                     : infinite                             ? "no bound"
+                                                            : "passed";
+    const bool bound_ok = v.disposition == Disposition::passed;
+    o.differential_only = bound_ok && diff_judges && (infinite || !bound_check);
+    o.status = !bound_ok                                          ? "incorrect"
+               : diff_judges && o.differential.status != "passed" ? "incorrect"
+               : !bound_check && !diff_judges                     ? "skipped"
+                                                                  : "passed";
+    if (o.status == "skipped")
+      o.message = fmt::format("the differential check cannot judge it: {}", o.differential.message);
+    if (bound_ok && o.status == "incorrect") o.message = "differential: " + o.differential.message;
+    if (!bound_ok) {
       o.message = v.reason;
       o.index = v.index;
       if (v.index >= 0 && v.index < static_cast<std::int64_t>(ref.size())) {
@@ -518,19 +748,60 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     rep.passed = false;
     std::string names;
     for (const auto& n : candidate_output_names()) names += (names.empty() ? "" : ", ") + n;
-    rep.reason = fmt::format(
-        "the candidate holds no output that the golden file can check (looked for {})", names);
+    const auto undecided = std::find_if(
+        rep.outputs.begin(), rep.outputs.end(),
+        [](const OutputReport& o) { return o.status == "skipped" && o.bound_status == "not run"; });
+    rep.reason =
+        undecided != rep.outputs.end()
+            ? fmt::format("no output could be judged: {} {}", undecided->name, undecided->message)
+            : fmt::format(
+                  "the candidate holds no output that the golden file can check (looked for {})",
+                  names);
   } else if (rep.passed) {
-    rep.reason = fmt::format("{} output(s) within tolerance", compared);
+    int both = 0, diff_only = 0, bound_only = 0;
+    for (const auto& o : rep.outputs) {
+      if (o.status != "passed") continue;
+      if (o.differential_only)
+        ++diff_only;
+      else if (o.differential.status == "passed")
+        ++both;
+      else
+        ++bound_only;
+    }
+    if (!diff_check) {
+      rep.reason = fmt::format("{} output(s) within tolerance", compared);
+    } else {
+      std::vector<std::string> parts;
+      if (both)
+        parts.push_back(fmt::format("{} within the bound and the differential check", both));
+      if (bound_only)
+        parts.push_back(fmt::format("{} within the bound (no differential baseline)", bound_only));
+      if (diff_only)
+        parts.push_back(
+            fmt::format("{} by the differential check alone ({})", diff_only,
+                        bound_check ? "no finite a-priori bound" : "--check differential"));
+      std::string t;
+      for (const auto& q : parts) t += (t.empty() ? "" : ", ") + q;
+      rep.reason = fmt::format("{} output(s) passed: {}", compared, t);
+    }
+  }
+  if (options.explain) {
+    std::vector<Baseline> computed;
+    if (!options.explain_given)
+      for (const Recipe& r : explain_recipes(g))
+        computed.push_back(emulate_baseline(g, r, options.baseline));
+    rep.explain = match_recipes(g, compared_values,
+                                options.explain_given ? *options.explain_given : computed);
   }
   return rep;
 }
 
 std::string format_report(const VerifyReport& r) {
   std::string s;
-  s += fmt::format("golden     {}\n           {}\ncandidate  {}{}\npolicy     {}\n\n", r.golden,
-                   r.provenance, r.candidate,
-                   r.implementation.empty() ? "" : " (" + r.implementation + ")", r.policy);
+  s += fmt::format(
+      "golden     {}\n           {}\ncandidate  {}{}\npolicy     {}\ncheck      {}\n\n", r.golden,
+      r.provenance, r.candidate, r.implementation.empty() ? "" : " (" + r.implementation + ")",
+      r.policy, to_string(r.check));
   if (!r.required.empty()) {
     std::string names;
     for (const auto& n : r.required) names += (names.empty() ? "" : ", ") + n;
@@ -551,6 +822,52 @@ std::string format_report(const VerifyReport& r) {
                      o.name, to_string(o.dtype), shape_text(o.shape), e.max_abs_err, e.max_rel_err,
                      e.normwise_rel_err, e.max_ratio, 100.0 * e.frac_ulp_le1,
                      e.out_nan + e.out_posinf + e.out_neginf, o.status);
+  }
+  if (r.baseline) {
+    s += fmt::format(
+        "\ndifferential check: error ≤ {:g} × the emulated recipe's + one ULP of its "
+        "output format; q{:g} = {:g}-quantile of |e_i|/|ref_i|\nbaseline   {}\n",
+        kDifferentialK, 100 * kDifferentialQuantile, kDifferentialQuantile,
+        r.baseline->describe() + (r.baseline->status == "ok"
+                                      ? fmt::format(", {:.2f} s", r.baseline->seconds)
+                                      : std::string()));
+    s += fmt::format("{:<13}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}  {:<10}{}\n", "output", "normwise",
+                     "baseline", "limit", fmt::format("q{:g}", 100 * kDifferentialQuantile),
+                     "baseline", "limit", "bound", "differential");
+    for (const auto& o : r.outputs) {
+      if (!o.stats) continue;
+      const DifferentialResult& d = o.differential;
+      if (d.status == "passed" || d.status == "incorrect")
+        s += fmt::format("{:<13}{:>11.3g}{:>11.3g}{:>11.3g}{:>11}{:>11}{:>11}  {:<10}{}\n", o.name,
+                         d.candidate.normwise, d.baseline.normwise, d.limit_normwise,
+                         d.quantile_compared ? fmt::format("{:.3g}", d.candidate.rel_q) : "-",
+                         d.quantile_compared ? fmt::format("{:.3g}", d.baseline.rel_q) : "-",
+                         d.quantile_compared ? fmt::format("{:.3g}", d.limit_rel_q) : "-",
+                         o.bound_status, d.status);
+      else
+        s += fmt::format("{:<13}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}  {:<10}{}: {}\n", o.name, "-",
+                         "-", "-", "-", "-", "-", o.bound_status, d.status, d.message);
+    }
+  }
+  if (!r.explain.empty()) {
+    s += "\nexplain: the candidate's error profile against the emulation of each recipe (same "
+         "rows; distance: log2 ratios of the errors, ULP-histogram distance, bias)\n";
+    s += fmt::format("{:<22}{:<12}{:>10}  {}\n", "recipe", "consistent", "distance",
+                     "baseline normwise per output");
+    std::string consistent;
+    for (const auto& m : r.explain) {
+      std::string nw;
+      for (const auto& [name, p] : m.profiles) nw += fmt::format("{}={:.3g} ", name, p.normwise);
+      if (m.status != "ok") {
+        s += fmt::format("{:<22}{:<12}{:>10}  not run: {}\n", m.recipe.name(), "-", "-", m.status);
+        continue;
+      }
+      s += fmt::format("{:<22}{:<12}{:>10.3f}  {}\n", m.recipe.name(), m.consistent ? "yes" : "no",
+                       m.distance, nw);
+      if (m.consistent) consistent += (consistent.empty() ? "" : ", ") + m.recipe.name();
+    }
+    s += consistent.empty() ? "behaves like none of the recipes of the grid\n"
+                            : fmt::format("behaves like: {} (closest first)\n", consistent);
   }
   for (const auto& o : r.outputs)
     if (o.status == "incorrect" || o.status == "failed")
@@ -621,8 +938,23 @@ void write_junit(const std::string& path, bool force, const VerifyReport& r) {
     x << fmt::format(
         "  <properties><property name=\"golden\" value=\"{}\"/><property name=\"candidate\" "
         "value=\"{}\"/>"
-        "<property name=\"policy\" value=\"{}\"/></properties>\n",
+        "<property name=\"policy\" value=\"{}\"/>",
         xml_escape(r.golden), xml_escape(r.candidate), xml_escape(r.policy));
+    x << fmt::format("<property name=\"check\" value=\"{}\"/>", to_string(r.check));
+    if (r.baseline) {
+      x << fmt::format("<property name=\"baseline\" value=\"{}\"/>",
+                       xml_escape(r.baseline->describe()));
+      std::string rows;
+      for (const auto t : r.baseline->token_rows)
+        rows += (rows.empty() ? "" : " ") + std::to_string(t);
+      x << fmt::format("<property name=\"baseline_token_rows\" value=\"{}\"/>", rows);
+      for (const auto& [name, p] : r.baseline->profiles)
+        x << fmt::format(
+            "<property name=\"baseline_{}\" value=\"normwise {:.6g} q{:g} {:.6g} bias {:.6g} n "
+            "{}\"/>",
+            name, p.normwise, 100 * kDifferentialQuantile, p.rel_q, p.bias, p.n);
+    }
+    x << "</properties>\n";
     for (const auto& o : r.outputs) {
       x << fmt::format("  <testcase classname=\"xentlab.verify\" name=\"{}\">", xml_escape(o.name));
       if (o.status == "skipped")
@@ -637,7 +969,13 @@ void write_junit(const std::string& path, bool force, const VerifyReport& r) {
         x << fmt::format("<failure type=\"{}\" message=\"{}\">{}</failure>", o.status,
                          xml_escape(msg), xml_escape(o.message));
       }
-      if (o.stats) x << fmt::format("<system-out>{}</system-out>", xml_escape(o.stats->summary()));
+      if (o.stats) {
+        std::string out = fmt::format("bound: {}; {}", o.bound_status, o.stats->summary());
+        if (o.differential.status != "not run")
+          out +=
+              fmt::format("\ndifferential: {}: {}", o.differential.status, o.differential.message);
+        x << fmt::format("<system-out>{}</system-out>", xml_escape(out));
+      }
       x << "</testcase>\n";
     }
     if (none)
