@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# One device session for the CUDA strategies (issue #5): configure, build, run the gpu-labelled
+# One call on a GPU machine for the CUDA strategies: configure, build, run the gpu-labelled
 # tests, the strategy benchmark and the PyTorch baseline. Logs go to $OUT (default ./out).
-#   tools/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma|fused]
-# preset: `xentlab bench --preset llama3-8b-128k` (issue 8: the measured table beside the quoted
+#   tools/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma|fused|reference|real-audit]
+# preset: `xentlab bench --preset llama3-8b-128k` (the measured table beside the quoted
 # one, $OUT/bench-preset.{md,csv,h5,log}) and the PyTorch baseline appended to the same CSV.
 # fidelity: the embedded audit on the GPU and on the CPU emulation, then `xentlab fidelity` of the
 # two ($OUT/audit-{gpu,cpu}.h5, $OUT/fidelity.txt; docs/audit.md).
 # wgmma: builds the experiments and runs tools/bench/wgmma_probe (validation against cuBLAS, then
 # time; docs/fused.md) and its SASS instruction count ($OUT/wgmma.log).
-# fused: issue 6's check in one call — the gpu-labelled tests, the side-by-side table (gpu_bench of
+# fused: the fused strategy's check in one call — the gpu-labelled tests, the side-by-side table (gpu_bench of
 # naive, chunked and fused at 8K and 128K, then the PyTorch baseline), the fused time breakdown
 # with its raster-group variants, and the fused kernels' resources and SASS ($OUT/fused-*.log).
 # reference: the reference's cuda tier — its GPU tests and the tier tests, then `xentlab reference`
 # on the Llama-3-8B head shape (V=128256, D=4096) at N=8192 and N=131072 on the cuda tier, and
 # PyTorch's float64 matmul rate on the same card for comparison ($OUT/reference-*.log).
+# real-audit: the embedded set's real-shape problem alone (the Llama-3-8B head at N = 8192, every
+# row, full dW) on the GPU with four recipes ($OUT/audit-llama.{h5,h5.md,txt}; docs/benchmarks.md).
 # Each step has its own time limit so that one slow step cannot eat the whole call.
 set -u -o pipefail
 OUT=${OUT:-out}
@@ -34,6 +36,7 @@ fi
 targets="test_gpu_strategies test_gpu_kernels test_bench_gpu xentlab gpu_bench"
 [ "$what" = preset ] && targets="xentlab"
 [ "$what" = fidelity ] && targets="xentlab"
+[ "$what" = real-audit ] && targets="xentlab"
 [ "$what" = reference ] && targets="xentlab test_reference_cuda test_reference_tiers"
 [ "$what" = wgmma ] && targets="wgmma_probe"
 [ "$what" = fused ] && targets="test_gpu_strategies test_gpu_kernels test_bench_gpu gpu_bench fused_breakdown"
@@ -129,4 +132,12 @@ if [ "$what" = fused ]; then
   { cuobjdump -res-usage "$o"; cuobjdump -sass "$o" | grep -oE 'HGMMA[.A-Z0-9x]*|HMMA[.A-Z0-9x]*' |
     sort | uniq -c; } > "$OUT/fused-resources.log" 2>&1
   tail -8 "$OUT/fused-resources.log"
+fi
+if [ "$what" = real-audit ]; then
+  /usr/bin/time -f "audit wall %e s, max RSS %M KB" timeout ${AUDIT_TIMEOUT:-330} build-gpu/tools/xentlab audit \
+    --backend cuda --problems llama3-8b \
+    --recipes bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16,bf16/fp32/bf16/bf16,bf16/fp32/fp16/bf16 \
+    --out "$OUT/audit-llama.h5" --force > "$OUT/audit-llama.txt" 2>&1
+  echo "audit rc=$?"
+  grep -v '^\[' "$OUT/audit-llama.txt" | tail -40
 fi
