@@ -192,7 +192,9 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
         raise InputError(f"loss_fn returned a loss of shape {tuple(np.shape(to_numpy64(loss)))} with reduction "
                          f"'{spec['reduction']}'; expected a scalar")
     name = "reduced_loss" if scalar else "loss"
-    outputs[name] = loss if (is_torch(loss) or isinstance(loss, np.ndarray)) else np.asarray(loss, dtype=np.float64)
+    # a numpy scalar keeps its dtype; a Python float is a float64
+    outputs[name] = loss if (is_torch(loss) or isinstance(loss, np.ndarray)) else np.asarray(
+        loss, dtype=loss.dtype if isinstance(loss, np.generic) else np.float64)
     required.append(name)
     return outputs, required
 
