@@ -1,5 +1,6 @@
 """The pytest plugin: options, cached golden fixtures, and findings in pytest's JUnit XML."""
 
+import importlib.metadata
 import os
 import xml.etree.ElementTree as ET
 
@@ -8,6 +9,10 @@ import pytest
 import xentlab  # imported before pytester's snapshot of sys.modules: never imported twice
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# An installed package registers the plugin by its entry point (pytest11); a build tree does not,
+# and the inner pytest is then told to load it.
+INSTALLED = any(e.name == "xentlab" for e in importlib.metadata.entry_points(group="pytest11"))
+LOAD = () if INSTALLED else ("-p", "xentlab.pytest_plugin")
 
 TESTS = """
 import xentlab
@@ -35,7 +40,7 @@ def _run(pytester, *args):
     # absolute paths
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(xentlab.__file__)))
     pytester._monkeypatch.setenv("PYTHONPATH", os.pathsep.join([package_root, HERE]))
-    return pytester.runpytest_subprocess("-p", "xentlab.pytest_plugin", *args)
+    return pytester.runpytest_subprocess(*LOAD, *args)
 
 
 def test_fixtures_options_and_junit(pytester, tmp_path):
