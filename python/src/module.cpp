@@ -595,6 +595,16 @@ nb::dict verdict_row(const audit::VerdictRow& v) {
   d["accum_tested"] = v.accum_tested;
   d["logits_why"] = v.logits_why;
   d["accum_why"] = v.accum_why;
+  for (const auto& [name, a] : {std::pair<const char*, const audit::VerdictRow::Accum*>{"accum_bf16", &v.accum_bf16},
+                                {"accum_fp16", &v.accum_fp16}}) {
+    nb::dict x;
+    x["tested"] = a->tested;
+    x["harmless"] = a->harmless;
+    x["err"] = a->err;
+    x["twin_err"] = a->twin_err;
+    x["recipe"] = a->recipe;
+    d[name] = x;
+  }
   return d;
 }
 

@@ -33,6 +33,9 @@ def test_audit_agrees_with_the_command(cli, tmp_path):
     assert sorted(a) == sorted(b)
     differ = [k for k in a if a[k] != b[k] and not k.endswith("@seconds")]
     assert differ == [], differ[:5]
+    with h5py.File(tmp_path / "py.h5", "r") as f:  # one line finds a run: by_key/PROBLEM/RECIPE/STRATEGY
+        assert f["by_key/stories260k/bf16/fp32/fp32/bf16/chunked"].attrs["strategy"] == "chunked"
+        assert f["by_key/stories260k/bf16/fp32/fp32/bf16/chunked"].attrs["recipe"] == "bf16/fp32/fp32/bf16"
     run = res.find("stories260k", "fp32/fp32/fp32/fp32", "naive")
     assert run["disposition"] == "passed" and run["outputs"]["loss"]["normwise_rel_err"] < 1e-5
     bf16_accum = res.find("stories260k", "bf16/bf16/bf16/bf16", "naive")
