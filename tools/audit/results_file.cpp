@@ -166,6 +166,14 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     g.set_attr("accum_tested", v.accum_tested);
     g.set_attr("logits_why", v.logits_why);
     g.set_attr("accum_why", v.accum_why);
+    for (const auto& [prefix, a] :
+         {std::pair<const char*, const VerdictRow::Accum*>{"accum_bf16", &v.accum_bf16}, {"accum_fp16", &v.accum_fp16}}) {
+      g.set_attr(fmt::format("{}_tested", prefix), a->tested);
+      g.set_attr(fmt::format("{}_harmless", prefix), a->harmless);
+      g.set_attr(fmt::format("{}_err", prefix), a->err);
+      g.set_attr(fmt::format("{}_twin_err", prefix), a->twin_err);
+      g.set_attr(fmt::format("{}_recipe", prefix), a->recipe);
+    }
   }
 }
 
