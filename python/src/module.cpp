@@ -7,6 +7,7 @@
 //   OutputError → xentlab.OutputError (an OSError)       an output that cannot be written
 //   DeviceError → xentlab.DeviceError (a RuntimeError)
 // An array of a dtype that is no float format of the lab, or not in host memory, is a TypeError.
+#include <fmt/core.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -14,8 +15,6 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
-
-#include <fmt/core.h>
 
 #include <cstdint>
 #include <cstring>
@@ -60,7 +59,7 @@ std::string dtype_text(dl::dtype t) {
                      : t.code == static_cast<std::uint8_t>(dl::dtype_code::Float)  ? "float"
                      : t.code == static_cast<std::uint8_t>(dl::dtype_code::Bfloat) ? "bfloat"
                      : t.code == static_cast<std::uint8_t>(dl::dtype_code::Bool)   ? "bool"
-                                                                                  : "complex";
+                                                                                   : "complex";
   return fmt::format("{}{}", code, t.bits);
 }
 
@@ -162,7 +161,9 @@ std::vector<std::int64_t> targets_from(const AnyArray& a) {
   for_each_element(a, [&](const std::uint8_t* p) {
     std::int64_t v = 0;
     switch (t.bits) {
-      case 8: v = is_int ? *reinterpret_cast<const std::int8_t*>(p) : *p; break;
+      case 8:
+        v = is_int ? *reinterpret_cast<const std::int8_t*>(p) : *p;
+        break;
       case 16: {
         std::uint16_t u;
         std::memcpy(&u, p, 2);
@@ -179,7 +180,8 @@ std::vector<std::int64_t> targets_from(const AnyArray& a) {
         std::uint64_t u;
         std::memcpy(&u, p, 8);
         if (is_uint && u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-          throw InputError(fmt::format("targets[{}] = {}: beyond the range of int64", out.size(), u));
+          throw InputError(
+              fmt::format("targets[{}] = {}: beyond the range of int64", out.size(), u));
         v = static_cast<std::int64_t>(u);
       }
     }
@@ -203,7 +205,9 @@ template <class C>
 nb::ndarray<nb::numpy> f64(const C& v, std::vector<std::size_t> shape) {
   return owned(std::vector<double>(v.begin(), v.end()), std::move(shape), nb::dtype<double>());
 }
-nb::ndarray<nb::numpy> f64(const std::vector<double>& v) { return f64(v, {v.size()}); }
+nb::ndarray<nb::numpy> f64(const std::vector<double>& v) {
+  return f64(v, {v.size()});
+}
 nb::ndarray<nb::numpy> i64(const std::vector<std::int64_t>& v) {
   return owned(v, {v.size()}, nb::dtype<std::int64_t>());
 }
@@ -215,10 +219,11 @@ nb::tuple tensor_raw(const Tensor& t) {
   const std::string name(to_string(t.dtype()));
   switch (t.dtype()) {
     case DType::fp64:
-      return nb::make_tuple(owned(std::vector<double>(reinterpret_cast<const double*>(p),
-                                                      reinterpret_cast<const double*>(p) + t.numel()),
-                                  shape, nb::dtype<double>()),
-                            name);
+      return nb::make_tuple(
+          owned(std::vector<double>(reinterpret_cast<const double*>(p),
+                                    reinterpret_cast<const double*>(p) + t.numel()),
+                shape, nb::dtype<double>()),
+          name);
     case DType::fp32:
       return nb::make_tuple(owned(std::vector<float>(reinterpret_cast<const float*>(p),
                                                      reinterpret_cast<const float*>(p) + t.numel()),
@@ -239,7 +244,8 @@ nb::tuple tensor_raw(const Tensor& t) {
 // Loss spec and problems.
 
 LossSpec make_spec(std::int64_t ignore_index, double label_smoothing, double z_loss, double softcap,
-                   double logit_scale, const std::string& reduction, const std::string& empty_mean) {
+                   double logit_scale, const std::string& reduction,
+                   const std::string& empty_mean) {
   LossSpec s;
   s.ignore_index = ignore_index;
   s.label_smoothing = label_smoothing;
@@ -509,8 +515,8 @@ nb::dict output_dict(const OutputReport& o) {
   d["name"] = o.name;
   d["status"] = o.status;
   d["message"] = o.message;
-  d["dtype"] = o.dtype_known ? nb::object(nb::str(std::string(to_string(o.dtype)).c_str()))
-                             : nb::none();
+  d["dtype"] =
+      o.dtype_known ? nb::object(nb::str(std::string(to_string(o.dtype)).c_str())) : nb::none();
   d["shape"] = o.shape;
   d["stats"] = o.stats ? nb::object(stats_dict(*o.stats)) : nb::none();
   d["index"] = o.index;
@@ -595,8 +601,9 @@ nb::dict verdict_row(const audit::VerdictRow& v) {
   d["accum_tested"] = v.accum_tested;
   d["logits_why"] = v.logits_why;
   d["accum_why"] = v.accum_why;
-  for (const auto& [name, a] : {std::pair<const char*, const audit::VerdictRow::Accum*>{"accum_bf16", &v.accum_bf16},
-                                {"accum_fp16", &v.accum_fp16}}) {
+  for (const auto& [name, a] :
+       {std::pair<const char*, const audit::VerdictRow::Accum*>{"accum_bf16", &v.accum_bf16},
+        {"accum_fp16", &v.accum_fp16}}) {
     nb::dict x;
     x["tested"] = a->tested;
     x["harmless"] = a->harmless;
@@ -615,9 +622,8 @@ struct AuditProblems {
 nb::dict run_audit(const AuditProblems& ps, const std::vector<std::string>& strategies,
                    const std::vector<std::string>& recipes, const std::string& backend,
                    std::int64_t rows, std::int64_t vocab_rows, std::uint64_t seed,
-                   const std::string& policy, const std::string& tier,
-                   std::int64_t memory_budget, std::optional<std::string> out, bool force,
-                   bool append) {
+                   const std::string& policy, const std::string& tier, std::int64_t memory_budget,
+                   std::optional<std::string> out, bool force, bool append) {
   audit::AuditConfig cfg;
   cfg.strategies = strategies;
   for (const auto& r : recipes) cfg.recipes.push_back(parse_recipe(r));
@@ -703,10 +709,12 @@ NB_MODULE(_xentlab, m) {
       .def_prop_ro("V", [](const DatasetInstance& d) { return d.problem.V; })
       .def_prop_ro("D", [](const DatasetInstance& d) { return d.problem.D; })
       .def_prop_ro("name", [](const DatasetInstance& d) { return d.problem.name; })
-      .def_prop_ro("kind",
-                   [](const DatasetInstance& d) { return d.problem.is_linear() ? "linear" : "logits"; })
-      .def_prop_ro("input_dtype",
-                   [](const DatasetInstance& d) { return std::string(to_string(d.problem.input_dtype())); })
+      .def_prop_ro(
+          "kind",
+          [](const DatasetInstance& d) { return d.problem.is_linear() ? "linear" : "logits"; })
+      .def_prop_ro(
+          "input_dtype",
+          [](const DatasetInstance& d) { return std::string(to_string(d.problem.input_dtype())); })
       .def_prop_ro("spec", [](const DatasetInstance& d) { return d.spec; })
       .def_prop_ro("source", [](const DatasetInstance& d) { return d.source; })
       .def_prop_ro("generator", [](const DatasetInstance& d) { return d.generator; })
@@ -723,13 +731,12 @@ NB_MODULE(_xentlab, m) {
         if (name == "logits" && !p.is_linear()) return tensor_raw(p.logits);
         return nb::none();
       });
-  m.def("load_dataset", &load, "name"_a, "N"_a.none(), "V"_a.none(), "D"_a.none(),
-        "dtype"_a.none(), "sigma"_a.none(), "seed"_a, "params"_a, "ignore_index"_a);
+  m.def("load_dataset", &load, "name"_a, "N"_a.none(), "V"_a.none(), "D"_a.none(), "dtype"_a.none(),
+        "sigma"_a.none(), "seed"_a, "params"_a, "ignore_index"_a);
   m.def("catalog", &catalog);
   m.def("linear_problem", &linear_problem, "H"_a, "W"_a, "bias"_a.none(), "targets"_a, "spec"_a,
         "name"_a, "H_bits"_a, "W_bits"_a, "b_bits"_a);
-  m.def("logits_problem", &logits_problem, "logits"_a, "targets"_a, "spec"_a, "name"_a,
-        "bits"_a);
+  m.def("logits_problem", &logits_problem, "logits"_a, "targets"_a, "spec"_a, "name"_a, "bits"_a);
   m.def("with_spec", [](const DatasetInstance& d, const LossSpec& s) {
     DatasetInstance c = d;
     c.problem.validate(s.ignore_index);

@@ -3,10 +3,8 @@ with), a cache folder for golden files, and numpy loss functions (float32, writt
 formulas of numerics/loss_spec.hpp) used as candidates."""
 
 import os
-import shutil
 import subprocess
 
-import numpy as np
 import pytest
 
 pytest_plugins = ["pytester"]

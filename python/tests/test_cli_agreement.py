@@ -1,10 +1,7 @@
 """The package and the xentlab command agree bit for bit on the same files, and bad input gets
 the command's messages (the text after "xentlab: invalid input: " / "bad file: ")."""
 
-import os
-
 import h5py
-import numpy as np
 import pytest
 
 import xentlab

@@ -1,7 +1,6 @@
 """The package imports and exposes the lab: catalog, problems, the reference's values and bounds."""
 
 import numpy as np
-import pytest
 
 import xentlab
 

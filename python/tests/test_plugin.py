@@ -4,8 +4,6 @@ import importlib.metadata
 import os
 import xml.etree.ElementTree as ET
 
-import pytest
-
 import xentlab  # imported before pytester's snapshot of sys.modules: never imported twice
 
 HERE = os.path.dirname(os.path.abspath(__file__))

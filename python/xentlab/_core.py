@@ -11,7 +11,6 @@ library's, the ones ``xentlab`` prints after "invalid input:" or "bad file:".
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _xentlab as _x
 from ._arrays import is_torch, to_numpy64
-from ._core import Golden, InputError, LossSpec, Problem, VerifyReport, _path, problem as make_problem
+from ._core import Golden, InputError, LossSpec, Problem, VerifyReport, problem as make_problem
 from ._core import read_golden, verify, write_candidate, write_golden
 
 _LOSS_KWARGS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_scale", "reduction")
