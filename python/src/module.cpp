@@ -610,6 +610,9 @@ nb::dict verdict_row(const audit::VerdictRow& v) {
     x["err"] = a->err;
     x["twin_err"] = a->twin_err;
     x["recipe"] = a->recipe;
+    x["worst_err"] = a->worst_err;
+    x["worst_twin_err"] = a->worst_twin_err;
+    x["worst_recipe"] = a->worst_recipe;
     d[name] = x;
   }
   return d;

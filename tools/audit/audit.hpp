@@ -118,6 +118,9 @@ struct VerdictRow {
     bool harmless = false;  ///< some recipe of it within max(2× its twin's error, floor), passed
     double err = NAN, twin_err = NAN;  ///< the best recipe's error and its twin's
     std::string recipe;
+    /// The recipe of this accumulation dtype that costs most (largest err / twin err).
+    double worst_err = NAN, worst_twin_err = NAN;
+    std::string worst_recipe;
   };
   Accum accum_bf16, accum_fp16;
 };

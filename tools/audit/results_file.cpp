@@ -173,6 +173,9 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
       g.set_attr(fmt::format("{}_err", prefix), a->err);
       g.set_attr(fmt::format("{}_twin_err", prefix), a->twin_err);
       g.set_attr(fmt::format("{}_recipe", prefix), a->recipe);
+      g.set_attr(fmt::format("{}_worst_err", prefix), a->worst_err);
+      g.set_attr(fmt::format("{}_worst_twin_err", prefix), a->worst_twin_err);
+      g.set_attr(fmt::format("{}_worst_recipe", prefix), a->worst_recipe);
     }
   }
 }

@@ -79,7 +79,7 @@ std::string plain_answers(const std::vector<VerdictRow>& rows, bool md) {
     if (std::find(outputs.begin(), outputs.end(), v.output) == outputs.end()) outputs.push_back(v.output);
   const std::string item = md ? "- " : "  ";
   std::string s = md ? "\n## Answers\n\n" : "\nANSWERS (×: the normwise error ÷ that of the same recipe with fp32 logits, or with fp32 accumulation "
-                    "(for accumulation: its best recipe); errors worst over the strategies)\n";
+                    "(for accumulation: the recipe that makes it harmless, or the worst where it is harmful); errors worst over the strategies)\n";
   s += md ? "**May the logits be bf16?** (yes where the error stays within 2× that of fp32 logits, or — marked ≤u — "
             "within one rounding of the input dtype)\n\n"
           : "May the logits be bf16? (yes where the error stays within 2x that of fp32 logits, or -- marked <=u -- "
@@ -114,9 +114,12 @@ std::string plain_answers(const std::vector<VerdictRow>& rows, bool md) {
       for (const auto& v : rows) {
         const VerdictRow::Accum& a = bf16 ? v.accum_bf16 : v.accum_fp16;
         if (v.output != out || !a.tested) continue;
+        // Harmless: the factor of the recipe that makes it so (its best); harmful: its worst.
         const bool by_floor = a.harmless && a.err > 2 * a.twin_err;
-        (a.harmless ? harmless : harmful)
-            .push_back(fmt::format("{}.{} {}{}", v.regime, v.input, factor(a.err, a.twin_err), by_floor ? " ≤u" : ""));
+        if (a.harmless)
+          harmless.push_back(fmt::format("{}.{} {}{}", v.regime, v.input, factor(a.err, a.twin_err), by_floor ? " ≤u" : ""));
+        else
+          harmful.push_back(fmt::format("{}.{} up to {}", v.regime, v.input, factor(a.worst_err, a.worst_twin_err)));
       }
       const std::size_t n = harmful.size() + harmless.size();
       if (n == 0) continue;

@@ -100,6 +100,12 @@ std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
           per_dtype.twin_err = t->worst;
           per_dtype.recipe = recipe;
         }
+        // Cross-multiplied ratios: no division by a zero twin error.
+        if (per_dtype.worst_recipe.empty() || !(c.worst * per_dtype.worst_twin_err <= per_dtype.worst_err * t->worst)) {
+          per_dtype.worst_err = c.worst;
+          per_dtype.worst_twin_err = t->worst;
+          per_dtype.worst_recipe = recipe;
+        }
         if (std::isnan(v.err_reduced_accum_best) || c.worst < v.err_reduced_accum_best) {
           v.err_reduced_accum_best = c.worst;
           v.reduced_accum_best_recipe = recipe;
