@@ -183,7 +183,7 @@ def plot_ulp(runs, out, path):
 
 
 def plot_verdict_heatmap(runs, path):
-    """The verdict in one picture. Per output (loss, dH or dz, dW): rows = regime (problem.input X),
+    """The verdict in one picture. Per output (loss, dH/dz, dW): rows = regime (problem.input X),
     columns = the recipe's logits / accumulation / gradient dtypes (X where it is the input's);
     each cell the worst normwise error of the recipe over the strategies divided by that of
     X/fp32/fp32/X. Bold: beyond the verdict's threshold, max(2 × the X/fp32/fp32/X error, u_X)
@@ -193,7 +193,9 @@ def plot_verdict_heatmap(runs, path):
     u = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "fp32": 2.0 ** -24}
 
     def worst(problem, recipe, out):
-        errs = [normwise(r, out) for r in runs
+        # "dH/dz": dH of a linear problem, dz of a logits problem (one row each)
+        names = out.split("/")
+        errs = [normwise(r, o) for r in runs for o in names
                 if s(r["recipe"]) == recipe and s(r["problem"]) + "." + s(r["input_dtype"]) == problem]
         errs = [e for e in errs if e is not None]
         return max(errs) if errs else None
@@ -207,7 +209,7 @@ def plot_verdict_heatmap(runs, path):
                                           if s(r["problem"]) + "." + s(r["input_dtype"]) == g}) > 1]
     tails = sorted({tail(s(r["recipe"])) for r in runs})
     panels = []
-    for out in ("loss", "dH", "dz", "dW"):
+    for out in ("loss", "dH/dz", "dW"):
         ratio = np.full((len(regimes), len(tails)), np.nan)
         beyond = np.zeros_like(ratio, dtype=bool)
         for i, reg in enumerate(regimes):
