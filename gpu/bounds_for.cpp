@@ -55,17 +55,32 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
     // ‖W_j‖₂ max and column maxima of |W|; bias magnitude.
     double wmax = 0.0, bmax = 0.0;
     w_colmax.assign(sz(D), 0.0);
-    for (std::int64_t j = 0; j < V; ++j) {
-      pb.W.read(j * D, D, wrow.data());
-      double n2 = 0.0;
-      for (std::int64_t d = 0; d < D; ++d) {
-        n2 += wrow[sz(d)] * wrow[sz(d)];
-        w_colmax[sz(d)] = std::max(w_colmax[sz(d)], std::fabs(wrow[sz(d)]));
+    // In parallel over the vocabulary rows: each row's norm is summed in the same order as on one
+    // thread, and maxima do not depend on the order in which they are taken.
+#pragma omp parallel
+    {
+      std::vector<double> w(sz(D)), colmax(sz(D), 0.0);
+      double wm = 0.0, bm = 0.0;
+#pragma omp for schedule(static)
+      for (std::int64_t j = 0; j < V; ++j) {
+        pb.W.read(j * D, D, w.data());
+        double n2 = 0.0;
+        for (std::int64_t d = 0; d < D; ++d) {
+          n2 += w[sz(d)] * w[sz(d)];
+          colmax[sz(d)] = std::max(colmax[sz(d)], std::fabs(w[sz(d)]));
+        }
+        wm = std::max(wm, std::sqrt(n2));
+        if (pb.bias) {
+          const double b = pb.bias->get(j);
+          if (std::isfinite(b)) bm = std::max(bm, std::fabs(b));
+        }
       }
-      wmax = std::max(wmax, std::sqrt(n2));
-      if (pb.bias) {
-        const double b = pb.bias->get(j);
-        if (std::isfinite(b)) bmax = std::max(bmax, std::fabs(b));
+#pragma omp critical
+      {
+        for (std::int64_t d = 0; d < D; ++d)
+          w_colmax[sz(d)] = std::max(w_colmax[sz(d)], colmax[sz(d)]);
+        wmax = std::max(wmax, wm);
+        bmax = std::max(bmax, bm);
       }
     }
     // Norms are rounded up by a relative 2^-40 margin (the double sums above are within D·2^-53).

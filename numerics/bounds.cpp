@@ -373,7 +373,10 @@ Bounds compute_bounds(const BoundInputs& in) {
     // Σ_i extra_w_i·|H_ik| (every vocabulary row) and the target terms Σ_{t_i = j} τ_i·|H_ik|.
     std::vector<double> extra_col(static_cast<std::size_t>(D), 0.0),
         habs_col(static_cast<std::size_t>(D), 0.0);
-    std::vector<double> tgt(static_cast<std::size_t>(J * D), 0.0);
+    // The target terms live on the vocabulary rows that are some valid row's target: one
+    // D-vector per such row (slot), not a J × D matrix that is zero almost everywhere.
+    std::vector<std::int64_t> slot_of(static_cast<std::size_t>(J), -1);
+    std::vector<double> tgt;  // (slots × D)
     std::vector<double> tgt_db(static_cast<std::size_t>(J), 0.0);
     double extra_db = 0.0;
     for (std::int64_t i = 0; i < S; ++i) {
@@ -383,22 +386,34 @@ Bounds compute_bounds(const BoundInputs& in) {
       const std::int64_t pos = in.target_vocab_pos ? in.target_vocab_pos[i] : -1;
       if (pos >= 0) tgt_db[static_cast<std::size_t>(pos)] += tau[static_cast<std::size_t>(i)];
       if (!in.H_abs) continue;
+      double* t_row = nullptr;
+      if (pos >= 0) {
+        std::int64_t& slot = slot_of[static_cast<std::size_t>(pos)];
+        if (slot < 0) {
+          slot = static_cast<std::int64_t>(tgt.size()) / std::max<std::int64_t>(D, 1);
+          tgt.resize(tgt.size() + static_cast<std::size_t>(D), 0.0);
+        }
+        t_row = tgt.data() + slot * D;
+      }
       for (std::int64_t k = 0; k < D; ++k) {
         const double h = in.H_abs[i * D + k];
         extra_col[static_cast<std::size_t>(k)] += mul0(ew, h);
         habs_col[static_cast<std::size_t>(k)] += h;
-        if (pos >= 0)
-          tgt[static_cast<std::size_t>(pos * D + k)] += mul0(tau[static_cast<std::size_t>(i)], h);
+        if (t_row) t_row[k] += mul0(tau[static_cast<std::size_t>(i)], h);
       }
     }
     if (in.dW_ref && in.dW_cond) {
       b.dW.assign(static_cast<std::size_t>(J * D), 0.0);
-      for (std::int64_t j = 0; j < J; ++j)
+      // Element by element (each its own formula): the same bits on any number of threads.
+#pragma omp parallel for schedule(static)
+      for (std::int64_t j = 0; j < J; ++j) {
+        const std::int64_t slot = slot_of[static_cast<std::size_t>(j)];
         for (std::int64_t k = 0; k < D; ++k) {
           const std::size_t q = static_cast<std::size_t>(j * D + k);
           const double cond = in.dW_cond[q];
+          const double t_jk = slot >= 0 ? tgt[static_cast<std::size_t>(slot * D + k)] : 0.0;
           double v = mul0(eta_max + gGemmS + gChunks, cond) + uG1 * std::fabs(in.dW_ref[q]) +
-                     tgt[q] + extra_col[static_cast<std::size_t>(k)] + subG +
+                     t_jk + extra_col[static_cast<std::size_t>(k)] + subG +
                      subL * habs_col[static_cast<std::size_t>(k)] +
                      (gChunks > 0 ? static_cast<double>(in.n_chunks) * subA
                                   : 0.0);    // chunk adds underflow
@@ -407,6 +422,7 @@ Bounds compute_bounds(const BoundInputs& in) {
             v = kInf;
           b.dW[q] = v;
         }
+      }
     }
     if (in.db_ref && in.db_cond) {
       const double gS = gamma_bound(static_cast<double>(S), uA);
@@ -418,8 +434,8 @@ Bounds compute_bounds(const BoundInputs& in) {
     }
   }
   for (const auto* vec : {&b.loss, &b.lse, &b.dz, &b.dH, &b.dW, &b.db})
-    for (double v : *vec)
-      if (std::isinf(v)) b.meaningful = false;
+    if (std::any_of(vec->begin(), vec->end(), [](double v) { return std::isinf(v); }))
+      b.meaningful = false;
   if (std::isinf(b.reduced_loss)) b.meaningful = false;
   return b;
 }

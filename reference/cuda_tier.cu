@@ -20,10 +20,18 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <exception>
 #include <stdexcept>
+#include <thread>
 
 #include "numerics/error.hpp"
 #include "reference/row.hpp"
+
+// The staging copies and the H rows are OpenMP loops in host code: without -fopenmp for the host
+// compiler (reference/CMakeLists.txt) nvcc drops the pragmas and they run on one thread.
+#ifndef _OPENMP
+#error "cuda_tier.cu needs OpenMP in its host code (-Xcompiler=-fopenmp)"
+#endif
 #include "reference/row_math.hpp"
 
 namespace xentlab {
@@ -369,6 +377,38 @@ class HostCopier {
   cudaStream_t stream_ = nullptr;
 };
 
+// Allocates (and zero-fills) res.dW, dW_bound and dW_cond on a thread of its own; finish() waits
+// for it and rethrows its failure. The destructor waits too, so that an exception on the calling
+// thread never leaves the allocation running on a result being destroyed.
+class DwAllocation {
+ public:
+  DwAllocation() = default;
+  DwAllocation(const DwAllocation&) = delete;
+  DwAllocation& operator=(const DwAllocation&) = delete;
+  ~DwAllocation() {
+    if (thread_.joinable()) thread_.join();
+  }
+  void start(ReferenceResult& res, std::size_t n) {
+    thread_ = std::thread([this, &res, n] {
+      try {
+        res.dW.resize(n);
+        res.dW_bound.resize(n);
+        res.dW_cond.resize(n);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    });
+  }
+  void finish() {
+    if (thread_.joinable()) thread_.join();
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::thread thread_;
+  std::exception_ptr error_;
+};
+
 // Stage times on stderr when XENTLAB_REFERENCE_TIMINGS is set (for measurements).
 struct StageClock {
   bool on = std::getenv("XENTLAB_REFERENCE_TIMINGS") != nullptr;
@@ -492,12 +532,10 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   HostCopier copier;
   clock.mark("start (cuBLAS, staging)");
   allocate_outputs(res, opt.want_dz, want_dH);
-  if (want_dW) {
-    res.dW.resize(static_cast<std::size_t>(J * D));
-    res.dW_bound.resize(static_cast<std::size_t>(J * D));
-    res.dW_cond.resize(static_cast<std::size_t>(J * D));
-  }
-
+  // dW, its bound and its condition (4.2 GB each for the Llama-3-8B head) are only written at
+  // the end: their allocation and zero-fill run on another thread while the GPU works.
+  DwAllocation dw_alloc;
+  if (want_dW) dw_alloc.start(res, static_cast<std::size_t>(J * D));
   clock.mark("host outputs allocated");
   // W (and |W|) as doubles on the device; ‖W_j‖ and column statistics on the host.
   const std::vector<double> w_norm_h = row_norms_upper(pb.W, V, D, opt.threads);
@@ -654,10 +692,13 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
     grad_bound_kernel<<<grid_for(J * D), 256>>>(J, D, eft::gamma_n(double(S + 2)), col_gb.p,
                                                 col_gb2.p, up, d_hmax.p, d_hnrm.p, dWc.p, dWb.p);
     check(cudaGetLastError(), "dW bound");
+    dw_alloc.finish();
+    clock.mark("dW bound kernel, host dW allocated");
     copier.copy(res.dW.data(), dW.p, J * D * 8, "dW");
+    clock.mark("dW copy");
     copier.copy(res.dW_cond.data(), dWc.p, J * D * 8, "dW cond");
     copier.copy(res.dW_bound.data(), dWb.p, J * D * 8, "dW bound");
-    clock.mark("dW bounds and copies");
+    clock.mark("dW cond and bound copies");
   }
   if (want_db) {
     std::vector<eft::CompensatedSum> acc(static_cast<std::size_t>(J));

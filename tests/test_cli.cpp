@@ -392,6 +392,17 @@ TEST(ReferenceOptionsProgram, RefusalsComeFirstAndSayWhy) {
   });
 }
 
+// The embedded set's real-shape problem (the Llama-3-8B head at N = 8192, full dW) belongs to a
+// GPU audit: asked for on the CPU emulation it is refused at once, saying why, before anything is
+// generated.
+TEST(ReferenceOptionsProgram, RealShapeProblemIsForAGpuAudit) {
+  testing::expect_exit_2_naming({
+      {"audit --backend cpu --problems llama3-8b -q --out " + ::testing::TempDir() +
+           "xl-never-audit3.h5",
+       "is audited on a GPU backend only"},
+  });
+}
+
 TEST(ReferenceOptionsProgram, GoldenOverTheBudgetWritesNothing) {
   const std::string dir = ::testing::TempDir() + "xl-golden-budget";
   std::filesystem::remove_all(dir);

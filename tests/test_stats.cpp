@@ -1,9 +1,13 @@
 // Error statistics (numerics/stats.hpp) and ULP distance (numerics/ulp.hpp) on hand-computed
 // arrays: every expected value below is worked out by hand in the comment beside it.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "numerics/error.hpp"
@@ -185,6 +189,91 @@ TEST(Stats, RatioToBound) {
   // A non-zero error against a zero bound is an infinite ratio.
   const std::vector<double> z{0};
   EXPECT_EQ(stats({1}, {0}, DType::fp64, &z).max_ratio, kInf);
+}
+
+// Large inputs run over chunks in parallel and find percentiles by bucket selection: the order
+// statistics must equal those of sorting every value (computed here independently), the maxima
+// must sit at the first index attaining them, and every field must have the same bits on one
+// thread and on several.
+TEST(Stats, ChunkedStatisticsAreExactAndIndependentOfThreads) {
+  const std::int64_t n = 300007;  // several chunks of 2^16 and a partial one
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> g;
+  std::vector<double> ref(static_cast<std::size_t>(n)), out(ref.size()), bound(ref.size());
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    ref[i] = g(rng);
+    // Errors over many octaves, with repeated values (ties) and exact zeros.
+    const double e = (i % 7 == 0) ? 0.0 : std::ldexp(g(rng), -static_cast<int>(i % 40));
+    out[i] = (i % 11 == 0) ? ref[i] + 0x1p-20 : ref[i] + e;
+    bound[i] = (i % 13 == 0) ? kInf : std::ldexp(1.0, -static_cast<int>(i % 30));
+  }
+  out[5] = kNaN;
+  out[70000] = kInf;
+  ref[200000] = -kInf;
+  // The largest error, twice: the first index attaining it is reported.
+  ref[123456] = ref[250000] = 0.5;
+  out[123456] = out[250000] = 1000.5;
+
+  std::vector<double> errs, ratios;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(out[i]) || !std::isfinite(ref[i])) continue;
+    const double ae = std::fabs(out[i] - ref[i]);
+    errs.push_back(ae);
+    ratios.push_back(bound[i] > 0 ? ae / bound[i] : (ae > 0 ? kInf : 0.0));
+  }
+  std::sort(errs.begin(), errs.end());
+  std::sort(ratios.begin(), ratios.end());
+  const auto nearest_rank = [](const std::vector<double>& v, double q) {
+    const auto r = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+    return v[std::max<std::size_t>(r, 1) - 1];
+  };
+
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const ErrorStats one = stats(out, ref, DType::fp32, &bound);
+  omp_set_num_threads(3);
+  const ErrorStats three = stats(out, ref, DType::fp32, &bound);
+  omp_set_num_threads(saved);
+
+  EXPECT_EQ(one.n_finite_pairs, static_cast<std::int64_t>(errs.size()));
+  EXPECT_EQ(one.p50, nearest_rank(errs, 0.5));
+  EXPECT_EQ(one.p90, nearest_rank(errs, 0.9));
+  EXPECT_EQ(one.p99, nearest_rank(errs, 0.99));
+  EXPECT_EQ(one.p999, nearest_rank(errs, 0.999));
+  EXPECT_EQ(one.p99_ratio, nearest_rank(ratios, 0.99));
+  EXPECT_EQ(one.pmax, errs.back());
+  EXPECT_EQ(one.first_mismatch_index, 5);
+  EXPECT_EQ(one.finiteness_mismatches, 3);
+  EXPECT_EQ(one.max_abs_err, 1000.0);
+  EXPECT_EQ(one.max_abs_err_index, 123456);
+  EXPECT_EQ(three.max_abs_err_index, 123456);
+
+  // Every field, bit for bit, on 1 and 3 threads.
+  const auto same = [](double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; };
+  for (auto [a, b] : {std::pair{one.mean_abs_err, three.mean_abs_err},
+                      {one.rms_abs_err, three.rms_abs_err},
+                      {one.mean_rel_err, three.mean_rel_err},
+                      {one.normwise_rel_err, three.normwise_rel_err},
+                      {one.bias, three.bias},
+                      {one.bias_stderr, three.bias_stderr},
+                      {one.mean_value_err, three.mean_value_err},
+                      {one.max_rel_err, three.max_rel_err},
+                      {one.max_ulp, three.max_ulp},
+                      {one.frac_ulp_le1, three.frac_ulp_le1},
+                      {one.p50, three.p50},
+                      {one.p999, three.p999},
+                      {one.p99_ratio, three.p99_ratio},
+                      {one.max_ratio, three.max_ratio},
+                      {one.sqrt_sum_bound_sq, three.sqrt_sum_bound_sq},
+                      {one.mean_bound, three.mean_bound}})
+    EXPECT_TRUE(same(a, b)) << a << " vs " << b;
+  EXPECT_EQ(one.max_rel_err_index, three.max_rel_err_index);
+  EXPECT_EQ(one.max_ratio_index, three.max_ratio_index);
+  EXPECT_EQ(one.max_ulp_index, three.max_ulp_index);
+  EXPECT_EQ(one.n_over_bound, three.n_over_bound);
+  EXPECT_EQ(one.n_infinite_bound, three.n_infinite_bound);
+  EXPECT_EQ(one.abs_err_hist.bins, three.abs_err_hist.bins);
+  EXPECT_EQ(one.ratio_hist.bins, three.ratio_hist.bins);
 }
 
 TEST(Histogram, FixedLog2BinsAndMerge) {

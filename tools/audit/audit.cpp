@@ -60,8 +60,9 @@ Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
   o.tier = cfg.reference_tier;
   o.max_bytes = cfg.reference_memory;
   o.want_dz = !p.problem.is_linear();
-  if (p.problem.is_linear() && cfg.vocab_rows > 0 && cfg.vocab_rows < p.problem.V)
-    o.vocab_rows = sample_rows(p.problem.V, cfg.vocab_rows, cfg.seed + 1);
+  const std::int64_t vocab_rows = ap.vocab_rows >= 0 ? ap.vocab_rows : cfg.vocab_rows;
+  if (p.problem.is_linear() && vocab_rows > 0 && vocab_rows < p.problem.V)
+    o.vocab_rows = sample_rows(p.problem.V, vocab_rows, cfg.seed + 1);
   p.ref = compute_reference(p.problem, ap.spec, o);
   return p;
 }
@@ -194,7 +195,17 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
             rec.outputs = outputs_of(as);
             rec.verdict = as.verdict;
             // Baseline-relative check against the CPU emulation of the same strategy and recipe.
-            if (cfg.baseline && rec.verdict.disposition == Disposition::passed && !baselines.empty()) {
+            const double macs = static_cast<double>(pr.problem.N) * static_cast<double>(pr.problem.V) *
+                                static_cast<double>(std::max<std::int64_t>(pr.problem.D, 1));
+            const bool baseline_fits = macs <= cfg.baseline_max_macs;
+            if (cfg.baseline && rec.verdict.disposition == Disposition::passed && !baselines.empty() &&
+                !baseline_fits)
+              rec.baseline_note = fmt::format(
+                  "baseline not run: the CPU emulation of this problem ({:.3g} multiply-adds of "
+                  "logits) is past its limit of {:.3g}; judged by its bound alone",
+                  macs, cfg.baseline_max_macs);
+            if (cfg.baseline && rec.verdict.disposition == Disposition::passed && !baselines.empty() &&
+                baseline_fits) {
               for (const auto& bs : baselines) {
                 if (bs->name() != st->name()) continue;
                 const RunAssessment ba = assess_run(pr.problem, ap.spec, recipe, rec.arith, bs->run(req),

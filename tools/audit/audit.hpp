@@ -31,6 +31,7 @@ struct AuditProblem {
   Problem problem;
   LossSpec spec;
   std::int64_t rows = -1;  ///< sub-batch rows for this problem; −1 = AuditConfig::rows
+  std::int64_t vocab_rows = -1;  ///< vocabulary rows compared for dW/db; −1 = AuditConfig's
 };
 
 /// The embedded default problem set (about a minute of CPU emulation on 2 cores): the real model
@@ -40,10 +41,15 @@ struct AuditProblem {
 /// those (a name not in the set is skipped: the caller reports it). progress_for, when given,
 /// makes the progress callback of each linear problem's generation from its name. Throws what the
 /// generators throw.
+/// With real_shapes (an audit on a GPU), the set also holds the Llama-3-8B head at a training
+/// shape: "llama3-8b", V = 128256, D = 4096, N = kRealShapeTokens, calibrated targets, audited on
+/// every token row with full dW and db (too large for the CPU emulation, so never in a CPU set).
+inline constexpr std::int64_t kRealShapeTokens = 8192;
 std::vector<AuditProblem> default_problem_set(
     std::uint64_t seed, std::int64_t tokens = 16, std::int64_t hidden = 64,
     const std::vector<std::string>& only = {},
-    const std::function<GenerationProgress(const std::string&)>& progress_for = {});
+    const std::function<GenerationProgress(const std::string&)>& progress_for = {},
+    bool real_shapes = false);
 
 struct AuditConfig {
   std::vector<std::string> strategies;  ///< names; empty = every registered strategy
@@ -57,6 +63,14 @@ struct AuditConfig {
   /// GPU backend: also hold each passed run to the baseline-relative check against the CPU
   /// emulation of the same strategy and recipe (error ≤ factor × emulation error + floor).
   bool baseline = true;
+  /// The largest problem the baseline emulates, in multiply-adds of its logits (S·V·D; S·V for
+  /// given logits). A run on a larger problem is judged by its bound alone, and says so
+  /// (RunRecord::baseline_note): the emulation rounds every product and partial sum in software —
+  /// 9–14 s a run (forward and backward) for 2.1·10⁹ multiply-adds of logits on the 2-core
+  /// machine (calibrated, N = 256, D = 64; 2026-12-01) — so the Llama-3-8B head at N = 8192
+  /// (4.3·10¹² of them) would take hours a run. The nightly's 128K sub-batch (8 rows: 4.2·10⁹)
+  /// stays under the limit.
+  double baseline_max_macs = 0x1p32;
   /// SM count of the GPU (0 = none): the CPU emulation of fused models that device's launch.
   int device_sms = 0;
   /// The certified reference's tier and memory budget (bytes, 0 = available memory).
@@ -83,6 +97,9 @@ struct RunRecord {
   double c_vocab = 0.0;
   bool bound_meaningful = true;
   std::string bound_note;
+  /// Why the baseline-relative check did not run on a passed GPU run (empty where it ran or does
+  /// not apply): the problem is past AuditConfig::baseline_max_macs.
+  std::string baseline_note;
   // Per token (S): for the plots (error against covariates).
   std::vector<double> loss_abs_err;
   /// Error of a named output: normwise relative error, or +inf when the output is non-finite

@@ -1,4 +1,5 @@
 // The audit's embedded default problem set.
+#include "datasets/catalog.hpp"
 #include "datasets/generators.hpp"
 #include "datasets/stories260k.hpp"
 #include "tools/audit/audit.hpp"
@@ -10,7 +11,7 @@ namespace xentlab::audit {
 std::vector<AuditProblem> default_problem_set(
     std::uint64_t seed, std::int64_t tokens, std::int64_t hidden,
     const std::vector<std::string>& only,
-    const std::function<GenerationProgress(const std::string&)>& progress_for) {
+    const std::function<GenerationProgress(const std::string&)>& progress_for, bool real_shapes) {
   constexpr std::int64_t kV = 128256;  // Llama-3's vocabulary
   std::vector<AuditProblem> set;
   // Generation is the slow part at large `tokens` (the calibrated targets need every row's
@@ -45,6 +46,21 @@ std::vector<AuditProblem> default_problem_set(
   if (want("masked")) {
     set.push_back({"masked", "given logits with half the vocabulary masked (-inf), a fully masked ignored row",
                    make_masked_logits(tokens, kV, DType::fp32, 4.0, 0.5, seed, mean), mean});
+  }
+  if (real_shapes && want("llama3-8b")) {
+    // The catalog's Llama-3-8B head (bf16, sigma as the catalog gives it), every row, full dW.
+    DatasetParams params;
+    params.N = kRealShapeTokens;
+    params.seed = seed;
+    params.progress = progress("llama3-8b");
+    DatasetInstance inst = make_dataset("llama3-8b", params);
+    AuditProblem ap{"llama3-8b",
+                    "Llama-3-8B LM head at a training shape: N=8192, V=128256, D=4096, calibrated "
+                    "targets, every row, full dW",
+                    std::move(inst.problem), inst.spec};
+    ap.rows = 0;
+    ap.vocab_rows = 0;
+    set.push_back(std::move(ap));
   }
   if (!want("all-options")) return set;
   LossSpec gemma;

@@ -143,6 +143,7 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     g.set_attr("c_vocab", r.c_vocab);
     g.set_attr("bound_meaningful", r.bound_meaningful);
     g.set_attr("bound_note", r.bound_note);
+    g.set_attr("baseline_note", r.baseline_note);
     if (!r.loss_abs_err.empty()) g.write("loss_abs_err", r.loss_abs_err);
     for (const OutputRecord& o : r.outputs) {
       h5::Group og = g.create_group(o.name);

@@ -183,13 +183,19 @@ int run_audit_command(const AuditArgs& a) {
                                    [&a](const std::string& name) {
                                      return a.quiet ? GenerationProgress{}
                                                     : progress_printer("generating " + name);
-                                   });
+                                   },
+                                   cfg.backend != Backend::cpu_emulation);
     for (auto& p : all)
       if (wanted.empty() || std::find(wanted.begin(), wanted.end(), p.name) != wanted.end())
         problems.push_back(std::move(p));
     for (const auto& w : wanted) {
       bool found = false;
       for (const auto& p : problems) found = found || p.name == w;
+      if (!found && w == "llama3-8b")
+        throw InputError(
+            "the embedded problem 'llama3-8b' (the Llama-3-8B head at N = 8192, every row, full "
+            "dW) is audited on a GPU backend only: the CPU emulation would take hours a run "
+            "(use --backend cuda on a machine with a GPU, or --dataset llama3-8b with --rows)");
       if (!found)
         throw InputError(fmt::format("unknown problem '{}' of the embedded set (see xentlab audit --help; "
                                      "catalog datasets and files go to --dataset)", w));
