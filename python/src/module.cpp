@@ -579,6 +579,7 @@ nb::dict run_record(const audit::RunRecord& r) {
   d["max_ratio"] = r.verdict.ratio;
   d["bound_meaningful"] = r.bound_meaningful;
   d["bound_note"] = r.bound_note;
+  d["baseline_note"] = r.baseline_note;
   d["seconds"] = r.seconds;
   nb::dict outs;
   for (const auto& o : r.outputs) outs[o.name.c_str()] = stats_dict(o.stats);
