@@ -331,6 +331,14 @@ Group Group::create_group(const std::string& name) {
   return Group(std::move(g), file(), join(path(), name));
 }
 
+void Group::create_soft_link(const std::string& name, const std::string& target) {
+  silence();
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  if (H5Lcreate_soft(target.c_str(), id(), name.c_str(), lcpl.get(), H5P_DEFAULT) < 0)
+    fail_write(where(), fmt::format("cannot create the link '{}' to '{}'", name, target));
+}
+
 Group Group::open_group(const std::string& name) const {
   silence();
   if (!exists(name)) throw FormatError(fmt::format("{}: group '{}' is missing", where(), name));

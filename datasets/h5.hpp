@@ -115,6 +115,8 @@ class Group : public Object {
   bool exists(const std::string& name) const;
   Group create_group(const std::string& name);
   Group open_group(const std::string& name) const;
+  /// A soft link `name` (intermediate groups created) to the object at the absolute path target.
+  void create_soft_link(const std::string& name, const std::string& target);
   Dataset open_dataset(const std::string& name) const;
   /// Names of the direct children (groups and datasets), in creation/alphabetical order.
   std::vector<std::string> children() const;

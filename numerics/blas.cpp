@@ -51,14 +51,8 @@ void dgemm_row_major(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
   dgemm_(&ta, &tb, &M, &N, &K, &alpha, B, &lb, A, &la, &beta, C, &lc);
 }
 
-void choose_blas_kernels(char** argv) {
-  if (std::getenv("XENTLAB_BLAS_CHOSEN")) {
-    // The restarted process: OpenBLAS has read the variable; the programs it starts must not.
-    unsetenv("OPENBLAS_CORETYPE");
-    unsetenv("XENTLAB_BLAS_CHOSEN");
-    return;
-  }
-  if (!openblas_get_corename || std::getenv("OPENBLAS_CORETYPE")) return;
+const char* preferred_blas_coretype() {
+  if (!openblas_get_corename || std::getenv("OPENBLAS_CORETYPE")) return nullptr;
   // OpenBLAS's DYNAMIC_ARCH reads the processor's model number; on a model it does not know
   // (new processors, or a virtual machine that masks the model) it falls back to its oldest
   // kernel set, Prescott (SSE3): 3 GFLOP/s a core in fp64 where the AVX-512 kernels give 40
@@ -66,14 +60,23 @@ void choose_blas_kernels(char** argv) {
   const std::string core = openblas_get_corename();
   if (core != "Prescott" && core != "Core2" && core != "Penryn" && core != "Dunnington" &&
       core != "Nehalem" && core != "Atom")
-    return;
+    return nullptr;
   __builtin_cpu_init();
-  const char* want = nullptr;
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-    want = "SkylakeX";
-  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    want = "Haswell";
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return nullptr;
+}
+
+void choose_blas_kernels(char** argv) {
+  if (std::getenv("XENTLAB_BLAS_CHOSEN")) {
+    // The restarted process: OpenBLAS has read the variable; the programs it starts must not.
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("XENTLAB_BLAS_CHOSEN");
+    return;
+  }
+  const char* want = preferred_blas_coretype();
   if (!want) return;
   // OpenBLAS reads OPENBLAS_CORETYPE when it is loaded, before main: start again with it set —
   // only when /proc/self/exe is the program itself (not a loader it was started through).

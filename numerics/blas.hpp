@@ -23,6 +23,11 @@ void dgemm_row_major(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
 /// the environment as it was. Does nothing with another BLAS, when the user set OPENBLAS_CORETYPE,
 /// or when started through the dynamic loader. Call first in main, before any thread starts.
 void choose_blas_kernels(char** argv);
+/// The OPENBLAS_CORETYPE that choose_blas_kernels would start the program with ("SkylakeX",
+/// "Haswell"), or nullptr when it would change nothing (another BLAS, a recognised processor, or
+/// OPENBLAS_CORETYPE already set). For a host that cannot restart itself (the Python package asks
+/// a child process, then sets the variable before it loads the library).
+const char* preferred_blas_coretype();
 
 /// The BLAS library's name and version as it reports them (e.g. "OpenBLAS 0.3.21 …"), or
 /// "unknown BLAS".

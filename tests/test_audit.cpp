@@ -1,8 +1,10 @@
 // The audit end to end on the CPU emulation backend, on small problems: dispositions, the results
 // file (write, read back, append), the verdict's structure, and the regression check.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -74,11 +76,28 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
     EXPECT_EQ(g.attr_string("recipe"), res.runs[0].recipe);
     const h5::Group loss = g.open_group("loss");
     EXPECT_EQ(loss.attr_double("normwise_rel_err"), res.runs[0].outputs[0].stats.normwise_rel_err);
+    // Every run is found by (problem, recipe, strategy) in one path: by_key/PROBLEM/RECIPE/STRATEGY.
+    for (std::size_t i = 0; i < res.runs.size(); ++i) {
+      const auto& r = res.runs[i];
+      const std::string key = "by_key/" + r.problem + "/" + r.recipe + "/" + r.strategy;
+      ASSERT_TRUE(f.exists(key)) << key;
+      const h5::Group k = f.open_group(key);
+      const h5::Group run = f.open_group("runs/" + ids[i]);
+      EXPECT_EQ(k.attr_string("strategy"), r.strategy);
+      EXPECT_EQ(k.attr_string("recipe"), r.recipe);
+      EXPECT_EQ(k.attr_string("problem"), r.problem);
+      EXPECT_EQ(k.attr_double("max_ratio"), run.attr_double("max_ratio"));
+    }
   }
   audit::write_results(path, res, cfg, false, true);
   {
     const h5::File f = h5::File::open_read(path);
     EXPECT_EQ(f.open_group("runs").children().size(), 2 * res.runs.size());
+    // The appended runs of the same keys: linked with the backend's name.
+    const auto& r = res.runs.back();
+    const std::string key = "by_key/" + r.problem + "/" + r.recipe + "/" + r.strategy + "@" + r.backend;
+    ASSERT_TRUE(f.exists(key)) << key;
+    EXPECT_EQ(f.open_group(key).attr_string("strategy"), r.strategy);
   }
   // Appending runs of a problem recorded under the same name with another spec: refused, and
   // the file keeps its runs.
@@ -96,6 +115,45 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
     EXPECT_EQ(f.open_group("runs").children().size(), 2 * res.runs.size());
   }
   std::filesystem::remove(path);
+}
+
+TEST(Audit, SummaryCountsUnboundedRunsApartAndAnswersInPlainLanguage) {
+  auto res = audit::run_audit(small_set(), small_config());
+  // A recipe without a finite a-priori bound (c·u_accum ≥ 1: bf16 accumulation over V = 128256)
+  // passes on finiteness alone. At V = 507 every recipe here is bounded, so two passed runs are
+  // marked unbounded, as such a run is recorded: the summary must count them apart.
+  std::vector<double> marked;
+  for (auto& r : res.runs)
+    if (marked.size() < 2 && r.verdict.disposition == Disposition::passed && r.recipe == "bf16/bf16/bf16/bf16") {
+      r.bound_meaningful = false;
+      marked.push_back(r.normwise("loss"));
+    }
+  ASSERT_EQ(marked.size(), 2u);
+  std::int64_t bounded = 0, unbounded = 0;
+  for (const auto& r : res.runs)
+    if (r.verdict.disposition == Disposition::passed) ++(r.bound_meaningful ? bounded : unbounded);
+  ASSERT_EQ(unbounded, 2);
+  const std::string s = audit::format_summary(res, false);
+  EXPECT_NE(s.find(fmt::format("runs: {} passed ({} within the finite a-priori bound", res.passed, bounded)),
+            std::string::npos) << s;
+  EXPECT_NE(s.find(fmt::format("{} whose recipe has no finite bound: only finiteness checked, loss errors up to {:.2e}",
+                               unbounded, std::max(marked[0], marked[1]))),
+            std::string::npos) << s;
+  EXPECT_NE(s.find("not accurate"), std::string::npos);
+  // The answers precede the verdict's table; bf16 and fp16 accumulation are answered apart (the
+  // grid has no fp16-accumulation recipe: no such line).
+  const auto answers = s.find("May the logits be bf16?"), table = s.find("VERDICT:");
+  ASSERT_NE(answers, std::string::npos);
+  EXPECT_LT(answers, table);
+  EXPECT_NE(s.find("bf16 accumulation, loss:"), std::string::npos) << s;
+  EXPECT_EQ(s.find("fp16 accumulation"), std::string::npos) << s;
+  for (const auto& v : res.verdict) {
+    EXPECT_TRUE(v.accum_bf16.tested) << v.regime << " " << v.output;
+    EXPECT_FALSE(v.accum_fp16.tested);
+    // Only bf16 accumulation ran: "fp32 needed" is exactly "bf16 accumulation harmful".
+    EXPECT_EQ(v.accum_bf16.harmless, !v.accum_fp32_needed) << v.regime << " " << v.output;
+    EXPECT_EQ(v.accum_bf16.err, v.err_reduced_accum_best);
+  }
 }
 
 TEST(Audit, UnknownStrategyIsNamed) {

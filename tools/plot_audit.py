@@ -9,6 +9,9 @@ Writes, from the HDF5 file alone:
   loss_error_vs_ptarget.png     per-token |loss error| against p_target, for three recipes
   loss_error_vs_maxlogit.png    per-token |loss error| against the row's max logit
   ulp_<output>.png              fraction of elements at 0, <=1, <=2, <=4 and >4 ULP per recipe
+  verdict_heatmap.png           the verdict in one picture: per output, regime x recipe, the error
+                                of each recipe / the error of the all-fp32-arithmetic recipe of the
+                                same input (X/fp32/fp32/X), with the threshold 2 of the verdict
 The folder is created when missing (its parent must exist). A folder that already holds any of
 these PNGs is refused unless --force (`xentlab audit --plots DIR` checks the same names before its
 run and passes --force on). Each PNG is written to a temporary name and renamed into place.
@@ -23,7 +26,7 @@ import sys
 OUTPUTS = ("loss", "dz", "dH", "dW")
 # Every file this script may write (tools/cli/audit_cmd.cpp, check_plots_folder, lists the same).
 PLOT_NAMES = ([f"error_vs_recipe_{o}.png" for o in OUTPUTS] + [f"ulp_{o}.png" for o in OUTPUTS]
-              + ["loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png"])
+              + ["loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png", "verdict_heatmap.png"])
 
 PROG = "plot_audit.py"
 
@@ -179,6 +182,80 @@ def plot_ulp(runs, out, path):
     return True
 
 
+def plot_verdict_heatmap(runs, path):
+    """The verdict in one picture. Per output (loss, dH/dz, dW): rows = regime (problem.input X),
+    columns = the recipe's logits / accumulation / gradient dtypes (X where it is the input's);
+    each cell the worst normwise error of the recipe over the strategies divided by that of
+    X/fp32/fp32/X. Bold: beyond the verdict's threshold, max(2 × the X/fp32/fp32/X error, u_X)
+    (docs/audit.md), which a small base error can put far above the ratio 2."""
+    from matplotlib.colors import LogNorm
+
+    u = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "fp32": 2.0 ** -24}
+
+    def worst(problem, recipe, out):
+        # "dH/dz": dH of a linear problem, dz of a logits problem (one row each)
+        names = out.split("/")
+        errs = [normwise(r, o) for r in runs for o in names
+                if s(r["recipe"]) == recipe and s(r["problem"]) + "." + s(r["input_dtype"]) == problem]
+        errs = [e for e in errs if e is not None]
+        return max(errs) if errs else None
+
+    def tail(recipe):
+        x, logits, accum, grad = recipe.split("/")
+        return "/".join(("X" if d == x else d) for d in (logits, accum, grad))
+
+    regimes = sorted({s(r["problem"]) + "." + s(r["input_dtype"]) for r in runs})
+    regimes = [g for g in regimes if len({tail(s(r["recipe"])) for r in runs
+                                          if s(r["problem"]) + "." + s(r["input_dtype"]) == g}) > 1]
+    tails = sorted({tail(s(r["recipe"])) for r in runs})
+    panels = []
+    for out in ("loss", "dH/dz", "dW"):
+        ratio = np.full((len(regimes), len(tails)), np.nan)
+        beyond = np.zeros_like(ratio, dtype=bool)
+        for i, reg in enumerate(regimes):
+            x = reg.rsplit(".", 1)[1]
+            base = worst(reg, f"{x}/fp32/fp32/{x}", out)
+            if base is None:
+                continue
+            for j, t in enumerate(tails):
+                e = worst(reg, x + "/" + t.replace("X", x), out)
+                if e is None:
+                    continue
+                ratio[i, j] = np.inf if np.isinf(e) else e / max(base, 1e-300)
+                beyond[i, j] = e > max(2 * base, u.get(x, 0.0))
+        if not np.isnan(ratio).all():
+            panels.append((out, ratio, beyond))
+    if not panels:
+        return False
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False,
+                             figsize=(max(8, 0.7 * len(tails) + 3), 1.5 + 0.4 * len(regimes) * len(panels)))
+    norm = LogNorm(vmin=0.5, vmax=1e4)
+    for ax, (out, ratio, beyond) in zip(axes[:, 0], panels):
+        shown = np.where(np.isinf(ratio), 1e4, ratio)
+        im = ax.imshow(np.clip(shown, 0.5, 1e4), norm=norm, cmap="RdYlGn_r", aspect="auto")
+        for i in range(ratio.shape[0]):
+            for j in range(ratio.shape[1]):
+                v = ratio[i, j]
+                if np.isnan(v):
+                    continue
+                txt = "inf" if np.isinf(v) else (f"{v:.2g}" if v < 100 else f"{v:.0e}")
+                ax.text(j, i, txt + (" ✗" if beyond[i, j] else ""), ha="center", va="center", fontsize=6,
+                        fontweight="bold" if beyond[i, j] else "normal")
+        ax.set_yticks(range(len(regimes)))
+        ax.set_yticklabels(regimes, fontsize=7)
+        ax.set_xticks(range(len(tails)))
+        ax.set_xticklabels(tails if ax is axes[-1, 0] else [""] * len(tails), rotation=60, ha="right", fontsize=7)
+        ax.set_title(f"{out}: error / error of X/fp32/fp32/X (bold ✗: beyond max(2x, one rounding of X))",
+                     fontsize=9)
+        cb = fig.colorbar(im, ax=ax, fraction=0.03, pad=0.01)
+        cb.ax.axhline(2, color="black", linewidth=1.5)
+        cb.ax.tick_params(labelsize=6)
+    axes[-1, 0].set_xlabel("recipe: logits / accumulation / gradient dtype (X: the input dtype of the row)")
+    fig.tight_layout()
+    save(fig, path)
+    return True
+
+
 def save(fig, path):
     """Writes the figure to a temporary name beside path and renames it into place."""
     tmp = os.path.join(os.path.dirname(path) or ".",
@@ -237,6 +314,7 @@ def plot_all(src, outdir):
                 f, runs, "p_target", p, "p_target (reference)", "log")))
             plots.append(("loss_error_vs_maxlogit.png", lambda p: plot_loss_vs_covariate(
                 f, runs, "max_logit", p, "max logit of the row", "symlog")))
+            plots.append(("verdict_heatmap.png", lambda p: plot_verdict_heatmap(runs, p)))
             for name, plot in plots:
                 p = os.path.join(outdir, name)
                 if plot(p):

@@ -3,6 +3,12 @@
 # Runs `apt-get update` once, only when something is missing. Needs root (or sudo) for apt-get.
 #   tools/setup.sh            C++ build and test dependencies
 #   tools/setup.sh --python   also h5py, numpy, matplotlib for the plotting and example scripts
+#   tools/setup.sh --python-venv DIR
+#                             also a virtual environment DIR (made by python3 -m venv where it is
+#                             missing) holding what the Python package's build and tests need from
+#                             PyPI: nanobind, numpy, ml_dtypes, pytest, h5py (python/, docs/python.md).
+#                             Debian's python3 refuses pip outside one (PEP 668). A failure here is
+#                             a warning: the C++ build and tests go on without the Python package.
 set -euo pipefail
 
 packages=(
@@ -14,6 +20,7 @@ packages=(
   libomp-dev            # OpenMP runtime (GCC uses libgomp; kept for clang builds)
   libcli11-dev libfmt-dev nlohmann-json3-dev
   libopenblas-openmp-dev  # OpenBLAS (OpenMP threading): the fp64 GEMMs of the reference's BLAS tier
+  python3-dev python3-venv  # the Python package's extension: headers, and a venv for its PyPI needs
 )
 
 missing=()
@@ -53,5 +60,18 @@ if [ "${1:-}" = "--python" ]; then
     fi
     "$py" -c 'import h5py, numpy, matplotlib' 2>/dev/null ||
       echo "setup: warning: $py cannot import h5py, numpy and matplotlib; audit --plots and the example scripts will not run (the rest does)" >&2
+  fi
+fi
+
+if [ "${1:-}" = "--python-venv" ]; then
+  venv=${2:?"tools/setup.sh --python-venv DIR: the folder of the virtual environment"}
+  py=${PYTHON:-python3}
+  # The versions the package is built and tested with (pyproject.toml names the same lower bounds).
+  wanted=("nanobind>=2.2,<4" "numpy>=1.22" "ml_dtypes>=0.3" "pytest>=7" "h5py>=3")
+  if ! "$venv/bin/python" -c 'import nanobind, numpy, ml_dtypes, pytest, h5py' 2>/dev/null; then
+    echo "setup: making the virtual environment $venv (nanobind numpy ml_dtypes pytest h5py from PyPI)"
+    { [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"; } &&
+      "$venv/bin/python" -m pip install -q --disable-pip-version-check "${wanted[@]}" ||
+      echo "setup: warning: the virtual environment $venv could not be made or filled; the Python package will not be built or tested (the C++ build and tests go on)" >&2
   fi
 fi

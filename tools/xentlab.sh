@@ -2,7 +2,9 @@
 # The README's two commands. Each installs what is missing, configures and builds (Release, in
 # build/), then:
 #   tools/xentlab.sh audit [args…]   runs the main job: xentlab audit on its embedded default
-#   tools/xentlab.sh test            runs the whole test suite (ctest; GPU tests skip without a GPU)
+#   tools/xentlab.sh test            runs the whole test suite (ctest; GPU tests skip without a GPU),
+#                                    then the Python package's tests (pytest, python/tests) on the
+#                                    extension built in the same build folder
 # Environment: BUILD_DIR (default build), JOBS (default: number of cores).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -10,6 +12,7 @@ cd "$here"
 mode=${1:-}
 [ -n "$mode" ] && shift
 build=${BUILD_DIR:-build}
+case "$build" in /*) ;; *) build="$here/$build" ;; esac
 jobs=${JOBS:-$(nproc)}
 
 case "$mode" in
@@ -17,8 +20,19 @@ case "$mode" in
   *) echo "usage: tools/xentlab.sh audit [xentlab audit options] | test" >&2; exit 2 ;;
 esac
 
-bash tools/setup.sh $([ "$mode" = audit ] && echo --python)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+py_args=()
+if [ "$mode" = audit ]; then
+  bash tools/setup.sh --python
+else
+  # The Python package's build needs (nanobind) and test needs (pytest, numpy, h5py) in a virtual
+  # environment inside the build folder; its python builds the extension (XENTLAB_PYTHON=AUTO).
+  venv="$build/venv"
+  bash tools/setup.sh --python-venv "$venv"
+  if "$venv/bin/python" -c 'import nanobind' 2>/dev/null; then
+    py_args=(-DPython_EXECUTABLE="$venv/bin/python")
+  fi
+fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${py_args[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
 
 if [ "$mode" = test ]; then
@@ -29,6 +43,14 @@ if [ "$mode" = test ]; then
     reason=$("$build/tests/test_gpu_strategies" --gtest_filter='GpuStrategies.CleanRefusals' 2>&1 |
       grep -m1 -o 'no CUDA device: .*' || true)
     [ -z "$reason" ] || echo "gpu-labelled tests skipped: $reason"
+  fi
+  # The Python package (python/): its tests compare it with the xentlab command built above.
+  if compgen -G "$build/python/xentlab/_xentlab*.so" >/dev/null; then
+    PYTHONPATH="$build/python:$here/python/tests" XENTLAB_CLI="$build/tools/xentlab" \
+      XENTLAB_CACHE_DIR="$build/python-golden-cache" \
+      "$venv/bin/python" -m pytest -q -o cache_dir="$build/.pytest_cache" python/tests || status=$?
+  else
+    echo "python package tests skipped: the extension was not built (tools/setup.sh --python-venv $venv failed, or Python's headers are missing: see the setup and cmake messages above)"
   fi
   exit "$status"
 else

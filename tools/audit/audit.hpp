@@ -137,6 +137,18 @@ struct VerdictRow {
   bool accum_fp32_needed = false; ///< every reduced-accum recipe incorrect or > 2× its fp32 twin
   bool accum_tested = false;      ///< at least one reduced-accum recipe and its twin ran
   std::string logits_why, accum_why;
+  /// One accumulation dtype (bf16 or fp16) answered on its own: its best recipe (smallest error)
+  /// against that recipe's fp32-accumulation twin.
+  struct Accum {
+    bool tested = false;    ///< a recipe of this accumulation dtype and its twin ran
+    bool harmless = false;  ///< some recipe of it within max(2× its twin's error, floor), passed
+    double err = NAN, twin_err = NAN;  ///< the best recipe's error and its twin's
+    std::string recipe;
+    /// The recipe of this accumulation dtype that costs most (largest err / twin err).
+    double worst_err = NAN, worst_twin_err = NAN;
+    std::string worst_recipe;
+  };
+  Accum accum_bf16, accum_fp16;
 };
 
 struct AuditResult {

@@ -1,6 +1,7 @@
 // The audit's HDF5 results file (schema: docs/formats.md, "Results file").
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -104,8 +105,23 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     g.write("entropy", p.entropy);
   }
   h5::Group runs = f.exists("runs") ? f.open_group("runs") : f.create_group("runs");
+  // /by_key/PROBLEM/RECIPE/STRATEGY: a soft link to each run, so that one line of h5py finds it
+  // (f[f"by_key/{problem}/{recipe}/{strategy}"]; the recipe's "/" are group levels). A "/" in a
+  // problem name (a file path) is written "|"; a second run of the same key (an appended audit
+  // of another backend) is linked as STRATEGY@BACKEND (then STRATEGY@BACKEND.2, …).
+  h5::Group by_key = f.exists("by_key") ? f.open_group("by_key") : f.create_group("by_key");
   std::int64_t id = first_id;
   for (const RunRecord& r : res.runs) {
+    const std::string run_name = fmt::format("{:06d}", id);
+    std::string problem = r.problem;
+    std::replace(problem.begin(), problem.end(), '/', '|');
+    std::string key = fmt::format("{}/{}/{}", problem, r.recipe, r.strategy);
+    if (by_key.exists(key)) {
+      const std::string base = key + "@" + r.backend;
+      key = base;
+      for (int n = 2; by_key.exists(key); ++n) key = fmt::format("{}.{}", base, n);
+    }
+    by_key.create_soft_link(key, "/runs/" + run_name);
     h5::Group g = runs.create_group(fmt::format("{:06d}", id++));
     g.set_attr("problem", r.problem);
     g.set_attr("regime", r.regime);
@@ -151,6 +167,17 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     g.set_attr("accum_tested", v.accum_tested);
     g.set_attr("logits_why", v.logits_why);
     g.set_attr("accum_why", v.accum_why);
+    for (const auto& [prefix, a] :
+         {std::pair<const char*, const VerdictRow::Accum*>{"accum_bf16", &v.accum_bf16}, {"accum_fp16", &v.accum_fp16}}) {
+      g.set_attr(fmt::format("{}_tested", prefix), a->tested);
+      g.set_attr(fmt::format("{}_harmless", prefix), a->harmless);
+      g.set_attr(fmt::format("{}_err", prefix), a->err);
+      g.set_attr(fmt::format("{}_twin_err", prefix), a->twin_err);
+      g.set_attr(fmt::format("{}_recipe", prefix), a->recipe);
+      g.set_attr(fmt::format("{}_worst_err", prefix), a->worst_err);
+      g.set_attr(fmt::format("{}_worst_twin_err", prefix), a->worst_twin_err);
+      g.set_attr(fmt::format("{}_worst_recipe", prefix), a->worst_recipe);
+    }
   }
 }
 

@@ -92,6 +92,20 @@ std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
         const RecipeRuns& c = it->second;
         const double lim = std::max(factor * t->worst, v.floor);
         const bool bad = c.any_incorrect || !(c.worst <= lim);
+        VerdictRow::Accum& per_dtype = r.accum == DType::bf16 ? v.accum_bf16 : v.accum_fp16;
+        per_dtype.tested = true;
+        per_dtype.harmless = per_dtype.harmless || !bad;
+        if (std::isnan(per_dtype.err) || c.worst < per_dtype.err) {
+          per_dtype.err = c.worst;
+          per_dtype.twin_err = t->worst;
+          per_dtype.recipe = recipe;
+        }
+        // Cross-multiplied ratios: no division by a zero twin error.
+        if (per_dtype.worst_recipe.empty() || !(c.worst * per_dtype.worst_twin_err <= per_dtype.worst_err * t->worst)) {
+          per_dtype.worst_err = c.worst;
+          per_dtype.worst_twin_err = t->worst;
+          per_dtype.worst_recipe = recipe;
+        }
         if (std::isnan(v.err_reduced_accum_best) || c.worst < v.err_reduced_accum_best) {
           v.err_reduced_accum_best = c.worst;
           v.reduced_accum_best_recipe = recipe;

@@ -97,7 +97,7 @@ void check_plots_folder(const std::string& dir, bool force) {
   for (const char* name :
        {"error_vs_recipe_loss.png", "error_vs_recipe_dz.png", "error_vs_recipe_dH.png",
         "error_vs_recipe_dW.png", "ulp_loss.png", "ulp_dz.png", "ulp_dH.png", "ulp_dW.png",
-        "loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png"})
+        "loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png", "verdict_heatmap.png"})
     if (fs::exists(fs::path(dir) / name, ec))
       throw InputError(fmt::format("--plots {}: holds plots already ({}); pass --force to "
                                    "overwrite them",

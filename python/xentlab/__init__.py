@@ -1,0 +1,84 @@
+"""xentlab from Python: the lab's certified reference, catalog problems, golden files, verify and
+the audit (the same C++ code as the ``xentlab`` command), and :func:`check`, which scores a
+user's own loss function against the certified reference.
+
+    import xentlab
+    p = xentlab.problem("stories260k")            # a catalog problem (xentlab datasets)
+    r = xentlab.reference(p)                      # values and certified bounds
+    report = xentlab.check(my_loss, problem="stories260k", policy="fp32")
+    print(report)                                 # per output: statistics, bound ratio, worst element
+
+The API is documented in docs/python.md.
+"""
+
+import os as _os
+import subprocess as _subprocess
+import sys as _sys
+
+
+def _load_extension():
+    """Imports the extension with the OpenBLAS kernels the ``xentlab`` command would choose.
+
+    OpenBLAS reads OPENBLAS_CORETYPE when it is loaded. Where it does not recognise the processor
+    it falls back to its oldest kernels (10x slower in fp64 here); the command then starts itself
+    again with the kernels the instruction sets allow (numerics/blas.hpp, choose_blas_kernels).
+    A Python process cannot restart, so a child process asks the same question
+    (preferred_blas_coretype) and the variable is set for the load only. With the same kernels as
+    the command, the BLAS tier's results are the command's bit for bit.
+    """
+    if "OPENBLAS_CORETYPE" in _os.environ or _os.environ.get("XENTLAB_BLAS_PROBE"):
+        from . import _xentlab
+        return _xentlab
+    want = ""
+    try:
+        env = dict(_os.environ, XENTLAB_BLAS_PROBE="1")
+        want = _subprocess.run(
+            [_sys.executable, "-c", "from xentlab import _xentlab as x; print(x.preferred_blas_coretype() or '')"],
+            env=env, capture_output=True, text=True, timeout=60,
+            cwd=_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))).stdout.strip()
+    except (OSError, _subprocess.SubprocessError):
+        want = ""
+    if want:
+        _os.environ["OPENBLAS_CORETYPE"] = want
+    try:
+        from . import _xentlab
+    finally:
+        if want:
+            del _os.environ["OPENBLAS_CORETYPE"]
+    return _xentlab
+
+
+_load_extension()
+from ._xentlab import __version__
+from ._core import (
+    AuditResult,
+    DeviceError,
+    FormatError,
+    Golden,
+    InputError,
+    LossSpec,
+    OutputError,
+    Problem,
+    Reference,
+    VerifyOutput,
+    VerifyReport,
+    audit,
+    datasets,
+    default_recipes,
+    problem,
+    read_golden,
+    reference,
+    strategies,
+    verify,
+    write_candidate,
+    write_golden,
+)
+from .check import CheckReport, OutputCheck, cached_golden, check
+from . import testing
+
+__all__ = [
+    "AuditResult", "CheckReport", "DeviceError", "FormatError", "Golden", "InputError", "LossSpec",
+    "OutputCheck", "OutputError", "Problem", "Reference", "VerifyOutput", "VerifyReport", "audit",
+    "cached_golden", "check", "datasets", "default_recipes", "problem", "read_golden", "reference",
+    "strategies", "testing", "verify", "write_candidate", "write_golden", "__version__",
+]

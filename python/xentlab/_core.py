@@ -1,0 +1,525 @@
+"""The lab's objects from Python: loss specs, problems, the certified reference, golden files,
+verify and the audit. Each function calls the C++ library function that the ``xentlab`` command
+calls (python/src/module.cpp), so results, bounds, policies and reports are the command's.
+
+Errors: ``InputError`` (a ValueError) for bad input, ``FormatError`` (a ValueError) for a file
+that is not what it claims to be, ``OutputError`` (an OSError) for an output that cannot be
+written, ``TypeError`` for an array of a dtype the lab has no use for; the messages are the
+library's, the ones ``xentlab`` prints after "invalid input:" or "bad file:".
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from . import _xentlab as _x
+from ._arrays import from_raw, to_host
+
+InputError = _x.InputError
+FormatError = _x.FormatError
+OutputError = _x.OutputError
+DeviceError = _x.DeviceError
+
+_SPEC_KEYS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_scale", "reduction", "empty_mean")
+
+
+def _path(p) -> str:
+    if not isinstance(p, (str, os.PathLike)):
+        raise TypeError(f"expected a file path (str or os.PathLike), got {type(p).__name__}")
+    return os.fspath(p)
+
+
+class LossSpec:
+    """Every option of the loss (numerics/loss_spec.hpp), with PyTorch's semantics:
+    ``ignore_index`` (int), ``label_smoothing`` ε ∈ [0, 1], ``z_loss`` λ ≥ 0 (loss += λ·lse²),
+    ``softcap`` c (0 = off; z ← c·tanh(z/c)), ``logit_scale`` (> 0, 1/temperature), ``reduction``
+    ("mean", "sum", "none"), ``empty_mean`` ("nan" as PyTorch, or "zero").
+
+    Raises InputError (ValueError) naming the option for a value out of range, with the message of
+    ``xentlab golden --label-smoothing …``.
+    """
+
+    def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
+                 softcap: float = 0.0, logit_scale: float = 1.0, reduction: str = "mean",
+                 empty_mean: str = "nan"):
+        self._c = _x.make_spec(int(ignore_index), float(label_smoothing), float(z_loss), float(softcap),
+                               float(logit_scale), str(reduction), str(empty_mean))
+
+    @classmethod
+    def _wrap(cls, c) -> "LossSpec":
+        s = cls.__new__(cls)
+        s._c = c
+        return s
+
+    def as_dict(self) -> dict:
+        """The options as a dict (keys ignore_index, label_smoothing, z_loss, softcap,
+        logit_scale, reduction, empty_mean)."""
+        return self._c.as_dict()
+
+    def replace(self, **changes) -> "LossSpec":
+        """A copy with some options changed (validated)."""
+        unknown = set(changes) - set(_SPEC_KEYS)
+        if unknown:
+            raise TypeError(f"unknown loss option(s): {', '.join(sorted(unknown))}; the options are {', '.join(_SPEC_KEYS)}")
+        d = self.as_dict()
+        d.update(changes)
+        return LossSpec(**d)
+
+    def describe(self) -> str:
+        return self._c.describe()
+
+    def __getattr__(self, name):
+        if name in _SPEC_KEYS:
+            return self.as_dict()[name]
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        return "LossSpec(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, LossSpec) and self.as_dict() == other.as_dict()
+
+
+def _spec_of(spec: Optional[LossSpec | Mapping], default) -> Any:
+    """The C++ spec: a LossSpec, a dict of options (over the default's), or the default."""
+    if spec is None:
+        return default
+    if isinstance(spec, LossSpec):
+        return spec._c
+    if isinstance(spec, Mapping):
+        return LossSpec._wrap(default).replace(**spec)._c
+    raise TypeError(f"spec: expected a LossSpec or a dict of loss options, got {type(spec).__name__}")
+
+
+class Problem:
+    """One cross-entropy problem held exactly as stored (datasets/problem.hpp):
+
+    - linear: ``H`` (N, D) and ``W`` (V, D) in one input dtype, optional ``bias`` (V), integer
+      ``targets`` (N); logits = H·Wᵀ + b;
+    - logits: given ``logits`` (N, V), ``targets`` (N).
+
+    Made by :func:`problem` (a catalog name or a problem file), :meth:`linear` or
+    :meth:`from_logits` (arrays), or read from a golden file (:attr:`Golden.problem`). ``spec`` is
+    the problem's loss spec (the catalog entry's default, e.g. softcap 30 for gemma2-2b).
+
+    Arrays come back as numpy (bf16 as ``ml_dtypes.bfloat16``) or, with :meth:`arrays`
+    ("torch"), torch tensors; they are copies.
+    """
+
+    def __init__(self, c):
+        self._c = c
+
+    # --- constructors -----------------------------------------------------------------------
+    @classmethod
+    def linear(cls, H, W, targets, bias=None, spec: Optional[LossSpec | Mapping] = None,
+               name: str = "linear") -> "Problem":
+        """A linear problem from arrays: H (…, D) (leading dimensions flattened into N rows),
+        W (V, D) in the same float dtype (float32, float16, bfloat16 — numpy ml_dtypes or torch —
+        or float64), bias (V) optional (−inf masks a row), targets (N) of any integer dtype.
+        Any strides are read as the values they show (views, transposes, slices). Raises
+        TypeError for another dtype or a device tensor that cannot come to the host, InputError
+        (ValueError) for shapes, non-finite values or targets out of range (Problem::validate's
+        message)."""
+        s = _spec_of(spec, LossSpec()._c)
+        h, hb = to_host(H, "H")
+        w, wb = to_host(W, "W")
+        t, _ = to_host(targets, "targets")
+        b, bb = (None, False) if bias is None else to_host(bias, "bias")
+        return cls(_x.linear_problem(h, w, b, t, s, name, hb, wb, bb))
+
+    @classmethod
+    def from_logits(cls, logits, targets, spec: Optional[LossSpec | Mapping] = None,
+                    name: str = "logits") -> "Problem":
+        """A problem of given logits (…, V) (−inf allowed as a mask) and targets (N)."""
+        s = _spec_of(spec, LossSpec()._c)
+        z, zb = to_host(logits, "logits")
+        t, _ = to_host(targets, "targets")
+        return cls(_x.logits_problem(z, t, s, name, zb))
+
+    def with_spec(self, spec: LossSpec | Mapping) -> "Problem":
+        """The same problem with another loss spec (a dict changes some options)."""
+        return Problem(_x.with_spec(self._c, _spec_of(spec, self._c.spec)))
+
+    # --- properties -------------------------------------------------------------------------
+    N = property(lambda self: self._c.N, doc="tokens")
+    V = property(lambda self: self._c.V, doc="vocabulary size")
+    D = property(lambda self: self._c.D, doc="hidden size (0 for a logits problem)")
+    kind = property(lambda self: self._c.kind, doc='"linear" or "logits"')
+    name = property(lambda self: self._c.name)
+    input_dtype = property(lambda self: self._c.input_dtype, doc='"bf16", "fp16", "fp32" or "fp64"')
+    source = property(lambda self: self._c.source, doc="catalog name, file path, or how it was made")
+    regime = property(lambda self: self._c.regime, doc="the data regime it stands for")
+    spec = property(lambda self: LossSpec._wrap(self._c.spec), doc="the problem's loss spec")
+    targets = property(lambda self: self._c.targets, doc="(N) int64")
+
+    def _tensor(self, name, framework="numpy", device=None):
+        raw = self._c.tensor(name)
+        return None if raw is None else from_raw(raw[0], raw[1], framework, device)
+
+    H = property(lambda self: self._tensor("H"), doc="(N, D) in the input dtype (linear)")
+    W = property(lambda self: self._tensor("W"), doc="(V, D) in the input dtype (linear)")
+    bias = property(lambda self: self._tensor("bias"), doc="(V) or None")
+    logits = property(lambda self: self._tensor("logits"), doc="(N, V) (logits problems)")
+
+    def arrays(self, framework: str = "numpy", device=None) -> dict:
+        """The problem's arrays in their dtype: {"H", "W", "targets"[, "bias"]} or {"logits",
+        "targets"}, as numpy arrays or (framework="torch") torch tensors on ``device``."""
+        names = ("H", "W", "bias") if self.kind == "linear" else ("logits",)
+        out = {n: self._tensor(n, framework, device) for n in names}
+        out = {k: v for k, v in out.items() if v is not None}
+        t = self.targets
+        if framework == "torch":
+            import torch
+
+            t = torch.from_numpy(t)
+            t = t.to(device) if device is not None else t
+        out["targets"] = t
+        return out
+
+    def describe(self) -> str:
+        return self._c.describe()
+
+    def __repr__(self) -> str:
+        return f"<xentlab.Problem {self.describe()}; {self.spec.describe()}>"
+
+
+def datasets() -> list:
+    """The catalog of named problem sources, as ``xentlab datasets`` lists it: one dict per entry
+    with name, regime, N, V, D, dtype, sigma, spec (dict), params (extra parameters and their
+    defaults) and fixed_shape."""
+    return _x.catalog()
+
+
+def problem(name: str, N: Optional[int] = None, V: Optional[int] = None, D: Optional[int] = None,
+            dtype: Optional[str] = None, sigma: Optional[float] = None, seed: int = 1,
+            params: Optional[Mapping[str, float]] = None, ignore_index: int = -100) -> Problem:
+    """A catalog problem (``xentlab datasets``; the same name, parameters and seed give the same
+    bits as ``xentlab golden --dataset NAME``) or a problem file (HDF5, .safetensors, a folder
+    of .npy files). Raises InputError (ValueError): "unknown dataset" with the catalog's names,
+    "no such file: PATH" for a name that looks like a path, an override the entry does not
+    accept, an unknown parameter."""
+    return Problem(_x.load_dataset(_path(name), N, V, D, dtype, sigma, int(seed), dict(params or {}),
+                                   int(ignore_index)))
+
+
+# --- the certified reference -------------------------------------------------------------------
+
+@dataclass
+class Reference:
+    """The certified reference's outputs (reference/reference.hpp), every value with a bound on
+    its own error: |value − exact| ≤ bound (first order in u = 2^-53; docs/reference.md).
+
+    Per token (S = len(token_rows)), float64: ``loss`` (nats, ce + z-loss, 0 for ignored rows),
+    ``lse``, their ``*_bound``; covariates ``ce``, ``z_term``, ``max_logit``, ``p_target``,
+    ``entropy``, ``sum_p_abs_z``, ``grad_scale``. Gradients of the reduced loss (linear
+    problems): ``dH`` (S, D), ``dW`` (J, D), ``db`` (J), each with ``*_bound`` and for dH/dW the
+    condition ``*_cond`` (|dz|·|W|, |dz|ᵀ·|H|); ``dz`` (S, V) when asked. ``reduced_loss`` and
+    its bound (over the sampled rows when ``partial``). Missing outputs are None.
+    """
+
+    tier: str
+    N: int
+    V: int
+    D: int
+    n_valid: int
+    partial: bool
+    token_rows: np.ndarray
+    vocab_rows: np.ndarray
+    reduced_loss: float
+    reduced_loss_bound: float
+    loss: np.ndarray
+    loss_bound: np.ndarray
+    lse: np.ndarray
+    lse_bound: np.ndarray
+    ce: np.ndarray
+    z_term: np.ndarray
+    max_logit: np.ndarray
+    p_target: np.ndarray
+    entropy: np.ndarray
+    sum_p_abs_z: np.ndarray
+    grad_scale: np.ndarray
+    dH: Optional[np.ndarray] = None
+    dH_bound: Optional[np.ndarray] = None
+    dH_cond: Optional[np.ndarray] = None
+    dW: Optional[np.ndarray] = None
+    dW_bound: Optional[np.ndarray] = None
+    dW_cond: Optional[np.ndarray] = None
+    db: Optional[np.ndarray] = None
+    db_bound: Optional[np.ndarray] = None
+    dz: Optional[np.ndarray] = None
+    dz_bound: Optional[np.ndarray] = None
+
+
+def _rows(rows, what) -> list:
+    if rows is None:
+        return []
+    a = np.asarray(rows)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{what}: expected integer row indices, got dtype {a.dtype}")
+    return [int(v) for v in a.ravel()]
+
+
+def reference(problem: Problem, spec: Optional[LossSpec | Mapping] = None, *, tier: str = "auto",
+              token_rows=None, vocab_rows=None, dz: bool = False, gradients: bool = True,
+              memory_budget: int = 0, threads: int = 0) -> Reference:
+    """The certified reference on a problem (``xentlab reference``'s computation).
+
+    spec: the loss spec (default: the problem's; a dict changes some options). tier: "auto",
+    "compensated", "blas" or "cuda" (docs/reference.md, "Tiers"). token_rows / vocab_rows: sorted
+    unique subsets to compute (default all). dz: also dL/d(raw logits). memory_budget: bytes (0 =
+    90 % of the memory available). Raises InputError (ValueError) for an invalid problem or spec,
+    bad rows, or a problem beyond the memory budget (naming the bytes it needs)."""
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem: expected a xentlab.Problem, got {type(problem).__name__}")
+    s = _spec_of(spec, problem._c.spec)
+    d = _x.reference(problem._c, s, tier, _rows(token_rows, "token_rows"), _rows(vocab_rows, "vocab_rows"),
+                     bool(dz), bool(gradients), int(memory_budget), int(threads))
+    return Reference(**d)
+
+
+# --- golden files --------------------------------------------------------------------------------
+
+class Golden:
+    """A golden file read back (tools/golden/golden_file.hpp; schema docs/formats.md): the problem
+    bit-exact (:attr:`problem`), its spec, the reference's outputs with bounds and conditions
+    (:attr:`reference`: a dict of float64 arrays, keys loss, loss_bound, lse, lse_bound, dH,
+    dH_bound, dH_cond, dW, dW_bound, dW_cond, db, db_bound, db_cond, dz, dz_bound — those the
+    file holds), per-token covariates (:attr:`covariates`), the sampled rows and provenance."""
+
+    def __init__(self, c):
+        self._c = c
+        self.reference = c.arrays()
+        self.covariates = c.covariates()
+
+    path = property(lambda self: self._c.path)
+    N = property(lambda self: self._c.N)
+    V = property(lambda self: self._c.V)
+    D = property(lambda self: self._c.D)
+    S = property(lambda self: self._c.S, doc="token rows held")
+    J = property(lambda self: self._c.J, doc="vocabulary rows of dW/db held")
+    n_valid = property(lambda self: self._c.n_valid)
+    partial = property(lambda self: self._c.partial)
+    reduced_loss = property(lambda self: self._c.reduced_loss)
+    reduced_loss_bound = property(lambda self: self._c.reduced_loss_bound)
+    provenance = property(lambda self: self._c.provenance)
+    token_rows = property(lambda self: self._c.token_rows)
+    vocab_rows = property(lambda self: self._c.vocab_rows)
+    spec = property(lambda self: LossSpec._wrap(self._c.spec))
+    problem = property(lambda self: Problem(self._c.problem))
+
+    def __repr__(self) -> str:
+        return f"<xentlab.Golden {self.path}: N={self.N} V={self.V} D={self.D} S={self.S} J={self.J}>"
+
+
+def write_golden(path, problem: Problem, spec: Optional[LossSpec | Mapping] = None, *, rows: int = 0,
+                 vocab_rows: int = 0, sample_seed: int = 1, gradients: bool = True, tier: str = "auto",
+                 memory_budget: int = 0, threads: int = 0, force: bool = False) -> dict:
+    """Writes a golden file as ``xentlab golden`` does (same bits for the same problem, spec and
+    options): runs the reference on the problem (spec default: the problem's), writes to a
+    temporary name and renames it into place; an existing file only with force. rows /
+    vocab_rows sample token rows (dropping dW/db) and vocabulary rows of dW/db (0 = all).
+    Returns a summary dict: path, S, J, reduced_loss, reduced_loss_bound, partial, outputs,
+    seconds. Raises InputError (ValueError) for an existing file without force or bad options,
+    OutputError (OSError) when the file cannot be written."""
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem: expected a xentlab.Problem, got {type(problem).__name__}")
+    s = _spec_of(spec, problem._c.spec)
+    return _x.write_golden(_path(path), problem._c, s, int(rows), int(vocab_rows), int(sample_seed),
+                           bool(gradients), tier, int(memory_budget), int(threads), bool(force),
+                           "python: xentlab.write_golden")
+
+
+def read_golden(path) -> Golden:
+    """Reads and checks a golden file. Raises FormatError (ValueError) naming the file and what is
+    wrong (a foreign file, another version, a missing dataset)."""
+    return Golden(_x.read_golden(_path(path)))
+
+
+def write_candidate(path, outputs: Mapping[str, Any], *, implementation: str = "", force: bool = False) -> None:
+    """Writes a candidate file (format "xentlab-candidate", docs/formats.md) from arrays in their
+    dtypes (numpy or torch; bf16 stored as bf16): any of loss, lse, reduced_loss, dH, dW, db, dz
+    in the golden's sampled or the full shape. Atomic; an existing file only with force."""
+    names, arrays, bits = [], [], []
+    known = _x.candidate_output_names()
+    for k, v in outputs.items():
+        if k not in known:
+            raise InputError(f"candidate output '{k}': expected one of {', '.join(known)}")
+        a, b = to_host(v, k)
+        names.append(k)
+        arrays.append(a)
+        bits.append(b)
+    _x.write_candidate(_path(path), bool(force), names, arrays, bits, implementation)
+
+
+# --- verify --------------------------------------------------------------------------------------
+
+@dataclass
+class VerifyOutput:
+    """One output's result: status "passed", "incorrect", "failed" (unusable) or "skipped" (no
+    reference); stats (dict of numerics/stats.hpp's ErrorStats: max_abs_err, max_rel_err,
+    normwise_rel_err, max_ulp, frac_ulp_le1, bias, max_ratio — max |e|/tolerance — and their
+    indices); for a failure the deciding element (its name in the golden file's numbering), both
+    values, the error and the tolerance (k included)."""
+
+    name: str
+    status: str
+    message: str
+    dtype: Optional[str]
+    shape: list
+    stats: Optional[dict]
+    index: int
+    element: str
+    candidate: float
+    reference: float
+    error: float
+    tolerance: float
+
+
+@dataclass
+class VerifyReport:
+    """verify's report: ``passed``, ``reason``, the ``outputs`` (VerifyOutput), and ``text``, the
+    table ``xentlab verify`` prints (the same text for the same files and policy)."""
+
+    golden: str
+    candidate: str
+    policy: str
+    provenance: str
+    implementation: str
+    required: list
+    outputs: list
+    passed: bool
+    reason: str
+    text: str
+    k: float = 1.0  #: the policy's multiplier: an output passes when every |e| <= k·tolerance
+    _report: Any = field(default=None, repr=False)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def output(self, name: str) -> VerifyOutput:
+        for o in self.outputs:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+    def write_junit(self, path, force: bool = False) -> None:
+        """The JUnit XML report of ``xentlab verify --junit`` (an existing XML report is replaced;
+        any other existing file only with force)."""
+        _x.write_junit(_path(path), bool(force), self._report)
+
+
+def verify_policy_description(golden: Golden, policy=None, strictness="default", k=None, atol=None, rtol=None) -> str:
+    """The policy line verify prints for these options."""
+    g = golden if isinstance(golden, Golden) else read_golden(golden)
+    p = _policy(g, policy, strictness, k, atol, rtol)
+    return p.describe(g.problem.input_dtype)
+
+
+def _policy(g: Golden, policy, strictness, k, atol, rtol):
+    explicit = atol is not None or rtol is not None
+    if atol is not None:
+        _x.check_tolerance_number("atol", float(atol), True)
+    if rtol is not None:
+        _x.check_tolerance_number("rtol", float(rtol), True)
+    if k is not None:
+        _x.check_tolerance_number("k", float(k), False)
+    if explicit:
+        for name, given in (("policy", policy is not None), ("strictness", strictness != "default"), ("k", k is not None)):
+            if given:
+                raise InputError(f"{name} does not apply with atol/rtol: the explicit tolerance atol + rtol·|ref| "
+                                 f"replaces the policy (k = 1, no bias test); leave one of them out")
+    return _x.verify_policy(policy, strictness, None if k is None else float(k),
+                            None if atol is None else float(atol), None if rtol is None else float(rtol), g._c)
+
+
+def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str = "default",
+           k: Optional[float] = None, atol: Optional[float] = None, rtol: Optional[float] = None,
+           require: Iterable[str] = (), junit=None, force: bool = False) -> VerifyReport:
+    """Scores a candidate file against a golden file, as ``xentlab verify`` does (the same
+    policies, tolerances, report and JUnit file; docs/verify.md).
+
+    golden: a path or a :class:`Golden`. policy: "bf16", "fp16", "fp32" or a recipe
+    "in/logits/accum/grad" (default: the golden problem's input dtype); strictness "default",
+    "strict" or "lenient"; k a finite number > 0; atol/rtol (finite, ≥ 0) replace the policy.
+    require: outputs the candidate must hold and pass. junit: write the JUnit XML report there.
+    Raises InputError (ValueError) for invalid options (the command's messages, with the
+    keyword's name), FormatError (ValueError) for unreadable files."""
+    required = _x.parse_required_outputs(list(require))
+    if junit is not None:
+        _x.check_junit_output(_path(junit), bool(force))
+    g = golden if isinstance(golden, Golden) else read_golden(golden)
+    pol = _policy(g, policy, strictness, k, atol, rtol)
+    d = _x.verify(g._c, _path(candidate), pol, required)
+    d["outputs"] = [VerifyOutput(**o) for o in d["outputs"]]
+    d["k"] = pol.k
+    rep = VerifyReport(**d)
+    if junit is not None:
+        rep.write_junit(junit, force)
+    return rep
+
+
+# --- audit ----------------------------------------------------------------------------------------
+
+@dataclass
+class AuditResult:
+    """The audit's result (tools/audit/audit.hpp): ``runs`` (one dict per strategy × recipe ×
+    problem: problem, strategy, recipe, disposition, reason, max_ratio, outputs → statistics),
+    ``verdict`` (rows of the verdict on "logits may be bf16 while accumulation must be fp32"), the
+    counts, and ``summary``, the table ``xentlab audit`` prints."""
+
+    runs: list
+    verdict: list
+    passed: int
+    incorrect: int
+    not_supported: int
+    failed: int
+    summary: str
+    markdown: str
+
+    def __str__(self) -> str:
+        return self.summary
+
+    def find(self, problem: str, recipe: str, strategy: str) -> dict:
+        """The run of (problem, recipe, strategy); KeyError when there is none."""
+        for r in self.runs:
+            if (r["problem"], r["recipe"], r["strategy"]) == (problem, recipe, strategy):
+                return r
+        raise KeyError((problem, recipe, strategy))
+
+
+def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = (), *,
+          strategies: Sequence[str] = (), recipes: Sequence[str] = (), rows: int = 8, vocab_rows: int = 256,
+          tokens: int = 16, hidden: int = 64, seed: int = 1, policy: str = "audit", tier: str = "auto",
+          memory_budget: int = 0, out=None, force: bool = False, append: bool = False) -> AuditResult:
+    """Every strategy × recipe on a set of problems against the certified reference, on the CPU
+    emulation (``xentlab audit --backend cpu``).
+
+    problems: names of the embedded set (default: all of it when no datasets are given);
+    datasets: catalog names, problem files or :class:`Problem` objects; strategies and recipes
+    (default: every registered strategy, the default grid); rows / vocab_rows: the sub-batch;
+    out: also write the results HDF5 file (docs/audit.md; an existing file only with force or
+    append). Raises InputError (ValueError) for unknown names, or when no run is supported."""
+    ps = _x._AuditProblems()
+    if problems is not None or not datasets:
+        ps.add_default_set(int(seed), int(tokens), int(hidden), list(problems or []))
+    for d in datasets:
+        p = d if isinstance(d, Problem) else problem(d, seed=seed)
+        ps.add(p.source, p.regime or p.source, p._c, p._c.spec)
+    res = _x.run_audit(ps, list(strategies), list(recipes), "cpu", int(rows), int(vocab_rows), int(seed),
+                       policy, tier, int(memory_budget), None if out is None else _path(out), bool(force),
+                       bool(append))
+    return AuditResult(**res)
+
+
+def strategies() -> list:
+    """The registered strategies (CPU emulation)."""
+    return _x.strategy_names()
+
+
+def default_recipes() -> list:
+    """The default recipe grid of the audit ("in/logits/accum/grad")."""
+    return _x.default_recipe_grid()

@@ -1,0 +1,259 @@
+"""``xentlab.check``: runs a user's loss function on a golden problem and scores what it returns
+with ``verify`` (tools/golden/verify.hpp: the policies and tolerances of docs/verify.md).
+
+The function is called as ``loss_fn(H, W, targets, **spec)`` (linear problems; ``bias=`` is
+added when the problem has one) or ``loss_fn(logits, targets, **spec)`` (logits problems), where
+spec holds ignore_index, label_smoothing, z_loss, softcap, logit_scale and reduction (PyTorch's
+meanings). It may return
+
+- a torch tensor (framework="torch"): the loss, scalar (mean/sum) or per token (reduction
+  none); the gradients dH, dW, db (or dz) come from autograd (``backward()``, or
+  ``backward(ones)`` for a per-token loss, the reference's upstream gradient of ones);
+- a tuple ``(loss, dH, dW)`` or ``(loss, dH, dW, db)`` (``(loss, dz)`` for logits problems) of
+  arrays, numpy or torch;
+- a dict with any of loss, lse, reduced_loss, dH, dW, db, dz;
+- the loss alone (then only the loss is judged).
+
+Every array is stored in the dtype it came in (a bf16 result is judged as a bf16 result).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+
+from . import _xentlab as _x
+from ._arrays import is_torch, to_numpy64
+from ._core import Golden, InputError, LossSpec, Problem, VerifyReport, problem as make_problem
+from ._core import read_golden, verify, write_candidate, write_golden
+
+_LOSS_KWARGS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_scale", "reduction")
+
+
+def _cache_dir(cache_dir) -> str:
+    d = cache_dir or os.environ.get("XENTLAB_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "xentlab")
+    os.makedirs(d, exist_ok=True)
+    return os.fspath(d)
+
+
+def cached_golden(name: str = "stories260k", *, cache_dir=None, N: Optional[int] = None, V: Optional[int] = None,
+                  D: Optional[int] = None, dtype: Optional[str] = None, sigma: Optional[float] = None,
+                  seed: int = 1, params: Optional[Mapping[str, float]] = None,
+                  spec: Optional[LossSpec | Mapping] = None, tier: str = "auto") -> Golden:
+    """The golden file of a catalog problem (all token and vocabulary rows), written once into
+    ``cache_dir`` (default ``$XENTLAB_CACHE_DIR``, else ``~/.cache/xentlab``) under a name that
+    holds a digest of every argument and the xentlab version, then read from there. The same
+    arguments give the same problem bits as ``xentlab golden --dataset NAME``."""
+    p = make_problem(name, N=N, V=V, D=D, dtype=dtype, sigma=sigma, seed=seed, params=params)
+    if spec is not None:
+        p = p.with_spec(spec)
+    key = json.dumps({"name": name, "N": N, "V": V, "D": D, "dtype": dtype, "sigma": sigma, "seed": seed,
+                      "params": dict(params or {}), "spec": p.spec.as_dict(), "tier": tier,
+                      "version": _x.__version__}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(name))
+    path = os.path.join(_cache_dir(cache_dir), f"{safe}-{digest}.h5")
+    if not os.path.exists(path):
+        try:
+            write_golden(path, p, tier=tier)
+        except InputError:
+            if not os.path.exists(path):  # another process may have written it first
+                raise
+    return read_golden(path)
+
+
+def _golden_of(problem, cache_dir, tier, tmp) -> Golden:
+    if isinstance(problem, Golden):
+        return problem
+    if isinstance(problem, Problem):
+        path = os.path.join(tmp, "golden.h5")
+        write_golden(path, problem, tier=tier)
+        return read_golden(path)
+    if isinstance(problem, (str, os.PathLike)):
+        s = os.fspath(problem)
+        if os.path.exists(s):
+            return read_golden(s)
+        return cached_golden(s, cache_dir=cache_dir, tier=tier)
+    raise TypeError(f"problem: expected a catalog name, a golden file path, a xentlab.Golden or a xentlab.Problem, "
+                    f"got {type(problem).__name__}")
+
+
+@dataclass
+class OutputCheck:
+    """One output of a check: ``status`` (verify's: passed, incorrect, failed, skipped),
+    ``stats`` (numerics/stats.hpp's statistics, dict), ``ratio`` = max |e| / tolerance (the
+    output passes when ratio ≤ k and, for the per-token loss, the bias test holds), and
+    ``worst``: the element with the largest ratio — its index in the golden file's numbering
+    (token or vocabulary row, column), candidate and reference values, |e| and tolerance."""
+
+    name: str
+    status: str
+    message: str
+    dtype: Optional[str]
+    shape: list
+    stats: Optional[dict]
+    ratio: float
+    worst: Optional[dict]
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+@dataclass
+class CheckReport:
+    """What :func:`check` found: ``passed``, ``reason``, one :class:`OutputCheck` per output,
+    the policy line, and ``verify``, the full verify report. ``str(report)`` is verify's table
+    followed by the worst element of each output."""
+
+    passed: bool
+    reason: str
+    policy: str
+    k: float
+    outputs: list
+    verify: VerifyReport = field(repr=False)
+    implementation: str = ""
+
+    def output(self, name: str) -> OutputCheck:
+        for o in self.outputs:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        lines = [self.verify.text.rstrip("\n"), "",
+                 f"worst element per output (golden file's numbering; ratio = |e| / tolerance, an output "
+                 f"passes at ratio <= k = {self.k:g}):"]
+        for o in self.outputs:
+            if o.worst is None:
+                lines.append(f"  {o.name:<12} {o.status}: {o.message}" if o.message else f"  {o.name:<12} {o.status}")
+                continue
+            w = o.worst
+            lines.append(f"  {o.name:<12} {w['element']:<28} candidate {w['candidate']:.9g}  reference {w['reference']:.9g}"
+                         f"  |e| {w['error']:.3g}  tolerance {w['tolerance']:.3g}  ratio {o.ratio:.3g}  {o.status}")
+        return "\n".join(lines) + "\n"
+
+
+def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
+    """Runs loss_fn on the golden problem; returns the candidate outputs and the required names."""
+    p = g.problem
+    spec = {k: v for k, v in g.spec.as_dict().items() if k in _LOSS_KWARGS}
+    arrays = p.arrays(framework, device)
+    linear = p.kind == "linear"
+    leaves = {}
+    if framework == "torch":
+        for k in ("H", "W", "bias", "logits"):
+            if k in arrays:
+                arrays[k] = arrays[k].detach().requires_grad_(True)
+                leaves[k] = arrays[k]
+    if linear:
+        args = (arrays["H"], arrays["W"], arrays["targets"])
+        if "bias" in arrays:
+            spec["bias"] = arrays["bias"]
+    else:
+        args = (arrays["logits"], arrays["targets"])
+    out = loss_fn(*args, **spec)
+
+    grads = ("dH", "dW", "db") if linear else ("dz",)
+    outputs: dict = {}
+    if isinstance(out, Mapping):
+        outputs = dict(out)
+        if "loss" in outputs and np.ndim(to_numpy64(outputs["loss"])) == 0:
+            outputs["reduced_loss"] = outputs.pop("loss")
+        return outputs, [k for k in outputs]
+    if isinstance(out, (tuple, list)):
+        if len(out) < 1 or len(out) > 1 + len(grads):
+            raise InputError(f"loss_fn returned {len(out)} values; expected the loss, then up to {len(grads)} "
+                             f"gradient(s) in the order {', '.join(grads)}")
+        loss, rest = out[0], out[1:]
+        outputs.update({grads[i]: v for i, v in enumerate(rest) if v is not None})
+    else:
+        loss = out
+    if is_torch(loss) and framework == "torch" and loss.requires_grad and not isinstance(out, (tuple, list)):
+        import torch
+
+        loss.backward() if loss.ndim == 0 else loss.backward(torch.ones_like(loss))
+        names = {"H": "dH", "W": "dW", "bias": "db", "logits": "dz"}
+        for k, leaf in leaves.items():
+            if leaf.grad is not None:
+                outputs[names[k]] = leaf.grad
+        required = [names[k] for k in leaves]
+    else:
+        required = list(outputs)
+    scalar = np.ndim(to_numpy64(loss)) == 0
+    if not scalar and spec["reduction"] != "none":
+        raise InputError(f"loss_fn returned a loss of shape {tuple(np.shape(to_numpy64(loss)))} with reduction "
+                         f"'{spec['reduction']}'; expected a scalar")
+    name = "reduced_loss" if scalar else "loss"
+    # a numpy scalar keeps its dtype; a Python float is a float64
+    outputs[name] = loss if (is_torch(loss) or isinstance(loss, np.ndarray)) else np.asarray(
+        loss, dtype=loss.dtype if isinstance(loss, np.generic) else np.float64)
+    required.append(name)
+    return outputs, required
+
+
+def _worst(g: Golden, name: str, stats: dict, cand, shape: list) -> Optional[dict]:
+    i = stats.get("max_ratio_index", -1) if stats else -1
+    if i is None or i < 0:
+        return None
+    if name == "reduced_loss":
+        ref = g.reduced_loss
+        c = float(to_numpy64(cand))
+        return {"element": "reduced_loss", "index": (), "flat_index": 0, "candidate": c, "reference": ref,
+                "error": stats["max_ratio_err"], "tolerance": stats["max_ratio_bound"]}
+    rows = g.vocab_rows if name in ("dW", "db") else g.token_rows
+    cols = shape[1] if len(shape) == 2 else 1
+    q, col = divmod(i, cols)
+    row = int(rows[q])
+    c = to_numpy64(cand)
+    if c.shape[0] != shape[0]:  # the full problem's rows: the golden file holds a sample of them
+        c = c[rows]
+    c = c.reshape(-1)[i] if c.size else float("nan")
+    ref = g.reference[name].reshape(-1)[i] if name in g.reference else float("nan")
+    label = "vocab row" if name in ("dW", "db") else "token"
+    element = f"{name}[{row}, {col}] ({label} {row}, col {col})" if len(shape) == 2 else f"{name}[{row}] ({label} {row})"
+    return {"element": element, "index": (row, col) if len(shape) == 2 else (row,), "flat_index": int(i),
+            "candidate": float(c), "reference": float(ref), "error": stats["max_ratio_err"],
+            "tolerance": stats["max_ratio_bound"]}
+
+
+def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str] = None, *, framework: str = "numpy",
+          device=None, strictness: str = "default", k: Optional[float] = None, atol: Optional[float] = None,
+          rtol: Optional[float] = None, require=None, cache_dir=None, tier: str = "auto",
+          implementation: Optional[str] = None) -> CheckReport:
+    """Runs ``loss_fn`` on a golden problem and scores its outputs against the certified
+    reference with verify (docs/verify.md; see this module's docstring for the calling
+    convention and what loss_fn may return).
+
+    problem: a catalog name (its golden file is cached, :func:`cached_golden`), a golden file
+    path, a :class:`Golden` or a :class:`Problem`. policy: the arithmetic the function is allowed
+    ("bf16", "fp16", "fp32" or a recipe "in/logits/accum/grad"; default: the problem's input
+    dtype); strictness, k, atol, rtol as :func:`xentlab.verify`. framework: "numpy" (the inputs
+    are numpy arrays, bf16 as ml_dtypes.bfloat16) or "torch" (torch tensors on ``device``,
+    requiring grad). require: outputs that must be present (default: the loss, and for a torch
+    loss every gradient autograd can give). Returns a :class:`CheckReport`; raises InputError
+    (ValueError) for bad options or an unusable return value, and whatever loss_fn raises."""
+    if framework not in ("numpy", "torch"):
+        raise InputError(f"framework '{framework}': expected numpy or torch")
+    with tempfile.TemporaryDirectory(prefix="xentlab-check-") as tmp:
+        g = _golden_of(problem, cache_dir, tier, tmp)
+        outputs, required = _call(loss_fn, g, framework, device)
+        impl = implementation or f"{getattr(loss_fn, '__module__', '')}.{getattr(loss_fn, '__qualname__', repr(loss_fn))} ({framework})"
+        cand = os.path.join(tmp, "candidate.h5")
+        write_candidate(cand, outputs, implementation=impl)
+        rep = verify(g, cand, policy=policy, strictness=strictness, k=k, atol=atol, rtol=rtol,
+                     require=required if require is None else require)
+    checks = []
+    for o in rep.outputs:
+        stats = o.stats
+        ratio = stats["max_ratio"] if stats else float("nan")
+        worst = _worst(g, o.name, stats, outputs[o.name], o.shape) if stats and o.name in outputs else None
+        checks.append(OutputCheck(o.name, o.status, o.message, o.dtype, o.shape, stats, ratio, worst))
+    return CheckReport(rep.passed, rep.reason, rep.policy, rep.k, checks, rep, impl)

@@ -1,0 +1,107 @@
+"""pytest plugin of xentlab (entry point ``pytest11``; in a tree without the installed package:
+``pytest -p xentlab.pytest_plugin``).
+
+Options:
+  --xentlab-policy P       the verify policy of xentlab_check (bf16, fp16, fp32 or a recipe;
+                           default: the problem's input dtype)
+  --xentlab-strictness S   default, strict or lenient
+  --xentlab-cache DIR      folder of the cached golden files (default: pytest's cache folder,
+                           .pytest_cache/d/xentlab-golden)
+
+Fixtures:
+  xentlab_golden   (session) factory: ``xentlab_golden("calibrated", N=64, V=4096)`` → the
+                   cached :class:`xentlab.Golden` of a catalog problem (written once per cache)
+  xentlab_policy   the policy given with --xentlab-policy (or None)
+  xentlab_check    ``xentlab_check(loss_fn, problem=..., **options)``: xentlab.check with the
+                   options above; records its findings as JUnit properties of the test
+                   (record_property: xentlab.passed, xentlab.policy, and per output
+                   xentlab.<output>.status / .ratio / .normwise_rel_err / .worst) and raises
+                   AssertionError with the report when an output fails.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("xentlab", "xentlab: loss functions against the certified reference")
+    group.addoption("--xentlab-policy", default=None,
+                    help="verify policy of xentlab_check: bf16, fp16, fp32 or a recipe in/logits/accum/grad "
+                         "(default: the problem's input dtype)")
+    group.addoption("--xentlab-strictness", default="default", help="default, strict or lenient")
+    group.addoption("--xentlab-cache", default=None,
+                    help="folder of cached golden files (default: pytest's cache, d/xentlab-golden)")
+
+
+def pytest_report_header(config):
+    import xentlab
+
+    return (f"xentlab {xentlab.__version__}: policy {config.getoption('xentlab_policy') or '(input dtype)'}, "
+            f"strictness {config.getoption('xentlab_strictness')}")
+
+
+@pytest.fixture(scope="session")
+def xentlab_cache_dir(request, tmp_path_factory) -> str:
+    """The folder of the cached golden files."""
+    given = request.config.getoption("xentlab_cache")
+    if given:
+        os.makedirs(given, exist_ok=True)
+        return given
+    cache = getattr(request.config, "cache", None)
+    if cache is not None:
+        return os.fspath(cache.mkdir("xentlab-golden"))
+    return os.fspath(tmp_path_factory.mktemp("xentlab-golden"))
+
+
+@pytest.fixture(scope="session")
+def xentlab_golden(xentlab_cache_dir):
+    """Factory of cached golden problems: ``xentlab_golden(name="stories260k", **params)`` with the
+    parameters of :func:`xentlab.cached_golden` (N, V, D, dtype, sigma, seed, params, spec)."""
+    import xentlab
+
+    memo = {}
+
+    def get(name: str = "stories260k", **params):
+        key = (name, repr(sorted(params.items())))
+        if key not in memo:
+            memo[key] = xentlab.cached_golden(name, cache_dir=xentlab_cache_dir, **params)
+        return memo[key]
+
+    return get
+
+
+@pytest.fixture
+def xentlab_policy(request):
+    """The --xentlab-policy value (None: the problem's input dtype)."""
+    return request.config.getoption("xentlab_policy")
+
+
+@pytest.fixture
+def xentlab_check(request, record_property, xentlab_golden, xentlab_policy):
+    """``xentlab_check(loss_fn, problem="stories260k", **options)``: see the module docstring."""
+    import xentlab
+
+    strictness = request.config.getoption("xentlab_strictness")
+
+    def run(loss_fn, problem="stories260k", policy=None, **options):
+        if isinstance(problem, str) and not os.path.exists(problem):
+            problem = xentlab_golden(problem)
+        options.setdefault("strictness", strictness)
+        report = xentlab.check(loss_fn, problem=problem, policy=policy or xentlab_policy, **options)
+        record_property("xentlab.passed", report.passed)
+        record_property("xentlab.policy", report.policy)
+        for o in report.outputs:
+            record_property(f"xentlab.{o.name}.status", o.status)
+            if o.stats:
+                record_property(f"xentlab.{o.name}.ratio", f"{o.ratio:.6g}")
+                record_property(f"xentlab.{o.name}.normwise_rel_err", f"{o.stats['normwise_rel_err']:.6g}")
+            if o.worst:
+                record_property(f"xentlab.{o.name}.worst", o.worst["element"])
+        if not report.passed:
+            raise AssertionError(f"{report.reason}\n{report}")
+        return report
+
+    return run
