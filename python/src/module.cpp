@@ -525,6 +525,21 @@ nb::dict output_dict(const OutputReport& o) {
   d["reference"] = o.reference;
   d["error"] = o.error;
   d["tolerance"] = o.tolerance;
+  // The differential check (docs/verify.md): its verdict, and the candidate's and the emulated
+  // baseline's normwise error and relative-error quantile with the limits they were held to.
+  d["bound_status"] = o.bound_status;
+  d["differential_only"] = o.differential_only;
+  nb::dict df;
+  df["status"] = o.differential.status;
+  df["message"] = o.differential.message;
+  df["normwise"] = o.differential.candidate.normwise;
+  df["baseline_normwise"] = o.differential.baseline.normwise;
+  df["limit_normwise"] = o.differential.limit_normwise;
+  df["rel_q"] = o.differential.candidate.rel_q;
+  df["baseline_rel_q"] = o.differential.baseline.rel_q;
+  df["limit_rel_q"] = o.differential.limit_rel_q;
+  df["quantile_compared"] = o.differential.quantile_compared;
+  d["differential"] = df;
   return d;
 }
 
@@ -537,11 +552,18 @@ VerifyPolicy policy_of(std::optional<std::string> name, const std::string& stric
 }
 
 nb::dict verify(const Golden& g, const std::string& candidate, const VerifyPolicy& pol,
-                const std::vector<std::string>& required) {
+                const std::vector<std::string>& required, const std::string& check, bool explain,
+                std::int64_t baseline_rows, std::uint64_t baseline_seed) {
+  VerifyOptions opt;
+  opt.required = required;
+  opt.check = parse_verify_check(check);  // InputError naming the value, as the command's
+  opt.explain = explain;
+  opt.baseline.rows = baseline_rows;
+  opt.baseline.seed = baseline_seed;
   VerifyReport r;
   {
     nb::gil_scoped_release release;
-    r = verify_candidate(g, candidate, pol, required);
+    r = verify_candidate(g, candidate, pol, opt);
   }
   nb::dict d;
   d["golden"] = r.golden;
@@ -799,7 +821,8 @@ NB_MODULE(_xentlab, m) {
   m.def("check_tolerance_number", &check_tolerance_number, "option"_a, "value"_a, "zero_ok"_a);
   m.def("parse_required_outputs", &parse_required_outputs);
   m.def("candidate_output_names", &candidate_output_names);
-  m.def("verify", &verify, "golden"_a, "candidate"_a, "policy"_a, "required"_a);
+  m.def("verify", &verify, "golden"_a, "candidate"_a, "policy"_a, "required"_a, "check"_a,
+        "explain"_a, "baseline_rows"_a, "baseline_seed"_a);
   m.def("check_junit_output", &check_junit_output, "path"_a, "force"_a);
   m.def("write_junit", [](const std::string& path, bool force, const VerifyReport& r) {
     write_junit(path, force, r);

@@ -137,3 +137,46 @@ def test_verify_messages_match_the_commands_for_k(cli, cache_dir, tmp_path):
     with pytest.raises(ValueError) as e:
         xentlab.verify(g, g.path, k=-3)
     assert _cli_message(r) == "--" + str(e.value)  # the command names its option --k, Python k
+
+
+@pytest.mark.parametrize("check", ["bound", "differential"])
+def test_verify_check_option_as_the_command(cli, tmp_path, cache_dir, check):
+    """check= selects the same checks as the command's --check: the reports are the same text, and
+    each output carries the differential check's numbers (or says it did not run)."""
+    g = xentlab.cached_golden("stories260k", cache_dir=cache_dir)
+    p = g.problem
+    loss, dH, dW = ce_fp32(p.H, p.W, p.targets)
+    cand = tmp_path / "cand.h5"
+    xentlab.write_candidate(cand, {"reduced_loss": loss, "dH": dH, "dW": dW})
+    r = cli("verify", g.path, cand, "--policy", "fp32", "--check", check)
+    rep = xentlab.verify(g.path, cand, policy="fp32", check=check)
+    timed = re.compile(r"rows, \d+\.\d+ s")
+    assert timed.sub("rows, T s", r.stdout) == timed.sub("rows, T s", rep.text)
+    dH_out = next(o for o in rep.outputs if o.name == "dH")
+    if check == "bound":
+        assert dH_out.differential["status"] == "not run"
+    else:
+        assert dH_out.bound_status == "not run"
+        assert dH_out.differential["status"] in ("passed", "incorrect")
+        assert dH_out.differential["limit_normwise"] >= dH_out.differential["baseline_normwise"]
+
+
+def test_verify_bad_check_options_raise(cli, tmp_path, cache_dir):
+    g = xentlab.cached_golden("stories260k", cache_dir=cache_dir)
+    p = g.problem
+    loss, dH, dW = ce_fp32(p.H, p.W, p.targets)
+    cand = tmp_path / "cand.h5"
+    xentlab.write_candidate(cand, {"reduced_loss": loss})
+    r = cli("verify", g.path, cand, "--check", "sometimes")
+    with pytest.raises(ValueError) as e:
+        xentlab.verify(g.path, cand, check="sometimes")
+    assert _cli_message(r).split(": ", 1)[-1] in str(e.value)
+    with pytest.raises(ValueError, match="need a recipe to emulate"):
+        xentlab.verify(g.path, cand, rtol=1e-3, check="differential")
+    with pytest.raises(ValueError, match="baseline_rows"):
+        xentlab.verify(g.path, cand, baseline_rows=-1)
+    # A JUnit report is never written over the files it reports on, even with force.
+    before = cand.read_bytes()
+    with pytest.raises(ValueError, match="is the candidate file itself"):
+        xentlab.verify(g.path, cand, junit=cand, force=True)
+    assert cand.read_bytes() == before

@@ -377,6 +377,11 @@ class VerifyOutput:
     reference: float
     error: float
     tolerance: float
+    bound_status: str = ""  #: the bound check's verdict ("no bound": judged by the differential check)
+    differential_only: bool = False
+    #: the differential check: status, message, normwise and rel_q of the candidate and of the
+    #: emulated baseline, and the limits (k × baseline + one ULP of the recipe's output format)
+    differential: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -438,22 +443,40 @@ def _policy(g: Golden, policy, strictness, k, atol, rtol):
 
 def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str = "default",
            k: Optional[float] = None, atol: Optional[float] = None, rtol: Optional[float] = None,
-           require: Iterable[str] = (), junit=None, force: bool = False) -> VerifyReport:
+           require: Iterable[str] = (), junit=None, force: bool = False, check: str = "both",
+           explain: bool = False, baseline_rows: int = 0, baseline_seed: int = 1) -> VerifyReport:
     """Scores a candidate file against a golden file, as ``xentlab verify`` does (the same
     policies, tolerances, report and JUnit file; docs/verify.md).
 
     golden: a path or a :class:`Golden`. policy: "bf16", "fp16", "fp32" or a recipe
     "in/logits/accum/grad" (default: the golden problem's input dtype); strictness "default",
     "strict" or "lenient"; k a finite number > 0; atol/rtol (finite, ≥ 0) replace the policy.
-    require: outputs the candidate must hold and pass. junit: write the JUnit XML report there.
+    require: outputs the candidate must hold and pass. junit: write the JUnit XML report there
+    (never the golden or candidate file). check: "bound", "differential" or "both" (the
+    differential check compares the candidate's error with the CPU emulation of the policy's recipe
+    on the same problem; each output's ``differential`` dict holds both errors and the limits);
+    explain: also rank the recipes of the grid by how well they explain the candidate's errors
+    (in ``text``); baseline_rows (0 = automatic) and baseline_seed: the baseline's token sample.
     Raises InputError (ValueError) for invalid options (the command's messages, with the
     keyword's name), FormatError (ValueError) for unreadable files."""
     required = _x.parse_required_outputs(list(require))
+    if (atol is not None or rtol is not None) and (check == "differential" or explain):
+        raise InputError("check='differential' and explain need a recipe to emulate: atol/rtol "
+                         "declare none (give a policy instead)")
+    if isinstance(baseline_rows, bool) or not isinstance(baseline_rows, int) or baseline_rows < 0:
+        raise InputError(f"baseline_rows must be an integer >= 0 (0 = automatic), got {baseline_rows!r}")
+    if isinstance(baseline_seed, bool) or not isinstance(baseline_seed, int) or baseline_seed < 0:
+        raise InputError(f"baseline_seed must be an integer >= 0, got {baseline_seed!r}")
     if junit is not None:
         _x.check_junit_output(_path(junit), bool(force))
+        j = os.path.realpath(_path(junit))
+        for what, other in (("golden", golden.path if isinstance(golden, Golden) else golden), ("candidate", candidate)):
+            if os.path.exists(_path(other)) and os.path.realpath(_path(other)) == j:
+                raise InputError(f"junit {_path(junit)} is the {what} file itself: the report would replace it")
     g = golden if isinstance(golden, Golden) else read_golden(golden)
     pol = _policy(g, policy, strictness, k, atol, rtol)
-    d = _x.verify(g._c, _path(candidate), pol, required)
+    d = _x.verify(g._c, _path(candidate), pol, required, str(check), bool(explain), int(baseline_rows),
+                  int(baseline_seed))
     d["outputs"] = [VerifyOutput(**o) for o in d["outputs"]]
     d["k"] = pol.k
     rep = VerifyReport(**d)

@@ -37,8 +37,12 @@ def pytest_addoption(parser):
 
 
 def pytest_report_header(config):
-    import xentlab
-
+    # The plugin is registered in every pytest run of the environment: a package that cannot load
+    # (a missing system library) must not end a session that does not use it.
+    try:
+        import xentlab
+    except Exception as e:  # noqa: BLE001 - reported, not raised
+        return f"xentlab: not loaded ({type(e).__name__}: {e})"
     return (f"xentlab {xentlab.__version__}: policy {config.getoption('xentlab_policy') or '(input dtype)'}, "
             f"strictness {config.getoption('xentlab_strictness')}")
 
