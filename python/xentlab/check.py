@@ -227,7 +227,7 @@ def _worst(g: Golden, name: str, stats: dict, cand, shape: list) -> Optional[dic
 def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str] = None, *, framework: str = "numpy",
           device=None, strictness: str = "default", k: Optional[float] = None, atol: Optional[float] = None,
           rtol: Optional[float] = None, require=None, cache_dir=None, tier: str = "auto",
-          implementation: Optional[str] = None) -> CheckReport:
+          implementation: Optional[str] = None, check: str = "both") -> CheckReport:
     """Runs ``loss_fn`` on a golden problem and scores its outputs against the certified
     reference with verify (docs/verify.md; see this module's docstring for the calling
     convention and what loss_fn may return).
@@ -235,7 +235,9 @@ def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str]
     problem: a catalog name (its golden file is cached, :func:`cached_golden`), a golden file
     path, a :class:`Golden` or a :class:`Problem`. policy: the arithmetic the function is allowed
     ("bf16", "fp16", "fp32" or a recipe "in/logits/accum/grad"; default: the problem's input
-    dtype); strictness, k, atol, rtol as :func:`xentlab.verify`. framework: "numpy" (the inputs
+    dtype); strictness, k, atol, rtol and check ("bound", "differential" or "both": the
+    differential check holds the function's errors to twice the CPU emulation of the policy's
+    recipe) as :func:`xentlab.verify`. framework: "numpy" (the inputs
     are numpy arrays, bf16 as ml_dtypes.bfloat16) or "torch" (torch tensors on ``device``,
     requiring grad). require: outputs that must be present (default: the loss, and for a torch
     loss every gradient autograd can give). Returns a :class:`CheckReport`; raises InputError
@@ -249,7 +251,8 @@ def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str]
         cand = os.path.join(tmp, "candidate.h5")
         write_candidate(cand, outputs, implementation=impl)
         rep = verify(g, cand, policy=policy, strictness=strictness, k=k, atol=atol, rtol=rtol,
-                     require=required if require is None else require)
+                     require=required if require is None else require,
+                     check=check)
     checks = []
     for o in rep.outputs:
         stats = o.stats
