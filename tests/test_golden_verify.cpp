@@ -91,6 +91,40 @@ TEST_F(GoldenVerify, GoldenHoldsTheProblemBitExactAndTheReference) {
   EXPECT_NO_THROW(write_golden(path("g.h5"), ds_, ds_.spec, o));
 }
 
+// Given-logits problems (no H, W): the golden file holds dz, and its per-row covariates come from
+// the stored logits (max |z| checked here against the logits themselves); the reference itself
+// passes verify. (Writing one used to read the linear head's Σ|h||w| buffer, empty here.)
+TEST_F(GoldenVerify, LogitsProblemsMakeGoldenFilesThatVerify) {
+  for (const char* name : {"masked", "heavy"}) {
+    DatasetParams p;
+    p.N = 8;
+    p.seed = 3;
+    const DatasetInstance ds = make_dataset(name, p);
+    GoldenOptions o;
+    const std::string file = path(std::string(name) + ".h5");
+    write_golden(file, ds, ds.spec, o);
+    const Golden g = read_golden(file);
+    ASSERT_EQ(g.S, 8) << name;
+    ASSERT_FALSE(g.dz.empty()) << name;
+    std::vector<double> row(static_cast<std::size_t>(g.V));
+    for (std::int64_t q = 0; q < g.S; ++q) {
+      ds.problem.logits.read(g.token_rows[static_cast<std::size_t>(q)] * g.V, g.V, row.data());
+      double mx = 0;
+      for (double z : row)
+        if (std::isfinite(z)) mx = std::max(mx, std::fabs(z));  // logit scale 1, no softcap
+      EXPECT_EQ(g.max_abs_logit[static_cast<std::size_t>(q)], mx) << name << " row " << q;
+    }
+    const std::string cand = path(std::string(name) + "-cand.h5");
+    write_candidate(cand, false,
+                    {{"loss", tensor(g.loss, {g.S})}, {"dz", tensor(g.dz, {g.S, g.V})}},
+                    "the reference itself");
+    VerifyOptions vo;
+    vo.check = VerifyCheck::bound;
+    const VerifyReport rep = verify_candidate(g, cand, make_verify_policy("fp32"), vo);
+    EXPECT_TRUE(rep.passed) << name << "\n" << format_report(rep);
+  }
+}
+
 TEST_F(GoldenVerify, RoundTripPassesAndOnePerturbedDwElementFails) {
   write_golden(path("g.h5"), ds_, ds_.spec, {});
   const Golden g = read_golden(path("g.h5"));

@@ -102,6 +102,8 @@ RowCovariates row_covariates(const Problem& pb, const LossSpec& spec,
       for (std::int64_t r = 0; r < m; ++r)
         pb.logits.read(rows[static_cast<std::size_t>(q0 + r)] * V, V, raw.data() + r * V);
     }
+    // Σ|h||w| exists for a linear head only (absd is empty for given logits).
+    const bool linear = pb.is_linear();
 #pragma omp parallel for schedule(static)
     for (std::int64_t r = 0; r < m; ++r) {
       const std::size_t q = static_cast<std::size_t>(q0 + r);
@@ -113,7 +115,7 @@ RowCovariates row_covariates(const Problem& pb, const LossSpec& spec,
         const double x = std::fabs(transform(rv, spec));
         mx = std::max(mx, x);
         sum += x;
-        ga = std::max(ga, absd[static_cast<std::size_t>(r * V + j)]);
+        if (linear) ga = std::max(ga, absd[static_cast<std::size_t>(r * V + j)]);
       }
       c.max_abs_logit[q] = mx;
       c.mean_abs_logit[q] = sum / static_cast<double>(V);
