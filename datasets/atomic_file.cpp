@@ -39,9 +39,12 @@ extern "C" void remove_temps_and_reraise(int sig) {
   std::raise(sig);
 }
 
+std::atomic<bool> g_signal_cleanup{true};
+
 void register_temp(const std::string& path, const std::string& dest) {
   static std::once_flag once;
   std::call_once(once, [] {
+    if (!g_signal_cleanup.load()) return;
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, remove_temps_and_reraise);
   });
   std::lock_guard<std::mutex> lock(g_dests_mutex);
@@ -64,6 +67,10 @@ void unregister_temp(const std::string& path) {
 }
 
 }  // namespace
+
+void leave_signal_handlers_alone() {
+  g_signal_cleanup.store(false);
+}
 
 bool same_output_file(const std::string& a, const std::string& b) {
   if (a == b) return true;

@@ -48,6 +48,13 @@ class AtomicOutput {
 /// links), or hard links to one existing file.
 bool same_output_file(const std::string& a, const std::string& b);
 
+/// By default the first temporary file written installs SIGINT/SIGTERM/SIGHUP handlers that remove
+/// the temporaries being written and then end the process as the signal would (a command stopped
+/// by Ctrl-C leaves no hidden file behind). A host with handlers of its own (the Python package:
+/// Ctrl-C must raise KeyboardInterrupt, not end the interpreter) calls this first; its writes are
+/// still atomic (temporary + rename), and a temporary is removed when the write fails.
+void leave_signal_handlers_alone();
+
 /// A location inside the temporary file of an AtomicOutput alive in this process, restated in
 /// terms of the file the user asked for: `location` is the destination path followed by what
 /// came after the temporary path in `where` (":/problem/W"), `temp_name` the temporary file's name.

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "datasets/atomic_file.hpp"
 #include "datasets/catalog.hpp"
 #include "datasets/problem.hpp"
 #include "datasets/tensor.hpp"
@@ -707,6 +708,9 @@ NB_MODULE(_xentlab, m) {
   using namespace xentlab::python;
   m.doc() = "The xentlab C++ libraries (python/src/module.cpp); use the package xentlab.";
   m.attr("__version__") = kVersion;
+  // Python's own SIGINT handler raises KeyboardInterrupt: the library must not replace it with
+  // the command's (which ends the process); writes stay atomic (datasets/atomic_file.hpp).
+  leave_signal_handlers_alone();
 
   nb::exception<InputError>(m, "InputError", PyExc_ValueError);
   nb::exception<FormatError>(m, "FormatError", PyExc_ValueError);

@@ -100,3 +100,28 @@ def test_bad_values_and_shapes_are_value_errors_with_the_librarys_messages():
         xentlab.Problem.linear(H, W[:, :5], t)  # D differs
     with pytest.raises(ValueError, match=r"expected a 1-D array"):
         xentlab.Problem.linear(H, W, t, bias=np.zeros((50, 1), np.float32))
+
+
+def test_bf16_targets_are_refused_not_read_as_their_bits():
+    """A bf16 array of class indices reaches the library as its uint16 bit patterns (1.0 is
+    16256): it must be refused as any float dtype is, never read as those integers."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    H = np.zeros((4, 8), dtype=np.float32)
+    W = np.zeros((20000, 8), dtype=np.float32)
+    t = np.array([1, 2, 3, 5]).astype(ml_dtypes.bfloat16)
+    with pytest.raises(TypeError, match="not an integer dtype"):
+        xentlab.Problem.linear(H, W, t)
+    with pytest.raises(TypeError, match="not an integer dtype"):
+        xentlab.Problem.from_logits(np.zeros((4, 20000), dtype=np.float32), t)
+
+
+def test_ctrl_c_after_a_write_raises_keyboard_interrupt(tmp_path):
+    """Writing a file must not replace Python's SIGINT handler: Ctrl-C raises KeyboardInterrupt."""
+    import os
+    import signal
+
+    xentlab.write_candidate(tmp_path / "c.h5", {"reduced_loss": np.float32(1.0)})
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs at the next bytecode boundary
+            pass

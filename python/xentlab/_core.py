@@ -95,6 +95,15 @@ def _spec_of(spec: Optional[LossSpec | Mapping], default) -> Any:
     raise TypeError(f"spec: expected a LossSpec or a dict of loss options, got {type(spec).__name__}")
 
 
+def _targets(targets):
+    """Targets for the C++ side: a bf16 array reaches it as its uint16 bits, which would read as
+    (wrong) integers: refused here, with the message the library gives any float dtype."""
+    t, bf16 = to_host(targets, "targets")
+    if bf16:
+        raise TypeError("targets: dtype bf16 is not an integer dtype (class indices)")
+    return t
+
+
 class Problem:
     """One cross-entropy problem held exactly as stored (datasets/problem.hpp):
 
@@ -127,7 +136,7 @@ class Problem:
         s = _spec_of(spec, LossSpec()._c)
         h, hb = to_host(H, "H")
         w, wb = to_host(W, "W")
-        t, _ = to_host(targets, "targets")
+        t = _targets(targets)
         b, bb = (None, False) if bias is None else to_host(bias, "bias")
         return cls(_x.linear_problem(h, w, b, t, s, name, hb, wb, bb))
 
@@ -137,7 +146,7 @@ class Problem:
         """A problem of given logits (…, V) (−inf allowed as a mask) and targets (N)."""
         s = _spec_of(spec, LossSpec()._c)
         z, zb = to_host(logits, "logits")
-        t, _ = to_host(targets, "targets")
+        t = _targets(targets)
         return cls(_x.logits_problem(z, t, s, name, zb))
 
     def with_spec(self, spec: LossSpec | Mapping) -> "Problem":
