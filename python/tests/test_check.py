@@ -122,3 +122,10 @@ def test_torch_cross_entropy_passes_and_wrong_smoothing_fails(smoothed_ignored):
 
     assert xentlab.check(torch_ce, problem=smoothed_ignored, framework="torch", policy="fp32").passed
     assert not xentlab.check(smoothing_everywhere, problem=smoothed_ignored, framework="torch", policy="fp32").passed
+
+
+@pytest.mark.parametrize("returned", [None, "2.7731771", True, 3, np.array([1, 2])])
+def test_check_refuses_a_loss_that_is_no_number(returned):
+    """numpy would coerce these into something that scores (a string even passed): refused."""
+    with pytest.raises(TypeError, match="loss_fn returned a loss of type"):
+        xentlab.check(lambda *a, **k: returned, problem="stories260k")

@@ -176,6 +176,15 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
         outputs.update({grads[i]: v for i, v in enumerate(rest) if v is not None})
     else:
         loss = out
+    # A loss is a number: a float, a numpy floating scalar or array, or a torch tensor. Anything
+    # else (None, a string, a bool, an integer array) would be coerced by numpy into something
+    # that scores, so it is refused naming what came back.
+    is_float_array = isinstance(loss, np.ndarray) and np.issubdtype(loss.dtype, np.floating) or (
+        isinstance(loss, np.ndarray) and loss.dtype.name == "bfloat16")
+    if not (is_torch(loss) or is_float_array or isinstance(loss, np.floating) or
+            (isinstance(loss, float) and not isinstance(loss, bool))):
+        raise TypeError(f"loss_fn returned a loss of type {type(loss).__name__} ({loss!r:.60}); expected a "
+                        f"float, a numpy floating scalar or array, or a torch tensor")
     if is_torch(loss) and framework == "torch" and loss.requires_grad and not isinstance(out, (tuple, list)):
         import torch
 
