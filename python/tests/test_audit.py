@@ -49,3 +49,17 @@ def test_audit_refusals():
         xentlab.audit(["stories260k"], strategies=["no-such-strategy"])
     with pytest.raises(ValueError):
         xentlab.audit(["stories260k"], recipes=["bf16/bf17/fp32/bf16"])
+
+
+def test_audit_refuses_bad_counts_strings_and_an_existing_file_before_the_work(tmp_path):
+    with pytest.raises(ValueError, match="rows must be an integer >= 0"):
+        xentlab.audit(problems=["stories260k"], rows=-1)
+    with pytest.raises(ValueError, match="vocab_rows must be an integer >= 0"):
+        xentlab.audit(problems=["stories260k"], vocab_rows=-5)
+    with pytest.raises(TypeError, match="expected a list of names"):
+        xentlab.audit(problems=["stories260k"], strategies="naive")
+    existing = tmp_path / "a.h5"
+    existing.write_bytes(b"keep me")
+    with pytest.raises(ValueError, match="exists"):
+        xentlab.audit(problems=["stories260k"], out=existing)
+    assert existing.read_bytes() == b"keep me"

@@ -468,6 +468,8 @@ def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str =
     (in ``text``); baseline_rows (0 = automatic) and baseline_seed: the baseline's token sample.
     Raises InputError (ValueError) for invalid options (the command's messages, with the
     keyword's name), FormatError (ValueError) for unreadable files."""
+    if isinstance(require, str):
+        raise TypeError(f"require: expected a list of output names, got the string {require!r} (write [{require!r}])")
     required = _x.parse_required_outputs(list(require))
     if (atol is not None or rtol is not None) and (check == "differential" or explain):
         raise InputError("check='differential' and explain need a recipe to emulate: atol/rtol "
@@ -534,7 +536,18 @@ def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = ()
     datasets: catalog names, problem files or :class:`Problem` objects; strategies and recipes
     (default: every registered strategy, the default grid); rows / vocab_rows: the sub-batch;
     out: also write the results HDF5 file (docs/audit.md; an existing file only with force or
-    append). Raises InputError (ValueError) for unknown names, or when no run is supported."""
+    append). Raises InputError (ValueError) for unknown names, negative counts, an existing
+    ``out`` without force/append (before the work), or when no run is supported; TypeError for a
+    single string where a list of names is expected."""
+    for what, v in (("problems", problems), ("datasets", datasets), ("strategies", strategies), ("recipes", recipes)):
+        if isinstance(v, str):
+            raise TypeError(f"{what}: expected a list of names, got the string {v!r} (write [{v!r}])")
+    for what, v in (("rows", rows), ("vocab_rows", vocab_rows), ("tokens", tokens), ("hidden", hidden)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 or (what in ("tokens", "hidden") and v < 1):
+            raise InputError(f"{what} must be an integer >= {1 if what in ('tokens', 'hidden') else 0}"
+                             f"{' (0 = all)' if what in ('rows', 'vocab_rows') else ''}, got {v!r}")
+    if out is not None and os.path.exists(_path(out)) and not (force or append):
+        raise InputError(f"{_path(out)} exists: pass force=True to replace it or append=True to add the runs")
     ps = _x._AuditProblems()
     if problems is not None or not datasets:
         ps.add_default_set(int(seed), int(tokens), int(hidden), list(problems or []))
