@@ -820,6 +820,10 @@ NB_MODULE(_xentlab, m) {
         return p.describe(parse_dtype(input_dtype));
       });
   nb::class_<VerifyReport>(m, "_VerifyReport");
+  m.def(
+      "verify_policy_name_check",
+      [](const std::string& name) { (void)make_verify_policy(name); },
+      "name"_a, "InputError (ValueError) naming a policy name verify does not know");
   m.def("verify_policy", &policy_of, "name"_a.none(), "strictness"_a, "k"_a.none(), "atol"_a.none(),
         "rtol"_a.none(), "golden"_a);
   m.def("check_tolerance_number", &check_tolerance_number, "option"_a, "value"_a, "zero_ok"_a);

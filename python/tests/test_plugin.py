@@ -4,6 +4,8 @@ import importlib.metadata
 import os
 import xml.etree.ElementTree as ET
 
+import pytest
+
 import xentlab  # imported before pytester's snapshot of sys.modules: never imported twice
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,3 +65,18 @@ def test_default_policy_is_the_problems_dtype(pytester, tmp_path):
     result = _run(pytester, f"--xentlab-cache={tmp_path}", "-k", "policy_option or correct")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*assert None == 'fp32'*"])
+
+
+def test_bad_option_values_end_the_session_at_start_up(pytester):
+    """One usage error at start-up, not one failure per test."""
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    for args, message in ((["--xentlab-strictness", "hard"], "expected default, strict or lenient"),
+                          (["--xentlab-policy", "bf17"], "--xentlab-policy bf17")):
+        r = _run(pytester, *args)
+        assert r.ret == pytest.ExitCode.USAGE_ERROR, r.stdout.str() + r.stderr.str()
+        assert message in r.stderr.str()
+    cache_file = pytester.path / "not-a-folder"
+    cache_file.write_text("x")
+    r = _run(pytester, "--xentlab-cache", str(cache_file))
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert "is a file, not a folder" in r.stderr.str()

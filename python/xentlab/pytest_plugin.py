@@ -36,6 +36,28 @@ def pytest_addoption(parser):
                     help="folder of cached golden files (default: pytest's cache, d/xentlab-golden)")
 
 
+def pytest_configure(config):
+    """Bad option values end the session at start-up with one usage error (not one failure per
+    test): the strictness by name, the policy through the library's own parser, the cache folder
+    when it names a file."""
+    strictness = config.getoption("xentlab_strictness", default="default")
+    if strictness not in ("default", "strict", "lenient"):
+        raise pytest.UsageError(f"--xentlab-strictness {strictness}: expected default, strict or lenient")
+    cache = config.getoption("xentlab_cache", default=None)
+    if cache and os.path.exists(cache) and not os.path.isdir(cache):
+        raise pytest.UsageError(f"--xentlab-cache {cache}: is a file, not a folder")
+    policy = config.getoption("xentlab_policy", default=None)
+    if policy is not None:
+        try:
+            from . import _xentlab
+
+            _xentlab.verify_policy_name_check(policy)
+        except ImportError:
+            return  # reported by the header; the tests that use the package fail on their own
+        except ValueError as e:
+            raise pytest.UsageError(f"--xentlab-policy {policy}: {e}") from None
+
+
 def pytest_report_header(config):
     # The plugin is registered in every pytest run of the environment: a package that cannot load
     # (a missing system library) must not end a session that does not use it.
