@@ -1,9 +1,5 @@
 #include "datasets/atomic_file.hpp"
 
-#include <csignal>
-#include <cstdio>
-#include <mutex>
-
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
@@ -11,9 +7,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 
 #include "numerics/error.hpp"
 
@@ -108,7 +107,8 @@ AtomicOutput::AtomicOutput(std::string path, bool force) : path_(std::move(path)
   if (fs::exists(st) && !fs::is_regular_file(st))
     throw InputError(fmt::format(
         "{}: exists and is not a regular file (a device, FIFO, socket or link): refusing to "
-        "replace it, even with --force", path_));
+        "replace it, even with --force",
+        path_));
   if (fs::exists(st) && !force_)
     throw InputError(fmt::format("{}: the file exists; pass --force to overwrite it", path_));
   static std::atomic<int> counter{0};

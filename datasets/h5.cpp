@@ -79,9 +79,10 @@ std::string last_error() {
   const std::string detail = last_error();
   const std::string reason = detail.empty() ? what : fmt::format("{} ({})", what, detail);
   if (const auto out = output_destination(where))
-    throw OutputError(fmt::format("{}: {} (while writing its temporary file {}; the destination is "
-                                  "untouched)",
-                                  out->location, reason, out->temp_name));
+    throw OutputError(
+        fmt::format("{}: {} (while writing its temporary file {}; the destination is "
+                    "untouched)",
+                    out->location, reason, out->temp_name));
   throw OutputError(fmt::format("{}: {}", where, reason));
 }
 
@@ -536,9 +537,13 @@ Tensor Dataset::read_tensor() const {
 
 // ---------------------------------------------------------------- files
 
-File File::open_read(const std::string& path) { return open(path, false); }
+File File::open_read(const std::string& path) {
+  return open(path, false);
+}
 
-File File::open_rw(const std::string& path) { return open(path, true); }
+File File::open_rw(const std::string& path) {
+  return open(path, true);
+}
 
 File File::open(const std::string& path, bool writable) {
   silence();

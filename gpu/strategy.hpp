@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "datasets/problem.hpp"
-#include "numerics/loss_spec.hpp"
 #include "numerics/arithmetic.hpp"
+#include "numerics/loss_spec.hpp"
 #include "numerics/recipe.hpp"
 
 namespace xentlab {
@@ -34,10 +34,10 @@ struct RunRequest {
   const Problem* problem = nullptr;
   LossSpec spec;
   Recipe recipe;
-  std::vector<double> upstream;        ///< reduction none: dL/dloss_i (N), empty = ones
-  bool want_grads = true;              ///< dz (logits problems) or dH, dW, db (linear)
-  std::int64_t memory_budget = 0;      ///< bytes of extra device memory allowed; 0 = default
-  std::int64_t chunk_tokens = 0;       ///< chunked/checkpointed chunk size; 0 = from the budget
+  std::vector<double> upstream;    ///< reduction none: dL/dloss_i (N), empty = ones
+  bool want_grads = true;          ///< dz (logits problems) or dH, dW, db (linear)
+  std::int64_t memory_budget = 0;  ///< bytes of extra device memory allowed; 0 = default
+  std::int64_t chunk_tokens = 0;   ///< chunked/checkpointed chunk size; 0 = from the budget
   /// CPU emulation only: compute these token rows (sorted); dW/db then sum over them only, with
   /// the gradient scale of the whole problem (as ReferenceOptions::token_rows). Empty = all.
   std::vector<std::int64_t> token_rows;
@@ -54,14 +54,14 @@ struct RunRequest {
 /// was returned in (recorded in *_dtype). Empty vectors for outputs not produced.
 struct StrategyOutputs {
   std::vector<std::int64_t> token_rows;  ///< rows of loss/lse/dH/dz (all when empty request)
-  std::vector<double> loss;   ///< (S) per-token loss
-  std::vector<double> lse;    ///< (S)
-  double reduced_loss = 0.0;  ///< mean/sum (or Σ g·loss for none)
+  std::vector<double> loss;              ///< (S) per-token loss
+  std::vector<double> lse;               ///< (S)
+  double reduced_loss = 0.0;             ///< mean/sum (or Σ g·loss for none)
   DType loss_dtype = DType::fp32;
-  std::vector<double> dz;     ///< (S, V) logits problems
-  std::vector<double> dH;     ///< (S, D)
-  std::vector<double> dW;     ///< (V, D), or (J, D) for RunRequest::vocab_rows
-  std::vector<double> db;     ///< (V) when the problem has a bias, or (J)
+  std::vector<double> dz;  ///< (S, V) logits problems
+  std::vector<double> dH;  ///< (S, D)
+  std::vector<double> dW;  ///< (V, D), or (J, D) for RunRequest::vocab_rows
+  std::vector<double> db;  ///< (V) when the problem has a bias, or (J)
   DType grad_dtype = DType::fp32;
   std::int64_t peak_extra_bytes = 0;  ///< measured device (or host working) memory beyond I/O
   double seconds = 0.0;               ///< wall time of run (forward + backward)

@@ -16,8 +16,8 @@
 //
 // Sampling: the reference can be asked for a subset of token rows (per-token outputs, dH rows, and
 // dW/db summed over those rows only) and of vocabulary rows (dW/db rows). The gradient scale of
-// reduction mean is always 1/n_valid of the whole problem, so sampled per-row results equal the full
-// problem's; dW/db over a token subset are the contribution of that subset.
+// reduction mean is always 1/n_valid of the whole problem, so sampled per-row results equal the
+// full problem's; dW/db over a token subset are the contribution of that subset.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "datasets/problem.hpp"
-#include "reference/host_array.hpp"
 #include "numerics/loss_spec.hpp"
+#include "reference/host_array.hpp"
 
 namespace xentlab {
 
@@ -53,10 +53,10 @@ bool cuda_reference_available(std::string* why_not = nullptr);
 struct ReferenceOptions {
   std::vector<std::int64_t> token_rows;  ///< rows to compute; empty = all. Sorted, unique, in [0,N)
   std::vector<std::int64_t> vocab_rows;  ///< vocabulary rows for dW/db; empty = all
-  bool want_dz = false;   ///< dL/d(raw logits) for every computed token row (S×V)
-  bool want_dH = true;    ///< linear problems only
-  bool want_dW = true;    ///< linear problems only
-  bool want_db = true;    ///< linear problems only
+  bool want_dz = false;                  ///< dL/d(raw logits) for every computed token row (S×V)
+  bool want_dH = true;                   ///< linear problems only
+  bool want_dW = true;                   ///< linear problems only
+  bool want_db = true;                   ///< linear problems only
   /// reduction none: upstream gradient dL/dloss_i per token (size N); empty = all ones.
   std::vector<double> upstream;
   int threads = 0;  ///< OpenMP threads; 0 = OpenMP's default
@@ -64,8 +64,8 @@ struct ReferenceOptions {
   std::function<void(std::int64_t, std::int64_t)> progress;
   /// Memory budget in bytes for the reference's working set (outputs, accumulators, blocks);
   /// 0 = 90 % of the memory available now (MemAvailable, or a cgroup's limit), and the GPU's free
-  /// memory for the cuda tier's device part. A problem that needs more is refused before any work (InputError
-  /// naming the bytes it needs), never cut short.
+  /// memory for the cuda tier's device part. A problem that needs more is refused before any work
+  /// (InputError naming the bytes it needs), never cut short.
   std::int64_t max_bytes = 0;
   /// Which tier computes: logits problems (no GEMM) always use compensated.
   ReferenceTier tier = ReferenceTier::automatic;
@@ -81,30 +81,30 @@ struct ReferenceResult {
   std::vector<std::int64_t> token_rows;  ///< (S) the rows computed
   std::vector<std::int64_t> vocab_rows;  ///< (J) the vocabulary rows of dW/db
   std::int64_t N = 0, V = 0, D = 0;
-  std::int64_t n_valid = 0;     ///< non-ignored rows of the whole problem
-  bool partial = false;         ///< true when S < N (reduced loss over the sample only)
+  std::int64_t n_valid = 0;  ///< non-ignored rows of the whole problem
+  bool partial = false;      ///< true when S < N (reduced loss over the sample only)
   ReferenceTier tier = ReferenceTier::compensated;  ///< the tier that computed this result
 
   // Per token (S). Ignored rows: loss = ce = z_term = 0; lse and covariates still computed.
-  std::vector<double> loss, loss_bound;    ///< ce + z_term (nats)
-  std::vector<double> lse, lse_bound;      ///< log Σ_j exp(z_j) (after scale and softcap)
-  std::vector<double> ce;                  ///< cross-entropy part (with label smoothing)
-  std::vector<double> z_term;              ///< λ·lse²
-  std::vector<double> max_logit;           ///< max_j z_j
-  std::vector<double> p_target;            ///< softmax at the target (NaN for ignored rows)
-  std::vector<double> entropy;             ///< −Σ p log p (nats)
-  std::vector<double> sum_p_abs_z;         ///< Σ_j p_j·|z_j|
-  std::vector<double> grad_scale;          ///< dL/dloss_i: 1/n_valid, 1 or the upstream value
+  std::vector<double> loss, loss_bound;  ///< ce + z_term (nats)
+  std::vector<double> lse, lse_bound;    ///< log Σ_j exp(z_j) (after scale and softcap)
+  std::vector<double> ce;                ///< cross-entropy part (with label smoothing)
+  std::vector<double> z_term;            ///< λ·lse²
+  std::vector<double> max_logit;         ///< max_j z_j
+  std::vector<double> p_target;          ///< softmax at the target (NaN for ignored rows)
+  std::vector<double> entropy;           ///< −Σ p log p (nats)
+  std::vector<double> sum_p_abs_z;       ///< Σ_j p_j·|z_j|
+  std::vector<double> grad_scale;        ///< dL/dloss_i: 1/n_valid, 1 or the upstream value
 
   /// Reduced loss: mean or sum over valid rows; for reduction none Σ_i g_i·loss_i (the scalar
   /// whose gradient is returned). Over the sampled rows only when partial.
   double reduced_loss = 0.0, reduced_loss_bound = 0.0;
 
   // The large outputs are HostArrays (host_array.hpp: zero-filled in parallel when allocated).
-  HostArray<double> dz, dz_bound;                    ///< (S, V) when want_dz
-  HostArray<double> dH, dH_bound, dH_cond;           ///< (S, D); cond = |dz|·|W|
-  HostArray<double> dW, dW_bound, dW_cond;           ///< (J, D); cond = |dz|ᵀ·|H| over the rows
-  std::vector<double> db, db_bound;                  ///< (J)
+  HostArray<double> dz, dz_bound;           ///< (S, V) when want_dz
+  HostArray<double> dH, dH_bound, dH_cond;  ///< (S, D); cond = |dz|·|W|
+  HostArray<double> dW, dW_bound, dW_cond;  ///< (J, D); cond = |dz|ᵀ·|H| over the rows
+  std::vector<double> db, db_bound;         ///< (J)
 };
 
 /// Computes the reference. Throws InputError for an invalid problem or spec (see

@@ -21,8 +21,11 @@ namespace {
 std::vector<audit::AuditProblem> small_set() {
   LossSpec mean;
   std::vector<audit::AuditProblem> set;
-  set.push_back({"calibrated", "test", make_head(6, 507, 23, DType::bf16, 4.0, 3, TargetMode::calibrated, mean, "c"), mean});
-  set.push_back({"confident", "test", make_confident_head(6, 507, 23, DType::bf16, 4.0, 3, mean), mean});
+  set.push_back({"calibrated", "test",
+                 make_head(6, 507, 23, DType::bf16, 4.0, 3, TargetMode::calibrated, mean, "c"),
+                 mean});
+  set.push_back(
+      {"confident", "test", make_confident_head(6, 507, 23, DType::bf16, 4.0, 3, mean), mean});
   return set;
 }
 
@@ -76,7 +79,8 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
     EXPECT_EQ(g.attr_string("recipe"), res.runs[0].recipe);
     const h5::Group loss = g.open_group("loss");
     EXPECT_EQ(loss.attr_double("normwise_rel_err"), res.runs[0].outputs[0].stats.normwise_rel_err);
-    // Every run is found by (problem, recipe, strategy) in one path: by_key/PROBLEM/RECIPE/STRATEGY.
+    // Every run is found by (problem, recipe, strategy) in one path:
+    // by_key/PROBLEM/RECIPE/STRATEGY.
     for (std::size_t i = 0; i < res.runs.size(); ++i) {
       const auto& r = res.runs[i];
       const std::string key = "by_key/" + r.problem + "/" + r.recipe + "/" + r.strategy;
@@ -95,7 +99,8 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
     EXPECT_EQ(f.open_group("runs").children().size(), 2 * res.runs.size());
     // The appended runs of the same keys: linked with the backend's name.
     const auto& r = res.runs.back();
-    const std::string key = "by_key/" + r.problem + "/" + r.recipe + "/" + r.strategy + "@" + r.backend;
+    const std::string key =
+        "by_key/" + r.problem + "/" + r.recipe + "/" + r.strategy + "@" + r.backend;
     ASSERT_TRUE(f.exists(key)) << key;
     EXPECT_EQ(f.open_group(key).attr_string("strategy"), r.strategy);
   }
@@ -124,7 +129,8 @@ TEST(Audit, SummaryCountsUnboundedRunsApartAndAnswersInPlainLanguage) {
   // marked unbounded, as such a run is recorded: the summary must count them apart.
   std::vector<double> marked;
   for (auto& r : res.runs)
-    if (marked.size() < 2 && r.verdict.disposition == Disposition::passed && r.recipe == "bf16/bf16/bf16/bf16") {
+    if (marked.size() < 2 && r.verdict.disposition == Disposition::passed &&
+        r.recipe == "bf16/bf16/bf16/bf16") {
       r.bound_meaningful = false;
       marked.push_back(r.normwise("loss"));
     }
@@ -134,11 +140,16 @@ TEST(Audit, SummaryCountsUnboundedRunsApartAndAnswersInPlainLanguage) {
     if (r.verdict.disposition == Disposition::passed) ++(r.bound_meaningful ? bounded : unbounded);
   ASSERT_EQ(unbounded, 2);
   const std::string s = audit::format_summary(res, false);
-  EXPECT_NE(s.find(fmt::format("runs: {} passed ({} within the finite a-priori bound", res.passed, bounded)),
-            std::string::npos) << s;
-  EXPECT_NE(s.find(fmt::format("{} whose recipe has no finite bound: only finiteness checked, loss errors up to {:.2e}",
-                               unbounded, std::max(marked[0], marked[1]))),
-            std::string::npos) << s;
+  EXPECT_NE(s.find(fmt::format("runs: {} passed ({} within the finite a-priori bound", res.passed,
+                               bounded)),
+            std::string::npos)
+      << s;
+  EXPECT_NE(
+      s.find(fmt::format(
+          "{} whose recipe has no finite bound: only finiteness checked, loss errors up to {:.2e}",
+          unbounded, std::max(marked[0], marked[1]))),
+      std::string::npos)
+      << s;
   EXPECT_NE(s.find("not accurate"), std::string::npos);
   // The answers precede the verdict's table; bf16 and fp16 accumulation are answered apart (the
   // grid has no fp16-accumulation recipe: no such line).
@@ -361,7 +372,8 @@ TEST(Audit, FidelityComparesTheEmulationWithADeviceRunByRun) {
     });
   };
   strip(true);
-  expect_error([&] { (void)audit::compare_backends(model, dev); }, "a passed run without any output");
+  expect_error([&] { (void)audit::compare_backends(model, dev); },
+               "a passed run without any output");
   // One output missing on the device side: a disagreement naming it.
   strip(false);
   const auto missing = audit::compare_backends(model, dev);

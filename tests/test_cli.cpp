@@ -508,10 +508,11 @@ TEST(ReferenceOptionsProgram, GoldenOverTheBudgetWritesNothing) {
   const std::string dir = ::testing::TempDir() + "xl-golden-budget";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const Ran r = testing::xentlab("golden --dataset gaussian -N 8 -V 2000 -D 16 --memory-budget 64K --out " +
-                                 dir + "/g.h5");
+  const Ran r = testing::xentlab(
+      "golden --dataset gaussian -N 8 -V 2000 -D 16 --memory-budget 64K --out " + dir + "/g.h5");
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("of memory but the budget is 65536 bytes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("of memory but the budget is 65536 bytes"), std::string::npos)
+      << r.output;
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "files left in " << dir;
   std::filesystem::remove_all(dir);
 }

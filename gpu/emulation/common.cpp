@@ -407,8 +407,8 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   c.eps_over_V = c.eps / static_cast<float>(c.V);
   const std::int64_t N = c.N, V = c.V, D = c.D;
   if (cfg_.kind == Kind::fused && N > 0 && V > 0) {
-    c.fused_ranges =
-        gpu::fused_vocab_ranges(N, V, req.emulated_sms > 0 ? req.emulated_sms : gpu::kFusedModelSms);
+    c.fused_ranges = gpu::fused_vocab_ranges(
+        N, V, req.emulated_sms > 0 ? req.emulated_sms : gpu::kFusedModelSms);
     const std::int64_t VT = (V + gpu::kFusedVocabTile - 1) / gpu::kFusedVocabTile;
     c.fused_tiles_per_range = (VT + c.fused_ranges - 1) / c.fused_ranges;
   }
@@ -489,11 +489,11 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   // fused: token blocks of kFusedBlockTokens rows, each block's dW and db an fp32 partial added
   // into the fp32 accumulator (the kernel's per-tile sums added atomically; docs/fused.md).
   const bool tile_acc = cfg_.kind == Kind::fused;
-  std::int64_t block = chunk_acc  ? chunk_of(req, V, S)
-                       : tile_acc ? gpu::kFusedBlockTokens
-                                  : std::max<std::int64_t>(
-                                        1, (std::int64_t{64} << 20) /
-                                               (4 * std::max<std::int64_t>(V, 1)));
+  std::int64_t block = chunk_acc ? chunk_of(req, V, S)
+                       : tile_acc
+                           ? gpu::kFusedBlockTokens
+                           : std::max<std::int64_t>(
+                                 1, (std::int64_t{64} << 20) / (4 * std::max<std::int64_t>(V, 1)));
   block = std::max<std::int64_t>(1, std::min(block, S));
   const bool par = S * V * (D + 4) >= (std::int64_t{1} << 18);
   // Vocabulary rows of dW/db (all, or RunRequest::vocab_rows): k-th row computed is vrow(k).

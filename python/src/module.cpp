@@ -821,8 +821,7 @@ NB_MODULE(_xentlab, m) {
       });
   nb::class_<VerifyReport>(m, "_VerifyReport");
   m.def(
-      "verify_policy_name_check",
-      [](const std::string& name) { (void)make_verify_policy(name); },
+      "verify_policy_name_check", [](const std::string& name) { (void)make_verify_policy(name); },
       "name"_a, "InputError (ValueError) naming a policy name verify does not know");
   m.def("verify_policy", &policy_of, "name"_a.none(), "strictness"_a, "k"_a.none(), "atol"_a.none(),
         "rtol"_a.none(), "golden"_a);
