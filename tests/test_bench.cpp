@@ -813,8 +813,8 @@ TEST(BenchPlan, BudgetSizedChunksHoldAtMostKMaxChunkLogits) {
   // Past the cap, one chunk still wins where several would not fit: with bf16 gradients several
   // chunks need a V·D fp32 dW accumulator (16 GiB here) that one chunk does not.
   const Recipe bf16_grads = parse_recipe("bf16/bf16/fp32/bf16");
-  const gpu::WorkspaceQuery wide{2048, std::int64_t{1} << 20, 4096, DType::bf16, false,
-                                 bf16_grads, true};
+  const gpu::WorkspaceQuery wide{2048, std::int64_t{1} << 20, 4096, DType::bf16, false, bf16_grads,
+                                 true};
   const std::int64_t eight = std::int64_t{8} << 30;
   ASSERT_LE(gpu::plan_workspace(wide, 2048).total(), eight);
   EXPECT_GT(gpu::plan_workspace(wide, 1).total(), eight);
@@ -887,10 +887,13 @@ TEST(BenchProgram, CommandLinesThatDoNotParseExit2) {
 // as 8, 0x10 as 16, -1 as 2^64 − 1 for an unsigned option, and clamp past 2^63.
 TEST(BenchProgram, IntegersArePlainDecimal) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"bench --tokens 010 --vocab 10 --hidden 4", "'010' is not a plain decimal integer: a leading zero"},
+      {"bench --tokens 010 --vocab 10 --hidden 4",
+       "'010' is not a plain decimal integer: a leading zero"},
       {"bench --tokens 0x10 --vocab 10 --hidden 4", "'0x10' is not a plain decimal integer"},
-      {"datasets --make gaussian --seed -1", "'-1' is not a plain decimal integer: it must not be negative"},
-      {"bench --tokens 99999999999999999999 --vocab 10 --hidden 4", "past the largest 64-bit integer"},
+      {"datasets --make gaussian --seed -1",
+       "'-1' is not a plain decimal integer: it must not be negative"},
+      {"bench --tokens 99999999999999999999 --vocab 10 --hidden 4",
+       "past the largest 64-bit integer"},
       {"audit --rows 1e3", "--rows: '1e3' is not a plain decimal integer"},
       {"datasets --make gaussian -N 010", "--tokens: '010'"},
       {"reference -N 10.0", "--tokens: '10.0'"},

@@ -452,8 +452,7 @@ TEST(GpuStrategies, SharedCaseC03AllIgnored) {
         RunRequest req;
         req.problem = p;
         req.recipe = parse_recipe(p == &plb ? "bf16/bf16/fp32/bf16" : "fp32");
-        if (!every_recipe(s->name()) && !s->can_implement(*p, req.spec, req.recipe).ok())
-          continue;
+        if (!every_recipe(s->name()) && !s->can_implement(*p, req.spec, req.recipe).ok()) continue;
         req.chunk_tokens = 2;
         if (variant == 1) req.spec.empty_mean = EmptyMean::zero;
         if (variant == 2) req.spec.reduction = Reduction::sum;
@@ -642,7 +641,6 @@ TEST(GpuStrategies, IndexingPast2Pow31) {
   }
 }
 
-
 // ---- fused: the cases in bf16 linear form, unaligned shapes, repeat runs, 64-bit indexing ------
 
 /// Runs `body(path name)` once per fused kernel path this device has: the automatic choice (on
@@ -660,7 +658,9 @@ void for_each_fused_kernel_path(Body&& body) {
 }
 
 /// Whether this device runs the fused wgmma kernels (sm_90 exactly: the sm_90a build).
-bool fused_wgmma_device() { return device().sm_major == 9 && device().sm_minor == 0; }
+bool fused_wgmma_device() {
+  return device().sm_major == 9 && device().sm_minor == 0;
+}
 
 /// The kernels of the last fused run, "forward/backward": "wgmma/wgmma" or "mma.sync/mma.sync".
 std::string last_fused_kernels() {
@@ -675,7 +675,8 @@ std::string last_fused_kernels() {
 /// too), and D = 64 with H's and W's extra columns zero, so every logit is still the case's.
 Problem bf16_linear_with_mask(const Problem& lp, bool wgmma_shape = false) {
   const std::int64_t N = lp.N, V = lp.V;
-  const std::int64_t rows = wgmma_shape ? 128 : N, D = wgmma_shape ? std::max<std::int64_t>(N, 64) : N;
+  const std::int64_t rows = wgmma_shape ? 128 : N,
+                     D = wgmma_shape ? std::max<std::int64_t>(N, 64) : N;
   EXPECT_TRUE(!wgmma_shape || (V >= 256 && N <= rows)) << "case too small or too tall for wgmma";
   Tensor H(DType::bf16, {rows, D}, "H"), W(DType::bf16, {V, D}, "W"), b(DType::fp32, {V}, "bias");
   bool masked = false;
@@ -714,23 +715,22 @@ TEST(GpuStrategies, FusedSharedCasesLinearBf16) {
   {
     LossSpec s;
     s.label_smoothing = 0.2;
-    cases.push_back({"C04-bf16",
-                     bf16_linear_with_mask(logits_problem(
-                         DType::fp32, {{2, 0, -1}, {0, 3, 1}, {1, 1, 4}, {-2, 5, 0}},
-                         {0, -100, 2, -100})),
-                     s,
-                     {}});
+    cases.push_back(
+        {"C04-bf16",
+         bf16_linear_with_mask(logits_problem(
+             DType::fp32, {{2, 0, -1}, {0, 3, 1}, {1, 1, 4}, {-2, 5, 0}}, {0, -100, 2, -100})),
+         s,
+         {}});
   }
   {
     LossSpec s;
     s.z_loss = 0.01;
-    cases.push_back(
-        {"C05-bf16",
-         bf16_linear_with_mask(logits_problem(
-             DType::fp32, {{1, 2, 3, 4}, {10, 0, 0, 0}, {0, 0, 0, 8}, {-3, -3, -3, -3}},
-             {0, -100, 3, -100})),
-         s,
-         {}});
+    cases.push_back({"C05-bf16",
+                     bf16_linear_with_mask(logits_problem(
+                         DType::fp32, {{1, 2, 3, 4}, {10, 0, 0, 0}, {0, 0, 0, 8}, {-3, -3, -3, -3}},
+                         {0, -100, 3, -100})),
+                     s,
+                     {}});
   }
   {
     LossSpec s;
@@ -767,7 +767,8 @@ TEST(GpuStrategies, FusedSharedCasesLinearBf16) {
   const bool sm90 = fused_wgmma_device();
   for (const Case& c : cases) {
     const ReferenceResult ref = reference_for(c);
-    const bool wgmma_case = c.name.size() > 6 && c.name.compare(c.name.size() - 6, 6, "-wgmma") == 0;
+    const bool wgmma_case =
+        c.name.size() > 6 && c.name.compare(c.name.size() - 6, 6, "-wgmma") == 0;
     for (const Recipe& r : recipes) {
       SCOPED_TRACE(describe(c, r, "fused", 0));
       check_run(c, ref, *fused, r, 1);
@@ -842,10 +843,10 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
     for (const char* rn : {"bf16/bf16/fp32/bf16", "bf16/bf16/bf16/bf16", "fp16/fp16/fp32/fp32"}) {
       const Recipe r = parse_recipe(rn);
       const LossSpec& sp = specs[static_cast<std::size_t>(k % 3)];
-      Case c{"fused-fwd-kernels-" + std::to_string(k),
-             gaussian(N, V, D, r.input, r.input == DType::fp16 ? 2.0 : 4.0, 71 + k, k % 2 == 0,
-                      true),
-             sp, sp.reduction == Reduction::none ? random_upstream(N, 5 + k) : std::vector<double>{}};
+      Case c{
+          "fused-fwd-kernels-" + std::to_string(k),
+          gaussian(N, V, D, r.input, r.input == DType::fp16 ? 2.0 : 4.0, 71 + k, k % 2 == 0, true),
+          sp, sp.reduction == Reduction::none ? random_upstream(N, 5 + k) : std::vector<double>{}};
       ++k;
       const std::string ctx = describe(c, r, "fused", 0);
       const ReferenceResult ref = reference_for(c);
@@ -868,20 +869,20 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
       EXPECT_EQ(std::string(gpu::last_fused_forward_kernel()), "mma.sync") << ctx;
       EXPECT_EQ(std::string(gpu::last_fused_backward_kernel()), "mma.sync") << ctx;
       // How far apart the two backwards are, relative to the largest reference entry.
-      auto rel = [](const std::vector<double>& x, const std::vector<double>& y,
-                    const auto& exact) {
+      auto rel = [](const std::vector<double>& x, const std::vector<double>& y, const auto& exact) {
         double d = 0.0, m = 0.0;
-        for (std::size_t k = 0; k < x.size() && k < y.size(); ++k) d = std::max(d, std::fabs(x[k] - y[k]));
+        for (std::size_t k = 0; k < x.size() && k < y.size(); ++k)
+          d = std::max(d, std::fabs(x[k] - y[k]));
         for (const double v : exact) m = std::max(m, std::fabs(v));
         return m > 0.0 ? d / m : d;
       };
-      std::cout << "[ note ] " << ctx << ": " << path << " vs mma.sync backward: max |ΔdH|/max|dH| = "
-                << rel(a.dH, b.dH, ref.dH) << ", max |ΔdW|/max|dW| = " << rel(a.dW, b.dW, ref.dW)
-                << "\n";
-      EXPECT_TRUE(same_bits(a.loss, b.loss)) << ctx << ": loss differs between " << path
-                                             << " and mma.sync";
-      EXPECT_TRUE(same_bits(a.lse, b.lse)) << ctx << ": lse differs between " << path
-                                           << " and mma.sync";
+      std::cout << "[ note ] " << ctx << ": " << path
+                << " vs mma.sync backward: max |ΔdH|/max|dH| = " << rel(a.dH, b.dH, ref.dH)
+                << ", max |ΔdW|/max|dW| = " << rel(a.dW, b.dW, ref.dW) << "\n";
+      EXPECT_TRUE(same_bits(a.loss, b.loss))
+          << ctx << ": loss differs between " << path << " and mma.sync";
+      EXPECT_TRUE(same_bits(a.lse, b.lse))
+          << ctx << ": lse differs between " << path << " and mma.sync";
     }
   }
 }
@@ -948,8 +949,7 @@ TEST(GpuStrategies, FusedIndexingPast2Pow31) {
     std::int64_t first_bad = -1;
     for (std::int64_t i = 0; i < N && first_bad < 0; ++i) {
       const auto k = static_cast<std::size_t>(i);
-      if (std::memcmp(&o.loss[k], &o.loss[0], 8) != 0 ||
-          std::memcmp(&o.lse[k], &o.lse[0], 8) != 0)
+      if (std::memcmp(&o.loss[k], &o.loss[0], 8) != 0 || std::memcmp(&o.lse[k], &o.lse[0], 8) != 0)
         first_bad = i;
       for (std::int64_t d = 0; d < D; ++d) {
         const double v = o.dH[k * D + d], v0 = o.dH[d];
@@ -960,7 +960,6 @@ TEST(GpuStrategies, FusedIndexingPast2Pow31) {
     for (double v : o.dW) ASSERT_TRUE(std::isfinite(v)) << "non-finite dW";
   });
 }
-
 
 /// V·D past 2^31 (W of 524416 × 4096 bf16, 4.3 GB) in one fused run: every W row identical, so
 /// every logit of a row is the same value; the target is the last vocabulary row (its W offset
@@ -979,14 +978,17 @@ TEST(GpuStrategies, FusedWeightsPast2Pow31) {
   Problem g = make_gaussian_linear(1, 1, D, DType::bf16, 1.0, 77);  // one H row, one W row
   Tensor W(DType::bf16, {V, D}, "W");
   for (std::int64_t j = 0; j < V; ++j)
-    std::memcpy(static_cast<char*>(W.data()) + j * D * 2, g.W.data(), static_cast<std::size_t>(D * 2));
+    std::memcpy(static_cast<char*>(W.data()) + j * D * 2, g.W.data(),
+                static_cast<std::size_t>(D * 2));
   const auto s = find_strategy(Backend::cuda, "fused");
   for (const std::int64_t N : {std::int64_t{2}, std::int64_t{128}}) {
     Tensor H(DType::bf16, {N, D}, "H");
     for (std::int64_t i = 0; i < N; ++i)
-      std::memcpy(static_cast<char*>(H.data()) + i * D * 2, g.H.data(), static_cast<std::size_t>(D * 2));
-    const Problem p = Problem::linear(std::move(H), W, std::nullopt,
-                                      std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
+      std::memcpy(static_cast<char*>(H.data()) + i * D * 2, g.H.data(),
+                  static_cast<std::size_t>(D * 2));
+    const Problem p =
+        Problem::linear(std::move(H), W, std::nullopt,
+                        std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
     RunRequest req;
     req.problem = &p;
     req.recipe = parse_recipe("bf16/bf16/fp32/fp32");

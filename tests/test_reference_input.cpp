@@ -24,23 +24,51 @@ void expect_error(F f, const std::string& needle) {
 }
 
 TEST(ReferenceInput, MismatchedShapes) {
-  expect_error([] { Problem::linear(Tensor(DType::bf16, {4, 8}), Tensor(DType::bf16, {10, 7}), std::nullopt, {0, 1, 2, 3}); },
-               "hidden sizes differ");
-  expect_error([] { Problem::linear(Tensor(DType::bf16, {4, 8}), Tensor(DType::bf16, {10, 8}), std::nullopt, {0, 1, 2}); },
-               "targets has 3 entries but there are N=4");
-  expect_error([] { Problem::linear(Tensor(DType::bf16, {4, 8}), Tensor(DType::fp16, {10, 8}), std::nullopt, {0, 1, 2, 3}); },
-               "one input dtype");
-  expect_error([] { Problem::linear(Tensor(DType::bf16, {2, 8}), Tensor(DType::bf16, {10, 8}), Tensor(DType::fp32, {9}), {0, 1}); },
-               "bias must have shape (V=10)");
+  expect_error(
+      [] {
+        Problem::linear(Tensor(DType::bf16, {4, 8}), Tensor(DType::bf16, {10, 7}), std::nullopt,
+                        {0, 1, 2, 3});
+      },
+      "hidden sizes differ");
+  expect_error(
+      [] {
+        Problem::linear(Tensor(DType::bf16, {4, 8}), Tensor(DType::bf16, {10, 8}), std::nullopt,
+                        {0, 1, 2});
+      },
+      "targets has 3 entries but there are N=4");
+  expect_error(
+      [] {
+        Problem::linear(Tensor(DType::bf16, {4, 8}), Tensor(DType::fp16, {10, 8}), std::nullopt,
+                        {0, 1, 2, 3});
+      },
+      "one input dtype");
+  expect_error(
+      [] {
+        Problem::linear(Tensor(DType::bf16, {2, 8}), Tensor(DType::bf16, {10, 8}),
+                        Tensor(DType::fp32, {9}), {0, 1});
+      },
+      "bias must have shape (V=10)");
   expect_error([] { Problem::from_logits(Tensor(DType::fp32, {2, 3, 4}), {0, 1}); }, "2-D");
 }
 
 TEST(ReferenceInput, ZeroAndNegativeSizes) {
   expect_error([] { Tensor(DType::fp32, {-1, 4}); }, "negative extent");
-  expect_error([] { Problem::from_logits(Tensor(DType::fp32, {0, 4}), {}); }, "N (tokens) must be >= 1");
-  expect_error([] { Problem::from_logits(Tensor(DType::fp32, {2, 0}), {0, 0}); }, "V (vocabulary) must be >= 1");
-  expect_error([] { Problem::linear(Tensor(DType::fp32, {2, 0}), Tensor(DType::fp32, {3, 0}), std::nullopt, {0, 0}); },
-               "D >= 1");
+  expect_error(
+      [] {
+        Problem::from_logits(Tensor(DType::fp32, {0, 4}), {});
+      },
+      "N (tokens) must be >= 1");
+  expect_error(
+      [] {
+        Problem::from_logits(Tensor(DType::fp32, {2, 0}), {0, 0});
+      },
+      "V (vocabulary) must be >= 1");
+  expect_error(
+      [] {
+        Problem::linear(Tensor(DType::fp32, {2, 0}), Tensor(DType::fp32, {3, 0}), std::nullopt,
+                        {0, 0});
+      },
+      "D >= 1");
 }
 
 // The scan for non-finite values runs over chunks in parallel; it must still name the first
@@ -60,7 +88,11 @@ TEST(ReferenceInput, NonFiniteInputs) {
   for (DType dt : {DType::fp32, DType::bf16, DType::fp16}) {
     Tensor H(dt, {2, 4}), W(dt, {3, 4});
     H.set(5, std::nan(""));
-    expect_error([&] { Problem::linear(H, W, std::nullopt, {0, 1}); }, "H holds a non-finite value");
+    expect_error(
+        [&] {
+          Problem::linear(H, W, std::nullopt, {0, 1});
+        },
+        "H holds a non-finite value");
     Tensor H2(dt, {2, 4});
     W.set(7, -HUGE_VAL);
     expect_error([&] { Problem::linear(H2, W, std::nullopt, {0, 1}); }, "flat index 7");
@@ -88,7 +120,8 @@ TEST(ReferenceInput, BadOptions) {
   expect_error([&] { compute_reference(p, s, o); }, "only taken with reduction none");
   s.reduction = Reduction::none;
   o.upstream = {1, 1};
-  expect_error([&] { compute_reference(p, s, o); }, "upstream gradient has 2 entries, expected N=4");
+  expect_error([&] { compute_reference(p, s, o); },
+               "upstream gradient has 2 entries, expected N=4");
   o.upstream = {1, std::nan(""), 1, 1};
   expect_error([&] { compute_reference(p, s, o); }, "upstream gradient [1]");
   s = {};

@@ -106,8 +106,8 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
   if (problems.empty()) throw InputError("audit: no problems to audit");
   auto strategies = make_strategies(cfg.backend);
   if (strategies.empty())
-    throw InputError(fmt::format("audit: no strategies are registered for backend {}",
-                                 to_string(cfg.backend)));
+    throw InputError(
+        fmt::format("audit: no strategies are registered for backend {}", to_string(cfg.backend)));
   std::vector<const Strategy*> chosen;
   for (const auto& s : strategies)
     if (cfg.strategies.empty() ||
@@ -136,7 +136,8 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
   std::int64_t done = 0;
   for (const AuditProblem& ap : problems) {
     for (DType input : inputs) {
-      if (cfg.progress) cfg.progress(done, total, fmt::format("{} {}: reference", ap.name, to_string(input)));
+      if (cfg.progress)
+        cfg.progress(done, total, fmt::format("{} {}: reference", ap.name, to_string(input)));
       std::optional<Prepared> prepared;
       try {
         prepared.emplace(prepare(ap, input, cfg));
@@ -147,9 +148,9 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
           if (recipe.input != input) continue;
           for (const Strategy* st : chosen) {
             RunRecord rec = new_record(ap, *st, recipe, input, cfg);
-            rec.verdict = verdict_not_run(
-                Disposition::not_supported,
-                fmt::format("the problem's inputs have no {} version: {}", to_string(input), e.what()));
+            rec.verdict = verdict_not_run(Disposition::not_supported,
+                                          fmt::format("the problem's inputs have no {} version: {}",
+                                                      to_string(input), e.what()));
             res.runs.push_back(std::move(rec));
             ++done;
           }
@@ -157,9 +158,17 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
         continue;
       }
       const Prepared& pr = *prepared;
-      ProblemRecord prec{ap.name, ap.regime, std::string(to_string(input)), ap.spec.describe(),
-                         pr.problem.describe(), pr.orig_rows, pr.ref.loss, pr.ref.lse,
-                         pr.ref.p_target, pr.ref.max_logit, pr.ref.entropy};
+      ProblemRecord prec{ap.name,
+                         ap.regime,
+                         std::string(to_string(input)),
+                         ap.spec.describe(),
+                         pr.problem.describe(),
+                         pr.orig_rows,
+                         pr.ref.loss,
+                         pr.ref.lse,
+                         pr.ref.p_target,
+                         pr.ref.max_logit,
+                         pr.ref.entropy};
       res.problems.push_back(std::move(prec));
       for (const Recipe& recipe : recipes) {
         if (recipe.input != input) continue;
@@ -171,9 +180,10 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
           ++done;
           const Status can = st->can_implement(pr.problem, ap.spec, recipe);
           if (!can.ok()) {
-            rec.verdict = verdict_not_run(
-                can.code == Status::Code::not_supported ? Disposition::not_supported : Disposition::failed,
-                can.message);
+            rec.verdict =
+                verdict_not_run(can.code == Status::Code::not_supported ? Disposition::not_supported
+                                                                        : Disposition::failed,
+                                can.message);
             res.runs.push_back(std::move(rec));
             continue;
           }
@@ -185,31 +195,35 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
             req.emulated_sms = cfg.device_sms;
             const auto t0 = std::chrono::steady_clock::now();
             const StrategyOutputs out = st->run(req);
-            rec.seconds = out.seconds > 0 ? out.seconds
-                                          : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            rec.seconds =
+                out.seconds > 0
+                    ? out.seconds
+                    : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             rec.peak_extra_bytes = out.peak_extra_bytes;
-            const RunAssessment as = assess_run(pr.problem, ap.spec, recipe, rec.arith, out, pr.ref, policy);
+            const RunAssessment as =
+                assess_run(pr.problem, ap.spec, recipe, rec.arith, out, pr.ref, policy);
             rec.c_vocab = as.bounds.c_vocab;
             rec.bound_meaningful = as.bounds.meaningful;
             rec.bound_note = as.bounds.note;
             rec.outputs = outputs_of(as);
             rec.verdict = as.verdict;
             // Baseline-relative check against the CPU emulation of the same strategy and recipe.
-            const double macs = static_cast<double>(pr.problem.N) * static_cast<double>(pr.problem.V) *
+            const double macs = static_cast<double>(pr.problem.N) *
+                                static_cast<double>(pr.problem.V) *
                                 static_cast<double>(std::max<std::int64_t>(pr.problem.D, 1));
             const bool baseline_fits = macs <= cfg.baseline_max_macs;
-            if (cfg.baseline && rec.verdict.disposition == Disposition::passed && !baselines.empty() &&
-                !baseline_fits)
+            if (cfg.baseline && rec.verdict.disposition == Disposition::passed &&
+                !baselines.empty() && !baseline_fits)
               rec.baseline_note = fmt::format(
                   "baseline not run: the CPU emulation of this problem ({:.3g} multiply-adds of "
                   "logits) is past its limit of {:.3g}; judged by its bound alone",
                   macs, cfg.baseline_max_macs);
-            if (cfg.baseline && rec.verdict.disposition == Disposition::passed && !baselines.empty() &&
-                baseline_fits) {
+            if (cfg.baseline && rec.verdict.disposition == Disposition::passed &&
+                !baselines.empty() && baseline_fits) {
               for (const auto& bs : baselines) {
                 if (bs->name() != st->name()) continue;
-                const RunAssessment ba = assess_run(pr.problem, ap.spec, recipe, rec.arith, bs->run(req),
-                                                    pr.ref, policy);
+                const RunAssessment ba = assess_run(pr.problem, ap.spec, recipe, rec.arith,
+                                                    bs->run(req), pr.ref, policy);
                 const auto brecs = outputs_of(ba);
                 for (const auto& o : rec.outputs)
                   for (const auto& b : brecs)
@@ -222,8 +236,10 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
                       // inherits it: floor = 8·u_out·max|ref| (stats' rel_floor is 2^-20·max|ref|).
                       // Measured on the H200 (docs/audit.md): the fp32 mean loss of the GPU
                       // strategies 1.1 ULP from the reference where the emulation was 0.1 ULP away.
-                      const double floor = 8.0 * unit_roundoff(o.stats.out_dtype) * o.stats.rel_floor * 0x1p20;
-                      const Verdict v = judge_against_baseline(o.name, o.stats, b.stats, floor, policy);
+                      const double floor =
+                          8.0 * unit_roundoff(o.stats.out_dtype) * o.stats.rel_floor * 0x1p20;
+                      const Verdict v =
+                          judge_against_baseline(o.name, o.stats, b.stats, floor, policy);
                       if (v.disposition != Disposition::passed) rec.verdict = v;
                     }
               }
@@ -241,10 +257,18 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
   }
   for (const auto& r : res.runs) {
     switch (r.verdict.disposition) {
-      case Disposition::passed: ++res.passed; break;
-      case Disposition::incorrect: ++res.incorrect; break;
-      case Disposition::not_supported: ++res.not_supported; break;
-      case Disposition::failed: ++res.failed; break;
+      case Disposition::passed:
+        ++res.passed;
+        break;
+      case Disposition::incorrect:
+        ++res.incorrect;
+        break;
+      case Disposition::not_supported:
+        ++res.not_supported;
+        break;
+      case Disposition::failed:
+        ++res.failed;
+        break;
     }
   }
   res.verdict = compute_verdict(res.runs);

@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "reference/reference.hpp"
 #include "datasets/generators.hpp"
 #include "datasets/h5.hpp"
 #include "datasets/problem.hpp"
 #include "gpu/strategy.hpp"
 #include "numerics/bounds.hpp"
 #include "numerics/stats.hpp"
+#include "reference/reference.hpp"
 
 namespace xentlab::audit {
 
@@ -30,7 +30,7 @@ struct AuditProblem {
   std::string regime;  ///< one line: what data regime it stands for
   Problem problem;
   LossSpec spec;
-  std::int64_t rows = -1;  ///< sub-batch rows for this problem; −1 = AuditConfig::rows
+  std::int64_t rows = -1;        ///< sub-batch rows for this problem; −1 = AuditConfig::rows
   std::int64_t vocab_rows = -1;  ///< vocabulary rows compared for dW/db; −1 = AuditConfig's
 };
 
@@ -50,7 +50,7 @@ struct AuditProblem {
 inline constexpr std::int64_t kRealShapeTokens = 8192;
 struct ProblemShape {
   std::string name;
-  std::int64_t N = 0, V = 0, D = 0;  ///< D = 0: given logits
+  std::int64_t N = 0, V = 0, D = 0;         ///< D = 0: given logits
   std::int64_t rows = -1, vocab_rows = -1;  ///< as AuditProblem
 };
 std::vector<AuditProblem> default_problem_set(
@@ -64,11 +64,11 @@ struct AuditConfig {
   std::vector<std::string> strategies;  ///< names; empty = every registered strategy
   std::vector<Recipe> recipes;          ///< empty = default_recipe_grid()
   Backend backend = Backend::cpu_emulation;
-  std::int64_t rows = 8;                ///< token rows of the sub-batch (0 = all)
-  std::int64_t vocab_rows = 256;        ///< vocabulary rows compared for dW/db (0 = all)
+  std::int64_t rows = 8;          ///< token rows of the sub-batch (0 = all)
+  std::int64_t vocab_rows = 256;  ///< vocabulary rows compared for dW/db (0 = all)
   std::uint64_t seed = 1;
-  std::string policy = "default";       ///< numerics/bounds.hpp policy_by_name
-  std::string device;                   ///< device description recorded with each run
+  std::string policy = "default";  ///< numerics/bounds.hpp policy_by_name
+  std::string device;              ///< device description recorded with each run
   /// GPU backend: also hold each passed run to the baseline-relative check against the CPU
   /// emulation of the same strategy and recipe (error ≤ factor × emulation error + floor).
   bool baseline = true;
@@ -125,17 +125,18 @@ struct ProblemRecord {
 
 /// One row of the verdict on "logits may be bf16 while accumulation must be fp32".
 struct VerdictRow {
-  std::string regime;   ///< problem name
-  std::string output;   ///< loss, dH, dW
-  std::string input;    ///< input dtype of the recipes compared
-  double err_fp32_logits = NAN;   ///< normwise error, X/fp32/fp32/X
-  double err_bf16_logits = NAN;   ///< X/bf16/fp32/X
-  double err_reduced_accum_best = NAN;  ///< best (smallest) normwise error of a bf16/fp16-accum recipe
+  std::string regime;            ///< problem name
+  std::string output;            ///< loss, dH, dW
+  std::string input;             ///< input dtype of the recipes compared
+  double err_fp32_logits = NAN;  ///< normwise error, X/fp32/fp32/X
+  double err_bf16_logits = NAN;  ///< X/bf16/fp32/X
+  double err_reduced_accum_best =
+      NAN;  ///< best (smallest) normwise error of a bf16/fp16-accum recipe
   std::string reduced_accum_best_recipe;
-  double floor = NAN;             ///< u of the output's storage dtype: one rounding of the output
-  bool logits_bf16_ok = false;    ///< bf16 logits within max(2× fp32-logits error, floor), passed
-  bool accum_fp32_needed = false; ///< every reduced-accum recipe incorrect or > 2× its fp32 twin
-  bool accum_tested = false;      ///< at least one reduced-accum recipe and its twin ran
+  double floor = NAN;              ///< u of the output's storage dtype: one rounding of the output
+  bool logits_bf16_ok = false;     ///< bf16 logits within max(2× fp32-logits error, floor), passed
+  bool accum_fp32_needed = false;  ///< every reduced-accum recipe incorrect or > 2× its fp32 twin
+  bool accum_tested = false;       ///< at least one reduced-accum recipe and its twin ran
   std::string logits_why, accum_why;
   /// One accumulation dtype (bf16 or fp16) answered on its own: its best recipe (smallest error)
   /// against that recipe's fp32-accumulation twin.
@@ -171,8 +172,9 @@ void write_results(const std::string& path, const AuditResult& result, const Aud
 
 /// Comparison of two results files, run by run (matched on problem, input dtype, strategy,
 /// backend, recipe). A regression: a run that passed in the baseline is now anything but passed
-/// (incorrect, failed, not supported) or missing; or an output whose largest error was within its bound (max_ratio ≤ 1) is now beyond
-/// it. Error growth that stays within the bound is noted, not counted: the bound is the line.
+/// (incorrect, failed, not supported) or missing; or an output whose largest error was within its
+/// bound (max_ratio ≤ 1) is now beyond it. Error growth that stays within the bound is noted, not
+/// counted: the bound is the line.
 struct RegressReport {
   std::vector<std::string> lines;  ///< one per regression or note
   std::int64_t baseline_runs = 0, current_runs = 0, regressions = 0, grown = 0;
@@ -189,7 +191,7 @@ RegressReport regress(const std::string& baseline_path, const std::string& curre
 /// (CUDA's and glibc's expf/logf, 2 + 1 + 1 ULP). 0/0 counts as 1, x/0 as +inf.
 struct FidelityRow {
   std::string strategy, output;
-  std::int64_t n = 0;  ///< outputs compared
+  std::int64_t n = 0;                         ///< outputs compared
   double median = 0.0, min = 0.0, max = 0.0;  ///< of the ratios
 };
 struct FidelityReport {
@@ -198,8 +200,8 @@ struct FidelityReport {
   std::int64_t outputs = 0;        ///< outputs compared
   std::int64_t not_supported = 0;  ///< pairs with a run not supported on one side
   std::int64_t device_only = 0, model_only = 0;  ///< runs without a partner
-  std::vector<FidelityRow> rows;           ///< per (strategy, output), in name order
-  std::vector<std::string> disagreements;  ///< one line per disagreeing run or output
+  std::vector<FidelityRow> rows;                 ///< per (strategy, output), in name order
+  std::vector<std::string> disagreements;        ///< one line per disagreeing run or output
 };
 /// Throws FormatError for a file that is not an xentlab results file or holds an unusable run
 /// (an unknown output dtype; a passed run's error not a finite number ≥ 0), naming the file and

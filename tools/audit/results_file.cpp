@@ -86,7 +86,7 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
             "--append: the file already records problem {} as another problem ({}); its runs "
             "and these would be compared as one: write this audit to another file",
             name,
-            old_spec != p.spec   ? fmt::format("spec '{}', this audit '{}'", old_spec, p.spec)
+            old_spec != p.spec       ? fmt::format("spec '{}', this audit '{}'", old_spec, p.spec)
             : old_desc != p.describe ? fmt::format("'{}', this audit '{}'", old_desc, p.describe)
                                      : std::string("other audited token rows (--rows, --seed)")));
       continue;
@@ -168,7 +168,8 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     g.set_attr("logits_why", v.logits_why);
     g.set_attr("accum_why", v.accum_why);
     for (const auto& [prefix, a] :
-         {std::pair<const char*, const VerdictRow::Accum*>{"accum_bf16", &v.accum_bf16}, {"accum_fp16", &v.accum_fp16}}) {
+         {std::pair<const char*, const VerdictRow::Accum*>{"accum_bf16", &v.accum_bf16},
+          {"accum_fp16", &v.accum_fp16}}) {
       g.set_attr(fmt::format("{}_tested", prefix), a->tested);
       g.set_attr(fmt::format("{}_harmless", prefix), a->harmless);
       g.set_attr(fmt::format("{}_err", prefix), a->err);
@@ -186,7 +187,8 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
 h5::File open_results_file(const std::string& path) {
   h5::File f = h5::File::open_read(path);
   if (!f.has_attr("format") || f.attr_string("format") != "xentlab-results")
-    throw FormatError(path + " is not an xentlab results file (attribute format != xentlab-results)");
+    throw FormatError(path +
+                      " is not an xentlab results file (attribute format != xentlab-results)");
   if (f.attr_int("format_version") != kResultsFormatVersion)
     throw FormatError(fmt::format("{}: results format version {} (this xentlab reads {})", path,
                                   f.attr_int("format_version"), kResultsFormatVersion));
@@ -201,9 +203,12 @@ void write_results(const std::string& path, const AuditResult& res, const AuditC
   if (append && exists) {
     {
       const h5::File old = open_results_file(path);
-      first_id = old.exists("runs") ? static_cast<std::int64_t>(old.open_group("runs").children().size()) : 0;
+      first_id = old.exists("runs")
+                     ? static_cast<std::int64_t>(old.open_group("runs").children().size())
+                     : 0;
     }
-    std::filesystem::copy_file(path, out.temp_path(), std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(path, out.temp_path(),
+                               std::filesystem::copy_options::overwrite_existing);
     h5::File f = h5::File::open_rw(out.temp_path());
     write_all(f, res, cfg, first_id);
     f.close();

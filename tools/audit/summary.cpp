@@ -13,10 +13,14 @@ namespace {
 
 char letter(Disposition d) {
   switch (d) {
-    case Disposition::passed: return 'P';
-    case Disposition::incorrect: return 'I';
-    case Disposition::not_supported: return 'n';
-    case Disposition::failed: return 'F';
+    case Disposition::passed:
+      return 'P';
+    case Disposition::incorrect:
+      return 'I';
+    case Disposition::not_supported:
+      return 'n';
+    case Disposition::failed:
+      return 'F';
   }
   return '?';
 }
@@ -26,7 +30,6 @@ std::string num(double x) {
   if (std::isinf(x)) return "non-finite";
   return fmt::format("{:.2e}", x);
 }
-
 
 /// The count line. "passed" means consistent with the recipe's declared arithmetic, which says
 /// nothing of accuracy when that arithmetic has no finite bound (bf16 accumulation over a large
@@ -42,14 +45,20 @@ std::string runs_line(const AuditResult& res) {
     }
     ++unbounded;
     const double e = r.normwise("loss");
-    if (!std::isnan(e)) worst_unbounded = std::isnan(worst_unbounded) ? e : std::max(worst_unbounded, e);
+    if (!std::isnan(e))
+      worst_unbounded = std::isnan(worst_unbounded) ? e : std::max(worst_unbounded, e);
   }
-  std::string s = fmt::format("\nruns: {} passed ({} within the finite a-priori bound of their recipe's arithmetic", res.passed, bounded);
+  std::string s = fmt::format(
+      "\nruns: {} passed ({} within the finite a-priori bound of their recipe's arithmetic",
+      res.passed, bounded);
   if (unbounded > 0)
-    s += fmt::format(", {} whose recipe has no finite bound: only finiteness checked, loss errors up to {}", unbounded,
-                     num(worst_unbounded));
-  s += fmt::format("), {} incorrect, {} not supported, {} failed\n", res.incorrect, res.not_supported, res.failed);
-  s += "(passed = consistent with the recipe's declared arithmetic, not accurate: the errors are in the table, "
+    s += fmt::format(
+        ", {} whose recipe has no finite bound: only finiteness checked, loss errors up to {}",
+        unbounded, num(worst_unbounded));
+  s += fmt::format("), {} incorrect, {} not supported, {} failed\n", res.incorrect,
+                   res.not_supported, res.failed);
+  s += "(passed = consistent with the recipe's declared arithmetic, not accurate: the errors are "
+       "in the table, "
        "the answers below compare the recipes)\n";
   return s;
 }
@@ -76,13 +85,19 @@ std::string plain_answers(const std::vector<VerdictRow>& rows, bool md) {
   if (rows.empty()) return "";
   std::vector<std::string> outputs;
   for (const auto& v : rows)
-    if (std::find(outputs.begin(), outputs.end(), v.output) == outputs.end()) outputs.push_back(v.output);
+    if (std::find(outputs.begin(), outputs.end(), v.output) == outputs.end())
+      outputs.push_back(v.output);
   const std::string item = md ? "- " : "  ";
-  std::string s = md ? "\n## Answers\n\n" : "\nANSWERS (×: the normwise error ÷ that of the same recipe with fp32 logits, or with fp32 accumulation "
-                    "(for accumulation: the recipe that makes it harmless, or the worst where it is harmful); errors worst over the strategies)\n";
-  s += md ? "**May the logits be bf16?** (yes where the error stays within 2× that of fp32 logits, or — marked ≤u — "
+  std::string s = md ? "\n## Answers\n\n"
+                     : "\nANSWERS (×: the normwise error ÷ that of the same recipe with fp32 "
+                       "logits, or with fp32 accumulation "
+                       "(for accumulation: the recipe that makes it harmless, or the worst where "
+                       "it is harmful); errors worst over the strategies)\n";
+  s += md ? "**May the logits be bf16?** (yes where the error stays within 2× that of fp32 logits, "
+            "or — marked ≤u — "
             "within one rounding of the input dtype)\n\n"
-          : "May the logits be bf16? (yes where the error stays within 2x that of fp32 logits, or -- marked <=u -- "
+          : "May the logits be bf16? (yes where the error stays within 2x that of fp32 logits, or "
+            "-- marked <=u -- "
             "within one rounding of the input dtype)\n";
   for (const auto& out : outputs) {
     std::vector<std::string> yes, no;
@@ -90,8 +105,9 @@ std::string plain_answers(const std::vector<VerdictRow>& rows, bool md) {
       if (v.output != out) continue;
       // "≤u": a yes by the floor (within one rounding of the input dtype), not by the factor
       const bool by_floor = v.logits_bf16_ok && v.err_bf16_logits > 2 * v.err_fp32_logits;
-      const std::string e = fmt::format("{}.{} {}{}", v.regime, v.input, factor(v.err_bf16_logits, v.err_fp32_logits),
-                                        by_floor ? " ≤u" : "");
+      const std::string e =
+          fmt::format("{}.{} {}{}", v.regime, v.input, factor(v.err_bf16_logits, v.err_fp32_logits),
+                      by_floor ? " ≤u" : "");
       (v.logits_bf16_ok ? yes : no).push_back(e);
     }
     const std::size_t n = yes.size() + no.size();
@@ -101,12 +117,15 @@ std::string plain_answers(const std::vector<VerdictRow>& rows, bool md) {
     else if (yes.empty())
       line += fmt::format("NO, in all {} regimes ({})", n, name_list(no));
     else
-      line += fmt::format("only in {} of {} regimes ({}); NO in {}", yes.size(), n, name_list(yes), name_list(no));
+      line += fmt::format("only in {} of {} regimes ({}); NO in {}", yes.size(), n, name_list(yes),
+                          name_list(no));
     s += line + "\n";
   }
-  s += md ? "\n**Must accumulation be fp32?** (a reduced accumulation is harmless where its error stays within 2× "
+  s += md ? "\n**Must accumulation be fp32?** (a reduced accumulation is harmless where its error "
+            "stays within 2× "
             "that of its fp32-accumulation twin, or within one rounding of the input dtype)\n\n"
-          : "Must accumulation be fp32? (a reduced accumulation is harmless where its error stays within 2x that of "
+          : "Must accumulation be fp32? (a reduced accumulation is harmless where its error stays "
+            "within 2x that of "
             "its fp32-accumulation twin, or within one rounding of the input dtype)\n";
   for (const bool bf16 : {true, false}) {
     for (const auto& out : outputs) {
@@ -117,20 +136,23 @@ std::string plain_answers(const std::vector<VerdictRow>& rows, bool md) {
         // Harmless: the factor of the recipe that makes it so (its best); harmful: its worst.
         const bool by_floor = a.harmless && a.err > 2 * a.twin_err;
         if (a.harmless)
-          harmless.push_back(fmt::format("{}.{} {}{}", v.regime, v.input, factor(a.err, a.twin_err), by_floor ? " ≤u" : ""));
+          harmless.push_back(fmt::format("{}.{} {}{}", v.regime, v.input, factor(a.err, a.twin_err),
+                                         by_floor ? " ≤u" : ""));
         else
-          harmful.push_back(fmt::format("{}.{} up to {}", v.regime, v.input, factor(a.worst_err, a.worst_twin_err)));
+          harmful.push_back(fmt::format("{}.{} up to {}", v.regime, v.input,
+                                        factor(a.worst_err, a.worst_twin_err)));
       }
       const std::size_t n = harmful.size() + harmless.size();
       if (n == 0) continue;
       std::string line = fmt::format("{}{} accumulation, {}: ", item, bf16 ? "bf16" : "fp16", out);
       if (harmless.empty())
-        line += fmt::format("yes, fp32 is needed: harmful in all {} regimes ({})", n, name_list(harmful));
+        line += fmt::format("yes, fp32 is needed: harmful in all {} regimes ({})", n,
+                            name_list(harmful));
       else if (harmful.empty())
         line += fmt::format("no: harmless in all {} regimes ({})", n, name_list(harmless));
       else
-        line += fmt::format("depends on the regime: harmful in {} of {} ({}); harmless in {}", harmful.size(), n,
-                            name_list(harmful), name_list(harmless));
+        line += fmt::format("depends on the regime: harmful in {} of {} ({}); harmless in {}",
+                            harmful.size(), n, name_list(harmful), name_list(harmless));
       s += line + "\n";
     }
   }
@@ -176,7 +198,9 @@ std::string format_summary(const AuditResult& res, bool md) {
     std::string letters, cells;
     double el = NAN, eg = NAN, ew = NAN, ratio = 0;
     bool unbounded = false;  // some run's declared arithmetic has no finite bound
-    auto worst = [](double acc, double v) { return std::isnan(v) ? acc : (std::isnan(acc) ? v : std::max(acc, v)); };
+    auto worst = [](double acc, double v) {
+      return std::isnan(v) ? acc : (std::isnan(acc) ? v : std::max(acc, v));
+    };
     for (const auto& st : strategies) {
       const RunRecord* run = nullptr;
       for (const RunRecord* r : rs)
@@ -195,17 +219,20 @@ std::string format_summary(const AuditResult& res, bool md) {
     // the finite parts were held to one; the verdict judges such recipes by their errors.
     const std::string ratio_cell = unbounded ? "no bound" : num(ratio);
     if (md)
-      s += fmt::format("| {} | {} |{} {} | {} | {} | {} |\n", std::get<0>(key), std::get<1>(key), cells,
-                       num(el), num(eg), num(ew), ratio_cell);
+      s += fmt::format("| {} | {} |{} {} | {} | {} | {} |\n", std::get<0>(key), std::get<1>(key),
+                       cells, num(el), num(eg), num(ew), ratio_cell);
     else
-      s += fmt::format("{:<22} {:<20} {:<6} {:>10} {:>10} {:>10} {:>10}\n", std::get<0>(key), std::get<1>(key),
-                       letters, num(el), num(eg), num(ew), ratio_cell);
+      s += fmt::format("{:<22} {:<20} {:<6} {:>10} {:>10} {:>10} {:>10}\n", std::get<0>(key),
+                       std::get<1>(key), letters, num(el), num(eg), num(ew), ratio_cell);
   }
   if (!md)
-    s += fmt::format("(columns {} = {}; P passed (consistent with the recipe), I incorrect, n not supported, F failed; errors are "
-                     "normwise relative, worst over strategies; ratio = max |e|/bound; \"no bound\": the recipe's declared "
-                     "arithmetic has no finite a-priori bound, docs/audit.md)\n",
-                     strat_hdr, fmt::join(strategies, ", "));
+    s += fmt::format(
+        "(columns {} = {}; P passed (consistent with the recipe), I incorrect, n not supported, F "
+        "failed; errors are "
+        "normwise relative, worst over strategies; ratio = max |e|/bound; \"no bound\": the "
+        "recipe's declared "
+        "arithmetic has no finite a-priori bound, docs/audit.md)\n",
+        strat_hdr, fmt::join(strategies, ", "));
   s += runs_line(res);
   s += plain_answers(res.verdict, md);
 
@@ -213,22 +240,29 @@ std::string format_summary(const AuditResult& res, bool md) {
   s += md ? "\n## Verdict: \"logits may be bf16 while accumulation must be fp32\"\n\n"
           : "\nVERDICT: \"logits may be bf16 while accumulation must be fp32\"\n";
   if (md)
-    s += "| regime | input | output | err fp32 logits | err bf16 logits | logits may be bf16 | best reduced-accum err | accum must be fp32 |\n"
+    s += "| regime | input | output | err fp32 logits | err bf16 logits | logits may be bf16 | "
+         "best reduced-accum err | accum must be fp32 |\n"
          "|---|---|---|---|---|---|---|---|\n";
   else
-    s += fmt::format("{:<22} {:<5} {:<5} {:>10} {:>10} {:>6} {:>12} {:>6}\n", "regime", "input", "out",
-                     "fp32-lgt", "bf16-lgt", "bf16ok", "best-redacc", "fp32!");
+    s += fmt::format("{:<22} {:<5} {:<5} {:>10} {:>10} {:>6} {:>12} {:>6}\n", "regime", "input",
+                     "out", "fp32-lgt", "bf16-lgt", "bf16ok", "best-redacc", "fp32!");
   std::map<std::string, std::pair<int, int>> logits_ok, accum_needed;
   for (const auto& v : res.verdict) {
     if (md)
-      s += fmt::format("| {} | {} | {} | {} | {} | {} | {} ({}) | {} |\n", v.regime, v.input, v.output,
-                       num(v.err_fp32_logits), num(v.err_bf16_logits), v.logits_bf16_ok ? "yes" : "**no**",
-                       num(v.err_reduced_accum_best), v.reduced_accum_best_recipe,
-                       !v.accum_tested ? "untested" : v.accum_fp32_needed ? "yes" : "**no**");
+      s += fmt::format("| {} | {} | {} | {} | {} | {} | {} ({}) | {} |\n", v.regime, v.input,
+                       v.output, num(v.err_fp32_logits), num(v.err_bf16_logits),
+                       v.logits_bf16_ok ? "yes" : "**no**", num(v.err_reduced_accum_best),
+                       v.reduced_accum_best_recipe,
+                       !v.accum_tested       ? "untested"
+                       : v.accum_fp32_needed ? "yes"
+                                             : "**no**");
     else
-      s += fmt::format("{:<22} {:<5} {:<5} {:>10} {:>10} {:>6} {:>12} {:>6}\n", v.regime, v.input, v.output,
-                       num(v.err_fp32_logits), num(v.err_bf16_logits), v.logits_bf16_ok ? "yes" : "NO",
-                       num(v.err_reduced_accum_best), !v.accum_tested ? "-" : v.accum_fp32_needed ? "yes" : "NO");
+      s += fmt::format("{:<22} {:<5} {:<5} {:>10} {:>10} {:>6} {:>12} {:>6}\n", v.regime, v.input,
+                       v.output, num(v.err_fp32_logits), num(v.err_bf16_logits),
+                       v.logits_bf16_ok ? "yes" : "NO", num(v.err_reduced_accum_best),
+                       !v.accum_tested       ? "-"
+                       : v.accum_fp32_needed ? "yes"
+                                             : "NO");
     auto& a = logits_ok[v.output];
     a.first += v.logits_bf16_ok;
     ++a.second;
@@ -248,13 +282,19 @@ std::string format_summary(const AuditResult& res, bool md) {
       what = "is REFUTED (reduced accumulation was harmless somewhere)";
     else
       what = "HOLDS";
-    s += fmt::format("{}{}: logits may be bf16 in {}/{} regimes; accumulation must be fp32 in {}/{} tested: the rule {}\n",
-                     md ? "- " : "  ", out, c.first, c.second, a.first, a.second, what);
+    s += fmt::format(
+        "{}{}: logits may be bf16 in {}/{} regimes; accumulation must be fp32 in {}/{} tested: the "
+        "rule {}\n",
+        md ? "- " : "  ", out, c.first, c.second, a.first, a.second, what);
   }
   // The reasons, one per regime/output where the rule fails.
   for (const auto& v : res.verdict) {
-    if (!v.logits_bf16_ok) s += fmt::format("{}{} {} {}: bf16 logits: {}\n", md ? "  - " : "    ", v.regime, v.input, v.output, v.logits_why);
-    if (v.accum_tested && !v.accum_fp32_needed) s += fmt::format("{}{} {} {}: accumulation: {}\n", md ? "  - " : "    ", v.regime, v.input, v.output, v.accum_why);
+    if (!v.logits_bf16_ok)
+      s += fmt::format("{}{} {} {}: bf16 logits: {}\n", md ? "  - " : "    ", v.regime, v.input,
+                       v.output, v.logits_why);
+    if (v.accum_tested && !v.accum_fp32_needed)
+      s += fmt::format("{}{} {} {}: accumulation: {}\n", md ? "  - " : "    ", v.regime, v.input,
+                       v.output, v.accum_why);
   }
   return s;
 }

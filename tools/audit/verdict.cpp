@@ -4,7 +4,8 @@
 //            (+inf when an output is non-finite where the reference is finite).
 //   floor  = u_X, the unit roundoff of the input (and gradient) dtype: "X-level accuracy".
 //   "logits may be bf16" holds when every run of X/bf16/fp32/X passed its own bound and
-//       err(X/bf16/fp32/X) ≤ max(f · err(X/fp32/fp32/X), floor), f = the policy's baseline factor (2).
+//       err(X/bf16/fp32/X) ≤ max(f · err(X/fp32/fp32/X), floor), f = the policy's baseline factor
+//       (2).
 //   "accumulation must be fp32" holds when every recipe with accum ∈ {bf16, fp16} either has an
 //       incorrect run or err > max(f · err(its fp32-accum twin), floor).
 #include <fmt/format.h>
@@ -23,7 +24,7 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct RecipeRuns {
-  double worst = kNaN;     // worst normwise error of the output over strategies that produced it
+  double worst = kNaN;  // worst normwise error of the output over strategies that produced it
   bool any_incorrect = false;
   bool all_passed = true;
   int ran = 0;
@@ -34,9 +35,12 @@ struct RecipeRuns {
 std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
   const double factor = policy_by_name("default").baseline_factor;
   // (problem, input) → recipe → output → aggregate
-  std::map<std::pair<std::string, std::string>, std::map<std::string, std::map<std::string, RecipeRuns>>> agg;
+  std::map<std::pair<std::string, std::string>,
+           std::map<std::string, std::map<std::string, RecipeRuns>>>
+      agg;
   for (const RunRecord& r : runs) {
-    if (r.verdict.disposition == Disposition::not_supported || r.verdict.disposition == Disposition::failed)
+    if (r.verdict.disposition == Disposition::not_supported ||
+        r.verdict.disposition == Disposition::failed)
       continue;
     auto& per_recipe = agg[{r.problem, r.input_dtype}][r.recipe];
     for (const char* out : {"loss", "dz", "dH", "dW"}) {
@@ -53,7 +57,8 @@ std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
   for (const auto& [key, per_recipe] : agg) {
     const std::string& X = key.second;
     const DType xd = parse_dtype(X);
-    const std::string A = fmt::format("{0}/fp32/fp32/{0}", X), B = fmt::format("{0}/bf16/fp32/{0}", X);
+    const std::string A = fmt::format("{0}/fp32/fp32/{0}", X),
+                      B = fmt::format("{0}/bf16/fp32/{0}", X);
     for (const char* out : {"loss", "dz", "dH", "dW"}) {
       auto get = [&](const std::string& recipe) -> const RecipeRuns* {
         auto it = per_recipe.find(recipe);
@@ -101,7 +106,8 @@ std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
           per_dtype.recipe = recipe;
         }
         // Cross-multiplied ratios: no division by a zero twin error.
-        if (per_dtype.worst_recipe.empty() || !(c.worst * per_dtype.worst_twin_err <= per_dtype.worst_err * t->worst)) {
+        if (per_dtype.worst_recipe.empty() ||
+            !(c.worst * per_dtype.worst_twin_err <= per_dtype.worst_err * t->worst)) {
           per_dtype.worst_err = c.worst;
           per_dtype.worst_twin_err = t->worst;
           per_dtype.worst_recipe = recipe;
@@ -112,8 +118,9 @@ std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
         }
         if (!bad) {
           v.accum_fp32_needed = false;
-          v.accum_why = fmt::format("{}: err {:.3g} ≤ max({}×{:.3g}, u={:.3g}) and within its bound",
-                                    recipe, c.worst, factor, t->worst, v.floor);
+          v.accum_why =
+              fmt::format("{}: err {:.3g} ≤ max({}×{:.3g}, u={:.3g}) and within its bound", recipe,
+                          c.worst, factor, t->worst, v.floor);
         }
       }
       v.accum_tested = compared > 0;
@@ -121,9 +128,10 @@ std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
         v.accum_fp32_needed = false;
         v.accum_why = "no reduced-accumulation recipe ran";
       } else if (v.accum_fp32_needed) {
-        v.accum_why = fmt::format("all {} reduced-accumulation recipes incorrect or > max({}× fp32 twin, u); "
-                                  "best {} err {:.3g}",
-                                  compared, factor, v.reduced_accum_best_recipe, v.err_reduced_accum_best);
+        v.accum_why = fmt::format(
+            "all {} reduced-accumulation recipes incorrect or > max({}× fp32 twin, u); "
+            "best {} err {:.3g}",
+            compared, factor, v.reduced_accum_best_recipe, v.err_reduced_accum_best);
       }
       rows.push_back(std::move(v));
     }
