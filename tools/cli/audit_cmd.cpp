@@ -3,7 +3,6 @@
 // "logits may be bf16 while accumulation must be fp32". Exit status 1 when any run is incorrect or
 // failed.
 #include <fmt/core.h>
-
 #include <spawn.h>  // posix_spawnp, environ
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,8 +10,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -99,9 +98,10 @@ void check_plots_folder(const std::string& dir, bool force) {
         "error_vs_recipe_dW.png", "ulp_loss.png", "ulp_dz.png", "ulp_dH.png", "ulp_dW.png",
         "loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png", "verdict_heatmap.png"})
     if (fs::exists(fs::path(dir) / name, ec))
-      throw InputError(fmt::format("--plots {}: holds plots already ({}); pass --force to "
-                                   "overwrite them",
-                                   dir, name));
+      throw InputError(
+          fmt::format("--plots {}: holds plots already ({}); pass --force to "
+                      "overwrite them",
+                      dir, name));
 }
 
 int run_audit_command(const AuditArgs& a) {
@@ -123,8 +123,9 @@ int run_audit_command(const AuditArgs& a) {
   (void)list("--problems", a.problems);
   (void)list("--dataset", a.datasets);
   if (a.vocab > 0 && a.datasets.empty())
-    throw InputError("--vocab sets V of --dataset generators; the embedded set has V = 128256 "
-                     "(give --dataset, or leave --vocab out)");
+    throw InputError(
+        "--vocab sets V of --dataset generators; the embedded set has V = 128256 "
+        "(give --dataset, or leave --vocab out)");
   {
     ReferenceOptions ro;
     apply_reference_choice(a.reference, ro);
@@ -149,9 +150,10 @@ int run_audit_command(const AuditArgs& a) {
         for (const auto& id : f.open_group("runs").children()) {
           const std::int64_t s = f.open_group("runs/" + id).attr_int("seed");
           if (s != static_cast<std::int64_t>(a.seed))
-            throw InputError(fmt::format("--append: {} holds runs of seed {}, this audit's is {}; "
-                                         "write it to another file",
-                                         a.out, s, a.seed));
+            throw InputError(
+                fmt::format("--append: {} holds runs of seed {}, this audit's is {}; "
+                            "write it to another file",
+                            a.out, s, a.seed));
           break;
         }
     }
@@ -178,28 +180,25 @@ int run_audit_command(const AuditArgs& a) {
   const auto wanted = split_commas(a.problems);
   const auto datasets = split_commas(a.datasets);
   if (!wanted.empty() || datasets.empty()) {
-    std::vector<audit::AuditProblem> all =
-        audit::default_problem_set(a.seed, a.tokens, a.hidden, wanted,
-                                   [&a](const std::string& name) {
-                                     return a.quiet ? GenerationProgress{}
-                                                    : progress_printer("generating " + name);
-                                   },
-                                   cfg.backend != Backend::cpu_emulation,
-                                   [&cfg](const audit::ProblemShape& ps) {
-                                     // The reference of the sub-batch the audit will run on
-                                     // (tools/audit/audit.cpp, prepare), before generating.
-                                     const std::int64_t r = ps.rows >= 0 ? ps.rows : cfg.rows;
-                                     const std::int64_t S = r > 0 ? std::min(r, ps.N) : ps.N;
-                                     const std::int64_t vr =
-                                         ps.vocab_rows >= 0 ? ps.vocab_rows : cfg.vocab_rows;
-                                     const std::int64_t J =
-                                         ps.D == 0 ? 0 : (vr > 0 ? std::min(vr, ps.V) : ps.V);
-                                     ReferenceOptions ro;
-                                     ro.tier = cfg.reference_tier;
-                                     ro.max_bytes = cfg.reference_memory;
-                                     ro.want_dz = ps.D == 0;
-                                     check_reference_fits(S, ps.V, ps.D, J, ro);
-                                   });
+    std::vector<audit::AuditProblem> all = audit::default_problem_set(
+        a.seed, a.tokens, a.hidden, wanted,
+        [&a](const std::string& name) {
+          return a.quiet ? GenerationProgress{} : progress_printer("generating " + name);
+        },
+        cfg.backend != Backend::cpu_emulation,
+        [&cfg](const audit::ProblemShape& ps) {
+          // The reference of the sub-batch the audit will run on
+          // (tools/audit/audit.cpp, prepare), before generating.
+          const std::int64_t r = ps.rows >= 0 ? ps.rows : cfg.rows;
+          const std::int64_t S = r > 0 ? std::min(r, ps.N) : ps.N;
+          const std::int64_t vr = ps.vocab_rows >= 0 ? ps.vocab_rows : cfg.vocab_rows;
+          const std::int64_t J = ps.D == 0 ? 0 : (vr > 0 ? std::min(vr, ps.V) : ps.V);
+          ReferenceOptions ro;
+          ro.tier = cfg.reference_tier;
+          ro.max_bytes = cfg.reference_memory;
+          ro.want_dz = ps.D == 0;
+          check_reference_fits(S, ps.V, ps.D, J, ro);
+        });
     for (auto& p : all)
       if (wanted.empty() || std::find(wanted.begin(), wanted.end(), p.name) != wanted.end())
         problems.push_back(std::move(p));
@@ -212,8 +211,10 @@ int run_audit_command(const AuditArgs& a) {
             "dW) is audited on a GPU backend only: the CPU emulation would take hours a run "
             "(use --backend cuda on a machine with a GPU, or --dataset llama3-8b with --rows)");
       if (!found)
-        throw InputError(fmt::format("unknown problem '{}' of the embedded set (see xentlab audit --help; "
-                                     "catalog datasets and files go to --dataset)", w));
+        throw InputError(
+            fmt::format("unknown problem '{}' of the embedded set (see xentlab audit --help; "
+                        "catalog datasets and files go to --dataset)",
+                        w));
     }
   }
   for (const auto& d : datasets) {
@@ -239,17 +240,22 @@ int run_audit_command(const AuditArgs& a) {
     // On a terminal: one line redrawn in place; otherwise (a log): a line per tenth of the runs.
     const bool tty = isatty(fileno(stderr)) != 0;
     auto last_tenth = std::make_shared<std::int64_t>(-1);
-    cfg.progress = [t0, tty, last_tenth](std::int64_t done, std::int64_t total, const std::string& what) {
-      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const double eta = done > 0 ? el / static_cast<double>(done) * static_cast<double>(total - done) : 0.0;
+    cfg.progress = [t0, tty, last_tenth](std::int64_t done, std::int64_t total,
+                                         const std::string& what) {
+      const double el =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double eta =
+          done > 0 ? el / static_cast<double>(done) * static_cast<double>(total - done) : 0.0;
       if (tty) {
-        fmt::print(stderr, "\r[{:>4}/{}] {:>5.0f}s elapsed, ETA {:>4.0f}s  {:<60.60}", done, total, el, eta, what);
+        fmt::print(stderr, "\r[{:>4}/{}] {:>5.0f}s elapsed, ETA {:>4.0f}s  {:<60.60}", done, total,
+                   el, eta, what);
         if (done == total) fmt::print(stderr, "\n");
       } else {
         const std::int64_t tenth = total > 0 ? done * 10 / total : 10;
         if (tenth == *last_tenth) return;
         *last_tenth = tenth;
-        fmt::print(stderr, "[{:>4}/{}] {:.0f}s elapsed, ETA {:.0f}s: {}\n", done, total, el, eta, what);
+        fmt::print(stderr, "[{:>4}/{}] {:.0f}s elapsed, ETA {:.0f}s: {}\n", done, total, el, eta,
+                   what);
       }
     };
   }
@@ -280,10 +286,10 @@ int run_audit_command(const AuditArgs& a) {
     md.close();
     const int err = errno;
     if (!md)
-      throw OutputError(fmt::format("{}: cannot write the Markdown summary ({}; the results file "
-                                    "{} is written)",
-                                    md_path, err != 0 ? std::strerror(err) : "unknown reason",
-                                    a.out));
+      throw OutputError(
+          fmt::format("{}: cannot write the Markdown summary ({}; the results file "
+                      "{} is written)",
+                      md_path, err != 0 ? std::strerror(err) : "unknown reason", a.out));
   }
   md_out.commit();
   fmt::print("{}", audit::format_summary(res, false));
@@ -300,11 +306,14 @@ int run_audit_command(const AuditArgs& a) {
     pid_t pid = 0;
     int status = -1;
     const bool ok = posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ) == 0 &&
-                    waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+                    waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+                    WEXITSTATUS(status) == 0;
     if (!ok) {
-      fmt::print(stderr, "xentlab audit: the plots were not made: python3 {} failed (its message is "
+      fmt::print(stderr,
+                 "xentlab audit: the plots were not made: python3 {} failed (its message is "
                  "above; where h5py or matplotlib is missing, tools/setup.sh --python installs "
-                 "them). The results files are written.\n", script);
+                 "them). The results files are written.\n",
+                 script);
       return 3;  // an output that could not be written
     }
     fmt::print("plots: {}/\n", a.plots);
@@ -319,31 +328,42 @@ void register_audit(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "audit",
       "Every strategy x recipe against the certified reference, on the embedded problem set; "
-      "writes HDF5 results, a Markdown summary and the verdict. Exit 1 if any run is incorrect or failed.");
+      "writes HDF5 results, a Markdown summary and the verdict. Exit 1 if any run is incorrect or "
+      "failed.");
   c->add_option("--problems", a->problems,
                 "problems of the embedded set (comma list): stories260k, calibrated, confident, "
                 "offset, masked, all-options; default all");
-  c->add_option("--dataset,-d", a->datasets,
-                "catalog datasets (xentlab datasets) or problem files (HDF5, .safetensors, a folder of "
-                ".npy) to audit instead of the embedded set (repeatable, comma list)");
+  c->add_option(
+      "--dataset,-d", a->datasets,
+      "catalog datasets (xentlab datasets) or problem files (HDF5, .safetensors, a folder of "
+      ".npy) to audit instead of the embedded set (repeatable, comma list)");
   c->add_option("--strategies", a->strategies, "strategies (comma list); default all registered");
-  c->add_option("--recipes", a->recipes,
-                "recipes input/logits/accum/grad (comma list); default: the grid of logits x accum in "
-                "{fp32,bf16,fp16} for bf16 and fp16 inputs, plus all-fp32");
-  c->add_option("--backend", a->backend, "auto (GPU if present), cpu (emulation) or cuda")->capture_default_str();
+  c->add_option(
+      "--recipes", a->recipes,
+      "recipes input/logits/accum/grad (comma list); default: the grid of logits x accum in "
+      "{fp32,bf16,fp16} for bf16 and fp16 inputs, plus all-fp32");
+  c->add_option("--backend", a->backend, "auto (GPU if present), cpu (emulation) or cuda")
+      ->capture_default_str();
   c->add_option("--rows", a->rows, "token rows of each problem's audited sub-batch (0 = all)")
-      ->capture_default_str()->check(non_negative());
+      ->capture_default_str()
+      ->check(non_negative());
   c->add_option("--vocab-rows", a->vocab_rows, "vocabulary rows compared for dW/db (0 = all)")
-      ->capture_default_str()->check(non_negative());
-  auto* tok = c->add_option("--tokens,-N", a->tokens, "tokens N generated per synthetic problem")->capture_default_str();
-  c->add_option("--vocab,-V", a->vocab, "vocabulary V of catalog datasets given with --dataset (default: the entry's)")
+      ->capture_default_str()
+      ->check(non_negative());
+  auto* tok = c->add_option("--tokens,-N", a->tokens, "tokens N generated per synthetic problem")
+                  ->capture_default_str();
+  c->add_option("--vocab,-V", a->vocab,
+                "vocabulary V of catalog datasets given with --dataset (default: the entry's)")
       ->check(positive());
-  auto* hid = c->add_option("--hidden,-D", a->hidden, "hidden size D of the synthetic heads")->capture_default_str();
+  auto* hid = c->add_option("--hidden,-D", a->hidden, "hidden size D of the synthetic heads")
+                  ->capture_default_str();
   c->add_option("--seed", a->seed, "seed of every generator and sample")->capture_default_str();
-  c->add_option("--policy", a->policy, "pass/fail policy: audit, default, strict, lenient")->capture_default_str();
+  c->add_option("--policy", a->policy, "pass/fail policy: audit, default, strict, lenient")
+      ->capture_default_str();
   c->add_option("--out,-o", a->out, "HDF5 results file")->capture_default_str();
   c->add_option("--markdown", a->markdown, "Markdown summary (default: <out>.md)");
-  c->add_option("--plots", a->plots, "folder for PNG plots (needs python3 with h5py and matplotlib)");
+  c->add_option("--plots", a->plots,
+                "folder for PNG plots (needs python3 with h5py and matplotlib)");
   c->add_flag("--force", a->force, "overwrite an existing results file");
   c->add_flag("--append", a->append, "add the runs to an existing results file");
   c->add_flag("--quiet,-q", a->quiet, "no progress display");

@@ -57,8 +57,8 @@ int run_golden(GoldenArgs& a, const std::string& command) {
   // A catalog problem's shape is known before it is generated: refuse what the reference would
   // refuse for want of memory now rather than after the generation. (Files are checked by the
   // reference itself once loaded.)
-  if (const auto& cat = dataset_catalog();
-      std::any_of(cat.begin(), cat.end(), [&](const DatasetEntry& e) { return e.name == a.dataset; })) {
+  if (const auto& cat = dataset_catalog(); std::any_of(
+          cat.begin(), cat.end(), [&](const DatasetEntry& e) { return e.name == a.dataset; })) {
     const DatasetEntry& e = find_dataset(a.dataset);
     const std::int64_t N = a.N > 0 ? a.N : e.defaults.N;
     const std::int64_t V = !e.fixed_shape && a.V > 0 ? a.V : e.defaults.V;
@@ -138,13 +138,16 @@ void register_golden(CLI::App& app) {
   c->add_option("--seed", a->seed, "generator seed")->capture_default_str();
   c->add_option("--param", a->params, "dataset parameter key=value (see xentlab datasets)");
   c->add_option("--rows", a->opt.rows,
-                "sample this many token rows (0 = all; sampling drops dW/db)")->check(non_negative());
+                "sample this many token rows (0 = all; sampling drops dW/db)")
+      ->check(non_negative());
   c->add_option("--vocab-rows", a->opt.vocab_rows,
-                "sample this many vocabulary rows of dW/db (0 = all)")->check(non_negative());
+                "sample this many vocabulary rows of dW/db (0 = all)")
+      ->check(non_negative());
   c->add_option("--sample-seed", a->opt.sample_seed, "seed of the row samples")
       ->capture_default_str();
   c->add_flag("--no-grad", a->no_grad, "forward outputs only (no dH, dW, db, dz)");
-  c->add_option("--threads", a->opt.threads, "OpenMP threads (0 = default)")->check(CLI::Range(0, 4096));
+  c->add_option("--threads", a->opt.threads, "OpenMP threads (0 = default)")
+      ->check(CLI::Range(0, 4096));
   c->add_option("--reduction", a->reduction, "none, mean or sum (default mean)");
   add_reference_options(c, a->choice);
   c->add_option("--empty-mean", a->empty_mean, "mean of a batch with no valid row: nan or zero");

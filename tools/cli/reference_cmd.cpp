@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "datasets/synthetic.hpp"
-#include "numerics/error.hpp"
 #include "numerics/blas.hpp"
+#include "numerics/error.hpp"
 #include "reference/oracle.hpp"
 #include "reference/reference.hpp"
 #include "tools/cli/commands.hpp"
@@ -42,8 +42,7 @@ int run_reference(const ReferenceArgs& a) {
   opt.progress = progress_printer("reference");
   const auto t0 = std::chrono::steady_clock::now();
   const ReferenceResult r = compute_reference(pb, spec, opt);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("loss     {:.17g}  ± {:.3g}  (certified bound, relative {:.2g})\n", r.reduced_loss,
              r.reduced_loss_bound, r.reduced_loss_bound / std::fabs(r.reduced_loss));
   auto max_rel = [](const auto& v, const auto& b) {
@@ -72,18 +71,20 @@ int run_reference(const ReferenceArgs& a) {
   if (r.tier == ReferenceTier::blas) fmt::print("blas     {}\n", blas_description());
   if (r.tier != ReferenceTier::compensated) {
     const double ceiling = measure_dgemm_rate(r.tier);
-    fmt::print("gemm     this {} tier's dgemm on a square product now: {:.3g} TFLOP/s; the reference "
-               "reached {:.0f} % of it\n",
-               to_string(r.tier), ceiling / 1e12, 100.0 * gemm_flop / secs / ceiling);
+    fmt::print(
+        "gemm     this {} tier's dgemm on a square product now: {:.3g} TFLOP/s; the reference "
+        "reached {:.0f} % of it\n",
+        to_string(r.tier), ceiling / 1e12, 100.0 * gemm_flop / secs / ceiling);
   }
   if (a.oracle_rows > 0) {
     OracleSampleSpec os;
     os.rows = a.oracle_rows;
     os.seed = a.seed;
     const OracleReport rep = check_with_oracle(pb, spec, opt, r, os);
-    fmt::print("oracle   cpp_bin_float_100 on a sample: {} checks, max |fast − oracle|/bound = {:.3g}: {}\n{}",
-               rep.checks.size(), rep.max_ratio, rep.passed() ? "PASSED" : "FAILED",
-               rep.summary());
+    fmt::print(
+        "oracle   cpp_bin_float_100 on a sample: {} checks, max |fast − oracle|/bound = {:.3g}: "
+        "{}\n{}",
+        rep.checks.size(), rep.max_ratio, rep.passed() ? "PASSED" : "FAILED", rep.summary());
     return rep.passed() ? 0 : 1;
   }
   return 0;
@@ -94,7 +95,8 @@ int run_reference(const ReferenceArgs& a) {
 void register_reference(CLI::App& app) {
   auto a = std::make_shared<ReferenceArgs>();
   CLI::App* c = app.add_subcommand(
-      "reference", "Certified CPU reference on the embedded example (bf16 head, N=64 V=32000 D=64)");
+      "reference",
+      "Certified CPU reference on the embedded example (bf16 head, N=64 V=32000 D=64)");
   c->add_option("--tokens,-N", a->N, "tokens N")->capture_default_str();
   c->add_option("--vocab,-V", a->V, "vocabulary V")->capture_default_str();
   c->add_option("--hidden,-D", a->D, "hidden size D")->capture_default_str();
@@ -105,7 +107,8 @@ void register_reference(CLI::App& app) {
       ->check(non_negative())
       ->capture_default_str();
   c->add_option("--reduction", a->reduction, "none, mean or sum")->capture_default_str();
-  c->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(CLI::Range(0, 4096));
+  c->add_option("--threads", a->threads, "OpenMP threads (0 = default)")
+      ->check(CLI::Range(0, 4096));
   add_reference_options(c, a->choice);
   c->add_option("--ignore-index", a->spec.ignore_index, "ignore_index")->capture_default_str();
   c->add_option("--label-smoothing", a->spec.label_smoothing, "label smoothing ε")

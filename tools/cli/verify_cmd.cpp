@@ -6,7 +6,6 @@
 
 #include "datasets/atomic_file.hpp"
 #include "numerics/error.hpp"
-
 #include "tools/cli/commands.hpp"
 #include "tools/golden/verify.hpp"
 #include "tools/text.hpp"

@@ -67,7 +67,8 @@ RowCovariates row_covariates(const Problem& pb, const LossSpec& spec,
     const auto n = static_cast<std::int64_t>(pb.W.nbytes());
     const auto* from = static_cast<const unsigned char*>(pb.W.data());
     auto* to = static_cast<unsigned char*>(abs_w->data());
-    const auto width = static_cast<std::int64_t>(pb.W.nbytes() / static_cast<std::size_t>(pb.W.numel()));
+    const auto width =
+        static_cast<std::int64_t>(pb.W.nbytes() / static_cast<std::size_t>(pb.W.numel()));
 #pragma omp parallel for schedule(static)
     for (std::int64_t k = 0; k < n; ++k)
       to[k] = (k % width == width - 1) ? static_cast<unsigned char>(from[k] & 0x7F) : from[k];
