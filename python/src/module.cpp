@@ -675,12 +675,7 @@ nb::dict run_audit(const AuditProblems& ps, const std::vector<std::string>& stra
     nb::gil_scoped_release release;
     res = audit::run_audit(ps.items, cfg);
   }
-  if (res.passed + res.incorrect + res.failed == 0)
-    throw InputError(fmt::format(
-        "no strategy supports any of the {} selected runs (every one is not supported: e.g. "
-        "fp64 is no recipe dtype, the CUDA fused strategy takes linear problems only): nothing "
-        "was audited and no file was written; see xentlab audit --help for the recipes",
-        res.not_supported));
+  audit::require_some_run(res);
   if (out) {
     nb::gil_scoped_release release;
     audit::write_results(*out, res, cfg, force, append);

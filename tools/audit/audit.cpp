@@ -102,6 +102,15 @@ double RunRecord::normwise(const std::string& output) const {
   return o->stats.normwise_rel_err;
 }
 
+void require_some_run(const AuditResult& res) {
+  if (res.passed + res.incorrect + res.failed == 0)
+    throw InputError(fmt::format(
+        "no strategy supports any of the {} selected runs (every one is not supported: e.g. "
+        "fp64 is no recipe dtype, the CUDA fused strategy takes linear problems only): nothing "
+        "was audited and no file was written; see xentlab audit --help for the recipes",
+        res.not_supported));
+}
+
 AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& cfg) {
   if (problems.empty()) throw InputError("audit: no problems to audit");
   auto strategies = make_strategies(cfg.backend);

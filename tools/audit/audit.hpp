@@ -162,6 +162,10 @@ struct AuditResult {
 /// Runs the audit over the problems. Throws InputError for unknown strategy names or an empty set.
 AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& config);
 
+/// Throws InputError when no run of the result was audited (every one not supported): nothing
+/// to write or judge. The command and the Python package call it before writing results.
+void require_some_run(const AuditResult& result);
+
 /// The verdict rows from the runs (see docs/verdict.md for the criteria).
 std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs);
 

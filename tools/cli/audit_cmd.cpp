@@ -260,12 +260,7 @@ int run_audit_command(const AuditArgs& a) {
     };
   }
   const audit::AuditResult res = audit::run_audit(problems, cfg);
-  if (res.passed + res.incorrect + res.failed == 0)
-    throw InputError(fmt::format(
-        "no strategy supports any of the {} selected runs (every one is not supported: e.g. "
-        "fp64 is no recipe dtype, the CUDA fused strategy takes linear problems only): nothing "
-        "was audited and no file was written; see xentlab audit --help for the recipes",
-        res.not_supported));
+  audit::require_some_run(res);
   audit::write_results(a.out, res, cfg, a.force, a.append);
   {
     errno = 0;
