@@ -10,6 +10,7 @@ library's, the ones ``xentlab`` prints after "invalid input:" or "bad file:".
 
 from __future__ import annotations
 
+import collections.abc
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
@@ -292,17 +293,53 @@ def reference(problem: Problem, spec: Optional[LossSpec | Mapping] = None, *, ti
 
 # --- golden files --------------------------------------------------------------------------------
 
+class _GoldenArrays(collections.abc.Mapping):
+    """The arrays of a golden file by name, read-only float64 numpy views of the storage the
+    extension read the file into (no copy; each view made on first access and kept)."""
+
+    def __init__(self, c, covariates: bool):
+        self._c, self._cov = c, covariates
+        self._names = tuple(c.array_names(covariates))
+        self._views: dict = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._views:
+            if name not in self._names:
+                raise KeyError(name)
+            self._views[name] = self._c.array(name, self._cov)
+        return self._views[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"<golden arrays: {', '.join(self._names)}>"
+
+
 class Golden:
     """A golden file read back (tools/golden/golden_file.hpp; schema docs/formats.md): the problem
     bit-exact (:attr:`problem`), its spec, the reference's outputs with bounds and conditions
-    (:attr:`reference`: a dict of float64 arrays, keys loss, loss_bound, lse, lse_bound, dH,
-    dH_bound, dH_cond, dW, dW_bound, dW_cond, db, db_bound, db_cond, dz, dz_bound — those the
-    file holds), per-token covariates (:attr:`covariates`), the sampled rows and provenance."""
+    (:attr:`reference`: a read-only mapping of float64 arrays, keys loss, loss_bound, lse,
+    lse_bound, dH, dH_bound, dH_cond, dW, dW_bound, dW_cond, db, db_bound, db_cond, dz, dz_bound —
+    those the file holds), per-token covariates (:attr:`covariates`), the sampled rows and
+    provenance. The arrays are read-only views of the file's contents as read (no copy; take
+    ``.copy()`` to change one); :attr:`problem` is made once, on first access."""
 
     def __init__(self, c):
         self._c = c
-        self.reference = c.arrays()
-        self.covariates = c.covariates()
+        self.reference = _GoldenArrays(c, covariates=False)
+        self.covariates = _GoldenArrays(c, covariates=True)
+        self._problem = None
+
+    @property
+    def problem(self) -> "Problem":
+        """The golden problem, bit-exact (one copy of its tensors, made on first access)."""
+        if self._problem is None:
+            self._problem = Problem(self._c.problem)
+        return self._problem
 
     path = property(lambda self: self._c.path)
     N = property(lambda self: self._c.N)
@@ -318,7 +355,6 @@ class Golden:
     token_rows = property(lambda self: self._c.token_rows)
     vocab_rows = property(lambda self: self._c.vocab_rows)
     spec = property(lambda self: LossSpec._wrap(self._c.spec))
-    problem = property(lambda self: Problem(self._c.problem))
 
     def __repr__(self) -> str:
         return f"<xentlab.Golden {self.path}: N={self.N} V={self.V} D={self.D} S={self.S} J={self.J}>"
