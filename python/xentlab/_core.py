@@ -181,12 +181,13 @@ class Problem:
     def linear(cls, H, W, targets, bias=None, spec: Optional[LossSpec | Mapping] = None,
                name: str = "linear") -> "Problem":
         """A linear problem from arrays: H (…, D) (leading dimensions flattened into N rows),
-        W (V, D) in the same float dtype (float32, float16, bfloat16 — numpy ml_dtypes or torch —
-        or float64), bias (V) optional (−inf masks a row), targets (N) of any integer dtype.
+        W (V, D) in the same float dtype (float32, float16 or bfloat16 — numpy ml_dtypes or
+        torch), bias (V) optional (−inf masks a row), targets (N) of any integer dtype.
         Any strides are read as the values they show (views, transposes, slices). Raises
         TypeError for another dtype or a device tensor that cannot come to the host, InputError
-        (ValueError) for shapes, non-finite values or targets out of range (Problem::validate's
-        message)."""
+        (ValueError) for float64 H or W (the reference needs products that are exact in double:
+        the message of a float64 problem file), shapes, non-finite values or targets out of range
+        (Problem::validate's message)."""
         s = _spec_of(spec, LossSpec()._c)
         h, hb = to_host(H, "H")
         w, wb = to_host(W, "W")
@@ -529,8 +530,9 @@ class VerifyReport:
         raise KeyError(name)
 
     def write_junit(self, path, force: bool = False) -> None:
-        """The JUnit XML report of ``xentlab verify --junit`` (an existing XML report is replaced;
-        any other existing file only with force)."""
+        """The JUnit XML report of ``xentlab verify --junit``: a report of verify at path is
+        replaced; any other existing file (another XML file included) only with force. Raises
+        InputError (ValueError) naming the path otherwise."""
         _x.write_junit(_path(path), bool(force), self._report)
 
 
@@ -570,7 +572,8 @@ def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str =
     "in/logits/accum/grad" (default: the golden problem's input dtype); strictness "default",
     "strict" or "lenient"; k a finite number > 0; atol/rtol (finite, ≥ 0) replace the policy.
     require: outputs the candidate must hold and pass. junit: write the JUnit XML report there
-    (never the golden or candidate file). check: "bound", "differential" or "both" (the
+    (replacing a report of verify; any other existing file only with force; never the golden or
+    candidate file). check: "bound", "differential" or "both" (the
     differential check compares the candidate's error with the CPU emulation of the policy's recipe
     on the same problem; each output's ``differential`` dict holds both errors and the limits);
     explain: also rank the recipes of the grid by how well they explain the candidate's errors
