@@ -335,6 +335,9 @@ def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str]
                 raise InputError(f"require: {n} cannot be judged on {g.path}: {why}")
         outputs, returned = _call(loss_fn, g, framework, device)
         _check_shapes(g, outputs)
+        impl = implementation or f"{getattr(loss_fn, '__module__', '')}.{getattr(loss_fn, '__qualname__', repr(loss_fn))} ({framework})"
+        cand = os.path.join(tmp, "candidate.h5")
+        write_candidate(cand, outputs, implementation=impl)  # refuses an unknown output's name
         # By default what the function returned is required, as far as the golden file holds
         # references for it; the rest is reported as skipped, with verify's reason.
         judged = [n for n in outputs if not _unjudged_reason(g, n)]
@@ -344,9 +347,6 @@ def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str]
                              + ("; return per-token losses (reduction='none') or dH, or use a golden file of "
                                 "every token row" if g.partial else ""))
         required = [n for n in returned if n in judged] if asked is None else asked
-        impl = implementation or f"{getattr(loss_fn, '__module__', '')}.{getattr(loss_fn, '__qualname__', repr(loss_fn))} ({framework})"
-        cand = os.path.join(tmp, "candidate.h5")
-        write_candidate(cand, outputs, implementation=impl)
         rep = verify(g, cand, policy=policy, strictness=strictness, k=k, atol=atol, rtol=rtol,
                      require=required, check=check)
     checks = []
