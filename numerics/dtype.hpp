@@ -40,6 +40,9 @@ DType parse_dtype(std::string_view s);
 /// Rounds x to the nearest value of format t (ties to even), returned as a double. NaN stays NaN;
 /// values past the largest finite value round to ±inf exactly as an IEEE conversion would.
 double round_to(double x, DType t);
+/// round_to by its definition alone (the binade's quantum, nearbyint, the overflow check): what the
+/// fast paths of round_to are tested against.
+double round_to_by_definition(double x, DType t);
 /// True when x is exactly representable in format t (NaN and ±inf count as representable).
 bool representable(double x, DType t);
 

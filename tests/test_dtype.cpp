@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "numerics/dtype.hpp"
 #include "numerics/error.hpp"
@@ -30,6 +31,38 @@ TEST(DType, UnitRoundoffAndLimits) {
   EXPECT_EQ(min_subnormal(DType::fp16), std::ldexp(1.0, -24));
   EXPECT_EQ(min_subnormal(DType::fp32),
             static_cast<double>(std::numeric_limits<float>::denorm_min()));
+}
+
+TEST(DType, FastRoundingIsTheDefinition) {
+  // round_to's fast paths (fp32 by conversion, bf16 by bits in its normal range) against the
+  // definition: random values over every binade from below the subnormals to past the largest
+  // finite value, exact ties between neighbours, and the overflow threshold.
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  std::uniform_int_distribution<int> ex(-160, 130);
+  std::vector<double> xs = {0x1.FEp127, 0x1.FF8p127, 0x1.FFp127, 0x1.FEFFFFFFFFFFFp127,
+                            0x1p-126,   0x1.FFp-127, 0x1p-133,   0x1p-134,
+                            0x1.8p-134, 65504.0,     65520.0};
+  for (int k = 0; k < 200000; ++k) {
+    const double m = std::ldexp(mant(rng), ex(rng));
+    xs.push_back(m);
+    // A tie of bf16 (8 significant bits) and of fp32 (24): a representable value plus half its
+    // quantum.
+    const double b = round_to_by_definition(m, DType::bf16);
+    if (std::isfinite(b) && b != 0) {
+      xs.push_back(b + std::ldexp(1.0, std::ilogb(b) - 8));
+      xs.push_back(b - std::ldexp(1.0, std::ilogb(b) - 8));
+    }
+    const double f = round_to_by_definition(m, DType::fp32);
+    if (std::isfinite(f) && f != 0) xs.push_back(f + std::ldexp(1.0, std::ilogb(f) - 24));
+  }
+  for (double x : xs)
+    for (double v : {x, -x})
+      for (DType t : {DType::fp32, DType::bf16, DType::fp16}) {
+        const double fast = round_to(v, t), def = round_to_by_definition(v, t);
+        ASSERT_TRUE(fast == def || (std::isnan(fast) && std::isnan(def)))
+            << to_string(t) << " " << std::hexfloat << v << ": " << fast << " vs " << def;
+      }
 }
 
 TEST(DType, Fp32RoundingMatchesHardwareConversion) {
