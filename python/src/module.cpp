@@ -246,8 +246,9 @@ nb::tuple tensor_raw(const Tensor& t) {
 
 LossSpec make_spec(std::int64_t ignore_index, double label_smoothing, double z_loss, double softcap,
                    double logit_scale, const std::string& reduction,
-                   const std::string& empty_mean) {
+                   const std::string& empty_mean, std::int64_t normalizer) {
   LossSpec s;
+  s.normalizer = normalizer;
   s.ignore_index = ignore_index;
   s.label_smoothing = label_smoothing;
   s.z_loss = z_loss;
@@ -270,6 +271,7 @@ nb::dict spec_dict(const LossSpec& s) {
   d["logit_scale"] = s.logit_scale;
   d["reduction"] = std::string(to_string(s.reduction));
   d["empty_mean"] = std::string(s.empty_mean == EmptyMean::nan ? "nan" : "zero");
+  d["normalizer"] = s.normalizer;
   return d;
 }
 
@@ -413,8 +415,10 @@ nb::dict reference(const DatasetInstance& ds, const LossSpec& spec, const std::s
 nb::dict golden_write(const std::string& path, const DatasetInstance& ds, const LossSpec& spec,
                       std::int64_t rows, std::int64_t vocab_rows, std::uint64_t sample_seed,
                       bool gradients, const std::string& tier, std::int64_t memory_budget,
-                      int threads, bool force, const std::string& command) {
+                      int threads, bool force, const std::string& command,
+                      std::vector<double> upstream) {
   GoldenOptions o;
+  o.upstream = std::move(upstream);
   o.rows = rows;
   o.vocab_rows = vocab_rows;
   o.sample_seed = sample_seed;
@@ -464,6 +468,7 @@ nb::dict golden_arrays(const Golden& g) {
   put("db_cond", g.db_cond, {J});
   put("dz", g.dz, {S, Vz});
   put("dz_bound", g.dz_bound, {S, Vz});
+  put("upstream", g.upstream, {static_cast<std::size_t>(g.N)});
   return d;
 }
 
@@ -727,7 +732,7 @@ NB_MODULE(_xentlab, m) {
       .def("describe", &LossSpec::describe)
       .def("as_dict", [](const LossSpec& s) { return spec_dict(s); });
   m.def("make_spec", &make_spec, "ignore_index"_a, "label_smoothing"_a, "z_loss"_a, "softcap"_a,
-        "logit_scale"_a, "reduction"_a, "empty_mean"_a);
+        "logit_scale"_a, "reduction"_a, "empty_mean"_a, "normalizer"_a);
 
   nb::class_<DatasetInstance>(m, "_Problem")
       .def_prop_ro("N", [](const DatasetInstance& d) { return d.problem.N; })
@@ -774,7 +779,7 @@ NB_MODULE(_xentlab, m) {
 
   m.def("write_golden", &golden_write, "path"_a, "problem"_a, "spec"_a, "rows"_a, "vocab_rows"_a,
         "sample_seed"_a, "gradients"_a, "tier"_a, "memory_budget"_a, "threads"_a, "force"_a,
-        "command"_a);
+        "command"_a, "upstream"_a);
   nb::class_<Golden>(m, "_Golden")
       .def_ro("path", &Golden::path)
       .def_ro("N", &Golden::N)

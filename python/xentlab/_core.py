@@ -24,7 +24,8 @@ FormatError = _x.FormatError
 OutputError = _x.OutputError
 DeviceError = _x.DeviceError
 
-_SPEC_KEYS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_scale", "reduction", "empty_mean")
+_SPEC_KEYS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_scale", "reduction", "empty_mean",
+              "normalizer")
 
 
 def _path(p) -> str:
@@ -37,7 +38,9 @@ class LossSpec:
     """Every option of the loss (numerics/loss_spec.hpp), with PyTorch's semantics:
     ``ignore_index`` (int), ``label_smoothing`` ε ∈ [0, 1], ``z_loss`` λ ≥ 0 (loss += λ·lse²),
     ``softcap`` c (0 = off; z ← c·tanh(z/c)), ``logit_scale`` (> 0, 1/temperature), ``reduction``
-    ("mean", "sum", "none"), ``empty_mean`` ("nan" as PyTorch, or "zero").
+    ("mean", "sum", "none"), ``empty_mean`` ("nan" as PyTorch, or "zero"), ``normalizer`` (int
+    ≥ 0, reduction "mean" only: the sum is divided by this token count instead of the batch's own
+    valid tokens, as ``num_items_in_batch`` in gradient accumulation; 0 = the batch's own).
 
     Raises InputError (ValueError) naming the option for a value out of range, with the message of
     ``xentlab golden --label-smoothing …``.
@@ -45,9 +48,12 @@ class LossSpec:
 
     def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
                  softcap: float = 0.0, logit_scale: float = 1.0, reduction: str = "mean",
-                 empty_mean: str = "nan"):
+                 empty_mean: str = "nan", normalizer: int = 0):
+        if isinstance(normalizer, bool) or not isinstance(normalizer, (int, np.integer)):
+            raise InputError(f"normalizer must be an integer count of tokens (0 = the batch's own), "
+                             f"got {normalizer!r}")
         self._c = _x.make_spec(int(ignore_index), float(label_smoothing), float(z_loss), float(softcap),
-                               float(logit_scale), str(reduction), str(empty_mean))
+                               float(logit_scale), str(reduction), str(empty_mean), int(normalizer))
 
     @classmethod
     def _wrap(cls, c) -> "LossSpec":
@@ -57,7 +63,7 @@ class LossSpec:
 
     def as_dict(self) -> dict:
         """The options as a dict (keys ignore_index, label_smoothing, z_loss, softcap,
-        logit_scale, reduction, empty_mean)."""
+        logit_scale, reduction, empty_mean, normalizer)."""
         return self._c.as_dict()
 
     def replace(self, **changes) -> "LossSpec":
@@ -302,6 +308,8 @@ class Golden:
     def __init__(self, c):
         self._c = c
         self.reference = c.arrays()
+        #: reduction "none": the stored upstream gradient (N) float64, or None (ones)
+        self.upstream = self.reference.pop("upstream", None)
         self.covariates = c.covariates()
 
     path = property(lambda self: self._c.path)
@@ -326,20 +334,30 @@ class Golden:
 
 def write_golden(path, problem: Problem, spec: Optional[LossSpec | Mapping] = None, *, rows: int = 0,
                  vocab_rows: int = 0, sample_seed: int = 1, gradients: bool = True, tier: str = "auto",
-                 memory_budget: int = 0, threads: int = 0, force: bool = False) -> dict:
+                 memory_budget: int = 0, threads: int = 0, force: bool = False,
+                 upstream=None) -> dict:
     """Writes a golden file as ``xentlab golden`` does (same bits for the same problem, spec and
     options): runs the reference on the problem (spec default: the problem's), writes to a
     temporary name and renames it into place; an existing file only with force. rows /
     vocab_rows sample token rows (dropping dW/db) and vocabulary rows of dW/db (0 = all).
+    upstream: reduction "none" only, the upstream gradient dL/dloss_i (N finite floats; None or
+    all ones = ones), stored in the file and applied by the reference.
     Returns a summary dict: path, S, J, reduced_loss, reduced_loss_bound, partial, outputs,
     seconds. Raises InputError (ValueError) for an existing file without force or bad options,
     OutputError (OSError) when the file cannot be written."""
     if not isinstance(problem, Problem):
         raise TypeError(f"problem: expected a xentlab.Problem, got {type(problem).__name__}")
     s = _spec_of(spec, problem._c.spec)
+    g = []
+    if upstream is not None:
+        g = np.asarray(upstream, dtype=np.float64)
+        if g.shape != (problem.N,):
+            raise InputError(f"upstream: expected shape ({problem.N},) (one dL/dloss_i per token), "
+                             f"got {g.shape}")
+        g = g.tolist()
     return _x.write_golden(_path(path), problem._c, s, int(rows), int(vocab_rows), int(sample_seed),
                            bool(gradients), tier, int(memory_budget), int(threads), bool(force),
-                           "python: xentlab.write_golden")
+                           "python: xentlab.write_golden", g)
 
 
 def read_golden(path) -> Golden:
