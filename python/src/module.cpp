@@ -780,6 +780,7 @@ NB_MODULE(_xentlab, m) {
   m.def("write_golden", &golden_write, "path"_a, "problem"_a, "spec"_a, "rows"_a, "vocab_rows"_a,
         "sample_seed"_a, "gradients"_a, "tier"_a, "memory_budget"_a, "threads"_a, "force"_a,
         "command"_a, "upstream"_a);
+  m.def("random_upstream", &random_upstream, "N"_a, "seed"_a);
   nb::class_<Golden>(m, "_Golden")
       .def_ro("path", &Golden::path)
       .def_ro("N", &Golden::N)

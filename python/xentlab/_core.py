@@ -341,7 +341,8 @@ def write_golden(path, problem: Problem, spec: Optional[LossSpec | Mapping] = No
     temporary name and renames it into place; an existing file only with force. rows /
     vocab_rows sample token rows (dropping dW/db) and vocabulary rows of dW/db (0 = all).
     upstream: reduction "none" only, the upstream gradient dL/dloss_i (N finite floats; None or
-    all ones = ones), stored in the file and applied by the reference.
+    all ones = ones; note the command's default for reduction none is ``--upstream random``, which
+    is ``upstream=random_upstream(N)``), stored in the file and applied by the reference.
     Returns a summary dict: path, S, J, reduced_loss, reduced_loss_bound, partial, outputs,
     seconds. Raises InputError (ValueError) for an existing file without force or bad options,
     OutputError (OSError) when the file cannot be written."""
@@ -358,6 +359,16 @@ def write_golden(path, problem: Problem, spec: Optional[LossSpec | Mapping] = No
     return _x.write_golden(_path(path), problem._c, s, int(rows), int(vocab_rows), int(sample_seed),
                            bool(gradients), tier, int(memory_budget), int(threads), bool(force),
                            "python: xentlab.write_golden", g)
+
+
+def random_upstream(N: int, seed: int = 1) -> np.ndarray:
+    """The seeded upstream gradient of ``xentlab golden --upstream random`` (reference/reference.hpp
+    random_upstream): (N,) float64 values k/8, k uniform in −8…16 (zeros and negatives included,
+    every value exact in bf16). ``write_golden(..., upstream=random_upstream(N))`` writes the same
+    file as the command's default for reduction none."""
+    if int(N) < 0:
+        raise InputError(f"random_upstream: N must be >= 0, got {N}")
+    return np.asarray(_x.random_upstream(int(N), int(seed)), dtype=np.float64)
 
 
 def read_golden(path) -> Golden:

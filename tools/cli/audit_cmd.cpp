@@ -153,12 +153,21 @@ int run_audit_command(const AuditArgs& a) {
       const h5::File f = audit::open_results_file(a.out);
       if (f.exists("runs"))
         for (const auto& id : f.open_group("runs").children()) {
-          const std::int64_t s = f.open_group("runs/" + id).attr_int("seed");
+          const h5::Group run = f.open_group("runs/" + id);
+          const std::int64_t s = run.attr_int("seed");
           if (s != static_cast<std::int64_t>(a.seed))
             throw InputError(
                 fmt::format("--append: {} holds runs of seed {}, this audit's is {}; "
                             "write it to another file",
                             a.out, s, a.seed));
+          // Likewise one chunk width and one upstream gradient (absent in version 1: 0, ones).
+          const std::int64_t c = run.has_attr("chunk_tokens") ? run.attr_int("chunk_tokens") : 0;
+          const std::string u = run.has_attr("upstream") ? run.attr_string("upstream") : "ones";
+          if (c != a.chunk_tokens || u != a.upstream)
+            throw InputError(fmt::format(
+                "--append: {} holds runs of --chunk-tokens {} --upstream {}, this audit's are "
+                "{} and {}; write it to another file",
+                a.out, c, u, a.chunk_tokens, a.upstream));
           break;
         }
     }
