@@ -32,7 +32,9 @@ namespace {
 
 constexpr double kU = 0x1p-53;  // unit roundoff of fp64
 
-std::size_t sz(std::int64_t n) { return static_cast<std::size_t>(n); }
+std::size_t sz(std::int64_t n) {
+  return static_cast<std::size_t>(n);
+}
 
 class LossSemantics : public testing::TempFolderTest {
  protected:
@@ -78,9 +80,12 @@ class LossSemantics : public testing::TempFolderTest {
         for (std::int64_t d = 0; d < D; ++d) dW[sz(j * D + d)] += dz * h[sz(d)];
       }
     }
-    return {{"loss", tensor(r.loss, {N})},         {"lse", tensor(r.lse, {N})},
-            {"reduced_loss", tensor({reduced}, {})}, {"dH", tensor(dH, {N, D})},
-            {"dW", tensor(dW, {V, D})},              {"db", tensor(db, {V})}};
+    return {{"loss", tensor(r.loss, {N})},
+            {"lse", tensor(r.lse, {N})},
+            {"reduced_loss", tensor({reduced}, {})},
+            {"dH", tensor(dH, {N, D})},
+            {"dW", tensor(dW, {V, D})},
+            {"db", tensor(db, {V})}};
   }
 
   static const OutputReport& output(const VerifyReport& r, const std::string& name) {
@@ -93,7 +98,8 @@ class LossSemantics : public testing::TempFolderTest {
   DatasetInstance ds_;
 };
 
-// ---- upstream gradient ---------------------------------------------------------------------------
+// ---- upstream gradient
+// ---------------------------------------------------------------------------
 
 TEST(RandomUpstream, IsSeededAndHoldsZerosNegativesAndBf16ExactValues) {
   const std::vector<double> g = random_upstream(4000, 11);
@@ -168,7 +174,8 @@ TEST_F(LossSemantics, UpstreamGradientIsRefusedWhereItHasNoMeaning) {
   EXPECT_TRUE(read_golden(path("ones.h5")).upstream.empty());
 }
 
-// ---- normaliser ----------------------------------------------------------------------------------
+// ---- normaliser
+// ----------------------------------------------------------------------------------
 
 TEST(LossSpecNormalizer, ValidatesAndNamesTheCause) {
   LossSpec s;
@@ -316,7 +323,8 @@ TEST_F(LossSemantics, NormaliserInGoldenFileExactAnswerPassesOwnCountFails) {
     EXPECT_EQ(output(own, name).status, "incorrect") << name;
 }
 
-// ---- formats -------------------------------------------------------------------------------------
+// ---- formats
+// -------------------------------------------------------------------------------------
 
 TEST_F(LossSemantics, Version1GoldenFilesAreStillRead) {
   write_golden(path("g.h5"), ds_, ds_.spec, {});
@@ -382,7 +390,8 @@ TEST_F(LossSemantics, CandidateVersion2DeclaresItsSemantics) {
   EXPECT_THROW(verify_candidate(g, path("v3.h5"), pol), FormatError);
 }
 
-// ---- audit ---------------------------------------------------------------------------------------
+// ---- audit
+// ---------------------------------------------------------------------------------------
 
 TEST_F(LossSemantics, AuditTakesChunkWidthUpstreamAndNormaliserAndRecordsThem) {
   LossSpec none = ds_.spec;

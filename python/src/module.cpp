@@ -245,8 +245,8 @@ nb::tuple tensor_raw(const Tensor& t) {
 // Loss spec and problems.
 
 LossSpec make_spec(std::int64_t ignore_index, double label_smoothing, double z_loss, double softcap,
-                   double logit_scale, const std::string& reduction,
-                   const std::string& empty_mean, std::int64_t normalizer) {
+                   double logit_scale, const std::string& reduction, const std::string& empty_mean,
+                   std::int64_t normalizer) {
   LossSpec s;
   s.normalizer = normalizer;
   s.ignore_index = ignore_index;

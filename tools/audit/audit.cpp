@@ -124,8 +124,7 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
         "got {}",
         cfg.chunk_tokens));
   if (cfg.upstream != "ones" && cfg.upstream != "random")
-    throw InputError(
-        fmt::format("audit: upstream must be ones or random, got '{}'", cfg.upstream));
+    throw InputError(fmt::format("audit: upstream must be ones or random, got '{}'", cfg.upstream));
   if (cfg.upstream == "random")
     for (const AuditProblem& ap : problems)
       if (ap.spec.reduction != Reduction::none)

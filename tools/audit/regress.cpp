@@ -26,8 +26,8 @@ struct RunSummary {
   std::string problem, input_dtype, strategy, backend, recipe;
   std::string disposition, reason, spec;
   std::int64_t seed = 0;
-  std::int64_t chunk_tokens = 0;  ///< 0 = default (and in version 1 files)
-  std::string upstream = "ones";  ///< "ones" in version 1 files
+  std::int64_t chunk_tokens = 0;         ///< 0 = default (and in version 1 files)
+  std::string upstream = "ones";         ///< "ones" in version 1 files
   std::vector<std::int64_t> token_rows;  ///< the problem's audited rows (empty when absent)
   std::map<std::string, OutputSummary> outputs;  // by output name
 };

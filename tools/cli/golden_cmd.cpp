@@ -47,8 +47,7 @@ std::vector<double> upstream_of(const GoldenArgs& a, std::int64_t N) {
     throw InputError(fmt::format(
         "--upstream {}: expected a float array of shape ({}) (one dL/dloss_i per token), got {} "
         "of shape ({})",
-        u, N, arr.is_integer ? "an integer array" : "a float array",
-        fmt::join(arr.shape, ", ")));
+        u, N, arr.is_integer ? "an integer array" : "a float array", fmt::join(arr.shape, ", ")));
   std::vector<double> g(static_cast<std::size_t>(N));
   arr.floats.read(0, N, g.data());
   for (std::size_t i = 0; i < g.size(); ++i)
@@ -194,9 +193,10 @@ void register_golden(CLI::App& app) {
   c->add_option("--threads", a->opt.threads, "OpenMP threads (0 = default)")
       ->check(CLI::Range(0, 4096));
   c->add_option("--reduction", a->reduction, "none, mean or sum (default mean)");
-  c->add_option("--upstream", a->upstream,
-                "reduction none: the upstream gradient dL/dloss_i, random (default: seeded, k/8 "
-                "with k in -8..16, zeros and negatives included), ones, or a .npy file of N floats");
+  c->add_option(
+      "--upstream", a->upstream,
+      "reduction none: the upstream gradient dL/dloss_i, random (default: seeded, k/8 "
+      "with k in -8..16, zeros and negatives included), ones, or a .npy file of N floats");
   c->add_option("--upstream-seed", a->upstream_seed, "seed of --upstream random")
       ->capture_default_str();
   a->o_normalizer = c->add_option("--normalizer", a->normalizer,

@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 #include <limits>
 #include <optional>
-#include <algorithm>
 
 #include "datasets/atomic_file.hpp"
 #include "datasets/generators.hpp"
@@ -207,8 +207,8 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   opt.progress = o.progress;
   // Ones are stored as no upstream at all (the file of an all-ones g is the one of reduction none
   // without g); the reference checks the length, finiteness and the reduction.
-  const bool ones = std::all_of(o.upstream.begin(), o.upstream.end(),
-                                [](double v) { return v == 1.0; });
+  const bool ones =
+      std::all_of(o.upstream.begin(), o.upstream.end(), [](double v) { return v == 1.0; });
   if (!o.upstream.empty() && spec.reduction != Reduction::none)
     throw InputError(fmt::format(
         "an upstream gradient is only taken with reduction none (the spec has reduction {})",
@@ -367,10 +367,10 @@ Golden read_golden(const std::string& path) {
                     ver, kVersion, kGoldenVersion));
   Golden g;
   g.path = path;
-  g.provenance = fmt::format("generator={} dataset={} seed={} created={} xentlab={} format_version={}",
-                             f.attr_string("generator"), f.attr_string("dataset"),
-                             f.attr_int("seed"), f.attr_string("created"),
-                             f.attr_string("xentlab_version"), ver);
+  g.provenance =
+      fmt::format("generator={} dataset={} seed={} created={} xentlab={} format_version={}",
+                  f.attr_string("generator"), f.attr_string("dataset"), f.attr_int("seed"),
+                  f.attr_string("created"), f.attr_string("xentlab_version"), ver);
   const h5::Group sg = f.open_group("spec");
   g.spec = read_spec(sg, ver);
   const h5::Group pg = f.open_group("problem");
@@ -398,9 +398,10 @@ Golden read_golden(const std::string& path) {
   g.D = g.problem.D;
   if (ver >= 2 && sg.exists("upstream")) {
     if (g.spec.reduction != Reduction::none)
-      throw FormatError(fmt::format("{}: an upstream gradient is stored with reduction {} (only "
-                                    "reduction none takes one)",
-                                    sg.where(), to_string(g.spec.reduction)));
+      throw FormatError(
+          fmt::format("{}: an upstream gradient is stored with reduction {} (only "
+                      "reduction none takes one)",
+                      sg.where(), to_string(g.spec.reduction)));
     g.upstream = read_req(sg, "upstream", {g.N});
     for (std::size_t i = 0; i < g.upstream.size(); ++i)
       if (!std::isfinite(g.upstream[i]))
@@ -408,9 +409,10 @@ Golden read_golden(const std::string& path) {
             fmt::format("{}: upstream[{}] = {} is not finite", sg.where(), i, g.upstream[i]));
   }
   g.provenance += fmt::format("\n           loss: {}{}", g.spec.describe(),
-                              g.upstream.empty() ? ""
-                              : " upstream=stored (dL/dloss_i per token: the candidate applies "
-                                "it)");
+                              g.upstream.empty()
+                                  ? ""
+                                  : " upstream=stored (dL/dloss_i per token: the candidate applies "
+                                    "it)");
   const h5::Group rg = f.open_group("reference");
   g.token_rows = rg.open_dataset("token_rows").read_int64();
   g.vocab_rows = rg.open_dataset("vocab_rows").read_int64();
