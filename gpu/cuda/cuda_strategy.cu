@@ -280,10 +280,10 @@ double reduce_tokens(const std::vector<float>& loss, const std::vector<float>& g
   }
   const float sum = a.empty() ? 0.0f : a[0];
   if (s.reduction != Reduction::mean) return sum;
-  const std::int64_t n = s.mean_count(n_valid);  // the caller's normaliser, when given
-  if (n == 0)
+  const std::int64_t count = s.mean_count(n_valid);  // the caller's normaliser, when given
+  if (count == 0)
     return s.empty_mean == EmptyMean::nan ? std::numeric_limits<double>::quiet_NaN() : 0.0;
-  return rnd(sum / static_cast<float>(n));
+  return rnd(sum / static_cast<float>(count));
 }
 
 // ---- the interface -----------------------------------------------------------------------------
