@@ -236,8 +236,8 @@ TEST_F(DatasetProgram, LossSpecIsCheckedBeforeTheDatasetIsMade) {
 // A .npy file of float64 values (format 1.0, little-endian, C order): the header dict padded with
 // spaces and a newline to a multiple of 64 bytes (numpy's layout).
 void write_npy(const std::string& file, const std::vector<double>& v) {
-  std::string header = fmt::format("{{'descr': '<f8', 'fortran_order': False, 'shape': ({},), }}",
-                                   v.size());
+  std::string header =
+      fmt::format("{{'descr': '<f8', 'fortran_order': False, 'shape': ({},), }}", v.size());
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
   std::ofstream out(file, std::ios::binary);
