@@ -386,6 +386,38 @@ TEST_F(VerifyProgram, ExplainClassifiesTheNumpyExample) {
       << down.output;
 }
 
+// tools/examples/torch_candidate.py applies the golden file's upstream gradient and normaliser
+// (and declares the normaliser, candidate format_version 2): its numpy candidates pass verify, and
+// one of another normaliser than the golden file's is refused naming both.
+TEST_F(DatasetProgram, TheExampleAppliesTheUpstreamGradientAndTheNormaliser) {
+  const Ran py = testing::run_shell("python3 -c 'import h5py, numpy'");
+  if (py.status != 0)
+    GTEST_SKIP() << "python3 with h5py and numpy is not importable here (Debian: python3-h5py "
+                    "python3-numpy): "
+                 << py.output;
+  const auto example = [&](const std::string& golden, const std::string& cand) {
+    return testing::run_shell("python3 " + shell_quote(XL_EXAMPLE_SCRIPT) + " " +
+                              shell_quote(path(golden)) + " " + shell_quote(path(cand)) +
+                              " --backend numpy");
+  };
+  for (const auto& [golden, options] :
+       std::vector<std::pair<std::string, std::string>>{{"none.h5", "--reduction none"},
+                                                        {"norm.h5", "--normalizer 100"},
+                                                        {"own.h5", ""}}) {
+    const Ran g = xentlab("golden -N 32 " + options + " -o " + shell_quote(path(golden)));
+    ASSERT_EQ(g.status, 0) << g.output;
+    const Ran c = example(golden, "c-" + golden);
+    ASSERT_EQ(c.status, 0) << c.output;
+    const Ran v = xentlab("verify " + shell_quote(path(golden)) + " " +
+                          shell_quote(path("c-" + golden)) + " --policy fp32 --check bound");
+    EXPECT_EQ(v.status, 0) << options << "\n" << v.output;
+  }
+  const Ran other = xentlab("verify " + shell_quote(path("own.h5")) + " " +
+                            shell_quote(path("c-norm.h5")) + " --policy fp32");
+  EXPECT_EQ(other.status, 2) << other.output;
+  EXPECT_TRUE(contains(other.output, "the candidate declares normalizer 100")) << other.output;
+}
+
 // ---- tools/plot_audit.py ----------------------------------------------------------------------
 
 class PlotScript : public testing::TempFolderTest {
