@@ -400,10 +400,8 @@ TEST_F(DatasetProgram, TheExampleAppliesTheUpstreamGradientAndTheNormaliser) {
                               shell_quote(path(golden)) + " " + shell_quote(path(cand)) +
                               " --backend numpy");
   };
-  for (const auto& [golden, options] :
-       std::vector<std::pair<std::string, std::string>>{{"none.h5", "--reduction none"},
-                                                        {"norm.h5", "--normalizer 100"},
-                                                        {"own.h5", ""}}) {
+  for (const auto& [golden, options] : std::vector<std::pair<std::string, std::string>>{
+           {"none.h5", "--reduction none"}, {"norm.h5", "--normalizer 100"}, {"own.h5", ""}}) {
     const Ran g = xentlab("golden -N 32 " + options + " -o " + shell_quote(path(golden)));
     ASSERT_EQ(g.status, 0) << g.output;
     const Ran c = example(golden, "c-" + golden);
