@@ -154,6 +154,21 @@ TEST_F(LossSemantics, UpstreamGradientInGoldenFileExactAnswerPassesAndIgnoredGFa
     for (const char* name : {"loss", "lse"})  // per-token values do not depend on g
       EXPECT_EQ(output(bug, name).status, "passed") << policy << " " << name;
   }
+  // The differential baseline runs the emulation with the same g: the exact dH stored in bf16 —
+  // within the bound (one rounding into the storage dtype) — is a lowered precision against the
+  // fp32 recipe's baseline. (A baseline without g would have an error of order 1 and let it pass.)
+  auto coarse = weighted_candidate(r1, o.upstream, red);
+  {
+    const Tensor& dH = coarse[3].second;
+    Tensor b(DType::bf16, {N, ds_.problem.D});
+    for (std::int64_t k = 0; k < N * ds_.problem.D; ++k) b.set(k, dH.get(k));
+    coarse[3].second = std::move(b);
+  }
+  write_candidate(path("coarse.h5"), false, coarse, "dH in bf16");
+  VerifyOptions both;
+  const VerifyReport c = verify_candidate(g, path("coarse.h5"), make_verify_policy("fp32"), both);
+  EXPECT_EQ(output(c, "dH").bound_status, "passed") << format_report(c);
+  EXPECT_EQ(output(c, "dH").status, "incorrect") << format_report(c);
 }
 
 TEST_F(LossSemantics, UpstreamGradientIsRefusedWhereItHasNoMeaning) {
