@@ -233,6 +233,20 @@ TEST_F(DatasetProgram, LossSpecIsCheckedBeforeTheDatasetIsMade) {
   }
 }
 
+TEST_F(DatasetProgram, ReferenceTakesTheNormaliserAndTheUpstreamGradient) {
+  expect_exit_2_naming({
+      {"reference -N 8 -V 100 --upstream random", "--reduction none only"},
+      {"reference -N 8 -V 100 --normalizer 5 --reduction sum", "given with reduction sum"},
+      {"reference -N 8 -V 100 --reduction none --upstream 2", "expected ones or random"},
+  });
+  // The oracle (multiple precision, reference/oracle.hpp) agrees with both.
+  for (const char* options : {"--normalizer 50", "--reduction none --upstream random"}) {
+    const Ran r = xentlab(std::string("reference -N 16 -V 1000 ") + options);
+    EXPECT_EQ(r.status, 0) << options << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "reduced     1 checked, 0 over bound")) << r.output;
+  }
+}
+
 // A .npy file of float64 values (format 1.0, little-endian, C order): the header dict padded with
 // spaces and a newline to a multiple of 64 bytes (numpy's layout).
 void write_npy(const std::string& file, const std::vector<double>& v) {
