@@ -37,8 +37,7 @@ int run_reference(const ReferenceArgs& a) {
   if (a.upstream != "ones" && a.upstream != "random")
     throw InputError(fmt::format("--upstream '{}': expected ones or random", a.upstream));
   if (a.upstream == "random" && spec.reduction != Reduction::none)
-    throw InputError(
-        "--upstream random: an upstream gradient is taken with --reduction none only");
+    throw InputError("--upstream random: an upstream gradient is taken with --reduction none only");
   ReferenceOptions opt;
   if (a.upstream == "random") opt.upstream = random_upstream(a.N, a.seed);
   apply_reference_choice(a.choice, opt);  // bad option values are refused before generating
