@@ -600,6 +600,8 @@ nb::dict run_record(const audit::RunRecord& r) {
   d["device"] = r.device;
   d["recipe"] = r.recipe;
   d["spec"] = r.spec;
+  d["chunk_tokens"] = r.chunk_tokens;
+  d["upstream"] = r.upstream;
   d["input_dtype"] = r.input_dtype;
   d["disposition"] = std::string(to_string(r.verdict.disposition));
   d["output"] = r.verdict.output;
@@ -655,8 +657,11 @@ nb::dict run_audit(const AuditProblems& ps, const std::vector<std::string>& stra
                    const std::vector<std::string>& recipes, const std::string& backend,
                    std::int64_t rows, std::int64_t vocab_rows, std::uint64_t seed,
                    const std::string& policy, const std::string& tier, std::int64_t memory_budget,
-                   std::optional<std::string> out, bool force, bool append) {
+                   std::optional<std::string> out, bool force, bool append,
+                   std::int64_t chunk_tokens, const std::string& upstream) {
   audit::AuditConfig cfg;
+  cfg.chunk_tokens = chunk_tokens;
+  cfg.upstream = upstream;
   cfg.strategies = strategies;
   for (const auto& r : recipes) cfg.recipes.push_back(parse_recipe(r));
   if (backend == "cpu") {
@@ -887,7 +892,7 @@ NB_MODULE(_xentlab, m) {
       });
   m.def("run_audit", &run_audit, "problems"_a, "strategies"_a, "recipes"_a, "backend"_a, "rows"_a,
         "vocab_rows"_a, "seed"_a, "policy"_a, "tier"_a, "memory_budget"_a, "out"_a.none(),
-        "force"_a, "append"_a);
+        "force"_a, "append"_a, "chunk_tokens"_a, "upstream"_a);
   m.def("strategy_names", [] { return strategy_names(Backend::cpu_emulation); });
   m.def("default_recipe_grid", [] {
     std::vector<std::string> names;

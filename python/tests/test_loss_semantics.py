@@ -91,3 +91,19 @@ def test_normaliser_divides_the_sum(tmp_path, prob):
     assert abs(gold.reduced_loss - want) <= tol
     w = r1.dW / n
     assert np.all(np.abs(gold.reference["dW"] - w) <= gold.reference["dW_bound"] + r1.dW_bound / n + U * np.abs(w))
+
+
+def test_audit_takes_chunk_width_upstream_and_normaliser(tmp_path):
+    p = xentlab.problem("calibrated", N=16, V=300, D=16)
+    none = xentlab.Problem.linear(p.H, p.W, p.targets, spec={"reduction": "none"}, name="calibrated-none")
+    res = xentlab.audit(datasets=[none], strategies=["naive", "chunked"], recipes=["fp32/fp32/fp32/fp32"],
+                        rows=0, chunk_tokens=3, upstream="random", out=tmp_path / "a.h5")
+    assert res.passed == 2, res.summary
+    assert all(r["chunk_tokens"] == 3 and r["upstream"] == "random" for r in res.runs)
+    with pytest.raises(xentlab.InputError, match="chunk_tokens must be an integer >= 0"):
+        xentlab.audit(datasets=[none], chunk_tokens=-1)
+    with pytest.raises(xentlab.InputError, match="needs reduction none"):
+        xentlab.audit(datasets=[p], strategies=["naive"], recipes=["fp32/fp32/fp32/fp32"], upstream="random")
+    norm = xentlab.Problem.linear(p.H, p.W, p.targets, spec={"normalizer": 40}, name="calibrated-norm")
+    rn = xentlab.audit(datasets=[norm], strategies=["naive"], recipes=["fp32/fp32/fp32/fp32"], rows=0)
+    assert rn.passed == 1 and "normalizer=40" in rn.runs[0]["spec"], rn.summary

@@ -557,7 +557,8 @@ class AuditResult:
 def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = (), *,
           strategies: Sequence[str] = (), recipes: Sequence[str] = (), rows: int = 8, vocab_rows: int = 256,
           tokens: int = 16, hidden: int = 64, seed: int = 1, policy: str = "audit", tier: str = "auto",
-          memory_budget: int = 0, out=None, force: bool = False, append: bool = False) -> AuditResult:
+          memory_budget: int = 0, out=None, force: bool = False, append: bool = False,
+          chunk_tokens: int = 0, upstream: str = "ones") -> AuditResult:
     """Every strategy × recipe on a set of problems against the certified reference, on the CPU
     emulation (``xentlab audit --backend cpu``).
 
@@ -565,16 +566,21 @@ def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = ()
     datasets: catalog names, problem files or :class:`Problem` objects; strategies and recipes
     (default: every registered strategy, the default grid); rows / vocab_rows: the sub-batch;
     out: also write the results HDF5 file (docs/audit.md; an existing file only with force or
-    append). Raises InputError (ValueError) for unknown names, negative counts, an existing
+    append). chunk_tokens: token rows per chunk of chunked and checkpointed (0 = their default;
+    ``--chunk-tokens``); upstream: "ones" or "random", the upstream gradient of problems with
+    reduction "none" (``--upstream``); both recorded per run. The loss options are each problem's
+    spec (a :class:`Problem` made with ``spec=LossSpec(normalizer=…)`` is audited with it). Raises InputError (ValueError) for unknown names, negative counts, an existing
     ``out`` without force/append (before the work), or when no run is supported; TypeError for a
     single string where a list of names is expected."""
     for what, v in (("problems", problems), ("datasets", datasets), ("strategies", strategies), ("recipes", recipes)):
         if isinstance(v, str):
             raise TypeError(f"{what}: expected a list of names, got the string {v!r} (write [{v!r}])")
-    for what, v in (("rows", rows), ("vocab_rows", vocab_rows), ("tokens", tokens), ("hidden", hidden)):
+    for what, v in (("rows", rows), ("vocab_rows", vocab_rows), ("tokens", tokens), ("hidden", hidden),
+                    ("chunk_tokens", chunk_tokens)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 or (what in ("tokens", "hidden") and v < 1):
             raise InputError(f"{what} must be an integer >= {1 if what in ('tokens', 'hidden') else 0}"
-                             f"{' (0 = all)' if what in ('rows', 'vocab_rows') else ''}, got {v!r}")
+                             f"{' (0 = all)' if what in ('rows', 'vocab_rows') else ''}"
+                             f"{' (0 = the default)' if what == 'chunk_tokens' else ''}, got {v!r}")
     if out is not None and os.path.exists(_path(out)) and not (force or append):
         raise InputError(f"{_path(out)} exists: pass force=True to replace it or append=True to add the runs")
     ps = _x._AuditProblems()
@@ -585,7 +591,7 @@ def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = ()
         ps.add(p.source, p.regime or p.source, p._c, p._c.spec)
     res = _x.run_audit(ps, list(strategies), list(recipes), "cpu", int(rows), int(vocab_rows), int(seed),
                        policy, tier, int(memory_budget), None if out is None else _path(out), bool(force),
-                       bool(append))
+                       bool(append), int(chunk_tokens), str(upstream))
     return AuditResult(**res)
 
 
