@@ -9,6 +9,8 @@ import pytest
 
 import xentlab
 
+from kernels import ce_fp32
+
 U = 2.0 ** -53  # unit roundoff of float64
 
 
@@ -107,3 +109,20 @@ def test_audit_takes_chunk_width_upstream_and_normaliser(tmp_path):
     norm = xentlab.Problem.linear(p.H, p.W, p.targets, spec={"normalizer": 40}, name="calibrated-norm")
     rn = xentlab.audit(datasets=[norm], strategies=["naive"], recipes=["fp32/fp32/fp32/fp32"], rows=0)
     assert rn.passed == 1 and "normalizer=40" in rn.runs[0]["spec"], rn.summary
+
+
+def test_check_passes_the_normaliser_to_the_loss_function(cache_dir):
+    p = xentlab.problem("calibrated", N=16, V=300, D=16)
+    n = 3 * int(np.sum(p.targets != -100)) + 1
+    pn = p.with_spec({"normalizer": n})
+
+    def ce_normalised(H, W, targets, normalizer=0, **spec):  # the sum over the batch, divided by n
+        loss, dH, dW = ce_fp32(H, W, targets, **{**spec, "reduction": "sum"})
+        f = np.float32(1) / np.float32(normalizer)
+        return np.float32(loss * f), dH * f, dW * f
+
+    assert xentlab.check(ce_normalised, problem=pn, policy="fp32", cache_dir=cache_dir).passed
+    # A kernel that takes PyTorch's keywords only (the normaliser swallowed by **_) divides by the
+    # batch's own count: wrong by the factor n / n_valid.
+    rep = xentlab.check(ce_fp32, problem=pn, policy="fp32", cache_dir=cache_dir)
+    assert not rep.passed and not rep.output("dH").passed
