@@ -48,7 +48,7 @@ DatasetEntry llm(const std::string& name, const std::string& model, std::int64_t
                       model, V, D, softcap > 0 ? fmt::format(", softcap {}", softcap) : ""),
           defaults(16, V, D, DType::bf16, 4.0, {}, spec), false, [name](const ResolvedParams& p) {
             return make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed, TargetMode::calibrated,
-                             p.spec, name, p.progress);
+                             p.spec, name, p.progress, p.targets.get());
           }};
 }
 
@@ -69,14 +69,14 @@ std::vector<DatasetEntry> build_catalog() {
                defaults(64, 32000, 64, DType::bf16, 4.0, {{"calibrated", 0}}), false,
                [](const ResolvedParams& p) {
                  return make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed, mode_of(p), p.spec,
-                                  "gaussian", p.progress);
+                                  "gaussian", p.progress, p.targets.get());
                }});
   c.push_back({"calibrated",
                "Targets drawn from each row's own softmax (the regime of a trained model; most "
                "audits should use it). Gaussian head, logits ≈ N(0, σ²).",
                defaults(64, 32000, 64, DType::bf16, 4.0), false, [](const ResolvedParams& p) {
                  return make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed, TargetMode::calibrated,
-                                  p.spec, "calibrated", p.progress);
+                                  p.spec, "calibrated", p.progress, p.targets.get());
                }});
   c.push_back({"confident",
                "Confident rows: p_target between p_lo=0.9 and p_hi=0.9999 (log-uniform in 1−p), "
@@ -126,7 +126,7 @@ std::vector<DatasetEntry> build_catalog() {
        "every gradient exactly 0.",
        defaults(16, 1000, 32, DType::bf16, 4.0), false, [](const ResolvedParams& p) {
          Problem pb = make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed, TargetMode::calibrated,
-                                p.spec, "all-ignored", p.progress);
+                                p.spec, "all-ignored", p.progress, p.targets.get());
          ignore_rows(pb, 1.0, p.seed, p.spec.ignore_index);
          return pb;
        }});
@@ -136,7 +136,7 @@ std::vector<DatasetEntry> build_catalog() {
                defaults(64, 32000, 64, DType::bf16, 4.0, {{"fraction", 0.5}}), false,
                [](const ResolvedParams& p) {
                  Problem pb = make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed,
-                                        TargetMode::calibrated, p.spec, "part-ignored", p.progress);
+                                        TargetMode::calibrated, p.spec, "part-ignored", p.progress, p.targets.get());
                  ignore_rows(pb, p.get("fraction"), p.seed, p.spec.ignore_index);
                  return pb;
                }});
@@ -145,7 +145,7 @@ std::vector<DatasetEntry> build_catalog() {
                "audit or golden try --vocab 129920): tail lanes past V must not exist. Calibrated.",
                defaults(64, 507, 123, DType::bf16, 4.0), false, [](const ResolvedParams& p) {
                  return make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed, TargetMode::calibrated,
-                                  p.spec, "odd-vocab", p.progress);
+                                  p.spec, "odd-vocab", p.progress, p.targets.get());
                }});
   c.push_back(llm("llama3-8b", "Llama-3 8B", 128256, 4096, 0));
   c.push_back(llm("gemma2-2b", "Gemma-2 2B", 256000, 2304, 30));
@@ -187,6 +187,7 @@ DatasetInstance make_dataset(const std::string& name, const DatasetParams& param
   if (params.sigma) r.sigma = *params.sigma;
   r.seed = params.seed;
   r.progress = params.progress;
+  r.targets = params.targets;
   for (const auto& [k, v] : params.extra) {
     if (!r.extra.count(k)) {
       std::string keys;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@ struct DatasetParams {
   /// Hears (rows done, N) while a slow generator runs (calibrated targets or confident rows of a
   /// linear head).
   GenerationProgress progress;
+  /// Draws linear heads' calibrated targets instead of the CPU BLAS (the GPU); null = the CPU.
+  std::shared_ptr<const TargetEngine> targets;
 };
 
 /// Parameters after defaults are applied.
@@ -37,6 +40,7 @@ struct ResolvedParams {
   LossSpec spec;
   std::map<std::string, double> extra;
   GenerationProgress progress;  ///< DatasetParams::progress
+  std::shared_ptr<const TargetEngine> targets;  ///< DatasetParams::targets
   /// extra value by key (every key an entry uses is in its defaults).
   double get(const std::string& key) const;
 };

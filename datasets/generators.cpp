@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 #include "numerics/blas.hpp"
 #include "numerics/error.hpp"
@@ -236,7 +237,8 @@ void HeadLogits::compute(const double* X, std::int64_t m, std::vector<double>& Z
 
 Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, double sigma,
                   std::uint64_t seed, TargetMode mode, const LossSpec& spec,
-                  const std::string& name, const GenerationProgress& progress) {
+                  const std::string& name, const GenerationProgress& progress,
+                  const TargetEngine* engine) {
   check_sizes(name.c_str(), N, V, D, sigma);
   Tensor H(dtype, {N, D}, "H"), W(dtype, {V, D}, "W");
   fill_gaussian(H, N, D, 1.0, seed, kTagH);
@@ -245,6 +247,20 @@ Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, d
   if (mode == TargetMode::uniform) {
     for (std::int64_t i = 0; i < N; ++i)
       t[static_cast<std::size_t>(i)] = row_stream(seed, kTagTarget, i).uniform_int(V);
+  } else if (engine != nullptr) {
+    std::vector<double> u(static_cast<std::size_t>(N));
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < N; ++i)
+      u[static_cast<std::size_t>(i)] = row_stream(seed, kTagTarget, i).uniform();
+    engine->sample(H, W, spec, u, t, progress);
+    if (static_cast<std::int64_t>(t.size()) != N)
+      throw std::logic_error(fmt::format("{}: the target engine returned {} targets for {} rows",
+                                         name, t.size(), N));
+    for (const std::int64_t v : t)
+      if (v < 0 || v >= V)
+        throw std::logic_error(fmt::format("{}: the target engine ({}) returned target {} "
+                                           "outside [0, {})",
+                                           name, engine->describe(), v, V));
   } else {
     const HeadLogits logits(W);
     const std::int64_t block = head_block_rows(N, V, D);

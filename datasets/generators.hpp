@@ -7,6 +7,7 @@
 // dtype. The catalog (datasets/catalog.hpp) names them.
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "datasets/problem.hpp"
@@ -61,10 +62,34 @@ class HeadLogits {
   mutable std::vector<double> panel_buf_;
 };
 
+/// Another place to draw a linear head's calibrated targets than HeadLogits on the CPU BLAS: the
+/// GPU (reference/reference.hpp, make_cuda_target_engine). An engine computes each row's fp64
+/// logits H_i·Wᵀ (any summation order: within γ_D·Σ|h||w| of the exact ones, as HeadLogits) and
+/// draws t_i as make_head's CPU path does: the first j, in vocabulary order, whose cumulative sum
+/// of the weights exp(z_j − max z) passes u_i·Σ_j exp(z_j − max z), with z the spec-transformed
+/// logits (scale, then softcap). Its sums run in another order than the CPU's, so a target can
+/// differ from the CPU's only where u_i falls within their rounding (relative γ_V ≈ V·2⁻⁵³) of a
+/// boundary, or within the logits' own margin above (docs/design.md, "Calibrated targets on the
+/// GPU").
+class TargetEngine {
+ public:
+  virtual ~TargetEngine() = default;
+  /// What computes the targets, for progress and provenance lines ("cuda: NVIDIA H200").
+  virtual std::string describe() const = 0;
+  /// t[i] for every row i of H (N × D) against W (V × D), H and W of one dtype (bf16, fp16 or
+  /// fp32), u[i] in [0, 1) the row's uniform; t is resized to N. progress, when given, hears
+  /// (rows done, N) after each block of rows. Throws InputError when the work does not fit the
+  /// device (naming the bytes) and std::runtime_error on a device failure.
+  virtual void sample(const Tensor& H, const Tensor& W, const LossSpec& spec,
+                      const std::vector<double>& u, std::vector<std::int64_t>& t,
+                      const GenerationProgress& progress) const = 0;
+};
+
 /// Linear head: H_id ~ N(0, 1), W_jd ~ N(0, sigma²/D) (so each logit is ≈ N(0, sigma²)), targets by
 /// mode (calibrated: from the softmax of the spec-transformed logits of the stored values, the
 /// logits from HeadLogits in blocks of rows of at most 1 GiB of logits). Generated in parallel
 /// (OpenMP). progress, when given, hears (rows done, N) after every block of calibrated targets.
+/// engine, when given, draws the calibrated targets instead of HeadLogits (TargetEngine).
 /// Throws InputError for N, V, D < 1 or sigma ≤ 0.
 ///
 /// A GEMM's logits are within γ_D·Σ|h||w| of the exact ones, so another summation order (another
@@ -74,7 +99,8 @@ class HeadLogits {
 /// through fp64 GEMM").
 Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, double sigma,
                   std::uint64_t seed, TargetMode mode, const LossSpec& spec,
-                  const std::string& name = "head", const GenerationProgress& progress = {});
+                  const std::string& name = "head", const GenerationProgress& progress = {},
+                  const TargetEngine* engine = nullptr);
 
 /// Confident rows: a Gaussian head whose row i gets H_i ← H_i + c_i·W_{t_i} with c_i ≥ 0 chosen (by
 /// bisection, in double) so that p_target = p*_i, 1 − p*_i log-uniform in [1 − p_hi, 1 − p_lo]

@@ -9,6 +9,11 @@ bool cuda_reference_available(std::string* why_not) {
   return false;
 }
 
+std::shared_ptr<const TargetEngine> make_cuda_target_engine() {
+  throw InputError(
+      "calibrated targets on the GPU are not available: this build has no CUDA toolkit");
+}
+
 namespace detail {
 
 void cuda_tier(const Problem&, const LossSpec&, const ReferenceOptions&, ReferenceResult&,

@@ -20,10 +20,12 @@
 // full problem's; dW/db over a token subset are the contribution of that subset.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "datasets/generators.hpp"
 #include "datasets/problem.hpp"
 #include "numerics/loss_spec.hpp"
 #include "reference/host_array.hpp"
@@ -49,6 +51,11 @@ double measure_dgemm_rate(ReferenceTier tier);
 
 /// Whether this build has the cuda tier and a CUDA device is present (the reason in why_not).
 bool cuda_reference_available(std::string* why_not = nullptr);
+
+/// The GPU's TargetEngine for linear heads' calibrated targets (datasets/generators.hpp): cuBLAS
+/// DGEMM for the fp64 logits and one fp64 kernel per block of rows for the draw. Throws
+/// InputError naming why when this build has no CUDA toolkit or no device is present.
+std::shared_ptr<const TargetEngine> make_cuda_target_engine();
 
 struct ReferenceOptions {
   std::vector<std::int64_t> token_rows;  ///< rows to compute; empty = all. Sorted, unique, in [0,N)

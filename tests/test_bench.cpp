@@ -825,6 +825,42 @@ TEST(BenchPlan, BudgetSizedChunksHoldAtMostKMaxChunkLogits) {
   const gpu::WorkspacePlan p = gpu::plan_chunks(mid, whole, 0, "chunked");
   EXPECT_EQ(p.rows, 16384) << "budget " << whole << " bytes";
 }
+
+TEST(BenchPlan, TheDefaultBudgetBoundsTheChunkBuffersNotTheAccumulators) {
+  // The Llama-3-8B head with fp32 logits from bf16 inputs: W widened to fp32 (V·D·4 = 2.1 GB) is
+  // needed whatever the chunk size, more than the 2 GiB default alone. The default sizes the
+  // chunk buffers on top of it; an explicit budget still bounds everything.
+  const std::int64_t V = 128256, D = 4096;
+  for (const char* name : {"bf16/fp32/fp32/bf16", "bf16/fp32/fp32/fp32"}) {
+    const gpu::WorkspaceQuery q{8192, V, D, DType::bf16, false, parse_recipe(name), true};
+    const gpu::WorkspacePlan one = gpu::plan_workspace(q, 1), two = gpu::plan_workspace(q, 2);
+    const std::int64_t per_row = two.total() - one.total(), fixed = one.total() - per_row;
+    ASSERT_GE(fixed, V * D * 4) << name;
+    // With 2 GiB for everything: refused (bf16 gradients: W in fp32 and the fp32 dW accumulator,
+    // 4.2 GB) or chunks of a few dozen tokens (fp32 gradients accumulate in the output).
+    try {
+      EXPECT_LT(gpu::plan_chunks(q, gpu::kDefaultChunkBudget, 0, "chunked").rows, 128) << name;
+    } catch (const InputError&) {
+      EXPECT_GT(fixed, gpu::kDefaultChunkBudget) << name;
+    }
+    const gpu::WorkspacePlan p = gpu::plan_chunks(q, 0, 0, "chunked");
+    EXPECT_GT(p.n_chunks, 1) << name;  // the fp32 logits of 8192 tokens alone are 4.2 GB
+    EXPECT_GE(p.rows, 2048) << name;   // 2 GiB of chunk buffers: about 4000 tokens, balanced
+    EXPECT_LE(p.total() - fixed, gpu::kDefaultChunkBudget) << name;
+  }
+  // The 128K preset with bf16 gradients: several chunks need the fp32 dW accumulator (2.1 GB);
+  // inside a 2 GiB budget for everything that left room for 49-token chunks only.
+  const gpu::WorkspaceQuery big{
+      131072, V, D, DType::bf16, false, parse_recipe("bf16/bf16/fp32/bf16"), true};
+  const gpu::WorkspacePlan p = gpu::plan_chunks(big, 0, 0, "chunked");
+  EXPECT_EQ(p.rows, 8192);
+  EXPECT_EQ(p.dW_acc, V * D * 4);
+  // Where nothing is fixed the default plan is the one a 2 GiB budget gives.
+  const gpu::WorkspaceQuery plain{
+      131072, V, D, DType::bf16, false, parse_recipe("bf16/bf16/fp32/fp32"), true};
+  EXPECT_EQ(gpu::plan_chunks(plain, 0, 0, "chunked").rows,
+            gpu::plan_chunks(plain, gpu::kDefaultChunkBudget, 0, "chunked").rows);
+}
 #endif
 
 #endif  // !XL_BENCH_GPU_TESTS

@@ -123,7 +123,8 @@ TEST_F(VerifyProgram, JunitReportIsRewrittenOnARerun) {
   const std::string report = slurp(xml);
   EXPECT_TRUE(contains(report, "<testsuite name=\"xentlab.verify\"")) << report;
   // A CI job re-runs into the same path: the report is replaced, atomically (no temporary left).
-  std::ofstream(xml) << "<?xml version=\"1.0\"?>\n<testsuites>stale</testsuites>\n";
+  std::ofstream(xml) << "<?xml version=\"1.0\"?>\n<testsuites>\n  <testsuite "
+                        "name=\"xentlab.verify\" tests=\"1\">stale</testsuite></testsuites>\n";
   const Ran again = xentlab(v);
   EXPECT_EQ(again.status, 0) << again.output;
   EXPECT_EQ(slurp(xml), report);
@@ -133,10 +134,20 @@ TEST_F(VerifyProgram, JunitReportIsRewrittenOnARerun) {
   const Ran failing = xentlab(verify("loss.h5") + "--require dW --junit " + shell_quote(xml));
   EXPECT_EQ(failing.status, 1) << failing.output;
   EXPECT_TRUE(contains(slurp(xml), "failures=\"1\"")) << slurp(xml);
-  // What is not an XML report is kept unless --force; the golden and candidate files always.
+  // What is not a report of verify is kept unless --force — other XML files too (a build file,
+  // another tool's JUnit report); the golden and candidate files always.
   std::ofstream(path("notes.txt")) << "my notes\n";
+  const std::string pom = "<?xml version=\"1.0\"?>\n<project><modelVersion/></project>\n";
+  const std::string pytest_report =
+      "<?xml version=\"1.0\" encoding=\"utf-8\"?><testsuites name=\"pytest tests\"><testsuite "
+      "name=\"pytest\" tests=\"1\"></testsuite></testsuites>\n";
+  std::ofstream(path("pom.xml")) << pom;
+  std::ofstream(path("pytest.xml")) << pytest_report;
+  const std::string not_a_report = "is not a JUnit report of xentlab verify";
   expect_exit_2_naming({
-      {verify("exact.h5") + "--junit " + shell_quote(path("notes.txt")), "not an XML report"},
+      {verify("exact.h5") + "--junit " + shell_quote(path("notes.txt")), not_a_report},
+      {verify("exact.h5") + "--junit " + shell_quote(path("pom.xml")), not_a_report},
+      {verify("exact.h5") + "--junit " + shell_quote(path("pytest.xml")), not_a_report},
       {verify("exact.h5") + "--junit " + shell_quote(path("g.h5")) + " --force",
        "is the golden file"},
       {verify("exact.h5") + "--junit " + shell_quote(path("exact.h5")) + " --force",
@@ -144,13 +155,15 @@ TEST_F(VerifyProgram, JunitReportIsRewrittenOnARerun) {
       {verify("exact.h5") + "--junit " + shell_quote(dir_.string()), "is a folder"},
   });
   EXPECT_EQ(slurp(path("notes.txt")), "my notes\n");
+  EXPECT_EQ(slurp(path("pom.xml")), pom);
+  EXPECT_EQ(slurp(path("pytest.xml")), pytest_report);
   const Ran forced =
       xentlab(verify("exact.h5") + "--junit " + shell_quote(path("notes.txt")) + " --force");
   EXPECT_EQ(forced.status, 0) << forced.output;
   EXPECT_EQ(slurp(path("notes.txt")), report);
   // --help says so.
   const Ran help = xentlab("verify --help");
-  EXPECT_TRUE(contains(help.output, "an existing XML report is replaced")) << help.output;
+  EXPECT_TRUE(contains(help.output, "an existing report of verify is replaced")) << help.output;
 }
 
 TEST_F(VerifyProgram, RequireNamesTheMissingOutputs) {

@@ -170,6 +170,12 @@ TEST_F(GoldenVerify, RoundTripPassesAndOnePerturbedDwElementFails) {
   EXPECT_NO_THROW(write_junit(path("j.xml"), false, r));
   std::ofstream(path("notes.txt")) << "not a report";
   EXPECT_THROW(check_junit_output(path("notes.txt"), false), InputError);
+  // An XML file that is no report of verify is kept too: replacing any "<?xml" file would
+  // overwrite build files and other tools' reports.
+  std::ofstream(path("other.xml")) << "\xEF\xBB\xBF <?xml version=\"1.0\"?>\n<testsuites "
+                                      "name=\"other\"><testsuite name=\"other\"/></testsuites>";
+  EXPECT_THROW(check_junit_output(path("other.xml"), false), InputError);
+  EXPECT_THROW(write_junit(path("other.xml"), false, r), InputError);
   EXPECT_THROW(write_junit(path("notes.txt"), false, r), InputError);
   EXPECT_NO_THROW(write_junit(path("notes.txt"), true, r));
 }

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "datasets/catalog.hpp"
@@ -198,6 +200,74 @@ TEST(CalibratedTargets, TwoWordVocabularyFollowsTheTransformedSoftmax) {
   EXPECT_TRUE(in_binomial_band(likely, q_likely)) << "the more likely word";
   EXPECT_FALSE(in_binomial_band(likely, q_likely_raw))
       << "the untransformed softmax fits as well: the check is blind to the spec";
+}
+
+// A TargetEngine written here from the definition: exact (Sum2) logits, the spec's transform, and
+// the first j whose running sum of exp(z_j − max z) passes u·Σ. It records the uniforms it got.
+class DefinitionEngine : public TargetEngine {
+ public:
+  mutable std::vector<double> seen_u;
+  std::int64_t corrupt = -2;  // ≥ -1: the target every row gets (to test make_head's checks)
+  std::string describe() const override { return "the definition, in the test"; }
+  void sample(const Tensor& H, const Tensor& W, const LossSpec& spec, const std::vector<double>& u,
+              std::vector<std::int64_t>& t, const GenerationProgress& progress) const override {
+    seen_u = u;
+    const std::int64_t N = H.dim(0), V = W.dim(0), D = W.dim(1);
+    const std::vector<double> h = read_all(H), w = read_all(W);
+    t.assign(static_cast<std::size_t>(N), corrupt);
+    if (corrupt >= -1) return;
+    for (std::int64_t i = 0; i < N; ++i) {
+      std::vector<double> z(static_cast<std::size_t>(V));
+      for (std::int64_t j = 0; j < V; ++j)
+        z[static_cast<std::size_t>(j)] =
+            transform(exact_dot(h.data() + i * D, w.data() + j * D, D).value, spec);
+      const double mx = *std::max_element(z.begin(), z.end());
+      double sum = 0;
+      for (double x : z) sum += std::exp(x - mx);
+      const double U = u[static_cast<std::size_t>(i)] * sum;
+      double c = 0;
+      for (std::int64_t j = 0; j < V; ++j) {
+        c += std::exp(z[static_cast<std::size_t>(j)] - mx);
+        t[static_cast<std::size_t>(i)] = j;
+        if (U < c) break;
+      }
+      if (progress) progress(i + 1, N);
+    }
+  }
+};
+
+TEST(CalibratedTargets, AnEngineDrawsWithTheRowsOwnUniforms) {
+  // make_head hands an engine each row's uniform, the one its CPU path draws with: an engine
+  // that draws by the definition gives the CPU path's targets (they could differ only where a
+  // uniform falls within ~1e-15 of a boundary of the softmax's cumulative sums).
+  const std::int64_t N = 96, V = 300, D = 48;
+  LossSpec spec;
+  spec.softcap = 2.5;
+  spec.logit_scale = 0.75;
+  for (DType dt : {DType::bf16, DType::fp16, DType::fp32}) {
+    const Problem cpu = make_head(N, V, D, dt, 3.0, 21, TargetMode::calibrated, spec);
+    DefinitionEngine engine;
+    std::int64_t heard = 0;
+    const Problem other = make_head(N, V, D, dt, 3.0, 21, TargetMode::calibrated, spec, "head",
+                                    [&](std::int64_t done, std::int64_t) { heard = done; },
+                                    &engine);
+    EXPECT_EQ(other.targets, cpu.targets) << to_string(dt);
+    EXPECT_EQ(heard, N);
+    ASSERT_EQ(engine.seen_u.size(), static_cast<std::size_t>(N));
+    std::vector<double> distinct = engine.seen_u;
+    std::sort(distinct.begin(), distinct.end());
+    EXPECT_EQ(std::unique(distinct.begin(), distinct.end()), distinct.end()) << "one per row";
+    for (double u : engine.seen_u) EXPECT_TRUE(u >= 0 && u < 1) << u;
+  }
+  // A target outside [0, V) from an engine is a fault of the engine, not a problem to return.
+  for (std::int64_t bad : {std::int64_t{-1}, V}) {
+    DefinitionEngine broken;
+    broken.corrupt = bad;
+    EXPECT_THROW(make_head(N, V, D, DType::bf16, 3.0, 21, TargetMode::calibrated, spec, "head",
+                           {}, &broken),
+                 std::logic_error)
+        << bad;
+  }
 }
 
 TEST(CalibratedTargets, NearlyOneHotRowsTakeTheirArgmax) {

@@ -70,4 +70,33 @@ TEST(ReferenceTiersGpu, CudaIndexingPast2Pow31) {
     }
 }
 
+TEST(ReferenceTiersGpu, CalibratedTargetsOnTheGpuAreTheCpusTargets) {
+  std::string why;
+  if (!cuda_reference_available(&why)) GTEST_SKIP() << why;
+  // The GPU's logits and sums run in another order than the CPU BLAS's: a target may differ only
+  // where a row's uniform falls within ~1e-11 (relative) of a boundary of its softmax's
+  // cumulative sums, so every target of these few thousand rows is the CPU's.
+  const auto engine = make_cuda_target_engine();
+  struct Shape {
+    std::int64_t N, V, D;
+    DType dt;
+    double sigma, softcap, scale;
+  };
+  for (const Shape& sh : {Shape{256, 128256, 4096, DType::bf16, 4.0, 0, 1},
+                          Shape{2048, 5003, 256, DType::fp16, 3.0, 30, 1},
+                          Shape{1500, 7000, 96, DType::fp32, 8.0, 2.5, 0.5}}) {
+    LossSpec spec;
+    spec.softcap = sh.softcap;
+    spec.logit_scale = sh.scale;
+    const Problem cpu =
+        make_head(sh.N, sh.V, sh.D, sh.dt, sh.sigma, 5, TargetMode::calibrated, spec);
+    const Problem gpu = make_head(sh.N, sh.V, sh.D, sh.dt, sh.sigma, 5, TargetMode::calibrated,
+                                  spec, "head", {}, engine.get());
+    std::int64_t differ = 0;
+    for (std::size_t i = 0; i < cpu.targets.size(); ++i) differ += cpu.targets[i] != gpu.targets[i];
+    EXPECT_EQ(differ, 0) << sh.N << "×" << sh.V << "×" << sh.D << " " << to_string(sh.dt) << " "
+                         << spec.describe();
+  }
+}
+
 }  // namespace xentlab

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine for the CUDA strategies: configure, build, run the gpu-labelled
 # tests, the strategy benchmark and the PyTorch baseline. Logs go to $OUT (default ./out).
-#   tools/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma|fused|reference|real-audit]
+#   tools/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma|fused|reference|real-audit|scale]
 # preset: `xentlab bench --preset llama3-8b-128k` (the measured table beside the quoted
 # one, $OUT/bench-preset.{md,csv,h5,log}) and the PyTorch baseline appended to the same CSV.
 # fidelity: the embedded audit on the GPU and on the CPU emulation, then `xentlab fidelity` of the
@@ -16,6 +16,10 @@
 # PyTorch's float64 matmul rate on the same card for comparison ($OUT/reference-*.log).
 # real-audit: the embedded set's real-shape problem alone (the Llama-3-8B head at N = 8192, every
 # row, full dW) on the GPU with four recipes ($OUT/audit-llama.{h5,h5.md,txt}; docs/benchmarks.md).
+# scale: ground truth at training scale — the GPU calibrated-target and chunk-plan tests, the
+# 128K-context Llama-3-8B head (N = 131072, calibrated targets drawn on the GPU) audited on every
+# row with full dW, and the N = 8192 head's chunked and checkpointed runs with fp32 logits
+# ($OUT/audit-128k.{h5,txt}, $OUT/audit-llama-fp32.txt).
 # Each step has its own time limit so that one slow step cannot eat the whole call.
 set -u -o pipefail
 OUT=${OUT:-out}
@@ -38,6 +42,7 @@ targets="test_gpu_strategies test_gpu_kernels test_bench_gpu xentlab gpu_bench"
 [ "$what" = fidelity ] && targets="xentlab"
 [ "$what" = real-audit ] && targets="xentlab"
 [ "$what" = reference ] && targets="xentlab test_reference_cuda test_reference_tiers"
+[ "$what" = scale ] && targets="xentlab test_reference_cuda test_bench_gpu"
 [ "$what" = wgmma ] && targets="wgmma_probe"
 [ "$what" = fused ] && targets="test_gpu_strategies test_gpu_kernels test_bench_gpu gpu_bench fused_breakdown"
 if ! timeout 420 cmake --build build-gpu -j16 --target $targets >> "$OUT/build.log" 2>&1; then
@@ -140,4 +145,21 @@ if [ "$what" = real-audit ]; then
     --out "$OUT/audit-llama.h5" --force > "$OUT/audit-llama.txt" 2>&1
   echo "audit rc=$?"
   grep -v '^\[' "$OUT/audit-llama.txt" | tail -40
+fi
+if [ "$what" = scale ]; then
+  (cd build-gpu && timeout 150 ctest -R 'CalibratedTargetsOnTheGpu|BenchPlan' --output-on-failure \
+    --timeout 140) > "$OUT/scale-tests.log" 2>&1
+  echo "scale tests rc=$?"; grep -E "tests passed|Failed|\*\*\*" "$OUT/scale-tests.log" | tail -10
+  /usr/bin/time -f "audit wall %e s, max RSS %M KB" timeout ${AUDIT_TIMEOUT:-300} build-gpu/tools/xentlab \
+    audit --backend cuda --dataset llama3-8b --tokens 131072 --rows 0 --vocab-rows 0 \
+    --recipes ${RECIPES_128K:-bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16,bf16/bf16/bf16/bf16} \
+    --out "$OUT/audit-128k.h5" --force > "$OUT/audit-128k.txt" 2>&1
+  echo "128k audit rc=$?"
+  tr '\r' '\n' < "$OUT/audit-128k.txt" | grep -E 'generating|reference' | tail -4
+  grep -v '^\[' "$OUT/audit-128k.txt" | tail -45
+  /usr/bin/time -f "audit wall %e s, max RSS %M KB" timeout ${AUDIT_TIMEOUT:-200} build-gpu/tools/xentlab \
+    audit --backend cuda --problems llama3-8b --strategies chunked,checkpointed \
+    --recipes bf16/fp32/fp32/bf16 --out "$OUT/audit-llama-fp32.h5" --force > "$OUT/audit-llama-fp32.txt" 2>&1
+  echo "llama fp32-logits audit rc=$?"
+  grep -v '^\[' "$OUT/audit-llama-fp32.txt" | grep -E 'chunked|checkpointed|runs:|wall' | head -20
 fi

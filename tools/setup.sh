@@ -6,7 +6,8 @@
 #   tools/setup.sh --python-venv DIR
 #                             also a virtual environment DIR (made by python3 -m venv where it is
 #                             missing) holding what the Python package's build and tests need from
-#                             PyPI: nanobind, numpy, ml_dtypes, pytest, h5py (python/, docs/python.md).
+#                             PyPI: nanobind, numpy, ml_dtypes, pytest, h5py at the exact versions of
+#                             python/requirements-test.txt (python/, docs/python.md).
 #                             Debian's python3 refuses pip outside one (PEP 668). A failure here is
 #                             a warning: the C++ build and tests go on without the Python package.
 set -euo pipefail
@@ -66,12 +67,30 @@ fi
 if [ "${1:-}" = "--python-venv" ]; then
   venv=${2:?"tools/setup.sh --python-venv DIR: the folder of the virtual environment"}
   py=${PYTHON:-python3}
-  # The versions the package is built and tested with (pyproject.toml names the same lower bounds).
-  wanted=("nanobind>=2.2,<4" "numpy>=1.22" "ml_dtypes>=0.3" "pytest>=7" "h5py>=3")
-  if ! "$venv/bin/python" -c 'import nanobind, numpy, ml_dtypes, pytest, h5py' 2>/dev/null; then
-    echo "setup: making the virtual environment $venv (nanobind numpy ml_dtypes pytest h5py from PyPI)"
+  # The exact versions the package is built and tested with (pyproject.toml names the lower bounds
+  # a user's installation needs): one file, python/requirements-test.txt.
+  pins="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/python/requirements-test.txt"
+  # The environment is filled when a pinned package is missing or at another version.
+  pinned_ok() {
+    "$venv/bin/python" - "$pins" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if line:
+        name, want = line.split("==")
+        try:
+            have = version(name)
+        except PackageNotFoundError:
+            sys.exit(1)
+        if have != want:
+            sys.exit(1)
+PY
+  }
+  if ! pinned_ok; then
+    echo "setup: filling the virtual environment $venv from PyPI ($pins)"
     { [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"; } &&
-      "$venv/bin/python" -m pip install -q --disable-pip-version-check "${wanted[@]}" ||
+      "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$pins" ||
       echo "setup: warning: the virtual environment $venv could not be made or filled; the Python package will not be built or tested (the C++ build and tests go on)" >&2
   fi
 fi

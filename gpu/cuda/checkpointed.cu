@@ -3,7 +3,8 @@
 // shapes, same dtype: bit-identical logits) and forms dz from the stored lse with an arbitrary
 // per-token upstream gradient (reduction none; 1/n_valid or 1 for mean/sum), then dH, dW and db as
 // chunked does (docs/arithmetic.md §7–8). Peak extra memory O(rows·V) + the accumulators; the chunk
-// size comes from chunk_tokens or the memory budget (kDefaultChunkBudget when none is given).
+// size comes from chunk_tokens or the memory budget (kDefaultChunkBudget for the chunk buffers when
+// none is given).
 #include <memory>
 #include <string>
 

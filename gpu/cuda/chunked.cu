@@ -5,7 +5,8 @@
 // dW output itself when grad is fp32 too), rounded to grad at the end; db sequential over tokens in
 // accum. With a single chunk the dW GEMM writes the output directly (no cross-chunk sum), exactly
 // as naive. The chunk size comes from RunRequest::chunk_tokens or from the memory budget
-// (kDefaultChunkBudget when none is given): peak extra memory O(rows·V) + the accumulators.
+// (kDefaultChunkBudget for the chunk buffers when none is given): peak extra memory O(rows·V) + the
+// accumulators.
 #include <memory>
 #include <string>
 

@@ -100,7 +100,15 @@ WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows) {
 WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t memory_budget,
                           std::int64_t chunk_tokens, const std::string& strategy) {
   const bool budget_given = memory_budget > 0;
-  const std::int64_t budget = budget_given ? memory_budget : kDefaultChunkBudget;
+  // Multi-chunk plans are affine in rows: fixed + rows·per_row (plan_workspace(q, 1) is
+  // multi-chunk whenever N > 1, as is every plan below N).
+  const WorkspacePlan p1 = plan_workspace(q, 1), p2 = plan_workspace(q, 2);
+  const std::int64_t per_row = p2.total() - p1.total();
+  const std::int64_t fixed = p1.total() - per_row;
+  // The default bounds the chunk buffers; what every multi-chunk plan needs whatever its chunk
+  // size (the V·D fp32 dW accumulator, W widened to fp32) comes on top of it.
+  const std::int64_t budget =
+      budget_given ? memory_budget : kDefaultChunkBudget + std::max<std::int64_t>(0, fixed);
   if (chunk_tokens > 0) {
     const WorkspacePlan p = plan_workspace(q, std::min(chunk_tokens, q.N));
     if (budget_given && p.total() > budget)
@@ -114,11 +122,6 @@ WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t memory_budget,
       std::max<std::int64_t>(1, kMaxChunkLogits / std::max<std::int64_t>(1, q.V));
   const WorkspacePlan whole = plan_workspace(q, q.N);
   if (q.N <= cap && whole.total() <= budget) return whole;
-  // Multi-chunk plans are affine in rows: fixed + rows·per_row.
-  const WorkspacePlan p1 = plan_workspace(q, 1), p2 = plan_workspace(q, 2);
-  // plan_workspace(q, 1) is multi-chunk whenever N > 1, as is every plan below N.
-  const std::int64_t per_row = p2.total() - p1.total();
-  const std::int64_t fixed = p1.total() - per_row;
   std::int64_t rows = per_row > 0 ? (budget - fixed) / per_row : q.N;
   // The cap never makes a plan fail or shrink below what one chunk of the whole batch gives:
   // where one chunk fits and the budget, not the cap, limits several (they can need more than

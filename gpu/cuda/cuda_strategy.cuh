@@ -21,7 +21,10 @@
 
 namespace xentlab::gpu {
 
-/// Default memory budget of the chunked strategies when RunRequest::memory_budget is 0.
+/// Default memory budget of the chunked strategies' chunk buffers when RunRequest::memory_budget
+/// is 0. What every multi-chunk plan needs whatever its chunk size (the V·D fp32 dW accumulator
+/// and temporary, W widened to fp32) comes on top: 4.2 GB of it for the Llama-3-8B head (V =
+/// 128256, D = 4096) with fp32 logits, which a budget for everything would refuse.
 constexpr std::int64_t kDefaultChunkBudget = std::int64_t{2} << 30;
 
 /// Most logits entries per chunk when the budget sizes the chunks (2^30: 8372 tokens at
@@ -105,7 +108,8 @@ WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows);
 /// when it fits and the cap would otherwise make the plan fail or its chunks smaller than the
 /// budget alone would (several chunks can need more memory than one: the cross-chunk dW
 /// accumulator); or chunk_tokens when given (> 0). `budget` is
-/// the caller's memory_budget: 0 means kDefaultChunkBudget, which a given chunk_tokens overrides;
+/// the caller's memory_budget: 0 means kDefaultChunkBudget for the chunk buffers plus what every
+/// multi-chunk plan needs whatever its chunk size, and a given chunk_tokens overrides it;
 /// a budget > 0 bounds a given chunk_tokens too (InputError naming both byte counts and the chunk
 /// size). Throws InputError naming the bytes needed for one token when even that does not fit.
 WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t budget, std::int64_t chunk_tokens,

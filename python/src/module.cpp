@@ -285,9 +285,26 @@ DatasetInstance instance_of(Problem p, const LossSpec& spec, const std::string& 
   return d;
 }
 
+// H and W in fp64 are refused when the problem is made, not when the reference first meets them,
+// with the command's messages: for arrays, the problem-file loader's (datasets/loaders.cpp, after
+// its file name); for a catalog problem generated in fp64, the reference's
+// (reference/reference.cpp, compute_reference), which is where the command refuses it.
+void refuse_fp64_arrays(DType h, DType w) {
+  for (const auto& [name, dt] : {std::pair<const char*, DType>{"H", h}, {"W", w}})
+    if (dt == DType::fp64)
+      throw InputError(
+          fmt::format("{} is float64; store H and W in float32, float16 or bf16 "
+                      "(products of those are exact in double, which the reference "
+                      "needs)",
+                      name));
+}
+
 DatasetInstance linear_problem(const AnyArray& H, const AnyArray& W, std::optional<AnyArray> bias,
                                const AnyArray& targets, const LossSpec& spec,
                                const std::string& name, bool H_bits, bool W_bits, bool b_bits) {
+  require_host(H, "H");
+  require_host(W, "W");
+  refuse_fp64_arrays(float_dtype(H, "H", H_bits), float_dtype(W, "W", W_bits));
   Tensor h = tensor_from(H, "H", true, H_bits);
   Tensor w = tensor_from(W, "W", true, W_bits);
   if (W.ndim() != 2)
@@ -321,7 +338,10 @@ DatasetInstance load(const std::string& name, std::optional<std::int64_t> N,
   p.sigma = sigma;
   p.seed = seed;
   p.extra = params;
-  return load_dataset(name, p, ignore_index);
+  DatasetInstance d = load_dataset(name, p, ignore_index);
+  if (d.problem.is_linear() && d.problem.input_dtype() == DType::fp64)
+    throw InputError("H/W in fp64 are not supported: products of fp64 values are not exact");
+  return d;
 }
 
 nb::list catalog() {
@@ -445,14 +465,33 @@ nb::dict golden_write(const std::string& path, const DatasetInstance& ds, const 
   return d;
 }
 
-nb::dict golden_arrays(const Golden& g) {
-  nb::dict d;
+/// The reference arrays a golden file holds (name → the vector and its shape); empty ones are left
+/// out. Covariates are per token row (S).
+std::vector<std::pair<std::string, std::pair<const std::vector<double>*, std::vector<std::size_t>>>>
+golden_array_table(const Golden& g, bool covariates) {
   const auto S = static_cast<std::size_t>(g.S), J = static_cast<std::size_t>(g.J);
   const auto Dz = static_cast<std::size_t>(g.D), Vz = static_cast<std::size_t>(g.V);
+  std::vector<
+      std::pair<std::string, std::pair<const std::vector<double>*, std::vector<std::size_t>>>>
+      t;
   const auto put = [&](const char* name, const std::vector<double>& v,
                        std::vector<std::size_t> shape) {
-    if (!v.empty()) d[name] = f64(v, std::move(shape));
+    if (!v.empty()) t.push_back({name, {&v, std::move(shape)}});
   };
+  if (covariates) {
+    for (const auto& [k, v] :
+         {std::pair<const char*, const std::vector<double>*>{"max_logit", &g.max_logit},
+          {"p_target", &g.p_target},
+          {"entropy", &g.entropy},
+          {"sum_p_abs_z", &g.sum_p_abs_z},
+          {"grad_scale", &g.grad_scale},
+          {"target_logit", &g.target_logit},
+          {"max_abs_logit", &g.max_abs_logit},
+          {"mean_abs_logit", &g.mean_abs_logit},
+          {"gemm_abs", &g.gemm_abs}})
+      put(k, *v, {v->size()});
+    return t;
+  }
   put("loss", g.loss, {S});
   put("loss_bound", g.loss_bound, {S});
   put("lse", g.lse, {S});
@@ -468,24 +507,23 @@ nb::dict golden_arrays(const Golden& g) {
   put("db_cond", g.db_cond, {J});
   put("dz", g.dz, {S, Vz});
   put("dz_bound", g.dz_bound, {S, Vz});
-  put("upstream", g.upstream, {static_cast<std::size_t>(g.N)});
-  return d;
+  return t;
 }
 
-nb::dict golden_covariates(const Golden& g) {
-  nb::dict d;
-  for (const auto& [k, v] :
-       {std::pair<const char*, const std::vector<double>*>{"max_logit", &g.max_logit},
-        {"p_target", &g.p_target},
-        {"entropy", &g.entropy},
-        {"sum_p_abs_z", &g.sum_p_abs_z},
-        {"grad_scale", &g.grad_scale},
-        {"target_logit", &g.target_logit},
-        {"max_abs_logit", &g.max_abs_logit},
-        {"mean_abs_logit", &g.mean_abs_logit},
-        {"gemm_abs", &g.gemm_abs}})
-    if (!v->empty()) d[k] = f64(*v);
-  return d;
+/// One array of a golden file as a read-only numpy view of the Golden's own storage, no copy: the
+/// view keeps the Python object that owns the Golden alive. KeyError for a name it does not hold.
+nb::object golden_view(nb::pointer_and_handle<Golden> g, const std::string& name, bool covariates) {
+  for (const auto& [n, v] : golden_array_table(*g.p, covariates))
+    if (n == name)
+      return nb::cast(nb::ndarray<nb::numpy, const double>(v.first->data(), v.second.size(),
+                                                           v.second.data(), g.h));
+  throw nb::key_error(name.c_str());
+}
+
+std::vector<std::string> golden_array_names(const Golden& g, bool covariates) {
+  std::vector<std::string> names;
+  for (const auto& e : golden_array_table(g, covariates)) names.push_back(e.first);
+  return names;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -799,6 +837,11 @@ NB_MODULE(_xentlab, m) {
       .def_ro("reduced_loss_bound", &Golden::reduced_loss_bound)
       .def_ro("provenance", &Golden::provenance)
       .def_ro("spec", &Golden::spec)
+      .def_prop_ro("upstream",
+                   [](const Golden& g) -> nb::object {
+                     if (g.upstream.empty()) return nb::none();
+                     return nb::cast(f64(g.upstream));
+                   })
       .def_prop_ro(
           "token_rows", [](const Golden& g) { return i64(g.token_rows); }, nb::rv_policy::move)
       .def_prop_ro(
@@ -812,8 +855,8 @@ NB_MODULE(_xentlab, m) {
                      d.generator = "golden";
                      return d;
                    })
-      .def("arrays", &golden_arrays)
-      .def("covariates", &golden_covariates);
+      .def("array_names", &golden_array_names, "covariates"_a)
+      .def("array", &golden_view, "name"_a, "covariates"_a);
   m.def("read_golden", [](const std::string& path) {
     nb::gil_scoped_release release;
     return read_golden(path);

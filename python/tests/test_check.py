@@ -129,3 +129,117 @@ def test_check_refuses_a_loss_that_is_no_number(returned):
     """numpy would coerce these into something that scores (a string even passed): refused."""
     with pytest.raises(TypeError, match="loss_fn returned a loss of type"):
         xentlab.check(lambda *a, **k: returned, problem="stories260k")
+
+
+def _returning(change):
+    """ce_fp32 with its return value (loss, dH, dW) changed by change."""
+    return lambda H, W, targets, **spec: change(*ce_fp32(H, W, targets, **spec))
+
+
+@pytest.mark.parametrize("fn,message", [
+    (_returning(lambda l, dH, dW: (l, dH[None], dW)), r"dH of shape \(1, 256, 64\); expected \(256, 64\) \(N, D\)"),
+    (_returning(lambda l, dH, dW: (l, dH.reshape(2, 128, 64), dW)), r"dH of shape \(2, 128, 64\); expected \(256, 64\)"),
+    (_returning(lambda l, dH, dW: (l, dH, dW.T)), r"dW of shape \(64, 512\); expected \(512, 64\) \(V, D\)"),
+    (_returning(lambda l, dH, dW: {"reduced_loss": l, "db": np.zeros((512, 1), np.float32)}),
+     r"db of shape \(512, 1\); expected \(512,\) \(V\)"),
+])
+def test_outputs_of_another_shape_are_refused_naming_the_expected_one(cache_dir, fn, message):
+    """A gradient with an extra leading dimension used to crash the worst-element report; no
+    shape other than the problem's (or the golden file's sampled rows) is scored."""
+    with pytest.raises(ValueError, match=message):
+        xentlab.check(fn, problem="stories260k", policy="fp32", cache_dir=cache_dir)
+
+
+def test_a_per_token_loss_of_shape_N_by_1_is_refused(cache_dir):
+    g = xentlab.cached_golden("stories260k", cache_dir=cache_dir, spec={"reduction": "none"})
+    fn = _returning(lambda l, dH, dW: (l[:, None], dH, dW))
+    with pytest.raises(ValueError, match=r"loss of shape \(256, 1\); expected \(256,\) \(N\)"):
+        xentlab.check(fn, problem=g, policy="fp32")
+
+
+@pytest.fixture(scope="module")
+def sampled_golden(tmp_path_factory):
+    """stories260k with 16 sampled token rows: references for the per-token loss, lse and dH on
+    those rows; none for the reduced loss, dW, db."""
+    path = tmp_path_factory.mktemp("sampled") / "g.h5"
+    xentlab.write_golden(path, xentlab.problem("stories260k"), rows=16)
+    return xentlab.read_golden(path)
+
+
+def test_a_sampled_golden_judges_what_it_holds_and_skips_the_rest(sampled_golden):
+    g = sampled_golden
+    assert g.partial and g.S == 16 and g.reduced_loss is None and "dW" not in g.reference
+    rep = xentlab.check(ce_fp32, problem=g, policy="fp32")
+    assert rep.passed, str(rep)
+    assert rep.output("dH").status == "passed" and rep.output("dH").shape == [16, 64]
+    for name in ("reduced_loss", "dW"):
+        o = rep.output(name)
+        assert o.status == "skipped" and "token rows were sampled" in o.message, name
+    # the same function's wrong twin is still caught on what the golden file holds
+    assert not xentlab.check(ce_bf16_sumexp, problem=g, policy="fp32").passed
+
+
+def test_requiring_what_a_golden_cannot_judge_is_refused_before_the_function_runs(sampled_golden):
+    ran = []
+
+    def fn(H, W, targets, **spec):
+        ran.append(1)
+        return ce_fp32(H, W, targets, **spec)
+
+    with pytest.raises(ValueError, match=r"require: dW cannot be judged on .*: the golden file holds no "
+                                         r"reference dW \(token rows were sampled\)"):
+        xentlab.check(fn, problem=sampled_golden, policy="fp32", require=["dH", "dW"])
+    assert not ran
+    with pytest.raises(ValueError, match=r"nothing loss_fn returned \(reduced_loss\) can be judged"):
+        xentlab.check(lambda H, W, t, **s: ce_fp32(H, W, t, **s)[0], problem=sampled_golden, policy="fp32")
+
+
+def test_a_forward_only_golden_judges_the_loss_and_skips_the_gradients(tmp_path):
+    xentlab.write_golden(tmp_path / "fwd.h5", xentlab.problem("stories260k"), gradients=False)
+    rep = xentlab.check(ce_fp32, problem=str(tmp_path / "fwd.h5"), policy="fp32")
+    assert rep.passed, str(rep)
+    assert rep.output("reduced_loss").status == "passed"
+    assert rep.output("dH").status == "skipped" and "not computed for this problem" in rep.output("dH").message
+
+
+def test_cached_golden_of_a_problem_file_follows_its_contents(tmp_path):
+    """A problem file changed in place — same path, size and modification time — is a new
+    problem: its golden file is written again, not served from the cache."""
+    import h5py
+    import os
+
+    path = tmp_path / "p.h5"
+
+    def write(seed):
+        r = np.random.default_rng(seed)
+        with h5py.File(path, "w") as f:
+            f["H"] = r.standard_normal((8, 4)).astype(np.float32)
+            f["W"] = r.standard_normal((30, 4)).astype(np.float32)
+            f["targets"] = r.integers(0, 30, 8)
+
+    write(1)
+    first = xentlab.cached_golden(str(path), cache_dir=tmp_path / "cache")
+    stat = os.stat(path)
+    write(2)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert os.stat(path).st_size == stat.st_size and os.stat(path).st_mtime_ns == stat.st_mtime_ns
+    second = xentlab.cached_golden(str(path), cache_dir=tmp_path / "cache")
+    with h5py.File(path, "r") as f:
+        H = f["H"][()]
+    assert second.problem.H.tobytes() == H.tobytes()
+    assert first.problem.H.tobytes() != H.tobytes() and second.path != first.path
+    assert xentlab.cached_golden(str(path), cache_dir=tmp_path / "cache").path == second.path  # cached again
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"framework": 1}, r"framework: expected a string, got int 1"),
+    ({"tier": None}, r"tier: expected a string, got NoneType None"),
+    ({"require": "dH"}, r"require: expected a list of names, got the string 'dH'"),
+    ({"require": [1]}, r"require\[0\]: expected a name \(a string\), got int 1"),
+    ({"implementation": 3}, r"implementation: expected a string, got int 3"),
+])
+def test_check_argument_types_are_named(cache_dir, kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        xentlab.check(ce_fp32, problem="stories260k", cache_dir=cache_dir, **kwargs)
+    with pytest.raises(TypeError, match=r"loss_fn: expected a function, got str"):
+        xentlab.check("ce_fp32", problem="stories260k", cache_dir=cache_dir)

@@ -2,6 +2,8 @@
 the command's messages (the text after "xentlab: invalid input: " / "bad file: ")."""
 
 import re
+
+import numpy as np
 import h5py
 import pytest
 
@@ -180,3 +182,112 @@ def test_verify_bad_check_options_raise(cli, tmp_path, cache_dir):
     with pytest.raises(ValueError, match="is the candidate file itself"):
         xentlab.verify(g.path, cand, junit=cand, force=True)
     assert cand.read_bytes() == before
+
+
+def test_ignore_index_of_a_catalog_problem_is_applied_as_the_command_applies_it(cli, tmp_path):
+    """problem(name, ignore_index=…) gives the spec that value, as --ignore-index with --dataset
+    does: the golden files are equal bit for bit, and the rows whose target is that class are
+    the ignored ones."""
+    base = xentlab.problem("calibrated", N=16, V=50, D=8)
+    cls = int(base.targets[3])
+    p = xentlab.problem("calibrated", N=16, V=50, D=8, ignore_index=cls)
+    assert p.spec.ignore_index == cls and (p.targets == base.targets).all()
+    assert xentlab.reference(p).n_valid == int((base.targets != cls).sum()) < 16
+    r = cli("golden", "--dataset", "calibrated", "-N", "16", "-V", "50", "-D", "8", "--ignore-index", cls,
+            "--out", tmp_path / "cli.h5")
+    assert r.returncode == 0, r.stderr
+    xentlab.write_golden(tmp_path / "py.h5", p)
+    a, b = _datasets(tmp_path / "cli.h5"), _datasets(tmp_path / "py.h5")
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+    # An entry that marks ignored rows with -100 keeps its targets: another ignore_index makes
+    # them invalid, refused with the command's message.
+    r = cli("golden", "--dataset", "part-ignored", "-N", "4", "-V", "10", "-D", "2", "--ignore-index", "-1",
+            "--out", tmp_path / "pi.h5")
+    with pytest.raises(ValueError) as e:
+        xentlab.problem("part-ignored", N=4, V=10, D=2, ignore_index=-1)
+    assert r.returncode == 2 and str(e.value) == _cli_message(r)
+
+
+def test_float64_H_and_W_are_refused_when_the_problem_is_made(cli, tmp_path):
+    """The reference has no exact products of fp64 values: a linear problem in fp64 is refused
+    when it is made, with the command's message (a problem file's, or the reference's for a
+    catalog problem generated in fp64)."""
+    H, W, t = np.ones((4, 3)), np.ones((10, 3)), np.array([0, 1, 2, 3])
+    with h5py.File(tmp_path / "f64.h5", "w") as f:
+        f["H"], f["W"], f["targets"] = H, W, t
+    r = cli("golden", "--dataset", tmp_path / "f64.h5", "--out", tmp_path / "g.h5")
+    with pytest.raises(ValueError) as from_file:
+        xentlab.problem(str(tmp_path / "f64.h5"))
+    with pytest.raises(ValueError) as from_arrays:
+        xentlab.Problem.linear(H, W, t)
+    assert r.returncode == 2 and str(from_file.value) == _cli_message(r)
+    assert _cli_message(r) == f"{tmp_path / 'f64.h5'}: {from_arrays.value}"
+    with pytest.raises(ValueError, match=r"^W is float64"):
+        xentlab.Problem.linear(H.astype(np.float32), W, t)
+    r = cli("golden", "--dataset", "calibrated", "-N", "4", "-V", "10", "-D", "2", "--dtype", "fp64",
+            "--out", tmp_path / "c.h5")
+    with pytest.raises(ValueError) as catalog:
+        xentlab.problem("calibrated", N=4, V=10, D=2, dtype="fp64")
+    assert r.returncode == 2 and str(catalog.value) == _cli_message(r)
+    # logits may be fp64: they are given, not products
+    assert xentlab.Problem.from_logits(np.zeros((2, 5)), np.array([0, 4])).input_dtype == "fp64"
+
+
+def test_an_xml_file_that_is_no_report_of_verify_is_kept_without_force(cli, tmp_path, cache_dir):
+    """verify replaces its own report of an earlier run, never another XML file (a build file,
+    another tool's JUnit report) unless forced: the command's message."""
+    g = xentlab.cached_golden("stories260k", cache_dir=cache_dir)
+    p = g.problem
+    loss, dH, dW = ce_fp32(p.H, p.W, p.targets)
+    cand = tmp_path / "cand.h5"
+    xentlab.write_candidate(cand, {"reduced_loss": loss})
+    for text in ('<?xml version="1.0"?>\n<project><modelVersion/></project>\n',
+                 '<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"><testsuite name="pytest"/>'
+                 '</testsuites>\n'):
+        (tmp_path / "other.xml").write_text(text)
+        r = cli("verify", g.path, cand, "--junit", tmp_path / "other.xml")
+        with pytest.raises(ValueError) as e:
+            xentlab.verify(g, cand, junit=tmp_path / "other.xml")
+        assert r.returncode == 2 and str(e.value) == _cli_message(r)
+        assert "is not a JUnit report of xentlab verify" in str(e.value)
+        assert (tmp_path / "other.xml").read_text() == text
+    rep = xentlab.verify(g, cand, junit=tmp_path / "other.xml", force=True)
+    report = (tmp_path / "other.xml").read_text()
+    assert '<testsuite name="xentlab.verify"' in report
+    rep.write_junit(tmp_path / "other.xml")  # its own report is replaced without force
+    assert (tmp_path / "other.xml").read_text() == report
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: xentlab.problem("calibrated", N="8"), r"^N: expected an integer, got str '8'$"),
+    (lambda: xentlab.problem("calibrated", N=8.0), r"^N: expected an integer, got float 8.0$"),
+    (lambda: xentlab.problem("calibrated", dtype=16), r"^dtype: expected a string, got int 16$"),
+    (lambda: xentlab.problem("calibrated", params={"fraction": "half"}), r"^params\['fraction'\]: expected a number"),
+    (lambda: xentlab.LossSpec(ignore_index=2.5), r"^ignore_index: expected an integer, got float 2.5$"),
+    (lambda: xentlab.LossSpec(label_smoothing="0.1"), r"^label_smoothing: expected a number, got str '0.1'$"),
+    (lambda: xentlab.reference(xentlab.problem("calibrated", N=2, V=10, D=2), tier=5), r"^tier: expected a string"),
+    (lambda: xentlab.write_golden("x.h5", xentlab.problem("calibrated", N=2, V=10, D=2), rows=1.5),
+     r"^rows: expected an integer, got float 1.5$"),
+    (lambda: xentlab.write_candidate("x.h5", [("reduced_loss", 1.0)]), r"^outputs: expected a dict"),
+    (lambda: xentlab.verify("g.h5", "c.h5", policy=32), r"^policy: expected a string, got int 32$"),
+    (lambda: xentlab.verify("g.h5", "c.h5", k="2"), r"^k: expected a number, got str '2'$"),
+    (lambda: xentlab.audit(strategies=["naive", 2]), r"^strategies\[1\]: expected a name \(a string\), got int 2$"),
+    (lambda: xentlab.audit(datasets=[5]), r"^datasets\[0\]: expected a catalog name, a problem file or a xentlab.Problem"),
+])
+def test_arguments_of_the_wrong_type_are_named(call, message):
+    """Not nanobind's generic "incompatible function arguments" (which names neither the argument
+    nor what it takes), nor a silent int() of 1.5 or float() of a string."""
+    with pytest.raises(TypeError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: xentlab.problem("calibrated", seed=-1), "seed must be an integer >= 0, got -1"),
+    (lambda: xentlab.write_golden("x.h5", xentlab.problem("calibrated", N=2, V=10, D=2), sample_seed=-2),
+     "sample_seed must be an integer >= 0, got -2"),
+])
+def test_negative_seeds_are_value_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

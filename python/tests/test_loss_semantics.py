@@ -28,7 +28,7 @@ def test_loss_spec_takes_a_normaliser_and_refuses_nonsense():
     assert s.normalizer == 100 and s.as_dict()["normalizer"] == 100
     assert "normalizer=100" in s.describe()
     assert xentlab.LossSpec().normalizer == 0
-    with pytest.raises(xentlab.InputError, match="integer count"):
+    with pytest.raises(TypeError, match="normalizer: expected an integer"):
         xentlab.LossSpec(normalizer=2.5)
     with pytest.raises(xentlab.InputError, match="normalizer must be >= 0"):
         xentlab.LossSpec(normalizer=-1)

@@ -1,6 +1,7 @@
 """The package imports and exposes the lab: catalog, problems, the reference's values and bounds."""
 
 import numpy as np
+import pytest
 
 import xentlab
 
@@ -64,3 +65,66 @@ def test_spec_override_changes_the_reference():
     smooth = xentlab.reference(p, spec={"label_smoothing": 0.1})
     assert smooth.reduced_loss > base.reduced_loss  # smoothing adds ε·(lse − mean z) ≥ 0 per row
     assert p.with_spec({"softcap": 30.0}).spec.softcap == 30.0
+
+
+def _import_in_child(code, **env_changes):
+    """Runs code in a fresh interpreter (the xentlab of this test run on its path), without a
+    preset OPENBLAS_CORETYPE (so import xentlab probes), and returns its stdout."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "XENTLAB_BLAS_PROBE")}
+    env.update(env_changes)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_a_failed_blas_probe_warns_once_with_its_cause_and_the_import_goes_on():
+    # The probe's child interpreter inherits the environment: with PYTHONHOME pointing nowhere it
+    # cannot start (no module 'encodings'); the parent, started before, is unaffected.
+    out = _import_in_child(
+        "import os, warnings\n"
+        "os.environ['PYTHONHOME'] = '/nonexistent'\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import xentlab\n"
+        "print(len(w)); print(w[0].category.__name__); print(w[0].message)\n"
+        "print(xentlab.problem('calibrated', N=2, V=10, D=2).N)\n")
+    count, category, message, n = out.strip().split("\n")
+    assert (count, category, n) == ("1", "RuntimeWarning", "2")
+    assert "probe of OpenBLAS's kernels failed" in message
+    assert "exited with status 1: ModuleNotFoundError: No module named 'encodings'" in message
+
+
+def test_a_working_blas_probe_imports_without_a_warning():
+    out = _import_in_child("import warnings\nwarnings.simplefilter('error')\nimport xentlab\nprint('ok')\n")
+    assert out.strip() == "ok"
+
+
+def test_golden_arrays_are_read_only_views_and_the_problem_is_made_once(tmp_path):
+    import h5py
+
+    p = xentlab.problem("calibrated", N=6, V=200, D=8)
+    xentlab.write_golden(tmp_path / "g.h5", p)
+    g = xentlab.read_golden(tmp_path / "g.h5")
+    assert g.problem is g.problem
+    assert g.problem.H.tobytes() == p.H.tobytes() and g.problem.W.tobytes() == p.W.tobytes()
+    with h5py.File(tmp_path / "g.h5", "r") as f:
+        held = sorted(k for k in f["reference"] if k not in ("token_rows", "vocab_rows"))
+        assert sorted(g.reference) == held and len(g.reference) == len(held)
+        for name in held:
+            a = g.reference[name]
+            assert a is g.reference[name]  # made once
+            assert not a.flags.writeable and a.dtype == np.float64
+            assert a.tobytes() == f["reference"][name][()].tobytes(), name
+    assert "dz" not in g.reference and g.reference.get("dz") is None
+    dW = g.reference["dW"]
+    with pytest.raises(ValueError, match="read-only"):
+        dW[0, 0] = 1.0
+    del g  # the view keeps the golden's storage alive
+    import gc
+
+    gc.collect()
+    assert dW.shape == (200, 8) and np.isfinite(dW).all()

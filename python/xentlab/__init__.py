@@ -16,6 +16,16 @@ import subprocess as _subprocess
 import sys as _sys
 
 
+def _last_error(stderr: str) -> str:
+    """The line of a child interpreter's stderr that names its error: the last exception line
+    ("ModuleNotFoundError: …") or fatal error, else the last line."""
+    import re
+
+    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
+    named = [l for l in lines if re.match(r"(Fatal Python error|[A-Za-z_][\w.]*(Error|Exception)\b)", l)]
+    return (named or lines or ["no message"])[-1]
+
+
 def _load_extension():
     """Imports the extension with the OpenBLAS kernels the ``xentlab`` command would choose.
 
@@ -24,20 +34,37 @@ def _load_extension():
     again with the kernels the instruction sets allow (numerics/blas.hpp, choose_blas_kernels).
     A Python process cannot restart, so a child process asks the same question
     (preferred_blas_coretype) and the variable is set for the load only. With the same kernels as
-    the command, the BLAS tier's results are the command's bit for bit.
+    the command, the BLAS tier's results are the command's bit for bit. A probe that fails (the
+    child exits with an error or hangs) is reported once by a RuntimeWarning naming the cause;
+    the import goes on.
     """
     if "OPENBLAS_CORETYPE" in _os.environ or _os.environ.get("XENTLAB_BLAS_PROBE"):
         from . import _xentlab
         return _xentlab
-    want = ""
+    want, failure = "", ""
     try:
         env = dict(_os.environ, XENTLAB_BLAS_PROBE="1")
-        want = _subprocess.run(
+        probe = _subprocess.run(
             [_sys.executable, "-c", "from xentlab import _xentlab as x; print(x.preferred_blas_coretype() or '')"],
             env=env, capture_output=True, text=True, timeout=60,
-            cwd=_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))).stdout.strip()
-    except (OSError, _subprocess.SubprocessError):
-        want = ""
+            cwd=_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+        if probe.returncode == 0:
+            want = probe.stdout.strip()
+        else:
+            failure = f"the child interpreter exited with status {probe.returncode}: {_last_error(probe.stderr)}"
+    except _subprocess.TimeoutExpired:
+        failure = "the child interpreter did not answer within 60 s"
+    except (OSError, _subprocess.SubprocessError) as e:
+        failure = f"the child interpreter could not run: {e}"
+    if failure:
+        import warnings
+
+        warnings.warn(
+            f"xentlab: the probe of OpenBLAS's kernels failed ({failure}); the extension is loaded "
+            f"with OpenBLAS's own choice, which on a processor it does not recognise is its oldest "
+            f"kernels: the BLAS reference tier may then be slower and its last bits may differ from "
+            f"the xentlab command's (set OPENBLAS_CORETYPE to choose the kernels and skip the probe)",
+            RuntimeWarning, stacklevel=2)
     if want:
         _os.environ["OPENBLAS_CORETYPE"] = want
     try:

@@ -10,6 +10,7 @@ library's, the ones ``xentlab`` prints after "invalid input:" or "bad file:".
 
 from __future__ import annotations
 
+import collections.abc
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
@@ -28,10 +29,61 @@ _SPEC_KEYS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_sca
               "normalizer")
 
 
-def _path(p) -> str:
+def _path(p, name: str = "") -> str:
     if not isinstance(p, (str, os.PathLike)):
-        raise TypeError(f"expected a file path (str or os.PathLike), got {type(p).__name__}")
+        raise TypeError(f"{name + ': ' if name else ''}expected a file path (str or os.PathLike), got "
+                        f"{type(p).__name__}")
     return os.fspath(p)
+
+
+# Arguments are checked here, before the extension: its own refusal of a wrong type is one generic
+# "incompatible function arguments" TypeError that names neither the argument nor what it takes.
+
+def _shown(v) -> str:
+    return f"{type(v).__name__} {v!r:.60}"
+
+
+def _int(name: str, v, minimum: Optional[int] = None, optional: bool = False) -> Optional[int]:
+    """v as an int: TypeError for what is no integer (a bool, a float, a string), InputError below
+    minimum."""
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name}: expected an integer, got {_shown(v)}")
+    if minimum is not None and v < minimum:
+        raise InputError(f"{name} must be an integer >= {minimum}, got {int(v)}")
+    return int(v)
+
+
+def _number(name: str, v, optional: bool = False) -> Optional[float]:
+    """v as a float: TypeError for what is no real number (a bool, a string, None)."""
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a number, got {_shown(v)}")
+    return float(v)
+
+
+def _text(name: str, v, optional: bool = False) -> Optional[str]:
+    if v is None and optional:
+        return None
+    if not isinstance(v, str):
+        raise TypeError(f"{name}: expected a string, got {_shown(v)}")
+    return v
+
+
+def _names(name: str, v) -> list:
+    """A list of names: TypeError for a single string (it would be read character by character)
+    or an element that is no string."""
+    if isinstance(v, str):
+        raise TypeError(f"{name}: expected a list of names, got the string {v!r} (write [{v!r}])")
+    if not isinstance(v, Iterable):
+        raise TypeError(f"{name}: expected a list of names, got {_shown(v)}")
+    out = list(v)
+    for i, n in enumerate(out):
+        if not isinstance(n, str):
+            raise TypeError(f"{name}[{i}]: expected a name (a string), got {_shown(n)}")
+    return out
 
 
 class LossSpec:
@@ -49,11 +101,10 @@ class LossSpec:
     def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
                  softcap: float = 0.0, logit_scale: float = 1.0, reduction: str = "mean",
                  empty_mean: str = "nan", normalizer: int = 0):
-        if isinstance(normalizer, bool) or not isinstance(normalizer, (int, np.integer)):
-            raise InputError(f"normalizer must be an integer count of tokens (0 = the batch's own), "
-                             f"got {normalizer!r}")
-        self._c = _x.make_spec(int(ignore_index), float(label_smoothing), float(z_loss), float(softcap),
-                               float(logit_scale), str(reduction), str(empty_mean), int(normalizer))
+        self._c = _x.make_spec(_int("ignore_index", ignore_index), _number("label_smoothing", label_smoothing),
+                               _number("z_loss", z_loss), _number("softcap", softcap),
+                               _number("logit_scale", logit_scale), _text("reduction", reduction),
+                               _text("empty_mean", empty_mean), _int("normalizer", normalizer))
 
     @classmethod
     def _wrap(cls, c) -> "LossSpec":
@@ -133,18 +184,19 @@ class Problem:
     def linear(cls, H, W, targets, bias=None, spec: Optional[LossSpec | Mapping] = None,
                name: str = "linear") -> "Problem":
         """A linear problem from arrays: H (…, D) (leading dimensions flattened into N rows),
-        W (V, D) in the same float dtype (float32, float16, bfloat16 — numpy ml_dtypes or torch —
-        or float64), bias (V) optional (−inf masks a row), targets (N) of any integer dtype.
+        W (V, D) in the same float dtype (float32, float16 or bfloat16 — numpy ml_dtypes or
+        torch), bias (V) optional (−inf masks a row), targets (N) of any integer dtype.
         Any strides are read as the values they show (views, transposes, slices). Raises
         TypeError for another dtype or a device tensor that cannot come to the host, InputError
-        (ValueError) for shapes, non-finite values or targets out of range (Problem::validate's
-        message)."""
+        (ValueError) for float64 H or W (the reference needs products that are exact in double:
+        the message of a float64 problem file), shapes, non-finite values or targets out of range
+        (Problem::validate's message)."""
         s = _spec_of(spec, LossSpec()._c)
         h, hb = to_host(H, "H")
         w, wb = to_host(W, "W")
         t = _targets(targets)
         b, bb = (None, False) if bias is None else to_host(bias, "bias")
-        return cls(_x.linear_problem(h, w, b, t, s, name, hb, wb, bb))
+        return cls(_x.linear_problem(h, w, b, t, s, _text("name", name), hb, wb, bb))
 
     @classmethod
     def from_logits(cls, logits, targets, spec: Optional[LossSpec | Mapping] = None,
@@ -153,7 +205,7 @@ class Problem:
         s = _spec_of(spec, LossSpec()._c)
         z, zb = to_host(logits, "logits")
         t = _targets(targets)
-        return cls(_x.logits_problem(z, t, s, name, zb))
+        return cls(_x.logits_problem(z, t, s, _text("name", name), zb))
 
     def with_spec(self, spec: LossSpec | Mapping) -> "Problem":
         """The same problem with another loss spec (a dict changes some options)."""
@@ -211,14 +263,29 @@ def datasets() -> list:
 
 def problem(name: str, N: Optional[int] = None, V: Optional[int] = None, D: Optional[int] = None,
             dtype: Optional[str] = None, sigma: Optional[float] = None, seed: int = 1,
-            params: Optional[Mapping[str, float]] = None, ignore_index: int = -100) -> Problem:
+            params: Optional[Mapping[str, float]] = None, ignore_index: Optional[int] = None) -> Problem:
     """A catalog problem (``xentlab datasets``; the same name, parameters and seed give the same
     bits as ``xentlab golden --dataset NAME``) or a problem file (HDF5, .safetensors, a folder
-    of .npy files). Raises InputError (ValueError): "unknown dataset" with the catalog's names,
-    "no such file: PATH" for a name that looks like a path, an override the entry does not
-    accept, an unknown parameter."""
-    return Problem(_x.load_dataset(_path(name), N, V, D, dtype, sigma, int(seed), dict(params or {}),
-                                   int(ignore_index)))
+    of .npy files). ignore_index, when given, is the problem's spec's (as ``--ignore-index`` with
+    ``--dataset``): a file's targets are read with it; a catalog problem keeps the targets its
+    generator made (an entry that ignores rows marks them with its default, -100) and its spec
+    takes the given value. Raises InputError (ValueError): "unknown dataset" with the catalog's
+    names, "no such file: PATH" for a name that looks like a path, an override the entry does not
+    accept, an unknown parameter, a target that is neither a class nor ignore_index, H and W in
+    float64 (the reference's refusal); TypeError naming an argument of the wrong type."""
+    name = _path(name, "name")
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(f"params: expected a dict of parameter names and numbers, got {_shown(params)}")
+    extra = {_text("params key", k): _number(f"params[{k!r}]", v) for k, v in (params or {}).items()}
+    ii = _int("ignore_index", ignore_index, optional=True)
+    c = _x.load_dataset(name, _int("N", N, optional=True), _int("V", V, optional=True),
+                        _int("D", D, optional=True), _text("dtype", dtype, optional=True),
+                        _number("sigma", sigma, optional=True), _int("seed", seed, minimum=0), extra,
+                        -100 if ii is None else ii)
+    p = Problem(c)
+    if ii is not None and p.spec.ignore_index != ii:  # a catalog problem: the spec takes it
+        p = p.with_spec({"ignore_index": ii})
+    return p
 
 
 # --- the certified reference -------------------------------------------------------------------
@@ -291,26 +358,63 @@ def reference(problem: Problem, spec: Optional[LossSpec | Mapping] = None, *, ti
     if not isinstance(problem, Problem):
         raise TypeError(f"problem: expected a xentlab.Problem, got {type(problem).__name__}")
     s = _spec_of(spec, problem._c.spec)
-    d = _x.reference(problem._c, s, tier, _rows(token_rows, "token_rows"), _rows(vocab_rows, "vocab_rows"),
-                     bool(dz), bool(gradients), int(memory_budget), int(threads))
+    d = _x.reference(problem._c, s, _text("tier", tier), _rows(token_rows, "token_rows"),
+                     _rows(vocab_rows, "vocab_rows"), bool(dz), bool(gradients),
+                     _int("memory_budget", memory_budget, minimum=0), _int("threads", threads))
     return Reference(**d)
 
 
 # --- golden files --------------------------------------------------------------------------------
 
+class _GoldenArrays(collections.abc.Mapping):
+    """The arrays of a golden file by name, read-only float64 numpy views of the storage the
+    extension read the file into (no copy; each view made on first access and kept)."""
+
+    def __init__(self, c, covariates: bool):
+        self._c, self._cov = c, covariates
+        self._names = tuple(c.array_names(covariates))
+        self._views: dict = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._views:
+            if name not in self._names:
+                raise KeyError(name)
+            self._views[name] = self._c.array(name, self._cov)
+        return self._views[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"<golden arrays: {', '.join(self._names)}>"
+
+
 class Golden:
     """A golden file read back (tools/golden/golden_file.hpp; schema docs/formats.md): the problem
     bit-exact (:attr:`problem`), its spec, the reference's outputs with bounds and conditions
-    (:attr:`reference`: a dict of float64 arrays, keys loss, loss_bound, lse, lse_bound, dH,
-    dH_bound, dH_cond, dW, dW_bound, dW_cond, db, db_bound, db_cond, dz, dz_bound — those the
-    file holds), per-token covariates (:attr:`covariates`), the sampled rows and provenance."""
+    (:attr:`reference`: a read-only mapping of float64 arrays, keys loss, loss_bound, lse,
+    lse_bound, dH, dH_bound, dH_cond, dW, dW_bound, dW_cond, db, db_bound, db_cond, dz, dz_bound —
+    those the file holds), per-token covariates (:attr:`covariates`), the sampled rows and
+    provenance. The arrays are read-only views of the file's contents as read (no copy; take
+    ``.copy()`` to change one); :attr:`problem` is made once, on first access."""
 
     def __init__(self, c):
         self._c = c
-        self.reference = c.arrays()
-        #: reduction "none": the stored upstream gradient (N) float64, or None (ones)
-        self.upstream = self.reference.pop("upstream", None)
-        self.covariates = c.covariates()
+        self.reference = _GoldenArrays(c, covariates=False)
+        self.covariates = _GoldenArrays(c, covariates=True)
+        #: reduction "none": the stored upstream gradient, (N) float64, or None (ones)
+        self.upstream = c.upstream
+        self._problem = None
+
+    @property
+    def problem(self) -> "Problem":
+        """The golden problem, bit-exact (one copy of its tensors, made on first access)."""
+        if self._problem is None:
+            self._problem = Problem(self._c.problem)
+        return self._problem
 
     path = property(lambda self: self._c.path)
     N = property(lambda self: self._c.N)
@@ -326,7 +430,6 @@ class Golden:
     token_rows = property(lambda self: self._c.token_rows)
     vocab_rows = property(lambda self: self._c.vocab_rows)
     spec = property(lambda self: LossSpec._wrap(self._c.spec))
-    problem = property(lambda self: Problem(self._c.problem))
 
     def __repr__(self) -> str:
         return f"<xentlab.Golden {self.path}: N={self.N} V={self.V} D={self.D} S={self.S} J={self.J}>"
@@ -356,8 +459,9 @@ def write_golden(path, problem: Problem, spec: Optional[LossSpec | Mapping] = No
             raise InputError(f"upstream: expected shape ({problem.N},) (one dL/dloss_i per token), "
                              f"got {g.shape}")
         g = g.tolist()
-    return _x.write_golden(_path(path), problem._c, s, int(rows), int(vocab_rows), int(sample_seed),
-                           bool(gradients), tier, int(memory_budget), int(threads), bool(force),
+    return _x.write_golden(_path(path, "path"), problem._c, s, _int("rows", rows), _int("vocab_rows", vocab_rows),
+                           _int("sample_seed", sample_seed, minimum=0), bool(gradients), _text("tier", tier),
+                           _int("memory_budget", memory_budget, minimum=0), _int("threads", threads), bool(force),
                            "python: xentlab.write_golden", g)
 
 
@@ -366,9 +470,8 @@ def random_upstream(N: int, seed: int = 1) -> np.ndarray:
     random_upstream): (N,) float64 values k/8, k uniform in −8…16 (zeros and negatives included,
     every value exact in bf16). ``write_golden(..., upstream=random_upstream(N))`` writes the same
     file as the command's default for reduction none."""
-    if int(N) < 0:
-        raise InputError(f"random_upstream: N must be >= 0, got {N}")
-    return np.asarray(_x.random_upstream(int(N), int(seed)), dtype=np.float64)
+    return np.asarray(_x.random_upstream(_int("N", N, minimum=0), _int("seed", seed, minimum=0)),
+                      dtype=np.float64)
 
 
 def read_golden(path) -> Golden:
@@ -381,6 +484,8 @@ def write_candidate(path, outputs: Mapping[str, Any], *, implementation: str = "
     """Writes a candidate file (format "xentlab-candidate", docs/formats.md) from arrays in their
     dtypes (numpy or torch; bf16 stored as bf16): any of loss, lse, reduced_loss, dH, dW, db, dz
     in the golden's sampled or the full shape. Atomic; an existing file only with force."""
+    if not isinstance(outputs, Mapping):
+        raise TypeError(f"outputs: expected a dict of output names and arrays, got {_shown(outputs)}")
     names, arrays, bits = [], [], []
     known = _x.candidate_output_names()
     for k, v in outputs.items():
@@ -390,7 +495,7 @@ def write_candidate(path, outputs: Mapping[str, Any], *, implementation: str = "
         names.append(k)
         arrays.append(a)
         bits.append(b)
-    _x.write_candidate(_path(path), bool(force), names, arrays, bits, implementation)
+    _x.write_candidate(_path(path, "path"), bool(force), names, arrays, bits, _text("implementation", implementation))
 
 
 # --- verify --------------------------------------------------------------------------------------
@@ -450,8 +555,9 @@ class VerifyReport:
         raise KeyError(name)
 
     def write_junit(self, path, force: bool = False) -> None:
-        """The JUnit XML report of ``xentlab verify --junit`` (an existing XML report is replaced;
-        any other existing file only with force)."""
+        """The JUnit XML report of ``xentlab verify --junit``: a report of verify at path is
+        replaced; any other existing file (another XML file included) only with force. Raises
+        InputError (ValueError) naming the path otherwise."""
         _x.write_junit(_path(path), bool(force), self._report)
 
 
@@ -463,20 +569,21 @@ def verify_policy_description(golden: Golden, policy=None, strictness="default",
 
 
 def _policy(g: Golden, policy, strictness, k, atol, rtol):
+    atol, rtol, k = _number("atol", atol, optional=True), _number("rtol", rtol, optional=True), _number("k", k, optional=True)
+    policy, strictness = _text("policy", policy, optional=True), _text("strictness", strictness)
     explicit = atol is not None or rtol is not None
     if atol is not None:
-        _x.check_tolerance_number("atol", float(atol), True)
+        _x.check_tolerance_number("atol", atol, True)
     if rtol is not None:
-        _x.check_tolerance_number("rtol", float(rtol), True)
+        _x.check_tolerance_number("rtol", rtol, True)
     if k is not None:
-        _x.check_tolerance_number("k", float(k), False)
+        _x.check_tolerance_number("k", k, False)
     if explicit:
         for name, given in (("policy", policy is not None), ("strictness", strictness != "default"), ("k", k is not None)):
             if given:
                 raise InputError(f"{name} does not apply with atol/rtol: the explicit tolerance atol + rtol·|ref| "
                                  f"replaces the policy (k = 1, no bias test); leave one of them out")
-    return _x.verify_policy(policy, strictness, None if k is None else float(k),
-                            None if atol is None else float(atol), None if rtol is None else float(rtol), g._c)
+    return _x.verify_policy(policy, strictness, k, atol, rtol, g._c)
 
 
 def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str = "default",
@@ -490,16 +597,21 @@ def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str =
     "in/logits/accum/grad" (default: the golden problem's input dtype); strictness "default",
     "strict" or "lenient"; k a finite number > 0; atol/rtol (finite, ≥ 0) replace the policy.
     require: outputs the candidate must hold and pass. junit: write the JUnit XML report there
-    (never the golden or candidate file). check: "bound", "differential" or "both" (the
+    (replacing a report of verify; any other existing file only with force; never the golden or
+    candidate file). check: "bound", "differential" or "both" (the
     differential check compares the candidate's error with the CPU emulation of the policy's recipe
     on the same problem; each output's ``differential`` dict holds both errors and the limits);
     explain: also rank the recipes of the grid by how well they explain the candidate's errors
     (in ``text``); baseline_rows (0 = automatic) and baseline_seed: the baseline's token sample.
     Raises InputError (ValueError) for invalid options (the command's messages, with the
     keyword's name), FormatError (ValueError) for unreadable files."""
-    if isinstance(require, str):
-        raise TypeError(f"require: expected a list of output names, got the string {require!r} (write [{require!r}])")
-    required = _x.parse_required_outputs(list(require))
+    # the options' types first, before any file is read
+    for name, v in (("k", k), ("atol", atol), ("rtol", rtol)):
+        _number(name, v, optional=True)
+    _text("policy", policy, optional=True)
+    _text("strictness", strictness)
+    required = _x.parse_required_outputs(_names("require", require))
+    check = _text("check", check)
     if (atol is not None or rtol is not None) and (check == "differential" or explain):
         raise InputError("check='differential' and explain need a recipe to emulate: atol/rtol "
                          "declare none (give a policy instead)")
@@ -515,8 +627,8 @@ def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str =
                 raise InputError(f"junit {_path(junit)} is the {what} file itself: the report would replace it")
     g = golden if isinstance(golden, Golden) else read_golden(golden)
     pol = _policy(g, policy, strictness, k, atol, rtol)
-    d = _x.verify(g._c, _path(candidate), pol, required, str(check), bool(explain), int(baseline_rows),
-                  int(baseline_seed))
+    d = _x.verify(g._c, _path(candidate, "candidate"), pol, required, check, bool(explain), baseline_rows,
+                  baseline_seed)
     d["outputs"] = [VerifyOutput(**o) for o in d["outputs"]]
     d["k"] = pol.k
     rep = VerifyReport(**d)
@@ -572,26 +684,36 @@ def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = ()
     spec (a :class:`Problem` made with ``spec=LossSpec(normalizer=…)`` is audited with it). Raises InputError (ValueError) for unknown names, negative counts, an existing
     ``out`` without force/append (before the work), or when no run is supported; TypeError for a
     single string where a list of names is expected."""
-    for what, v in (("problems", problems), ("datasets", datasets), ("strategies", strategies), ("recipes", recipes)):
-        if isinstance(v, str):
-            raise TypeError(f"{what}: expected a list of names, got the string {v!r} (write [{v!r}])")
+    problems = None if problems is None else _names("problems", problems)
+    strategies, recipes = _names("strategies", strategies), _names("recipes", recipes)
+    if isinstance(datasets, str) or not isinstance(datasets, Iterable):
+        raise TypeError(f"datasets: expected a list of catalog names, problem files or xentlab.Problem objects, got "
+                        f"{_shown(datasets)}" + (f" (write [{datasets!r}])" if isinstance(datasets, str) else ""))
+    datasets = list(datasets)
+    for i, d in enumerate(datasets):
+        if not isinstance(d, (str, os.PathLike, Problem)):
+            raise TypeError(f"datasets[{i}]: expected a catalog name, a problem file or a xentlab.Problem, got {_shown(d)}")
+    seed = _int("seed", seed, minimum=0)
+    policy, tier = _text("policy", policy), _text("tier", tier)
+    memory_budget = _int("memory_budget", memory_budget, minimum=0)
     for what, v in (("rows", rows), ("vocab_rows", vocab_rows), ("tokens", tokens), ("hidden", hidden),
                     ("chunk_tokens", chunk_tokens)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 or (what in ("tokens", "hidden") and v < 1):
             raise InputError(f"{what} must be an integer >= {1 if what in ('tokens', 'hidden') else 0}"
                              f"{' (0 = all)' if what in ('rows', 'vocab_rows') else ''}"
                              f"{' (0 = the default)' if what == 'chunk_tokens' else ''}, got {v!r}")
-    if out is not None and os.path.exists(_path(out)) and not (force or append):
+    upstream = _text("upstream", upstream)
+    if out is not None and os.path.exists(_path(out, "out")) and not (force or append):
         raise InputError(f"{_path(out)} exists: pass force=True to replace it or append=True to add the runs")
     ps = _x._AuditProblems()
     if problems is not None or not datasets:
-        ps.add_default_set(int(seed), int(tokens), int(hidden), list(problems or []))
+        ps.add_default_set(seed, int(tokens), int(hidden), list(problems or []))
     for d in datasets:
         p = d if isinstance(d, Problem) else problem(d, seed=seed)
         ps.add(p.source, p.regime or p.source, p._c, p._c.spec)
-    res = _x.run_audit(ps, list(strategies), list(recipes), "cpu", int(rows), int(vocab_rows), int(seed),
-                       policy, tier, int(memory_budget), None if out is None else _path(out), bool(force),
-                       bool(append), int(chunk_tokens), str(upstream))
+    res = _x.run_audit(ps, strategies, recipes, "cpu", int(rows), int(vocab_rows), seed,
+                       policy, tier, memory_budget, None if out is None else _path(out), bool(force),
+                       bool(append), int(chunk_tokens), upstream)
     return AuditResult(**res)
 
 

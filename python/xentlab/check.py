@@ -32,12 +32,14 @@ import numpy as np
 from . import _xentlab as _x
 from ._arrays import is_torch, to_numpy64
 from ._core import Golden, InputError, LossSpec, Problem, VerifyReport, problem as make_problem
-from ._core import read_golden, verify, write_candidate, write_golden
+from ._core import _names, _path, _shown, _text, read_golden, verify, write_candidate, write_golden
 
 _LOSS_KWARGS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_scale", "reduction")
 
 
 def _cache_dir(cache_dir) -> str:
+    if cache_dir is not None:
+        cache_dir = _path(cache_dir, "cache_dir")
     d = cache_dir or os.environ.get("XENTLAB_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "xentlab")
     os.makedirs(d, exist_ok=True)
@@ -48,15 +50,21 @@ def cached_golden(name: str = "stories260k", *, cache_dir=None, N: Optional[int]
                   D: Optional[int] = None, dtype: Optional[str] = None, sigma: Optional[float] = None,
                   seed: int = 1, params: Optional[Mapping[str, float]] = None,
                   spec: Optional[LossSpec | Mapping] = None, tier: str = "auto") -> Golden:
-    """The golden file of a catalog problem (all token and vocabulary rows), written once into
-    ``cache_dir`` (default ``$XENTLAB_CACHE_DIR``, else ``~/.cache/xentlab``) under a name that
-    holds a digest of every argument and the xentlab version, then read from there. The same
-    arguments give the same problem bits as ``xentlab golden --dataset NAME``."""
+    """The golden file of a catalog problem or a problem file (all token and vocabulary rows),
+    written once into ``cache_dir`` (default ``$XENTLAB_CACHE_DIR``, else ``~/.cache/xentlab``)
+    under a name that holds a digest of every argument, the xentlab version and, for a problem
+    file (or folder of .npy files), the SHA-256 of its contents — a file changed in place gets a
+    golden file of its own — then read from there. The same arguments give the same problem bits
+    as ``xentlab golden --dataset NAME``."""
+    name = _path(name, "name")
+    _text("tier", tier)
     p = make_problem(name, N=N, V=V, D=D, dtype=dtype, sigma=sigma, seed=seed, params=params)
     if spec is not None:
         p = p.with_spec(spec)
+    catalog = p._c.generator.startswith("catalog:")
     key = json.dumps({"name": name, "N": N, "V": V, "D": D, "dtype": dtype, "sigma": sigma, "seed": seed,
                       "params": dict(params or {}), "spec": p.spec.as_dict(), "tier": tier,
+                      "content": None if catalog else _content_digest(name),
                       "version": _x.__version__}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(name))
@@ -68,6 +76,25 @@ def cached_golden(name: str = "stories260k", *, cache_dir=None, N: Optional[int]
             if not os.path.exists(path):  # another process may have written it first
                 raise
     return read_golden(path)
+
+
+def _content_digest(path: str) -> str:
+    """SHA-256 of a problem file's bytes, or of a folder's files (each relative name and bytes,
+    in sorted order)."""
+    h = hashlib.sha256()
+
+    def feed(f):
+        with open(f, "rb") as r:
+            for block in iter(lambda: r.read(1 << 20), b""):
+                h.update(block)
+
+    if os.path.isdir(path):
+        for rel in sorted(os.path.relpath(os.path.join(root, f), path) for root, _, files in os.walk(path) for f in files):
+            h.update(rel.encode() + b"\0")
+            feed(os.path.join(path, rel))
+    else:
+        feed(path)
+    return h.hexdigest()
 
 
 def _golden_of(problem, cache_dir, tier, tmp) -> Golden:
@@ -211,6 +238,41 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
     return outputs, required
 
 
+def _shape(x) -> tuple:
+    return tuple(x.shape) if is_torch(x) or isinstance(x, np.ndarray) else np.shape(x)
+
+
+def _check_shapes(g: Golden, outputs: dict) -> None:
+    """Every output in the shape verify judges: the problem's (every token or vocabulary row) or
+    the golden file's sampled rows. Refused otherwise, naming both (a gradient with an extra
+    leading dimension, a per-token loss of shape (N, 1), dW transposed)."""
+    N, V, D, S, J = g.N, g.V, g.D, g.S, g.J
+    rows = {"loss": ((N,), (S,), "(N)", "(S)"), "lse": ((N,), (S,), "(N)", "(S)"),
+            "dH": ((N, D), (S, D), "(N, D)", "(S, D)"), "dz": ((N, V), (S, V), "(N, V)", "(S, V)"),
+            "dW": ((V, D), (J, D), "(V, D)", "(J, D)"), "db": ((V,), (J,), "(V)", "(J)"),
+            "reduced_loss": ((), (), "()", "()")}
+    for name, x in outputs.items():
+        if name not in rows:
+            continue  # write_candidate names the unknown output
+        full, sampled, full_t, sampled_t = rows[name]
+        got = _shape(x)
+        if got in (full, sampled):
+            continue
+        which = "token" if name in ("loss", "lse", "dH", "dz") else "vocabulary"
+        want = f"{full} {full_t}" + ("" if sampled == full else
+                                     f" or {sampled} {sampled_t}, the golden file's sampled {which} rows")
+        raise InputError(f"loss_fn returned {name} of shape {got}; expected {want}")
+
+
+def _unjudged_reason(g: Golden, name: str) -> Optional[str]:
+    """Why the golden file cannot judge an output (verify's words), or None when it can."""
+    held = g.reduced_loss is not None if name == "reduced_loss" else name in g.reference
+    if held:
+        return None
+    return (f"the golden file holds no reference {name} ("
+            f"{'token rows were sampled' if g.partial else 'not computed for this problem'})")
+
+
 def _worst(g: Golden, name: str, stats: dict, cand, shape: list) -> Optional[dict]:
     i = stats.get("max_ratio_index", -1) if stats else -1
     if i is None or i < 0:
@@ -252,19 +314,44 @@ def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str]
     recipe) as :func:`xentlab.verify`. framework: "numpy" (the inputs
     are numpy arrays, bf16 as ml_dtypes.bfloat16) or "torch" (torch tensors on ``device``,
     requiring grad). require: outputs that must be present (default: the loss, and for a torch
-    loss every gradient autograd can give). Returns a :class:`CheckReport`; raises InputError
-    (ValueError) for bad options or an unusable return value, and whatever loss_fn raises."""
-    if framework not in ("numpy", "torch"):
+    loss every gradient autograd can give — of these, those the golden file holds a reference
+    for: a golden file of sampled token rows holds none for the reduced loss, dW and db, one
+    written without gradients none for dH, dW, db; those are reported as skipped). Returns a
+    :class:`CheckReport`; raises InputError (ValueError) for bad options, a ``require`` the golden
+    file cannot judge, an output of another shape than the problem's or the golden file's
+    sampled rows (naming both), a return value of which nothing can be judged; TypeError for an
+    argument of the wrong type or a loss that is no number; and whatever loss_fn raises."""
+    if not callable(loss_fn):
+        raise TypeError(f"loss_fn: expected a function, got {_shown(loss_fn)}")
+    if _text("framework", framework) not in ("numpy", "torch"):
         raise InputError(f"framework '{framework}': expected numpy or torch")
+    _text("tier", tier)
+    _text("implementation", implementation, optional=True)
+    asked = None if require is None else _x.parse_required_outputs(_names("require", require))
     with tempfile.TemporaryDirectory(prefix="xentlab-check-") as tmp:
         g = _golden_of(problem, cache_dir, tier, tmp)
-        outputs, required = _call(loss_fn, g, framework, device)
+        # What the golden file cannot judge cannot be required of the function: refused before
+        # the function runs, with the reason.
+        for n in asked or ():
+            why = _unjudged_reason(g, n)
+            if why:
+                raise InputError(f"require: {n} cannot be judged on {g.path}: {why}")
+        outputs, returned = _call(loss_fn, g, framework, device)
+        _check_shapes(g, outputs)
         impl = implementation or f"{getattr(loss_fn, '__module__', '')}.{getattr(loss_fn, '__qualname__', repr(loss_fn))} ({framework})"
         cand = os.path.join(tmp, "candidate.h5")
-        write_candidate(cand, outputs, implementation=impl)
+        write_candidate(cand, outputs, implementation=impl)  # refuses an unknown output's name
+        # By default what the function returned is required, as far as the golden file holds
+        # references for it; the rest is reported as skipped, with verify's reason.
+        judged = [n for n in outputs if not _unjudged_reason(g, n)]
+        if not judged:
+            reasons = "; ".join(_unjudged_reason(g, n) for n in outputs)
+            raise InputError(f"nothing loss_fn returned ({', '.join(outputs)}) can be judged on {g.path}: {reasons}"
+                             + ("; return per-token losses (reduction='none') or dH, or use a golden file of "
+                                "every token row" if g.partial else ""))
+        required = [n for n in returned if n in judged] if asked is None else asked
         rep = verify(g, cand, policy=policy, strictness=strictness, k=k, atol=atol, rtol=rtol,
-                     require=required if require is None else require,
-                     check=check)
+                     require=required, check=check)
     checks = []
     for o in rep.outputs:
         stats = o.stats

@@ -85,12 +85,17 @@ def xentlab_cache_dir(request, tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def xentlab_golden(xentlab_cache_dir):
     """Factory of cached golden problems: ``xentlab_golden(name="stories260k", **params)`` with the
-    parameters of :func:`xentlab.cached_golden` (N, V, D, dtype, sigma, seed, params, spec)."""
+    parameters of :func:`xentlab.cached_golden` (N, V, D, dtype, sigma, seed, params, spec); name
+    is a catalog name or a problem file."""
     import xentlab
 
     memo = {}
 
     def get(name: str = "stories260k", **params):
+        # A problem file may change during the session: cached_golden follows its contents, so
+        # only catalog problems are also kept here.
+        if isinstance(name, (str, os.PathLike)) and os.path.exists(name):
+            return xentlab.cached_golden(name, cache_dir=xentlab_cache_dir, **params)
         key = (name, repr(sorted(params.items())))
         if key not in memo:
             memo[key] = xentlab.cached_golden(name, cache_dir=xentlab_cache_dir, **params)

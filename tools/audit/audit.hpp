@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,7 +47,8 @@ struct AuditProblem {
 /// every token row with full dW and db (too large for the CPU emulation, so never in a CPU set).
 /// before_generating, when given, hears each problem's shape before it is generated (and may
 /// throw to refuse it: the audit checks the reference's memory there, so a problem over the
-/// budget is refused before minutes of generation).
+/// budget is refused before minutes of generation). targets, when given, draws the real-shape
+/// head's calibrated targets (the GPU: TargetEngine); the small problems keep the CPU's.
 inline constexpr std::int64_t kRealShapeTokens = 8192;
 struct ProblemShape {
   std::string name;
@@ -58,7 +60,8 @@ std::vector<AuditProblem> default_problem_set(
     const std::vector<std::string>& only = {},
     const std::function<GenerationProgress(const std::string&)>& progress_for = {},
     bool real_shapes = false,
-    const std::function<void(const ProblemShape&)>& before_generating = {});
+    const std::function<void(const ProblemShape&)>& before_generating = {},
+    const std::shared_ptr<const TargetEngine>& targets = {});
 
 struct AuditConfig {
   std::vector<std::string> strategies;  ///< names; empty = every registered strategy

@@ -12,7 +12,8 @@ std::vector<AuditProblem> default_problem_set(
     std::uint64_t seed, std::int64_t tokens, std::int64_t hidden,
     const std::vector<std::string>& only,
     const std::function<GenerationProgress(const std::string&)>& progress_for, bool real_shapes,
-    const std::function<void(const ProblemShape&)>& before_generating) {
+    const std::function<void(const ProblemShape&)>& before_generating,
+    const std::shared_ptr<const TargetEngine>& targets) {
   constexpr std::int64_t kV = 128256;                      // Llama-3's vocabulary
   constexpr std::int64_t kStoriesV = 512, kStoriesD = 64;  // stories260K's head
   std::vector<AuditProblem> set;
@@ -69,6 +70,7 @@ std::vector<AuditProblem> default_problem_set(
     params.N = kRealShapeTokens;
     params.seed = seed;
     params.progress = progress("llama3-8b");
+    params.targets = targets;
     DatasetInstance inst = make_dataset("llama3-8b", params);
     AuditProblem ap{"llama3-8b",
                     "Llama-3-8B LM head at a training shape: N=8192, V=128256, D=4096, calibrated "

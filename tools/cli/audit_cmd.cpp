@@ -201,6 +201,8 @@ int run_audit_command(const AuditArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
   std::vector<audit::AuditProblem> problems;
+  // Calibrated targets of linear heads where the reference runs: on the GPU with the cuda tier.
+  const std::shared_ptr<const TargetEngine> targets = target_engine_for(cfg.reference_tier);
   const auto wanted = split_commas(a.problems);
   const auto datasets = split_commas(a.datasets);
   if (!wanted.empty() || datasets.empty()) {
@@ -222,7 +224,8 @@ int run_audit_command(const AuditArgs& a) {
           ro.max_bytes = cfg.reference_memory;
           ro.want_dz = ps.D == 0;
           check_reference_fits(S, ps.V, ps.D, J, ro);
-        });
+        },
+        targets);
     for (auto& p : all)
       if (wanted.empty() || std::find(wanted.begin(), wanted.end(), p.name) != wanted.end())
         problems.push_back(std::move(p));
@@ -247,7 +250,10 @@ int run_audit_command(const AuditArgs& a) {
     if (a.tokens_given) params.N = a.tokens;
     if (a.hidden_given) params.D = a.hidden;
     if (a.vocab > 0) params.V = a.vocab;
-    if (!a.quiet) params.progress = progress_printer("generating " + d);
+    params.targets = targets;
+    if (!a.quiet)
+      params.progress = progress_printer(
+          "generating " + d + (targets ? " (targets on " + targets->describe() + ")" : ""));
     DatasetInstance inst = load_dataset(d, params);
     problems.push_back({inst.source, inst.regime.empty() ? inst.generator : inst.regime,
                         std::move(inst.problem), inst.spec});

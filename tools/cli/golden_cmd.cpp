@@ -112,7 +112,9 @@ int run_golden(GoldenArgs& a, const std::string& command) {
   if (!a.dtype.empty()) p.dtype = parse_dtype(a.dtype);
   if (a.sigma > 0) p.sigma = a.sigma;
   p.seed = a.seed;
-  p.progress = progress_printer("generating " + a.dataset);
+  p.targets = target_engine_for(a.opt.tier);
+  p.progress = progress_printer("generating " + a.dataset +
+                                (p.targets ? " (targets on " + p.targets->describe() + ")" : ""));
   for (const auto& kv : a.params) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos)

@@ -127,9 +127,10 @@ void register_verify(CLI::App& app) {
   c->add_option("--baseline-seed", a->baseline_seed, "seed of the baseline's row sample")
       ->capture_default_str();
   c->add_option("--junit", a->junit,
-                "write a JUnit XML report here (an existing XML report is replaced: CI re-runs "
-                "write to the same path)");
-  c->add_flag("--force", a->force, "overwrite an existing --junit file that is not an XML report");
+                "write a JUnit XML report here (an existing report of verify is replaced: CI "
+                "re-runs write to the same path)");
+  c->add_flag("--force", a->force,
+              "overwrite an existing --junit file that is not a report of verify");
   c->callback([a]() {
     const int rc = run_verify(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -902,31 +903,52 @@ std::string format_report(const VerifyReport& r) {
 
 namespace {
 
-// Whether path is an existing regular file whose first bytes (after an optional UTF-8 byte order
-// mark and white space) open an XML document or a JUnit report: what a previous run wrote.
-bool is_xml_file(const std::string& path) {
+// Whether path is an existing regular file that opens as the JUnit report write_junit writes
+// (what an earlier run of verify left): after an optional UTF-8 byte order mark, white space and
+// XML declaration, the root <testsuites> and in it first <testsuite name="xentlab.verify". Any
+// other file, XML included (a build file, another tool's report), is not.
+bool is_verify_report(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return false;
   std::ifstream in(path, std::ios::binary);
-  std::string head(256, '\0');
+  std::string head(512, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
   head.resize(static_cast<std::size_t>(in.gcount()));
   std::size_t i = head.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
-  while (i < head.size() && std::isspace(static_cast<unsigned char>(head[i]))) ++i;
-  return head.compare(i, 5, "<?xml") == 0 || head.compare(i, 11, "<testsuites") == 0 ||
-         head.compare(i, 10, "<testsuite") == 0;
+  const auto skip_space = [&] {
+    while (i < head.size() && std::isspace(static_cast<unsigned char>(head[i]))) ++i;
+  };
+  const auto take = [&](const char* text) {
+    const std::size_t n = std::strlen(text);
+    if (head.compare(i, n, text) != 0) return false;
+    i += n;
+    return true;
+  };
+  skip_space();
+  if (take("<?xml")) {
+    const std::size_t end = head.find("?>", i);
+    if (end == std::string::npos) return false;
+    i = end + 2;
+    skip_space();
+  }
+  if (!take("<testsuites")) return false;
+  const std::size_t end = head.find('>', i);
+  if (end == std::string::npos) return false;
+  i = end + 1;
+  skip_space();
+  return take("<testsuite name=\"xentlab.verify\"");
 }
 
-// The force to give AtomicOutput: an existing XML report is replaced without asking.
+// The force to give AtomicOutput: an existing report of verify is replaced without asking.
 bool junit_force(const std::string& path, bool force) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return force;
   if (std::filesystem::is_directory(path, ec))
     throw InputError(fmt::format("--junit {}: is a folder", path));
-  if (!force && !is_xml_file(path))
+  if (!force && !is_verify_report(path))
     throw InputError(fmt::format(
-        "--junit {}: the file exists and is not an XML report (a report from an earlier run is "
-        "replaced); pass --force to overwrite it",
+        "--junit {}: the file exists and is not a JUnit report of xentlab verify (the report of "
+        "an earlier run is replaced); pass --force to overwrite it",
         path));
   return true;
 }

@@ -271,13 +271,14 @@ std::vector<double> verify_tolerance(const Golden& golden, const VerifyPolicy& p
 std::string format_report(const VerifyReport& r);
 
 /// JUnit XML (one <testsuite name="xentlab.verify">, one <testcase> per output), written
-/// atomically. A report is a CI artefact rewritten by every run: an existing XML file at path is
-/// replaced; any other existing file (not XML, a folder) is refused unless force
+/// atomically. A report is a CI artefact rewritten by every run: an existing report of verify at
+/// path (root <testsuites>, first <testsuite name="xentlab.verify">) is replaced; any other
+/// existing file (another XML file or report included) is refused unless force, a folder always
 /// (check_junit_output).
 void write_junit(const std::string& path, bool force, const VerifyReport& r);
 /// The check write_junit makes, for a caller to make it before any work: throws InputError naming
-/// the path when it exists and is not an XML file (unless force), or when its folder does not take
-/// a file.
+/// the path when it exists and is not a report of verify (unless force), or when its folder does
+/// not take a file.
 void check_junit_output(const std::string& path, bool force);
 
 /// Writes a candidate file (format attributes + the given outputs in their dtypes), atomically.
