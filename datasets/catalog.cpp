@@ -135,8 +135,9 @@ std::vector<DatasetEntry> build_catalog() {
                "docs/cases.md C04/C11); calibrated otherwise.",
                defaults(64, 32000, 64, DType::bf16, 4.0, {{"fraction", 0.5}}), false,
                [](const ResolvedParams& p) {
-                 Problem pb = make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed,
-                                        TargetMode::calibrated, p.spec, "part-ignored", p.progress, p.targets.get());
+                 Problem pb =
+                     make_head(p.N, p.V, p.D, p.dtype, p.sigma, p.seed, TargetMode::calibrated,
+                               p.spec, "part-ignored", p.progress, p.targets.get());
                  ignore_rows(pb, p.get("fraction"), p.seed, p.spec.ignore_index);
                  return pb;
                }});

@@ -39,7 +39,7 @@ struct ResolvedParams {
   std::uint64_t seed = 1;
   LossSpec spec;
   std::map<std::string, double> extra;
-  GenerationProgress progress;  ///< DatasetParams::progress
+  GenerationProgress progress;                  ///< DatasetParams::progress
   std::shared_ptr<const TargetEngine> targets;  ///< DatasetParams::targets
   /// extra value by key (every key an entry uses is in its defaults).
   double get(const std::string& key) const;

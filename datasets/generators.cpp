@@ -254,13 +254,14 @@ Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, d
       u[static_cast<std::size_t>(i)] = row_stream(seed, kTagTarget, i).uniform();
     engine->sample(H, W, spec, u, t, progress);
     if (static_cast<std::int64_t>(t.size()) != N)
-      throw std::logic_error(fmt::format("{}: the target engine returned {} targets for {} rows",
-                                         name, t.size(), N));
+      throw std::logic_error(
+          fmt::format("{}: the target engine returned {} targets for {} rows", name, t.size(), N));
     for (const std::int64_t v : t)
       if (v < 0 || v >= V)
-        throw std::logic_error(fmt::format("{}: the target engine ({}) returned target {} "
-                                           "outside [0, {})",
-                                           name, engine->describe(), v, V));
+        throw std::logic_error(
+            fmt::format("{}: the target engine ({}) returned target {} "
+                        "outside [0, {})",
+                        name, engine->describe(), v, V));
   } else {
     const HeadLogits logits(W);
     const std::int64_t block = head_block_rows(N, V, D);

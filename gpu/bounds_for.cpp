@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -221,7 +222,10 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
   if (out.loss.size() != out.token_rows.size() || out.lse.size() != out.token_rows.size())
     throw InputError("assess_run: the run's loss/lse sizes differ from its token rows");
   RunAssessment ra;
+  const auto t_bounds = std::chrono::steady_clock::now();
   ra.bounds = bounds_for_reference(pb, spec, recipe, arith, ref, n_chunks);
+  ra.bounds_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_bounds).count();
   const Bounds& b = ra.bounds;
   std::vector<double> o(sz(S));
   for (std::int64_t q = 0; q < S; ++q) o[sz(q)] = out.loss[sz(pos[sz(q)])];
@@ -234,6 +238,7 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
       {"loss", &ra.loss, true}, {"lse", &ra.lse, false}, {"reduced_loss", &ra.reduced_loss, false}};
   if (!out.dz.empty() && !ref.dz.empty()) {
     std::vector<double> g(sz(S * V));
+#pragma omp parallel for schedule(static)
     for (std::int64_t q = 0; q < S; ++q)
       std::copy_n(out.dz.begin() + pos[sz(q)] * V, V, g.begin() + q * V);
     ra.dz = compute_error_stats(g.data(), ref.dz.data(), S * V, out.grad_dtype,
@@ -243,6 +248,7 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
   }
   if (!out.dH.empty() && !ref.dH.empty()) {
     std::vector<double> g(sz(S * D));
+#pragma omp parallel for schedule(static)
     for (std::int64_t q = 0; q < S; ++q)
       std::copy_n(out.dH.begin() + pos[sz(q)] * D, D, g.begin() + q * D);
     ra.dH = compute_error_stats(g.data(), ref.dH.data(), S * D, out.grad_dtype,
@@ -256,6 +262,7 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
       throw InputError(
           fmt::format("assess_run: dW has {} values, expected V·D = {}", out.dW.size(), V * D));
     std::vector<double> g(sz(J * D));
+#pragma omp parallel for schedule(static)
     for (std::int64_t q = 0; q < J; ++q)
       std::copy_n(out.dW.begin() + ref.vocab_rows[sz(q)] * D, D, g.begin() + q * D);
     ra.dW = compute_error_stats(g.data(), ref.dW.data(), J * D, out.grad_dtype,

@@ -30,6 +30,7 @@ struct RunAssessment {
   ErrorStats loss, lse, reduced_loss, dz, dH, dW, db;
   bool has_dz = false, has_dH = false, has_dW = false, has_db = false;
   Verdict verdict;
+  double bounds_seconds = 0.0;  ///< wall time of the a-priori bounds (the rest: error statistics)
 };
 
 /// Compares `out` (from strategy.run of a request on pb/spec/recipe) with `ref`: per-token loss and

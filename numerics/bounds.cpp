@@ -297,6 +297,8 @@ Bounds compute_bounds(const BoundInputs& in) {
   if (in.dz_ref && in.raw_logits) {
     const std::int64_t V = in.V;
     b.dz.assign(static_cast<std::size_t>(S * V), 0.0);
+    const double dz_max = std::min(max_finite(r.logits), max_finite(r.grad));
+#pragma omp parallel for schedule(static)
     for (std::int64_t i = 0; i < S; ++i) {
       if (!in.valid[i]) continue;
       const double lse = in.lse[i], blse = b.lse[static_cast<std::size_t>(i)];
@@ -322,8 +324,7 @@ Bounds compute_bounds(const BoundInputs& in) {
                                             3 * kU32 * (ppart + onehot + eps / V)) +
                            g * cf_err * (ppart + 1.0) + (2 * kU32 + uL1 + uG1) * dzr + subL + subG;
         // Overflow of dz in the logits or grad dtype: no bound.
-        const double bt =
-            dzr + bt0 > std::min(max_finite(r.logits), max_finite(r.grad)) ? kInf : bt0;
+        const double bt = dzr + bt0 > dz_max ? kInf : bt0;
         b.dz[static_cast<std::size_t>(i * V + j)] = bt;
       }
     }
@@ -341,6 +342,9 @@ Bounds compute_bounds(const BoundInputs& in) {
   if (in.dH_ref && in.dH_cond) {
     const std::int64_t D = in.D;
     b.dH.assign(static_cast<std::size_t>(S * D), 0.0);
+    const double dH_max = max_finite(r.grad);
+    // Element by element (each its own formula): the same bits on any number of threads.
+#pragma omp parallel for schedule(static)
     for (std::int64_t i = 0; i < S; ++i) {
       if (!in.valid[i]) continue;
       for (std::int64_t k = 0; k < D; ++k) {
@@ -355,7 +359,7 @@ Bounds compute_bounds(const BoundInputs& in) {
         // dz̃ entries that underflow in the logits dtype: subL each, Σ_j subL·|W_jk| ≤
         // subL·V·max|W_k|.
         v += mul0(subL * static_cast<double>(in.V), wmax);
-        if (std::fabs(in.dH_ref[q]) + v > max_finite(r.grad)) v = kInf;
+        if (std::fabs(in.dH_ref[q]) + v > dH_max) v = kInf;
         b.dH[q] = v;
       }
     }
@@ -405,6 +409,7 @@ Bounds compute_bounds(const BoundInputs& in) {
     }
     if (in.dW_ref && in.dW_cond) {
       b.dW.assign(static_cast<std::size_t>(J * D), 0.0);
+      const double dW_max = std::min(max_finite(r.grad), max_finite(r.accum));
       // Element by element (each its own formula): the same bits on any number of threads.
 #pragma omp parallel for schedule(static)
       for (std::int64_t j = 0; j < J; ++j) {
@@ -419,8 +424,7 @@ Bounds compute_bounds(const BoundInputs& in) {
                      (gChunks > 0 ? static_cast<double>(in.n_chunks) * subA
                                   : 0.0);    // chunk adds underflow
           if (!in.H_abs && S > 0) v = kInf;  // target terms need |H|
-          if (std::fabs(in.dW_ref[q]) + v > std::min(max_finite(r.grad), max_finite(r.accum)))
-            v = kInf;
+          if (std::fabs(in.dW_ref[q]) + v > dW_max) v = kInf;
           b.dW[q] = v;
         }
       }

@@ -10,19 +10,46 @@ namespace xentlab {
 
 FormatInfo format_info(DType t) {
   switch (t) {
-    case DType::fp32: return {24, -126, 127};
-    case DType::fp16: return {11, -14, 15};
-    case DType::bf16: return {8, -126, 127};
-    case DType::fp64: return {53, -1022, 1023};
+    case DType::fp32:
+      return {24, -126, 127};
+    case DType::fp16:
+      return {11, -14, 15};
+    case DType::bf16:
+      return {8, -126, 127};
+    case DType::fp64:
+      return {53, -1022, 1023};
   }
   throw InputError("unknown dtype");
 }
 
-double unit_roundoff(DType t) { return std::ldexp(1.0, -format_info(t).precision); }
+// unit_roundoff and max_finite are called per element by the bounds: constants by format, the
+// values of 2^-precision and (2 − 2^(1−precision))·2^emax for format_info's fields (tested).
+double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::fp32:
+      return 0x1p-24;
+    case DType::fp16:
+      return 0x1p-11;
+    case DType::bf16:
+      return 0x1p-8;
+    case DType::fp64:
+      return 0x1p-53;
+  }
+  throw InputError("unknown dtype");
+}
 
 double max_finite(DType t) {
-  const FormatInfo f = format_info(t);
-  return std::ldexp(2.0 - std::ldexp(1.0, 1 - f.precision), f.emax);
+  switch (t) {
+    case DType::fp32:
+      return 0x1.fffffep127;
+    case DType::fp16:
+      return 65504.0;
+    case DType::bf16:
+      return 0x1.fep127;
+    case DType::fp64:
+      return 0x1.fffffffffffffp1023;
+  }
+  throw InputError("unknown dtype");
 }
 
 double min_subnormal(DType t) {
@@ -32,20 +59,28 @@ double min_subnormal(DType t) {
 
 int size_of(DType t) {
   switch (t) {
-    case DType::fp32: return 4;
-    case DType::fp16: return 2;
-    case DType::bf16: return 2;
-    case DType::fp64: return 8;
+    case DType::fp32:
+      return 4;
+    case DType::fp16:
+      return 2;
+    case DType::bf16:
+      return 2;
+    case DType::fp64:
+      return 8;
   }
   return 0;
 }
 
 std::string_view to_string(DType t) {
   switch (t) {
-    case DType::fp32: return "fp32";
-    case DType::fp16: return "fp16";
-    case DType::bf16: return "bf16";
-    case DType::fp64: return "fp64";
+    case DType::fp32:
+      return "fp32";
+    case DType::fp16:
+      return "fp16";
+    case DType::bf16:
+      return "bf16";
+    case DType::fp64:
+      return "fp64";
   }
   return "?";
 }
@@ -67,7 +102,8 @@ double round_to(double x, DType t) {
   const int e = std::ilogb(x);
   const int q = (e < f.emin ? f.emin : e) - (f.precision - 1);
   const double y = std::ldexp(std::nearbyint(std::ldexp(x, -q)), q);
-  if (std::fabs(y) > max_finite(t)) return std::copysign(std::numeric_limits<double>::infinity(), x);
+  if (std::fabs(y) > max_finite(t))
+    return std::copysign(std::numeric_limits<double>::infinity(), x);
   return y;
 }
 

@@ -42,8 +42,7 @@ struct Transform {
 
 // One block per row of Z (rows × V, row-major): t[r] ~ softmax(tr(Z_r)) drawn with u[r].
 __global__ void __launch_bounds__(kSampleThreads)
-    sample_kernel(const double* Z, std::int64_t V, Transform tr, const double* u,
-                  std::int64_t* t) {
+    sample_kernel(const double* Z, std::int64_t V, Transform tr, const double* u, std::int64_t* t) {
   __shared__ double part[kSampleThreads];
   __shared__ double prefix[kSampleThreads + 1];
   __shared__ double shared_max, target_mass;
@@ -131,18 +130,19 @@ class CudaTargetEngine final : public TargetEngine {
     if (static_cast<std::int64_t>(u.size()) != N)
       throw InputError(fmt::format("cuda targets: {} uniforms for {} rows", u.size(), N));
     const int code = dtype_code(W.dtype());
-    const std::int64_t esize = static_cast<std::int64_t>(W.nbytes()) / std::max<std::int64_t>(1, V * D);
-    const std::int64_t m = std::max<std::int64_t>(
-        1, std::min<std::int64_t>(N, kLogitsBlockBytes / (8 * V)));
+    const std::int64_t esize =
+        static_cast<std::int64_t>(W.nbytes()) / std::max<std::int64_t>(1, V * D);
+    const std::int64_t m =
+        std::max<std::int64_t>(1, std::min<std::int64_t>(N, kLogitsBlockBytes / (8 * V)));
     // Peak: W raw + W as doubles while widening, then the block's logits, H rows and per-row data.
-    const std::int64_t need = std::max(V * D * (8 + esize), V * D * 8 + m * V * 8 +
-                                                                m * D * (8 + esize) + N * 16);
+    const std::int64_t need =
+        std::max(V * D * (8 + esize), V * D * 8 + m * V * 8 + m * D * (8 + esize) + N * 16);
     std::size_t free_b = 0, total_b = 0;
     check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
     if (need > static_cast<std::int64_t>(free_b))
       throw InputError(fmt::format(
-          "cuda targets: {} rows × V = {} × D = {} need {} bytes of device memory, {} are free",
-          N, V, D, need, free_b));
+          "cuda targets: {} rows × V = {} × D = {} need {} bytes of device memory, {} are free", N,
+          V, D, need, free_b));
     DeviceArray<double> Wd(static_cast<std::size_t>(V * D), "W (fp64)");
     {
       DeviceArray<unsigned char> raw(W.nbytes(), "W (raw)");

@@ -25,8 +25,8 @@
 #include <thread>
 
 #include "numerics/error.hpp"
-#include "reference/row.hpp"
 #include "reference/cuda_support.cuh"
+#include "reference/row.hpp"
 #include "reference/row_math.hpp"
 
 // The staging copies and the H rows are OpenMP loops in host code: without -fopenmp for the host

@@ -18,6 +18,15 @@ TEST(DType, UnitRoundoffAndLimits) {
   EXPECT_EQ(unit_roundoff(DType::bf16), std::ldexp(1.0, -8));
   EXPECT_EQ(max_finite(DType::fp16), 65504.0);
   EXPECT_EQ(max_finite(DType::fp32), static_cast<double>(std::numeric_limits<float>::max()));
+  EXPECT_EQ(unit_roundoff(DType::fp64), std::numeric_limits<double>::epsilon() / 2);
+  EXPECT_EQ(max_finite(DType::fp64), std::numeric_limits<double>::max());
+  // The constants are the formats' fields: u = 2^-p, max = (2 − 2^(1−p))·2^emax.
+  for (DType t : {DType::fp32, DType::fp16, DType::bf16, DType::fp64}) {
+    const FormatInfo f = format_info(t);
+    EXPECT_EQ(unit_roundoff(t), std::ldexp(1.0, -f.precision)) << to_string(t);
+    EXPECT_EQ(max_finite(t), std::ldexp(2.0 - std::ldexp(1.0, 1 - f.precision), f.emax))
+        << to_string(t);
+  }
   EXPECT_EQ(min_subnormal(DType::fp16), std::ldexp(1.0, -24));
   EXPECT_EQ(min_subnormal(DType::fp32),
             static_cast<double>(std::numeric_limits<float>::denorm_min()));
@@ -50,9 +59,9 @@ TEST(DType, OverflowAndUnderflow) {
   EXPECT_EQ(round_to(65519.0, DType::fp16), 65504.0);
   EXPECT_EQ(round_to(65520.0, DType::fp16), HUGE_VAL);  // the tie rounds to even = 2^16 → inf
   EXPECT_EQ(round_to(-1e6, DType::fp16), -HUGE_VAL);
-  EXPECT_EQ(round_to(std::ldexp(1.0, -25), DType::fp16), 0.0);                      // tie → 0
-  EXPECT_EQ(round_to(std::ldexp(1.5, -25), DType::fp16), std::ldexp(1.0, -24));     // above tie
-  EXPECT_EQ(round_to(std::ldexp(3.0, -25), DType::fp16), std::ldexp(1.0, -23));     // tie → even
+  EXPECT_EQ(round_to(std::ldexp(1.0, -25), DType::fp16), 0.0);                   // tie → 0
+  EXPECT_EQ(round_to(std::ldexp(1.5, -25), DType::fp16), std::ldexp(1.0, -24));  // above tie
+  EXPECT_EQ(round_to(std::ldexp(3.0, -25), DType::fp16), std::ldexp(1.0, -23));  // tie → even
   EXPECT_TRUE(std::isnan(round_to(std::nan(""), DType::bf16)));
   EXPECT_TRUE(std::signbit(round_to(-0.0, DType::fp16)));
 }

@@ -248,9 +248,9 @@ TEST(CalibratedTargets, AnEngineDrawsWithTheRowsOwnUniforms) {
     const Problem cpu = make_head(N, V, D, dt, 3.0, 21, TargetMode::calibrated, spec);
     DefinitionEngine engine;
     std::int64_t heard = 0;
-    const Problem other = make_head(N, V, D, dt, 3.0, 21, TargetMode::calibrated, spec, "head",
-                                    [&](std::int64_t done, std::int64_t) { heard = done; },
-                                    &engine);
+    const Problem other = make_head(
+        N, V, D, dt, 3.0, 21, TargetMode::calibrated, spec, "head",
+        [&](std::int64_t done, std::int64_t) { heard = done; }, &engine);
     EXPECT_EQ(other.targets, cpu.targets) << to_string(dt);
     EXPECT_EQ(heard, N);
     ASSERT_EQ(engine.seen_u.size(), static_cast<std::size_t>(N));
@@ -263,9 +263,9 @@ TEST(CalibratedTargets, AnEngineDrawsWithTheRowsOwnUniforms) {
   for (std::int64_t bad : {std::int64_t{-1}, V}) {
     DefinitionEngine broken;
     broken.corrupt = bad;
-    EXPECT_THROW(make_head(N, V, D, DType::bf16, 3.0, 21, TargetMode::calibrated, spec, "head",
-                           {}, &broken),
-                 std::logic_error)
+    EXPECT_THROW(
+        make_head(N, V, D, DType::bf16, 3.0, 21, TargetMode::calibrated, spec, "head", {}, &broken),
+        std::logic_error)
         << bad;
   }
 }

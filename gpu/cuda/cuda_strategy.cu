@@ -31,17 +31,19 @@ DType backward_operand(const Recipe& r) {
 
 /// Device value of the given dtype → exact double.
 void to_doubles(const std::vector<unsigned char>& raw, DType t, std::vector<double>& out) {
-  const std::size_t n = raw.size() / static_cast<std::size_t>(size_of(t));
-  out.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
+  const auto n = static_cast<std::int64_t>(raw.size() / static_cast<std::size_t>(size_of(t)));
+  out.resize(static_cast<std::size_t>(n));
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
     if (t == DType::fp32) {
       float f;
       std::memcpy(&f, raw.data() + 4 * i, 4);
-      out[i] = f;
+      out[static_cast<std::size_t>(i)] = f;
     } else {
       std::uint16_t b;
       std::memcpy(&b, raw.data() + 2 * i, 2);
-      out[i] = t == DType::bf16 ? bf16_bits_to_double(b) : fp16_bits_to_double(b);
+      out[static_cast<std::size_t>(i)] =
+          t == DType::bf16 ? bf16_bits_to_double(b) : fp16_bits_to_double(b);
     }
   }
 }

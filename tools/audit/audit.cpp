@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <optional>
@@ -162,6 +163,8 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
                              static_cast<std::int64_t>(chosen.size());
   AuditResult res;
   std::int64_t done = 0;
+  // XENTLAB_AUDIT_TIMINGS=1: each run's wall time, split into the strategy and the assessment.
+  const bool timings = std::getenv("XENTLAB_AUDIT_TIMINGS") != nullptr;
   for (const AuditProblem& ap : problems) {
     for (DType input : inputs) {
       if (cfg.progress)
@@ -230,8 +233,18 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
                     ? out.seconds
                     : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             rec.peak_extra_bytes = out.peak_extra_bytes;
+            const auto t_assess = std::chrono::steady_clock::now();
             const RunAssessment as =
                 assess_run(pr.problem, ap.spec, recipe, rec.arith, out, pr.ref, policy);
+            if (timings)
+              fmt::print(stderr,
+                         "audit timing: {} {} {}: run {:.2f} s (device {:.2f} s), assessment "
+                         "{:.2f} s (bounds {:.2f} s)\n",
+                         ap.name, st->name(), recipe.name(),
+                         std::chrono::duration<double>(t_assess - t0).count(), out.seconds,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_assess)
+                             .count(),
+                         as.bounds_seconds);
             rec.c_vocab = as.bounds.c_vocab;
             rec.bound_meaningful = as.bounds.meaningful;
             rec.bound_note = as.bounds.note;
