@@ -285,7 +285,8 @@ Bounds compute_bounds(const BoundInputs& in) {
     const double gT = gamma_bound(b.c_tokens, uA);
     double rb =
         sum_b + mul0(gT, sum_abs) + (sp.reduction == Reduction::none ? 2 * kU32 * sum_abs : 0.0);
-    if (sp.reduction == Reduction::mean && nv > 0) rb /= static_cast<double>(nv);
+    const std::int64_t n_mean = sp.normalizer > 0 ? sp.normalizer : nv;  // the mean's divisor
+    if (sp.reduction == Reduction::mean && n_mean > 0) rb /= static_cast<double>(n_mean);
     if (sum_abs * (1.0 + gT) + sum_b > max_finite(r.accum))
       rb = kInf;  // the token sum may overflow
     rb += (kU32 + uA1) * std::fabs(in.reduced_loss_ref);

@@ -34,16 +34,32 @@ void LossSpec::validate() const {
         name, v, zero_ok ? "0 or " : "", static_cast<double>(std::numeric_limits<float>::min()),
         static_cast<double>(std::numeric_limits<float>::max())));
   };
+  if (normalizer < 0)
+    throw InputError(fmt::format(
+        "normalizer must be >= 0 (a count of tokens; 0 = the batch's own valid rows), got {}",
+        normalizer));
+  if (normalizer > (std::int64_t{1} << 24))
+    throw InputError(fmt::format(
+        "normalizer = {} is above 2^24 = 16777216: the strategies take 1/normalizer in fp32, "
+        "where such counts are not exact",
+        normalizer));
+  if (normalizer > 0 && reduction != Reduction::mean)
+    throw InputError(fmt::format(
+        "normalizer = {} is given with reduction {}: a normaliser divides the sum of reduction "
+        "mean only (use reduction mean, or no normalizer)",
+        normalizer, to_string(reduction)));
   check("z_loss", z_loss, true);
   check("softcap", softcap, true);
   check("logit_scale", logit_scale, false);
 }
 
 std::string LossSpec::describe() const {
-  return fmt::format("{} ignore_index={} label_smoothing={} z_loss={} softcap={} logit_scale={}{}",
-                     to_string(reduction), ignore_index, label_smoothing, z_loss,
-                     softcap > 0 ? fmt::format("{}", softcap) : std::string("off"), logit_scale,
-                     empty_mean == EmptyMean::zero ? " empty_mean=zero" : "");
+  return fmt::format(
+      "{} ignore_index={} label_smoothing={} z_loss={} softcap={} logit_scale={}{}{}",
+      to_string(reduction), ignore_index, label_smoothing, z_loss,
+      softcap > 0 ? fmt::format("{}", softcap) : std::string("off"), logit_scale,
+      empty_mean == EmptyMean::zero ? " empty_mean=zero" : "",
+      normalizer > 0 ? fmt::format(" normalizer={}", normalizer) : std::string());
 }
 
 std::string_view to_string(Reduction r) {

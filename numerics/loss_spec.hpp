@@ -11,6 +11,11 @@
 // Reduction: none (per-token, times an optional upstream gradient), sum, or mean over the
 // non-ignored rows. The mean of a batch with no valid row is NaN (PyTorch) unless
 // empty_mean = zero is chosen; its gradient is 0 in both cases.
+// A caller-given normaliser n > 0 (reduction mean only) replaces the batch's own count of valid
+// rows: loss = Σ_i loss_i / n and dL/dloss_i = 1/n, the mean over the valid tokens of all the
+// micro-batches of a gradient-accumulation step (Hugging Face transformers' `num_items_in_batch`:
+// the sum over the micro-batch divided by the step's token count). A batch with no valid row then
+// has loss 0 (a sum of no terms over n), not NaN.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -28,12 +33,21 @@ struct LossSpec {
   double logit_scale = 1.0;      ///< finite, > 0
   Reduction reduction = Reduction::mean;
   EmptyMean empty_mean = EmptyMean::nan;
+  /// Reduction mean only: the count the sum is divided by; 0 = the batch's own valid rows.
+  std::int64_t normalizer = 0;
 
   /// Throws InputError naming the option when a value is out of range (NaN, ε ∉ [0,1], λ < 0,
   /// softcap < 0, logit_scale ≤ 0 or non-finite), or when λ, softcap (other than 0) or
   /// logit_scale is not a normal fp32 number ([1.18e-38, 3.40e38]; the strategies take them as
-  /// fp32).
+  /// fp32), or when normalizer is negative, above 2^24 (the strategies take 1/n in fp32, exact
+  /// as a reciprocal of an integer only up to there), or set (> 0) with a reduction other than
+  /// mean.
   void validate() const;
+  /// The divisor of reduction mean for a batch with n_valid non-ignored rows: normalizer when set
+  /// (> 0), else n_valid. (Undefined meaning for reductions none and sum.)
+  std::int64_t mean_count(std::int64_t n_valid) const {
+    return normalizer > 0 ? normalizer : n_valid;
+  }
   /// One-line human-readable form, e.g. "mean ignore=-100 eps=0 z=0 softcap=off scale=1".
   std::string describe() const;
 };

@@ -130,7 +130,10 @@ const Oracle::Row& Oracle::row(std::int64_t i) {
   out.loss = out.ce + out.z_term;
   // Reduction scale g_i.
   mp_float g = 1;
-  if (sp_.reduction == Reduction::mean) g = n_valid_ > 0 ? mp_float(1) / n_valid_ : mp_float(0);
+  if (sp_.reduction == Reduction::mean) {
+    const std::int64_t n = sp_.mean_count(n_valid_);
+    g = n > 0 ? mp_float(1) / n : mp_float(0);
+  }
   if (sp_.reduction == Reduction::none && !upstream_.empty())
     g = mp_float(upstream_[static_cast<std::size_t>(i)]);
   const mp_float one_plus_s = 1 + s;
@@ -156,10 +159,11 @@ mp_float Oracle::reduced_loss() {
     tot += w * row(i).loss;
   }
   if (sp_.reduction == Reduction::mean) {
-    if (n_valid_ == 0)
+    const std::int64_t n = sp_.mean_count(n_valid_);
+    if (n == 0)
       return sp_.empty_mean == EmptyMean::nan ? std::numeric_limits<mp_float>::quiet_NaN()
                                               : mp_float(0);
-    tot /= n_valid_;
+    tot /= n;
   }
   return tot;
 }

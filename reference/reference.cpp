@@ -207,8 +207,10 @@ double row_grad_scale(const LossSpec& sp, std::int64_t n_valid, const std::vecto
                       std::int64_t i, bool valid) {
   if (!valid) return 0.0;
   switch (sp.reduction) {
-    case Reduction::mean:
-      return n_valid > 0 ? 1.0 / static_cast<double>(n_valid) : 0.0;
+    case Reduction::mean: {
+      const std::int64_t n = sp.mean_count(n_valid);
+      return n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
+    }
     case Reduction::sum:
       return 1.0;
     case Reduction::none:
@@ -378,6 +380,15 @@ ReferenceTier parse_reference_tier(std::string_view name) {
     if (name == to_string(t)) return t;
   throw InputError(
       fmt::format("unknown reference tier '{}': use auto, compensated, blas or cuda", name));
+}
+
+std::vector<double> random_upstream(std::int64_t N, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> g(static_cast<std::size_t>(std::max<std::int64_t>(N, 0)));
+  // k = (rng() mod 25) − 8: the same values with every standard library (a distribution object's
+  // algorithm is the library's own); the modulo bias is 2^64 mod 25 / 2^64 < 1e-18.
+  for (auto& v : g) v = static_cast<double>(static_cast<std::int64_t>(rng() % 25) - 8) / 8.0;
+  return g;
 }
 
 std::vector<std::int64_t> sample_rows(std::int64_t n, std::int64_t k, std::uint64_t seed) {
@@ -591,7 +602,10 @@ void finish_reduced_loss(const Problem& pb, const LossSpec& sp, ReferenceResult&
   const double g2S = eft::gamma_n(static_cast<double>(S)) * eft::gamma_n(static_cast<double>(S));
   double red_b = tot_b + kU * std::fabs(red) + g2S * tot_abs;
   if (sp.reduction == Reduction::mean) {
-    const std::int64_t n = res.partial ? valid_in_sample : res.n_valid;
+    // A sample's mean is over its own valid rows; a caller-given normaliser divides the sum of
+    // any rows (then a sample's value is its rows' contribution to the whole loss).
+    const std::int64_t n =
+        sp.normalizer > 0 ? sp.normalizer : (res.partial ? valid_in_sample : res.n_valid);
     if (n == 0) {
       red = sp.empty_mean == EmptyMean::nan ? kNaN : 0.0;
       red_b = 0.0;

@@ -133,4 +133,11 @@ void check_reference_fits(std::int64_t S, std::int64_t V, std::int64_t D, std::i
 /// (std::mt19937_64). Used to sample token and vocabulary rows reproducibly.
 std::vector<std::int64_t> sample_rows(std::int64_t n, std::int64_t k, std::uint64_t seed);
 
+/// A seeded upstream gradient for reduction none (`xentlab golden --upstream random`, `xentlab
+/// audit --upstream random`): N values k/8, k = (x mod 25) − 8 for successive outputs x of
+/// std::mt19937_64(seed) — k uniform in {−8, …, 16} —, so g ∈ [−1, 2] with zeros (1 in 25) and
+/// negative values, every one exact in bf16, fp16 and fp32 (an implementation that rounds g to its
+/// own dtype applies the same g). Reproducible from (N, seed); N < 0 gives an empty vector.
+std::vector<double> random_upstream(std::int64_t N, std::uint64_t seed);
+
 }  // namespace xentlab

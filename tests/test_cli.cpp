@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <regex>
 #include <string>
 #include <vector>
@@ -226,8 +227,79 @@ TEST_F(DatasetProgram, LossSpecIsCheckedBeforeTheDatasetIsMade) {
         {"audit --backend cpu -q" + d + " --label-smoothing -1 -o " + shell_quote(path("a.h5")),
          "label_smoothing must be in [0, 1], got -1"},
         {"audit --backend cpu -q" + d + " --softcap -1 -o " + shell_quote(path("a.h5")), "softcap"},
+        {"golden" + d + " --normalizer 10 --reduction sum -o " + shell_quote(path("g.h5")),
+         "normalizer = 10 is given with reduction sum"},
+        {"golden" + d + " --normalizer -3 -o " + shell_quote(path("g.h5")), "--normalizer"},
+        {"golden" + d + " --upstream ones -o " + shell_quote(path("g.h5")),
+         "an upstream gradient is taken with --reduction none only"},
+        {"audit --backend cpu -q" + d + " --upstream random -o " + shell_quote(path("a.h5")),
+         "--upstream random: an upstream gradient is taken with reduction none only"},
+        {"audit --backend cpu -q" + d + " --reduction none --upstream twos -o " +
+             shell_quote(path("a.h5")),
+         "--upstream 'twos': expected ones or random"},
+        {"audit --backend cpu -q" + d + " --chunk-tokens -1 -o " + shell_quote(path("a.h5")),
+         "--chunk-tokens"},
+        {"audit --backend cpu -q" + d + " --normalizer 8 --reduction none -o " +
+             shell_quote(path("a.h5")),
+         "normalizer = 8 is given with reduction none"},
     });
   }
+}
+
+TEST_F(DatasetProgram, ReferenceTakesTheNormaliserAndTheUpstreamGradient) {
+  expect_exit_2_naming({
+      {"reference -N 8 -V 100 --upstream random", "--reduction none only"},
+      {"reference -N 8 -V 100 --normalizer 5 --reduction sum", "given with reduction sum"},
+      {"reference -N 8 -V 100 --reduction none --upstream 2", "expected ones or random"},
+  });
+  // The oracle (multiple precision, reference/oracle.hpp) agrees with both.
+  for (const char* options : {"--normalizer 50", "--reduction none --upstream random"}) {
+    const Ran r = xentlab(std::string("reference -N 16 -V 1000 ") + options);
+    EXPECT_EQ(r.status, 0) << options << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "reduced     1 checked, 0 over bound")) << r.output;
+  }
+}
+
+// A .npy file of float64 values (format 1.0, little-endian, C order): the header dict padded with
+// spaces and a newline to a multiple of 64 bytes (numpy's layout).
+void write_npy(const std::string& file, const std::vector<double>& v) {
+  std::string header =
+      fmt::format("{{'descr': '<f8', 'fortran_order': False, 'shape': ({},), }}", v.size());
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(file, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const auto len = static_cast<std::uint16_t>(header.size());
+  const char len_le[2] = {static_cast<char>(len & 0xFF), static_cast<char>(len >> 8)};
+  out.write(len_le, 2);
+  out << header;
+  out.write(reinterpret_cast<const char*>(v.data()),
+            static_cast<std::streamsize>(v.size() * sizeof(double)));
+}
+
+TEST_F(DatasetProgram, GoldenTakesTheUpstreamGradientFromANpyFile) {
+  std::vector<double> g(32);
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = 0.25 * static_cast<double>(i % 9) - 1.0;
+  write_npy(path("g.npy"), g);
+  const Ran r = xentlab("golden -N 32 --reduction none --upstream " + shell_quote(path("g.npy")) +
+                        " -o " + shell_quote(path("g.h5")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(read_golden(path("g.h5")).upstream, g);
+  // The default for reduction none: the seeded random g, stored.
+  const Ran d = xentlab("golden -N 32 --reduction none -o " + shell_quote(path("d.h5")));
+  ASSERT_EQ(d.status, 0) << d.output;
+  EXPECT_NE(d.output.find("upstream random, seed 1"), std::string::npos) << d.output;
+  EXPECT_EQ(read_golden(path("d.h5")).upstream, random_upstream(32, 1));
+  write_npy(path("short.npy"), std::vector<double>(31, 1.0));
+  write_npy(path("inf.npy"), {1.0, std::numeric_limits<double>::infinity()});
+  expect_exit_2_naming({
+      {"golden -N 32 --reduction none --upstream " + shell_quote(path("short.npy")) + " -o " +
+           shell_quote(path("s.h5")),
+       "expected a float array of shape (32)"},
+      {"golden -N 2 --reduction none --upstream " + shell_quote(path("inf.npy")) + " -o " +
+           shell_quote(path("s.h5")),
+       "entry [1] = inf is not finite"},
+  });
 }
 
 TEST_F(DatasetProgram, TheListingsSuggestionIsAcceptedByAuditAndGolden) {
@@ -339,6 +411,36 @@ TEST_F(VerifyProgram, ExplainClassifiesTheNumpyExample) {
   EXPECT_EQ(down.status, 1) << down.output;
   EXPECT_TRUE(contains(down.output, "dH incorrect: differential: normwise relative error"))
       << down.output;
+}
+
+// tools/examples/torch_candidate.py applies the golden file's upstream gradient and normaliser
+// (and declares the normaliser, candidate format_version 2): its numpy candidates pass verify, and
+// one of another normaliser than the golden file's is refused naming both.
+TEST_F(DatasetProgram, TheExampleAppliesTheUpstreamGradientAndTheNormaliser) {
+  const Ran py = testing::run_shell("python3 -c 'import h5py, numpy'");
+  if (py.status != 0)
+    GTEST_SKIP() << "python3 with h5py and numpy is not importable here (Debian: python3-h5py "
+                    "python3-numpy): "
+                 << py.output;
+  const auto example = [&](const std::string& golden, const std::string& cand) {
+    return testing::run_shell("python3 " + shell_quote(XL_EXAMPLE_SCRIPT) + " " +
+                              shell_quote(path(golden)) + " " + shell_quote(path(cand)) +
+                              " --backend numpy");
+  };
+  for (const auto& [golden, options] : std::vector<std::pair<std::string, std::string>>{
+           {"none.h5", "--reduction none"}, {"norm.h5", "--normalizer 100"}, {"own.h5", ""}}) {
+    const Ran g = xentlab("golden -N 32 " + options + " -o " + shell_quote(path(golden)));
+    ASSERT_EQ(g.status, 0) << g.output;
+    const Ran c = example(golden, "c-" + golden);
+    ASSERT_EQ(c.status, 0) << c.output;
+    const Ran v = xentlab("verify " + shell_quote(path(golden)) + " " +
+                          shell_quote(path("c-" + golden)) + " --policy fp32 --check bound");
+    EXPECT_EQ(v.status, 0) << options << "\n" << v.output;
+  }
+  const Ran other = xentlab("verify " + shell_quote(path("own.h5")) + " " +
+                            shell_quote(path("c-norm.h5")) + " --policy fp32");
+  EXPECT_EQ(other.status, 2) << other.output;
+  EXPECT_TRUE(contains(other.output, "the candidate declares normalizer 100")) << other.output;
 }
 
 // ---- tools/plot_audit.py ----------------------------------------------------------------------

@@ -242,9 +242,9 @@ TEST_F(GoldenVerify, DamagedForeignAndWrongVersionFilesAreFormatErrors) {
     h5::File f = h5::File::create(path("foreign.h5"));
     f.write("x", std::vector<double>{1.0});
     f.close();
-    h5::File v = h5::File::create(path("v2.h5"));
+    h5::File v = h5::File::create(path("v3.h5"));
     v.set_attr("format", kGoldenFormat);
-    v.set_attr("format_version", std::int64_t{2});
+    v.set_attr("format_version", std::int64_t{3});
     v.close();
     h5::File m = h5::File::create(path("missing.h5"));
     m.set_attr("format", kGoldenFormat);
@@ -252,7 +252,7 @@ TEST_F(GoldenVerify, DamagedForeignAndWrongVersionFilesAreFormatErrors) {
     m.close();
   }
   expect_format_error(path("foreign.h5"), "no 'format' attribute", false);
-  expect_format_error(path("v2.h5"), "format_version 2", false);
+  expect_format_error(path("v3.h5"), "format_version 3", false);
   expect_format_error(path("missing.h5"), "missing.h5", false);
   // A golden file given as the candidate, and a foreign candidate.
   expect_format_error(path("g.h5"), "golden file was given as the candidate", true);

@@ -282,6 +282,9 @@ TEST(GpuStrategies, LossOptions) {
   s.logit_scale = 1.25;
   s.reduction = Reduction::none;
   specs.push_back(s);
+  s = LossSpec{};
+  s.normalizer = 200;  // the mean over the valid tokens of several micro-batches
+  specs.push_back(s);
   const std::vector<Recipe> recipes = {parse_recipe("bf16/fp32/fp32/bf16"),
                                        parse_recipe("bf16/bf16/fp32/bf16"),
                                        parse_recipe("bf16/bf16/bf16/bf16")};

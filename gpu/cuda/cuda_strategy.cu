@@ -285,9 +285,10 @@ double reduce_tokens(const std::vector<float>& loss, const std::vector<float>& g
   }
   const float sum = a.empty() ? 0.0f : a[0];
   if (s.reduction != Reduction::mean) return sum;
-  if (n_valid == 0)
+  const std::int64_t count = s.mean_count(n_valid);  // the caller's normaliser, when given
+  if (count == 0)
     return s.empty_mean == EmptyMean::nan ? std::numeric_limits<double>::quiet_NaN() : 0.0;
-  return rnd(sum / static_cast<float>(n_valid));
+  return rnd(sum / static_cast<float>(count));
 }
 
 // ---- the interface -----------------------------------------------------------------------------
@@ -407,7 +408,8 @@ StrategyOutputs CudaStrategy::run(const RunRequest& req) const {
     dg = upload(g_host.data(), P.N * 4, "upstream gradient");
     r.g.g_rows = dg.as<float>();
   } else if (req.spec.reduction == Reduction::mean) {
-    r.g.g_scalar = n_valid > 0 ? static_cast<float>(1.0 / static_cast<double>(n_valid)) : 0.0f;
+    const std::int64_t n = req.spec.mean_count(n_valid);  // the caller's normaliser, when given
+    r.g.g_scalar = n > 0 ? static_cast<float>(1.0 / static_cast<double>(n)) : 0.0f;
   } else {
     r.g.g_scalar = 1.0f;
   }

@@ -179,7 +179,8 @@ class CudaStrategy : public Strategy {
 /// Reduced loss from the per-token losses (fp32 values in the accum dtype), docs/arithmetic.md §6:
 /// terms g_i·loss_i (reduction none, product in fp32, rounded to accum) or loss_i; a pairwise tree
 /// over token index — level by level a[i] = rnd_A(a[2i] + a[2i+1]), an odd last element carried up
-/// unchanged; mean: rnd_A(sum / fp32(n_valid)) (NaN or 0 for n_valid = 0, per empty_mean).
+/// unchanged; mean: rnd_A(sum / fp32(n)), n = s.mean_count(n_valid) (the normaliser when given; NaN
+/// or 0 for n = 0, per empty_mean).
 double reduce_tokens(const std::vector<float>& loss, const std::vector<float>& g_rows,
                      const LossSpec& s, DType accum, std::int64_t n_valid);
 

@@ -467,9 +467,11 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
     valid[sz(q)] = pb.targets[sz(i)] != req.spec.ignore_index;
     double g = 0.0;
     switch (req.spec.reduction) {
-      case Reduction::mean:
-        g = n_valid > 0 ? 1.0 / static_cast<double>(n_valid) : 0.0;
+      case Reduction::mean: {
+        const std::int64_t n = req.spec.mean_count(n_valid);
+        g = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
         break;
+      }
       case Reduction::sum:
         g = 1.0;
         break;
@@ -616,7 +618,9 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   }
   float red = emu::sum_pairwise(terms.data(), S, A);
   if (req.spec.reduction == Reduction::mean) {
-    const std::int64_t n = S < N ? valid_in_sample : n_valid;
+    // As the reference: a sample's mean is over its own valid rows, unless a normaliser is given.
+    const std::int64_t n =
+        req.spec.normalizer > 0 ? req.spec.normalizer : (S < N ? valid_in_sample : n_valid);
     if (n == 0)
       red = req.spec.empty_mean == EmptyMean::nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
     else

@@ -245,9 +245,10 @@ nb::tuple tensor_raw(const Tensor& t) {
 // Loss spec and problems.
 
 LossSpec make_spec(std::int64_t ignore_index, double label_smoothing, double z_loss, double softcap,
-                   double logit_scale, const std::string& reduction,
-                   const std::string& empty_mean) {
+                   double logit_scale, const std::string& reduction, const std::string& empty_mean,
+                   std::int64_t normalizer) {
   LossSpec s;
+  s.normalizer = normalizer;
   s.ignore_index = ignore_index;
   s.label_smoothing = label_smoothing;
   s.z_loss = z_loss;
@@ -270,6 +271,7 @@ nb::dict spec_dict(const LossSpec& s) {
   d["logit_scale"] = s.logit_scale;
   d["reduction"] = std::string(to_string(s.reduction));
   d["empty_mean"] = std::string(s.empty_mean == EmptyMean::nan ? "nan" : "zero");
+  d["normalizer"] = s.normalizer;
   return d;
 }
 
@@ -433,8 +435,10 @@ nb::dict reference(const DatasetInstance& ds, const LossSpec& spec, const std::s
 nb::dict golden_write(const std::string& path, const DatasetInstance& ds, const LossSpec& spec,
                       std::int64_t rows, std::int64_t vocab_rows, std::uint64_t sample_seed,
                       bool gradients, const std::string& tier, std::int64_t memory_budget,
-                      int threads, bool force, const std::string& command) {
+                      int threads, bool force, const std::string& command,
+                      std::vector<double> upstream) {
   GoldenOptions o;
+  o.upstream = std::move(upstream);
   o.rows = rows;
   o.vocab_rows = vocab_rows;
   o.sample_seed = sample_seed;
@@ -634,6 +638,8 @@ nb::dict run_record(const audit::RunRecord& r) {
   d["device"] = r.device;
   d["recipe"] = r.recipe;
   d["spec"] = r.spec;
+  d["chunk_tokens"] = r.chunk_tokens;
+  d["upstream"] = r.upstream;
   d["input_dtype"] = r.input_dtype;
   d["disposition"] = std::string(to_string(r.verdict.disposition));
   d["output"] = r.verdict.output;
@@ -689,8 +695,11 @@ nb::dict run_audit(const AuditProblems& ps, const std::vector<std::string>& stra
                    const std::vector<std::string>& recipes, const std::string& backend,
                    std::int64_t rows, std::int64_t vocab_rows, std::uint64_t seed,
                    const std::string& policy, const std::string& tier, std::int64_t memory_budget,
-                   std::optional<std::string> out, bool force, bool append) {
+                   std::optional<std::string> out, bool force, bool append,
+                   std::int64_t chunk_tokens, const std::string& upstream) {
   audit::AuditConfig cfg;
+  cfg.chunk_tokens = chunk_tokens;
+  cfg.upstream = upstream;
   cfg.strategies = strategies;
   for (const auto& r : recipes) cfg.recipes.push_back(parse_recipe(r));
   if (backend == "cpu") {
@@ -766,7 +775,7 @@ NB_MODULE(_xentlab, m) {
       .def("describe", &LossSpec::describe)
       .def("as_dict", [](const LossSpec& s) { return spec_dict(s); });
   m.def("make_spec", &make_spec, "ignore_index"_a, "label_smoothing"_a, "z_loss"_a, "softcap"_a,
-        "logit_scale"_a, "reduction"_a, "empty_mean"_a);
+        "logit_scale"_a, "reduction"_a, "empty_mean"_a, "normalizer"_a);
 
   nb::class_<DatasetInstance>(m, "_Problem")
       .def_prop_ro("N", [](const DatasetInstance& d) { return d.problem.N; })
@@ -813,7 +822,8 @@ NB_MODULE(_xentlab, m) {
 
   m.def("write_golden", &golden_write, "path"_a, "problem"_a, "spec"_a, "rows"_a, "vocab_rows"_a,
         "sample_seed"_a, "gradients"_a, "tier"_a, "memory_budget"_a, "threads"_a, "force"_a,
-        "command"_a);
+        "command"_a, "upstream"_a);
+  m.def("random_upstream", &random_upstream, "N"_a, "seed"_a);
   nb::class_<Golden>(m, "_Golden")
       .def_ro("path", &Golden::path)
       .def_ro("N", &Golden::N)
@@ -827,6 +837,11 @@ NB_MODULE(_xentlab, m) {
       .def_ro("reduced_loss_bound", &Golden::reduced_loss_bound)
       .def_ro("provenance", &Golden::provenance)
       .def_ro("spec", &Golden::spec)
+      .def_prop_ro("upstream",
+                   [](const Golden& g) -> nb::object {
+                     if (g.upstream.empty()) return nb::none();
+                     return nb::cast(f64(g.upstream));
+                   })
       .def_prop_ro(
           "token_rows", [](const Golden& g) { return i64(g.token_rows); }, nb::rv_policy::move)
       .def_prop_ro(
@@ -920,7 +935,7 @@ NB_MODULE(_xentlab, m) {
       });
   m.def("run_audit", &run_audit, "problems"_a, "strategies"_a, "recipes"_a, "backend"_a, "rows"_a,
         "vocab_rows"_a, "seed"_a, "policy"_a, "tier"_a, "memory_budget"_a, "out"_a.none(),
-        "force"_a, "append"_a);
+        "force"_a, "append"_a, "chunk_tokens"_a, "upstream"_a);
   m.def("strategy_names", [] { return strategy_names(Backend::cpu_emulation); });
   m.def("default_recipe_grid", [] {
     std::vector<std::string> names;

@@ -93,6 +93,7 @@ from ._core import (
     datasets,
     default_recipes,
     problem,
+    random_upstream,
     read_golden,
     reference,
     strategies,
@@ -106,6 +107,7 @@ from . import testing
 __all__ = [
     "AuditResult", "CheckReport", "DeviceError", "FormatError", "Golden", "InputError", "LossSpec",
     "OutputCheck", "OutputError", "Problem", "Reference", "VerifyOutput", "VerifyReport", "audit",
-    "cached_golden", "check", "datasets", "default_recipes", "problem", "read_golden", "reference",
+    "cached_golden", "check", "datasets", "default_recipes", "problem", "random_upstream", "read_golden",
+    "reference",
     "strategies", "testing", "verify", "write_candidate", "write_golden", "__version__",
 ]

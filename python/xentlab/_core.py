@@ -25,7 +25,8 @@ FormatError = _x.FormatError
 OutputError = _x.OutputError
 DeviceError = _x.DeviceError
 
-_SPEC_KEYS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_scale", "reduction", "empty_mean")
+_SPEC_KEYS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_scale", "reduction", "empty_mean",
+              "normalizer")
 
 
 def _path(p, name: str = "") -> str:
@@ -89,7 +90,9 @@ class LossSpec:
     """Every option of the loss (numerics/loss_spec.hpp), with PyTorch's semantics:
     ``ignore_index`` (int), ``label_smoothing`` ε ∈ [0, 1], ``z_loss`` λ ≥ 0 (loss += λ·lse²),
     ``softcap`` c (0 = off; z ← c·tanh(z/c)), ``logit_scale`` (> 0, 1/temperature), ``reduction``
-    ("mean", "sum", "none"), ``empty_mean`` ("nan" as PyTorch, or "zero").
+    ("mean", "sum", "none"), ``empty_mean`` ("nan" as PyTorch, or "zero"), ``normalizer`` (int
+    ≥ 0, reduction "mean" only: the sum is divided by this token count instead of the batch's own
+    valid tokens, as ``num_items_in_batch`` in gradient accumulation; 0 = the batch's own).
 
     Raises InputError (ValueError) naming the option for a value out of range, with the message of
     ``xentlab golden --label-smoothing …``.
@@ -97,11 +100,11 @@ class LossSpec:
 
     def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
                  softcap: float = 0.0, logit_scale: float = 1.0, reduction: str = "mean",
-                 empty_mean: str = "nan"):
+                 empty_mean: str = "nan", normalizer: int = 0):
         self._c = _x.make_spec(_int("ignore_index", ignore_index), _number("label_smoothing", label_smoothing),
                                _number("z_loss", z_loss), _number("softcap", softcap),
                                _number("logit_scale", logit_scale), _text("reduction", reduction),
-                               _text("empty_mean", empty_mean))
+                               _text("empty_mean", empty_mean), _int("normalizer", normalizer))
 
     @classmethod
     def _wrap(cls, c) -> "LossSpec":
@@ -111,7 +114,7 @@ class LossSpec:
 
     def as_dict(self) -> dict:
         """The options as a dict (keys ignore_index, label_smoothing, z_loss, softcap,
-        logit_scale, reduction, empty_mean)."""
+        logit_scale, reduction, empty_mean, normalizer)."""
         return self._c.as_dict()
 
     def replace(self, **changes) -> "LossSpec":
@@ -402,6 +405,8 @@ class Golden:
         self._c = c
         self.reference = _GoldenArrays(c, covariates=False)
         self.covariates = _GoldenArrays(c, covariates=True)
+        #: reduction "none": the stored upstream gradient, (N) float64, or None (ones)
+        self.upstream = c.upstream
         self._problem = None
 
     @property
@@ -432,21 +437,41 @@ class Golden:
 
 def write_golden(path, problem: Problem, spec: Optional[LossSpec | Mapping] = None, *, rows: int = 0,
                  vocab_rows: int = 0, sample_seed: int = 1, gradients: bool = True, tier: str = "auto",
-                 memory_budget: int = 0, threads: int = 0, force: bool = False) -> dict:
+                 memory_budget: int = 0, threads: int = 0, force: bool = False,
+                 upstream=None) -> dict:
     """Writes a golden file as ``xentlab golden`` does (same bits for the same problem, spec and
     options): runs the reference on the problem (spec default: the problem's), writes to a
     temporary name and renames it into place; an existing file only with force. rows /
     vocab_rows sample token rows (dropping dW/db) and vocabulary rows of dW/db (0 = all).
+    upstream: reduction "none" only, the upstream gradient dL/dloss_i (N finite floats; None or
+    all ones = ones; note the command's default for reduction none is ``--upstream random``, which
+    is ``upstream=random_upstream(N)``), stored in the file and applied by the reference.
     Returns a summary dict: path, S, J, reduced_loss, reduced_loss_bound, partial, outputs,
     seconds. Raises InputError (ValueError) for an existing file without force or bad options,
     OutputError (OSError) when the file cannot be written."""
     if not isinstance(problem, Problem):
         raise TypeError(f"problem: expected a xentlab.Problem, got {type(problem).__name__}")
     s = _spec_of(spec, problem._c.spec)
+    g = []
+    if upstream is not None:
+        g = np.asarray(upstream, dtype=np.float64)
+        if g.shape != (problem.N,):
+            raise InputError(f"upstream: expected shape ({problem.N},) (one dL/dloss_i per token), "
+                             f"got {g.shape}")
+        g = g.tolist()
     return _x.write_golden(_path(path, "path"), problem._c, s, _int("rows", rows), _int("vocab_rows", vocab_rows),
                            _int("sample_seed", sample_seed, minimum=0), bool(gradients), _text("tier", tier),
                            _int("memory_budget", memory_budget, minimum=0), _int("threads", threads), bool(force),
-                           "python: xentlab.write_golden")
+                           "python: xentlab.write_golden", g)
+
+
+def random_upstream(N: int, seed: int = 1) -> np.ndarray:
+    """The seeded upstream gradient of ``xentlab golden --upstream random`` (reference/reference.hpp
+    random_upstream): (N,) float64 values k/8, k uniform in −8…16 (zeros and negatives included,
+    every value exact in bf16). ``write_golden(..., upstream=random_upstream(N))`` writes the same
+    file as the command's default for reduction none."""
+    return np.asarray(_x.random_upstream(_int("N", N, minimum=0), _int("seed", seed, minimum=0)),
+                      dtype=np.float64)
 
 
 def read_golden(path) -> Golden:
@@ -644,7 +669,8 @@ class AuditResult:
 def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = (), *,
           strategies: Sequence[str] = (), recipes: Sequence[str] = (), rows: int = 8, vocab_rows: int = 256,
           tokens: int = 16, hidden: int = 64, seed: int = 1, policy: str = "audit", tier: str = "auto",
-          memory_budget: int = 0, out=None, force: bool = False, append: bool = False) -> AuditResult:
+          memory_budget: int = 0, out=None, force: bool = False, append: bool = False,
+          chunk_tokens: int = 0, upstream: str = "ones") -> AuditResult:
     """Every strategy × recipe on a set of problems against the certified reference, on the CPU
     emulation (``xentlab audit --backend cpu``).
 
@@ -652,7 +678,10 @@ def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = ()
     datasets: catalog names, problem files or :class:`Problem` objects; strategies and recipes
     (default: every registered strategy, the default grid); rows / vocab_rows: the sub-batch;
     out: also write the results HDF5 file (docs/audit.md; an existing file only with force or
-    append). Raises InputError (ValueError) for unknown names, negative counts, an existing
+    append). chunk_tokens: token rows per chunk of chunked and checkpointed (0 = their default;
+    ``--chunk-tokens``); upstream: "ones" or "random", the upstream gradient of problems with
+    reduction "none" (``--upstream``); both recorded per run. The loss options are each problem's
+    spec (a :class:`Problem` made with ``spec=LossSpec(normalizer=…)`` is audited with it). Raises InputError (ValueError) for unknown names, negative counts, an existing
     ``out`` without force/append (before the work), or when no run is supported; TypeError for a
     single string where a list of names is expected."""
     problems = None if problems is None else _names("problems", problems)
@@ -667,10 +696,13 @@ def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = ()
     seed = _int("seed", seed, minimum=0)
     policy, tier = _text("policy", policy), _text("tier", tier)
     memory_budget = _int("memory_budget", memory_budget, minimum=0)
-    for what, v in (("rows", rows), ("vocab_rows", vocab_rows), ("tokens", tokens), ("hidden", hidden)):
+    for what, v in (("rows", rows), ("vocab_rows", vocab_rows), ("tokens", tokens), ("hidden", hidden),
+                    ("chunk_tokens", chunk_tokens)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 or (what in ("tokens", "hidden") and v < 1):
             raise InputError(f"{what} must be an integer >= {1 if what in ('tokens', 'hidden') else 0}"
-                             f"{' (0 = all)' if what in ('rows', 'vocab_rows') else ''}, got {v!r}")
+                             f"{' (0 = all)' if what in ('rows', 'vocab_rows') else ''}"
+                             f"{' (0 = the default)' if what == 'chunk_tokens' else ''}, got {v!r}")
+    upstream = _text("upstream", upstream)
     if out is not None and os.path.exists(_path(out, "out")) and not (force or append):
         raise InputError(f"{_path(out)} exists: pass force=True to replace it or append=True to add the runs")
     ps = _x._AuditProblems()
@@ -681,7 +713,7 @@ def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = ()
         ps.add(p.source, p.regime or p.source, p._c, p._c.spec)
     res = _x.run_audit(ps, strategies, recipes, "cpu", int(rows), int(vocab_rows), seed,
                        policy, tier, memory_budget, None if out is None else _path(out), bool(force),
-                       bool(append))
+                       bool(append), int(chunk_tokens), upstream)
     return AuditResult(**res)
 
 

@@ -4,7 +4,8 @@ with ``verify`` (tools/golden/verify.hpp: the policies and tolerances of docs/ve
 The function is called as ``loss_fn(H, W, targets, **spec)`` (linear problems; ``bias=`` is
 added when the problem has one) or ``loss_fn(logits, targets, **spec)`` (logits problems), where
 spec holds ignore_index, label_smoothing, z_loss, softcap, logit_scale and reduction (PyTorch's
-meanings). It may return
+meanings), and ``normalizer=n`` when the golden problem's spec has a normaliser n > 0 (reduction
+mean over n tokens instead of the batch's valid ones, as ``num_items_in_batch``). It may return
 
 - a torch tensor (framework="torch"): the loss, scalar (mean/sum) or per token (reduction
   none); the gradients dH, dW, db (or dz) come from autograd (``backward()``, or
@@ -172,6 +173,8 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
     """Runs loss_fn on the golden problem; returns the candidate outputs and the required names."""
     p = g.problem
     spec = {k: v for k, v in g.spec.as_dict().items() if k in _LOSS_KWARGS}
+    if g.spec.normalizer > 0:  # only then: a loss_fn of PyTorch's keywords keeps working
+        spec["normalizer"] = g.spec.normalizer
     arrays = p.arrays(framework, device)
     linear = p.kind == "linear"
     leaves = {}

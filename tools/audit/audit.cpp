@@ -33,6 +33,7 @@ struct Prepared {
   Problem problem;
   ReferenceResult ref;
   std::vector<std::int64_t> orig_rows;
+  std::vector<double> upstream;  ///< reduction none: g over the sub-batch's rows; empty = ones
 };
 
 // The problem has no version in an input dtype (e.g. fp32 values beyond fp16's range): its runs
@@ -49,7 +50,7 @@ Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
   } catch (const InputError& e) {
     throw NoInputVersion(e.what());
   }
-  Prepared p{std::move(converted), {}, {}};
+  Prepared p{std::move(converted), {}, {}, {}};
   const std::int64_t rows = ap.rows >= 0 ? ap.rows : cfg.rows;
   if (rows > 0 && rows < p.problem.N) {
     p.orig_rows = sample_rows(p.problem.N, rows, cfg.seed);
@@ -64,6 +65,8 @@ Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
   const std::int64_t vocab_rows = ap.vocab_rows >= 0 ? ap.vocab_rows : cfg.vocab_rows;
   if (p.problem.is_linear() && vocab_rows > 0 && vocab_rows < p.problem.V)
     o.vocab_rows = sample_rows(p.problem.V, vocab_rows, cfg.seed + 1);
+  if (cfg.upstream == "random") p.upstream = random_upstream(p.problem.N, cfg.seed + 2);
+  o.upstream = p.upstream;
   p.ref = compute_reference(p.problem, ap.spec, o);
   return p;
 }
@@ -91,6 +94,8 @@ RunRecord new_record(const AuditProblem& ap, const Strategy& st, const Recipe& r
   rec.recipe = recipe.name();
   rec.spec = ap.spec.describe();
   rec.input_dtype = std::string(to_string(input));
+  rec.chunk_tokens = cfg.chunk_tokens;
+  rec.upstream = cfg.upstream;
   return rec;
 }
 
@@ -114,6 +119,20 @@ void require_some_run(const AuditResult& res) {
 
 AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& cfg) {
   if (problems.empty()) throw InputError("audit: no problems to audit");
+  if (cfg.chunk_tokens < 0)
+    throw InputError(fmt::format(
+        "audit: chunk_tokens must be >= 0 token rows per chunk (0 = each strategy's default), "
+        "got {}",
+        cfg.chunk_tokens));
+  if (cfg.upstream != "ones" && cfg.upstream != "random")
+    throw InputError(fmt::format("audit: upstream must be ones or random, got '{}'", cfg.upstream));
+  if (cfg.upstream == "random")
+    for (const AuditProblem& ap : problems)
+      if (ap.spec.reduction != Reduction::none)
+        throw InputError(fmt::format(
+            "audit: upstream random needs reduction none, and problem {} has reduction {} "
+            "(give reduction none for every problem, e.g. xentlab audit --reduction none)",
+            ap.name, to_string(ap.spec.reduction)));
   auto strategies = make_strategies(cfg.backend);
   if (strategies.empty())
     throw InputError(
@@ -205,6 +224,8 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
             req.spec = ap.spec;
             req.recipe = recipe;
             req.emulated_sms = cfg.device_sms;
+            req.chunk_tokens = cfg.chunk_tokens;
+            req.upstream = pr.upstream;
             const auto t0 = std::chrono::steady_clock::now();
             const StrategyOutputs out = st->run(req);
             rec.seconds =

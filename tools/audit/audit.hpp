@@ -85,6 +85,14 @@ struct AuditConfig {
   double baseline_max_macs = 0x1p32;
   /// SM count of the GPU (0 = none): the CPU emulation of fused models that device's launch.
   int device_sms = 0;
+  /// Token rows per chunk of chunked and checkpointed (RunRequest::chunk_tokens; naive and fused
+  /// do not chunk tokens and ignore it); 0 = their default. Must be ≥ 0. The bounds hold for
+  /// any chunk width (bounds_for_reference takes the worst case, one chunk per token row).
+  std::int64_t chunk_tokens = 0;
+  /// Reduction none: the upstream gradient of every run and of the reference, "ones" (empty) or
+  /// "random" (random_upstream over the sub-batch's rows, seed `seed` + 2). "random" with a
+  /// problem whose reduction is not none is refused.
+  std::string upstream = "ones";
   /// The certified reference's tier and memory budget (bytes, 0 = available memory).
   ReferenceTier reference_tier = ReferenceTier::automatic;
   std::int64_t reference_memory = 0;
@@ -101,6 +109,8 @@ struct OutputRecord {
 struct RunRecord {
   std::string problem, regime, strategy, backend, device, recipe, spec;
   std::string input_dtype;
+  std::int64_t chunk_tokens = 0;  ///< as requested (AuditConfig::chunk_tokens; 0 = default)
+  std::string upstream = "ones";  ///< reduction none: "ones" or "random" (AuditConfig)
   DeclaredArithmetic arith;
   Verdict verdict;
   std::vector<OutputRecord> outputs;
@@ -162,7 +172,9 @@ struct AuditResult {
   std::int64_t incorrect = 0, failed = 0, not_supported = 0, passed = 0;
 };
 
-/// Runs the audit over the problems. Throws InputError for unknown strategy names or an empty set.
+/// Runs the audit over the problems. Throws InputError for unknown strategy names or an empty set,
+/// a negative chunk_tokens, an upstream other than ones or random, or upstream random beside a
+/// problem whose reduction is not none.
 AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& config);
 
 /// Throws InputError when no run of the result was audited (every one not supported): nothing

@@ -26,6 +26,8 @@ struct RunSummary {
   std::string problem, input_dtype, strategy, backend, recipe;
   std::string disposition, reason, spec;
   std::int64_t seed = 0;
+  std::int64_t chunk_tokens = 0;         ///< 0 = default (and in version 1 files)
+  std::string upstream = "ones";         ///< "ones" in version 1 files
   std::vector<std::int64_t> token_rows;  ///< the problem's audited rows (empty when absent)
   std::map<std::string, OutputSummary> outputs;  // by output name
 };
@@ -55,6 +57,9 @@ std::vector<RunSummary> load_runs(const std::string& path) {
     r.reason = g.attr_string("reason");
     r.spec = g.attr_string("spec");
     r.seed = g.attr_int("seed");
+    // Version 2 attributes; a version 1 run had the defaults.
+    if (g.has_attr("chunk_tokens")) r.chunk_tokens = g.attr_int("chunk_tokens");
+    if (g.has_attr("upstream")) r.upstream = g.attr_string("upstream");
     const std::string pg = "problems/" + r.problem + "." + r.input_dtype;
     if (rows_of.count(pg) == 0 && f.exists(pg + "/token_rows"))
       rows_of[pg] = f.open_dataset(pg + "/token_rows").read_int64();
@@ -76,18 +81,26 @@ std::vector<RunSummary> load_runs(const std::string& path) {
 
 using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
 
-/// InputError when two runs of one name audited different problems (spec, seed or audited token
-/// rows differ): comparing their errors would compare nothing. `what` names the command.
+/// InputError when two runs of one name audited different problems (spec, seed, upstream
+/// gradient or audited token rows differ) or in another chunk width (another arithmetic):
+/// comparing their errors would compare nothing. `what` names the command.
 void require_same_problem(const char* what, const std::string& path_a, const std::string& path_b,
                           const std::string& name, const RunSummary& a, const RunSummary& b) {
-  if (a.spec == b.spec && a.seed == b.seed && a.token_rows == b.token_rows) return;
+  if (a.spec == b.spec && a.seed == b.seed && a.token_rows == b.token_rows &&
+      a.upstream == b.upstream && a.chunk_tokens == b.chunk_tokens)
+    return;
   throw InputError(fmt::format(
       "{}: {} and {} audited different problems under one name ({}: {}); audit both with the "
       "same options",
       what, path_a, path_b, name,
       a.spec != b.spec   ? fmt::format("spec '{}' against '{}'", a.spec, b.spec)
       : a.seed != b.seed ? fmt::format("seed {} against {}", a.seed, b.seed)
-                         : std::string("different audited token rows (--rows, --tokens)")));
+      : a.upstream != b.upstream
+          ? fmt::format("upstream {} against {} (--upstream)", a.upstream, b.upstream)
+      : a.chunk_tokens != b.chunk_tokens
+          ? fmt::format("chunk_tokens {} against {} (--chunk-tokens)", a.chunk_tokens,
+                        b.chunk_tokens)
+          : std::string("different audited token rows (--rows, --tokens)")));
 }
 
 /// Runs keyed by (problem, input dtype, strategy, backend, recipe); a later run of the same key

@@ -15,7 +15,9 @@
 namespace xentlab::audit {
 namespace {
 
-constexpr std::int64_t kResultsFormatVersion = 1;
+// Version 2 adds the runs' chunk_tokens and upstream attributes; version 1 files are still read
+// (and appended to: the file becomes version 2, its old runs without the two attributes).
+constexpr std::int64_t kResultsFormatVersion = 2;
 
 std::string now_utc() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -133,6 +135,8 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     g.set_attr("spec", r.spec);
     g.set_attr("seed", static_cast<std::int64_t>(cfg.seed));
     g.set_attr("policy", cfg.policy);
+    g.set_attr("chunk_tokens", r.chunk_tokens);
+    g.set_attr("upstream", r.upstream);
     g.set_attr("disposition", std::string(to_string(r.verdict.disposition)));
     g.set_attr("decided_by", r.verdict.output);
     g.set_attr("reason", r.verdict.reason);
@@ -189,9 +193,10 @@ h5::File open_results_file(const std::string& path) {
   if (!f.has_attr("format") || f.attr_string("format") != "xentlab-results")
     throw FormatError(path +
                       " is not an xentlab results file (attribute format != xentlab-results)");
-  if (f.attr_int("format_version") != kResultsFormatVersion)
-    throw FormatError(fmt::format("{}: results format version {} (this xentlab reads {})", path,
-                                  f.attr_int("format_version"), kResultsFormatVersion));
+  const std::int64_t ver = f.attr_int("format_version");
+  if (ver < 1 || ver > kResultsFormatVersion)
+    throw FormatError(fmt::format("{}: results format version {} (this xentlab reads 1 to {})",
+                                  path, ver, kResultsFormatVersion));
   return f;
 }
 

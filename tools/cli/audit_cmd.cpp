@@ -50,6 +50,9 @@ struct AuditArgs {
   // Loss-spec overrides (applied to every problem when given).
   std::string reduction;
   std::optional<double> label_smoothing, z_loss, softcap, logit_scale;
+  std::optional<std::int64_t> normalizer;
+  std::string upstream = "ones";
+  std::int64_t chunk_tokens = 0;
 };
 
 Backend choose_backend(const std::string& b, std::string& device, int& sms) {
@@ -138,6 +141,8 @@ int run_audit_command(const AuditArgs& a) {
   cfg.seed = a.seed;
   cfg.policy = a.policy;
   policy_by_name(cfg.policy);  // unknown policy: fail before any work
+  cfg.chunk_tokens = a.chunk_tokens;
+  cfg.upstream = a.upstream;
   // Every output is checked before any work: an hour of audit must not end on "file exists".
   const std::string md_path = a.markdown.empty() ? a.out + ".md" : a.markdown;
   {
@@ -148,12 +153,21 @@ int run_audit_command(const AuditArgs& a) {
       const h5::File f = audit::open_results_file(a.out);
       if (f.exists("runs"))
         for (const auto& id : f.open_group("runs").children()) {
-          const std::int64_t s = f.open_group("runs/" + id).attr_int("seed");
+          const h5::Group run = f.open_group("runs/" + id);
+          const std::int64_t s = run.attr_int("seed");
           if (s != static_cast<std::int64_t>(a.seed))
             throw InputError(
                 fmt::format("--append: {} holds runs of seed {}, this audit's is {}; "
                             "write it to another file",
                             a.out, s, a.seed));
+          // Likewise one chunk width and one upstream gradient (absent in version 1: 0, ones).
+          const std::int64_t c = run.has_attr("chunk_tokens") ? run.attr_int("chunk_tokens") : 0;
+          const std::string u = run.has_attr("upstream") ? run.attr_string("upstream") : "ones";
+          if (c != a.chunk_tokens || u != a.upstream)
+            throw InputError(fmt::format(
+                "--append: {} holds runs of --chunk-tokens {} --upstream {}, this audit's are "
+                "{} and {}; write it to another file",
+                a.out, c, u, a.chunk_tokens, a.upstream));
           break;
         }
     }
@@ -172,7 +186,17 @@ int run_audit_command(const AuditArgs& a) {
     if (a.z_loss) given.z_loss = *a.z_loss;
     if (a.softcap) given.softcap = *a.softcap;
     if (a.logit_scale) given.logit_scale = *a.logit_scale;
+    if (a.normalizer) {
+      given.normalizer = *a.normalizer;
+      if (a.reduction.empty()) given.reduction = Reduction::mean;  // checked per problem below
+    }
     given.validate();
+    if (a.upstream != "ones" && a.upstream != "random")
+      throw InputError(fmt::format("--upstream '{}': expected ones or random", a.upstream));
+    if (a.upstream == "random" && given.reduction != Reduction::none)
+      throw InputError(
+          "--upstream random: an upstream gradient is taken with reduction none only (add "
+          "--reduction none)");
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
@@ -240,7 +264,12 @@ int run_audit_command(const AuditArgs& a) {
     if (a.z_loss) p.spec.z_loss = *a.z_loss;
     if (a.softcap) p.spec.softcap = *a.softcap;
     if (a.logit_scale) p.spec.logit_scale = *a.logit_scale;
-    p.spec.validate();  // an out-of-range override is an InputError naming it
+    if (a.normalizer) p.spec.normalizer = *a.normalizer;
+    try {
+      p.spec.validate();  // an out-of-range override is an InputError naming it
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("problem {}: {}", p.name, e.what()));
+    }
   }
   if (!a.quiet) {
     // On a terminal: one line redrawn in place; otherwise (a log): a line per tenth of the runs.
@@ -373,6 +402,19 @@ void register_audit(CLI::App& app) {
   c->add_option("--z-loss", a->z_loss, "override: z-loss lambda");
   c->add_option("--softcap", a->softcap, "override: softcap c (0 = off)");
   c->add_option("--logit-scale", a->logit_scale, "override: logit scale");
+  c->add_option("--normalizer", a->normalizer,
+                "override, reduction mean: divide the sum by this token count instead of the "
+                "sub-batch's valid rows (num_items_in_batch; 0 = own)")
+      ->check(non_negative());
+  c->add_option("--upstream", a->upstream,
+                "reduction none: the upstream gradient, ones or random (seeded: k/8, k in "
+                "-8..16)")
+      ->capture_default_str();
+  c->add_option("--chunk-tokens", a->chunk_tokens,
+                "token rows per chunk of chunked and checkpointed (0 = their default; naive and "
+                "fused do not chunk tokens)")
+      ->check(non_negative())
+      ->capture_default_str();
   add_reference_options(c, a->reference);
   c->callback([a, tok, hid]() {
     a->tokens_given = tok->count() > 0;

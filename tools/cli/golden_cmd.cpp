@@ -2,12 +2,15 @@
 // the problem bit-exact, the loss spec, the certified reference's outputs with their bounds,
 // per-token covariates and provenance.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "datasets/atomic_file.hpp"
 #include "datasets/catalog.hpp"
+#include "datasets/loaders.hpp"
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
 #include "tools/cli/commands.hpp"
@@ -18,7 +21,9 @@ namespace xentlab::cli {
 namespace {
 
 struct GoldenArgs {
-  std::string dataset = "stories260k", out, dtype, reduction, empty_mean;
+  std::string dataset = "stories260k", out, dtype, reduction, empty_mean, upstream;
+  std::uint64_t upstream_seed = 1;
+  std::int64_t normalizer = 0;
   std::int64_t N = 0, V = 0, D = 0;
   double sigma = 0;
   std::uint64_t seed = 1;
@@ -29,8 +34,27 @@ struct GoldenArgs {
   ReferenceChoice choice;
   // Which spec options were given on the command line (they override the dataset's defaults).
   CLI::Option *o_ignore = nullptr, *o_eps = nullptr, *o_z = nullptr, *o_cap = nullptr,
-              *o_scale = nullptr;
+              *o_scale = nullptr, *o_normalizer = nullptr;
 };
+
+// --upstream: "random" (the default for reduction none), "ones", or a .npy file of N floats.
+std::vector<double> upstream_of(const GoldenArgs& a, std::int64_t N) {
+  const std::string& u = a.upstream.empty() ? std::string("random") : a.upstream;
+  if (u == "ones") return {};
+  if (u == "random") return random_upstream(N, a.upstream_seed);
+  const LoadedArray arr = read_npy(u);
+  if (arr.is_integer || arr.shape.size() != 1 || arr.shape[0] != N)
+    throw InputError(fmt::format(
+        "--upstream {}: expected a float array of shape ({}) (one dL/dloss_i per token), got {} "
+        "of shape ({})",
+        u, N, arr.is_integer ? "an integer array" : "a float array", fmt::join(arr.shape, ", ")));
+  std::vector<double> g(static_cast<std::size_t>(N));
+  arr.floats.read(0, N, g.data());
+  for (std::size_t i = 0; i < g.size(); ++i)
+    if (!std::isfinite(g[i]))
+      throw InputError(fmt::format("--upstream {}: entry [{}] = {} is not finite", u, i, g[i]));
+  return g;
+}
 
 int run_golden(GoldenArgs& a, const std::string& command) {
   { AtomicOutput probe(a.out, a.opt.force); }  // refuse an existing file before generating anything
@@ -43,7 +67,15 @@ int run_golden(GoldenArgs& a, const std::string& command) {
     if (a.o_cap->count()) given.softcap = a.spec.softcap;
     if (a.o_scale->count()) given.logit_scale = a.spec.logit_scale;
     if (!a.reduction.empty()) given.reduction = parse_reduction(a.reduction);
+    if (a.o_normalizer->count()) {
+      given.normalizer = a.normalizer;
+      if (a.reduction.empty() && a.normalizer > 0) given.reduction = Reduction::mean;
+    }
     given.validate();
+    if (!a.upstream.empty() && given.reduction != Reduction::none)
+      throw InputError(fmt::format(
+          "--upstream {}: an upstream gradient is taken with --reduction none only (got {})",
+          a.upstream, a.reduction.empty() ? std::string("the default, mean") : a.reduction));
   }
   if (!a.empty_mean.empty() && a.empty_mean != "nan" && a.empty_mean != "zero")
     throw InputError(fmt::format("--empty-mean '{}': expected nan or zero", a.empty_mean));
@@ -101,6 +133,9 @@ int run_golden(GoldenArgs& a, const std::string& command) {
   if (a.o_cap->count()) spec.softcap = a.spec.softcap;
   if (a.o_scale->count()) spec.logit_scale = a.spec.logit_scale;
   if (!a.reduction.empty()) spec.reduction = parse_reduction(a.reduction);
+  if (a.o_normalizer->count()) spec.normalizer = a.normalizer;
+  spec.validate();  // e.g. a normaliser beside a dataset whose default reduction is not mean
+  if (spec.reduction == Reduction::none) a.opt.upstream = upstream_of(a, ds.problem.N);
   if (!a.empty_mean.empty()) {
     if (a.empty_mean != "nan" && a.empty_mean != "zero")
       throw InputError(fmt::format("--empty-mean '{}': expected nan or zero", a.empty_mean));
@@ -111,6 +146,15 @@ int run_golden(GoldenArgs& a, const std::string& command) {
   fmt::print("problem  {}  ({}{})\nspec     {}\n", ds.problem.describe(), ds.generator,
              ds.generator.rfind("catalog:", 0) == 0 ? fmt::format(", seed {}", a.seed) : "",
              spec.describe());
+  if (spec.reduction == Reduction::none) {
+    const std::string u = a.upstream.empty() ? "random" : a.upstream;
+    fmt::print("upstream {}\n",
+               u == "ones" ? std::string("ones (g = 1 for every token)")
+               : u == "random"
+                   ? fmt::format("random, seed {}: k/8 with k uniform in {{-8..16}} (stored)",
+                                 a.upstream_seed)
+                   : fmt::format("{} (stored)", u));
+  }
   const GoldenSummary s = write_golden(a.out, ds, spec, a.opt);
   fmt::print("rows     {} token rows{}, {} vocabulary rows\n", s.S, s.partial ? " (sampled)" : "",
              s.J);
@@ -151,6 +195,16 @@ void register_golden(CLI::App& app) {
   c->add_option("--threads", a->opt.threads, "OpenMP threads (0 = default)")
       ->check(CLI::Range(0, 4096));
   c->add_option("--reduction", a->reduction, "none, mean or sum (default mean)");
+  c->add_option(
+      "--upstream", a->upstream,
+      "reduction none: the upstream gradient dL/dloss_i, random (default: seeded, k/8 "
+      "with k in -8..16, zeros and negatives included), ones, or a .npy file of N floats");
+  c->add_option("--upstream-seed", a->upstream_seed, "seed of --upstream random")
+      ->capture_default_str();
+  a->o_normalizer = c->add_option("--normalizer", a->normalizer,
+                                  "reduction mean: divide the sum by this token count instead of "
+                                  "the batch's own valid rows (num_items_in_batch; 0 = own)")
+                        ->check(non_negative());
   add_reference_options(c, a->choice);
   c->add_option("--empty-mean", a->empty_mean, "mean of a batch with no valid row: nan or zero");
   a->o_ignore =

@@ -25,6 +25,7 @@ struct ReferenceArgs {
   std::int64_t oracle_rows = 2;
   LossSpec spec;
   std::string reduction = "mean";
+  std::string upstream = "ones";
   ReferenceChoice choice;
   int threads = 0;
 };
@@ -32,13 +33,20 @@ struct ReferenceArgs {
 int run_reference(const ReferenceArgs& a) {
   LossSpec spec = a.spec;
   spec.reduction = parse_reduction(a.reduction);
+  spec.validate();  // e.g. a normaliser beside reduction none or sum
+  if (a.upstream != "ones" && a.upstream != "random")
+    throw InputError(fmt::format("--upstream '{}': expected ones or random", a.upstream));
+  if (a.upstream == "random" && spec.reduction != Reduction::none)
+    throw InputError("--upstream random: an upstream gradient is taken with --reduction none only");
   ReferenceOptions opt;
+  if (a.upstream == "random") opt.upstream = random_upstream(a.N, a.seed);
   apply_reference_choice(a.choice, opt);  // bad option values are refused before generating
   opt.threads = a.threads;
   check_reference_fits(a.N, a.V, a.D, a.V, opt);  // memory and tier, before generating
   Problem pb = make_gaussian_linear(a.N, a.V, a.D, parse_dtype(a.dtype), a.sigma, a.seed);
-  fmt::print("problem  {} sigma={} seed={}\nspec     {}\n", pb.describe(), a.sigma, a.seed,
-             spec.describe());
+  fmt::print("problem  {} sigma={} seed={}\nspec     {}{}\n", pb.describe(), a.sigma, a.seed,
+             spec.describe(),
+             opt.upstream.empty() ? "" : fmt::format(" upstream=random (seed {})", a.seed));
   opt.progress = progress_printer("reference");
   const auto t0 = std::chrono::steady_clock::now();
   const ReferenceResult r = compute_reference(pb, spec, opt);
@@ -116,6 +124,13 @@ void register_reference(CLI::App& app) {
   c->add_option("--z-loss", a->spec.z_loss, "z-loss λ")->capture_default_str();
   c->add_option("--softcap", a->spec.softcap, "softcap c (0 = off)")->capture_default_str();
   c->add_option("--logit-scale", a->spec.logit_scale, "logit scale (1/temperature)")
+      ->capture_default_str();
+  c->add_option("--normalizer", a->spec.normalizer,
+                "reduction mean: divide the sum by this token count (0 = the valid tokens)")
+      ->check(non_negative())
+      ->capture_default_str();
+  c->add_option("--upstream", a->upstream,
+                "reduction none: the upstream gradient, ones or random (seeded by --seed)")
       ->capture_default_str();
   c->callback([a]() {
     const int rc = run_reference(*a);

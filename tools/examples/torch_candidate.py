@@ -8,7 +8,11 @@ The problem is read from the golden file exactly (bf16 is stored as uint16 bit p
 attribute dtype="bf16", see docs/formats.md); the logits are H @ W.T in --dtype (PyTorch's matmul),
 the loss is torch.nn.functional.cross_entropy with the golden file's loss spec, and the gradients come
 from autograd. Outputs are written in the dtype PyTorch returned them in: loss (per token), lse,
-reduced_loss, dH, dW, db (linear problems) or dz (given-logits problems).
+reduced_loss, dH, dW, db (linear problems) or dz (given-logits problems). The golden file's loss
+semantics are applied: with reduction none, its upstream gradient g (`/spec/upstream`, ones when
+absent) weighs each token (reduced_loss = Σ g_i·loss_i, whose gradient is written); with reduction
+mean and a normaliser n (`/spec` attribute `normalizer` > 0), the sum is divided by n instead of
+the number of valid tokens. The candidate declares both (format_version 2 attributes).
 
 --backend numpy runs the same formulas in numpy float32 (no PyTorch needed; ignore_index and the
 none/mean/sum reductions only) — used to test this script where PyTorch is not installed. With
@@ -35,8 +39,8 @@ def read_tensor(ds):
 
 def load_golden(path):
     with h5py.File(path, "r") as g:
-        if g.attrs.get("format") != "xentlab-golden" or g.attrs.get("format_version") != 1:
-            sys.exit(f"{path}: not a xentlab golden file of format_version 1")
+        if g.attrs.get("format") != "xentlab-golden" or g.attrs.get("format_version") not in (1, 2):
+            sys.exit(f"{path}: not a xentlab golden file of format_version 1 or 2")
         p, s = g["problem"], g["spec"]
         prob = {"kind": p.attrs["kind"], "dtype": p.attrs["input_dtype"], "targets": p["targets"][()]}
         for name in ("H", "W", "bias", "logits"):
@@ -44,6 +48,9 @@ def load_golden(path):
                 prob[name] = read_tensor(p[name])
         spec = {k: s.attrs[k] for k in ("ignore_index", "label_smoothing", "z_loss", "softcap",
                                         "logit_scale", "reduction", "empty_mean")}
+        spec["normalizer"] = int(s.attrs.get("normalizer", 0))      # version 1: none
+        n_tok = prob["targets"].shape[0]
+        spec["upstream"] = s["upstream"][()] if "upstream" in s else np.ones(n_tok)
     return prob, spec
 
 
@@ -81,12 +88,13 @@ def torch_outputs(prob, spec, dtype, device):
     valid = t != ig
     if spec["z_loss"] > 0:
         per_tok = per_tok + (float(spec["z_loss"]) * lse * lse * valid).to(per_tok.dtype)
-    if spec["reduction"] == "mean":
-        reduced = per_tok.float().sum() / valid.sum()
+    if spec["reduction"] == "mean":   # over the valid tokens, or the caller's normaliser
+        reduced = per_tok.float().sum() / (spec["normalizer"] or valid.sum())
     elif spec["reduction"] == "sum":
         reduced = per_tok.float().sum()
-    else:
-        reduced = per_tok.float().sum()   # reduction none: the gradient of Σ loss_i
+    else:                              # reduction none: the gradient of Σ g_i·loss_i
+        g = torch.tensor(spec["upstream"], dtype=torch.float32, device=device)
+        reduced = (per_tok.float() * g).sum()
     reduced.backward()
     out = {"loss": per_tok.detach(), "lse": lse.detach(), "reduced_loss": reduced.detach()}
     for name, leaf in leaves.items():
@@ -136,12 +144,17 @@ def numpy_outputs(prob, spec, bf16=False):
     zt = z[rows, np.where(valid, t, 0)]
     with np.errstate(invalid="ignore"):
         loss = np.where(valid, lse - zt, f(0)).astype(f)
-    n = int(valid.sum())
+    n = spec["normalizer"] or int(valid.sum())    # the mean's divisor
     scale = f(1) / f(max(n, 1)) if spec["reduction"] == "mean" else f(1)
     dz[rows[valid], t[valid]] -= f(1)
     dz[~valid] = 0
-    dz *= scale
-    reduced = np.float32(loss.sum(dtype=f) * scale) if spec["reduction"] != "none" else loss.sum(dtype=f)
+    if spec["reduction"] == "none":                # dL/dloss_i = g_i: reduced = Σ g_i·loss_i
+        g = spec["upstream"].astype(f)
+        dz *= g[:, None]
+        reduced = (g * loss).sum(dtype=f)
+    else:
+        dz *= scale
+        reduced = np.float32(loss.sum(dtype=f) * scale)
     if spec["reduction"] == "mean" and n == 0:    # PyTorch: the mean of no valid row is NaN
         reduced = np.float32("nan") if spec["empty_mean"] == "nan" else np.float32(0)
     out = {"loss": loss, "lse": lse.astype(f), "reduced_loss": np.float32(reduced)}
@@ -155,7 +168,7 @@ def numpy_outputs(prob, spec, bf16=False):
     return out, f"numpy {np.__version__} float32" + (", bf16 logits and gradients" if bf16 else "")
 
 
-def write_candidate(path, outputs, implementation, force):
+def write_candidate(path, outputs, implementation, force, spec):
     """Atomic write: a temporary file in the same folder, renamed into place."""
     if os.path.exists(path) and not force:
         sys.exit(f"{path}: exists; pass --force to overwrite it")
@@ -163,8 +176,10 @@ def write_candidate(path, outputs, implementation, force):
     try:
         with h5py.File(tmp, "w") as c:
             c.attrs["format"] = "xentlab-candidate"
-            c.attrs["format_version"] = 1
+            c.attrs["format_version"] = 2
             c.attrs["implementation"] = implementation
+            c.attrs["reduction"] = spec["reduction"]          # the semantics implemented
+            c.attrs["normalizer"] = np.int64(spec["normalizer"])
             for name, x in outputs.items():
                 if isinstance(x, Bf16):               # bf16 values: uint16 bit patterns + dtype
                     c[name] = (x.x.view(np.uint32) >> 16).astype(np.uint16)
@@ -202,7 +217,7 @@ def main():
         if a.dtype == "fp16":
             sys.exit("--backend numpy: --dtype fp32 or bf16 (numpy has no stand-in for fp16 here)")
         outputs, impl = numpy_outputs(prob, spec, bf16=a.dtype == "bf16")
-    write_candidate(a.candidate, outputs, impl, a.force)
+    write_candidate(a.candidate, outputs, impl, a.force, spec)
     print(f"wrote {a.candidate}: {', '.join(outputs)} ({impl})")
 
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -128,7 +129,7 @@ RowCovariates row_covariates(const Problem& pb, const LossSpec& spec,
   return c;
 }
 
-void write_spec(h5::Group& g, const LossSpec& s) {
+void write_spec(h5::Group& g, const LossSpec& s, const std::vector<double>& upstream) {
   g.set_attr("ignore_index", s.ignore_index);
   g.set_attr("label_smoothing", s.label_smoothing);
   g.set_attr("z_loss", s.z_loss);
@@ -136,11 +137,15 @@ void write_spec(h5::Group& g, const LossSpec& s) {
   g.set_attr("logit_scale", s.logit_scale);
   g.set_attr("reduction", std::string(to_string(s.reduction)));
   g.set_attr("empty_mean", std::string(s.empty_mean == EmptyMean::nan ? "nan" : "zero"));
-  g.set_attr("describe", s.describe());
+  g.set_attr("normalizer", s.normalizer);
+  g.set_attr("describe", s.describe() + (upstream.empty() ? "" : " upstream=stored"));
+  if (!upstream.empty()) g.write("upstream", upstream);
 }
 
-LossSpec read_spec(const h5::Group& g) {
+LossSpec read_spec(const h5::Group& g, std::int64_t version) {
   LossSpec s;
+  // Version 1 has no normaliser (the batch's own count); in version 2 the attribute is required.
+  if (version >= 2) s.normalizer = g.attr_int("normalizer");
   s.ignore_index = g.attr_int("ignore_index");
   s.label_smoothing = g.attr_double("label_smoothing");
   s.z_loss = g.attr_double("z_loss");
@@ -200,6 +205,15 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   opt.tier = o.tier;
   opt.max_bytes = o.memory_budget;
   opt.progress = o.progress;
+  // Ones are stored as no upstream at all (the file of an all-ones g is the one of reduction none
+  // without g); the reference checks the length, finiteness and the reduction.
+  const bool ones =
+      std::all_of(o.upstream.begin(), o.upstream.end(), [](double v) { return v == 1.0; });
+  if (!o.upstream.empty() && spec.reduction != Reduction::none)
+    throw InputError(fmt::format(
+        "an upstream gradient is only taken with reduction none (the spec has reduction {})",
+        to_string(spec.reduction)));
+  if (!ones) opt.upstream = o.upstream;
   const bool partial = o.rows > 0 && o.rows < pb.N;
   opt.token_rows = partial ? sample_rows(pb.N, o.rows, o.sample_seed) : all_rows(pb.N);
   if (linear)
@@ -253,7 +267,7 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   }
   {
     h5::Group g = f.create_group("spec");
-    write_spec(g, spec);
+    write_spec(g, spec, opt.upstream);
   }
   {
     h5::Group g = f.create_group("reference");
@@ -347,18 +361,18 @@ Golden read_golden(const std::string& path) {
     throw FormatError(
         fmt::format("{}: its format attribute is '{}', not '{}'", path, fmt_name, kGoldenFormat));
   const std::int64_t ver = f.attr_int("format_version");
-  if (ver != kGoldenVersion)
+  if (ver < 1 || ver > kGoldenVersion)
     throw FormatError(
-        fmt::format("{}: golden format_version {}; this xentlab ({}) reads version {}", path, ver,
-                    kVersion, kGoldenVersion));
+        fmt::format("{}: golden format_version {}; this xentlab ({}) reads versions 1 to {}", path,
+                    ver, kVersion, kGoldenVersion));
   Golden g;
   g.path = path;
   g.provenance =
-      fmt::format("generator={} dataset={} seed={} created={} xentlab={}",
+      fmt::format("generator={} dataset={} seed={} created={} xentlab={} format_version={}",
                   f.attr_string("generator"), f.attr_string("dataset"), f.attr_int("seed"),
-                  f.attr_string("created"), f.attr_string("xentlab_version"));
+                  f.attr_string("created"), f.attr_string("xentlab_version"), ver);
   const h5::Group sg = f.open_group("spec");
-  g.spec = read_spec(sg);
+  g.spec = read_spec(sg, ver);
   const h5::Group pg = f.open_group("problem");
   const std::string kind = pg.attr_string("kind");
   const auto targets = pg.open_dataset("targets").read_int64();
@@ -382,6 +396,23 @@ Golden read_golden(const std::string& path) {
   g.N = g.problem.N;
   g.V = g.problem.V;
   g.D = g.problem.D;
+  if (ver >= 2 && sg.exists("upstream")) {
+    if (g.spec.reduction != Reduction::none)
+      throw FormatError(
+          fmt::format("{}: an upstream gradient is stored with reduction {} (only "
+                      "reduction none takes one)",
+                      sg.where(), to_string(g.spec.reduction)));
+    g.upstream = read_req(sg, "upstream", {g.N});
+    for (std::size_t i = 0; i < g.upstream.size(); ++i)
+      if (!std::isfinite(g.upstream[i]))
+        throw FormatError(
+            fmt::format("{}: upstream[{}] = {} is not finite", sg.where(), i, g.upstream[i]));
+  }
+  g.provenance += fmt::format("\n           loss: {}{}", g.spec.describe(),
+                              g.upstream.empty()
+                                  ? ""
+                                  : " upstream=stored (dL/dloss_i per token: the candidate applies "
+                                    "it)");
   const h5::Group rg = f.open_group("reference");
   g.token_rows = rg.open_dataset("token_rows").read_int64();
   g.vocab_rows = rg.open_dataset("vocab_rows").read_int64();

@@ -2,7 +2,8 @@
 // Golden files (`xentlab golden`): a problem, bit-exact in its dtype, with the loss spec, the
 // certified reference's outputs in float64 (all rows, or seeded samples of token and vocabulary
 // rows with their indices), the reference's per-element error bounds, per-token covariates and
-// provenance. Schema: docs/formats.md (format "xentlab-golden", format_version 1).
+// provenance. Schema: docs/formats.md (format "xentlab-golden", format_version 2; version 1 files,
+// which have no upstream gradient and no normaliser, are still read).
 //
 // Lives in tools/ (not datasets/) because writing one runs the reference, which depends on
 // datasets/.
@@ -20,9 +21,12 @@
 namespace xentlab {
 
 inline constexpr const char* kGoldenFormat = "xentlab-golden";
-inline constexpr std::int64_t kGoldenVersion = 1;
+inline constexpr std::int64_t kGoldenVersion = 2;  ///< written; versions 1 and 2 are read
 inline constexpr const char* kCandidateFormat = "xentlab-candidate";
-inline constexpr std::int64_t kCandidateVersion = 1;
+/// Written by the project's examples; versions 1 and 2 are read. Version 2 adds the optional root
+/// attributes `reduction` and `normalizer`: the loss semantics the candidate implemented, checked
+/// against the golden file's.
+inline constexpr std::int64_t kCandidateVersion = 2;
 
 struct GoldenOptions {
   std::int64_t rows = 0;        ///< token rows to sample (0 or ≥ N: all). Sampling drops dW/db.
@@ -36,6 +40,9 @@ struct GoldenOptions {
   std::int64_t memory_budget = 0;                 ///< bytes for the reference (0 = available)
   /// Called after each block of reference rows: (rows done, rows total).
   std::function<void(std::int64_t, std::int64_t)> progress;
+  /// Reduction none: the upstream gradient dL/dloss_i per token (N, finite), stored in the file
+  /// (/spec/upstream) when not all ones; empty = ones. Refused with another reduction.
+  std::vector<double> upstream;
   std::string command;  ///< the command line, for provenance
   bool force = false;   ///< overwrite an existing file
 };
@@ -58,7 +65,10 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
 struct Golden {
   std::string path;
   Problem problem;
-  LossSpec spec;
+  LossSpec spec;  ///< with the normaliser (spec.normalizer; 0 in version 1 files)
+  /// Reduction none: dL/dloss_i per token (N) from /spec/upstream; empty = ones (the file has
+  /// none, as every version 1 file).
+  std::vector<double> upstream;
   std::int64_t N = 0, V = 0, D = 0, S = 0, J = 0, n_valid = 0;
   bool partial = false;
   std::vector<std::int64_t> token_rows, vocab_rows;
@@ -69,10 +79,12 @@ struct Golden {
   // Per-token covariates (S).
   std::vector<double> max_logit, p_target, entropy, sum_p_abs_z, grad_scale, target_logit,
       max_abs_logit, mean_abs_logit, gemm_abs;
-  std::string provenance;  ///< "generator=… dataset=… seed=… created=… version=…"
+  /// "generator=… dataset=… seed=… created=… xentlab=… format_version=…", then a line "loss: …"
+  /// with the loss spec (and whether an upstream gradient is stored).
+  std::string provenance;
 };
 
-/// Reads and checks a golden file: HDF5, format attribute "xentlab-golden", format_version 1,
+/// Reads and checks a golden file: HDF5, format attribute "xentlab-golden", format_version 1 or 2,
 /// every required group and dataset present with consistent shapes. Throws FormatError naming the
 /// file, the object and what is wrong (a foreign file, another version, a missing dataset, …).
 Golden read_golden(const std::string& path);

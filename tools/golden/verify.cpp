@@ -576,11 +576,29 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
         "{}: its format attribute is '{}', not '{}'{}", candidate_path, fmt_name, kCandidateFormat,
         fmt_name == kGoldenFormat ? " (a golden file was given as the candidate)" : ""));
   const std::int64_t ver = f.attr_int("format_version");
-  if (ver != kCandidateVersion)
+  if (ver < 1 || ver > kCandidateVersion)
     throw FormatError(
-        fmt::format("{}: candidate format_version {}; this xentlab ({}) reads version {}",
+        fmt::format("{}: candidate format_version {}; this xentlab ({}) reads versions 1 to {}",
                     candidate_path, ver, kVersion, kCandidateVersion));
   if (f.has_attr("implementation")) rep.implementation = f.attr_string("implementation");
+  // Version 2: the loss semantics the candidate declares it implemented must be the golden
+  // file's (a candidate that divided by its own token count where the golden file has a
+  // normaliser is judged against another loss, and every gradient would fail for that reason).
+  if (ver >= 2 && f.has_attr("reduction")) {
+    const std::string red = f.attr_string("reduction");
+    if (red != to_string(g.spec.reduction))
+      throw FormatError(fmt::format(
+          "{}: the candidate declares reduction '{}', the golden file {} has reduction '{}'",
+          candidate_path, red, g.path, to_string(g.spec.reduction)));
+  }
+  if (ver >= 2 && f.has_attr("normalizer")) {
+    const std::int64_t n = f.attr_int("normalizer");
+    if (n != g.spec.normalizer)
+      throw FormatError(fmt::format(
+          "{}: the candidate declares normalizer {}, the golden file {} has {} (0 = the batch's "
+          "own count of valid tokens)",
+          candidate_path, n, g.path, g.spec.normalizer));
+  }
 
   PolicyBounds pb;
   if (!pol.explicit_tol) policy_bounds(g, pol, pb);
