@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine for the CUDA strategies: configure, build, run the gpu-labelled
 # tests, the strategy benchmark and the PyTorch baseline. Logs go to $OUT (default ./out).
-#   tools/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma|fused|reference|real-audit|scale]
+#   tools/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma|fused|reference|real-audit|scale|torch]
 # preset: `xentlab bench --preset llama3-8b-128k` (the measured table beside the quoted
 # one, $OUT/bench-preset.{md,csv,h5,log}) and the PyTorch baseline appended to the same CSV.
 # fidelity: the embedded audit on the GPU and on the CPU emulation, then `xentlab fidelity` of the
@@ -20,6 +20,10 @@
 # 128K-context Llama-3-8B head (N = 131072, calibrated targets drawn on the GPU) audited on every
 # row with full dW, and the N = 8192 head's chunked and checkpointed runs with fp32 logits
 # ($OUT/audit-128k.{h5,txt}, $OUT/audit-llama-fp32.txt).
+# torch: PyTorch as the candidate — tools/examples/check_torch.py through the Python package, and
+# verify of PyTorch's bf16 and fp32-upcast paths on the Llama-3-8B head golden file (256 tokens,
+# sigma 8, 8192 vocabulary rows) under the bf16 and bf16/fp32/fp32/bf16 policies with both checks,
+# then --explain of the bf16 path ($OUT/torch-*.log).
 # Each step has its own time limit so that one slow step cannot eat the whole call.
 set -u -o pipefail
 OUT=${OUT:-out}
@@ -33,8 +37,10 @@ cat "$OUT/env.txt"
 experiments=OFF
 [ "$what" = wgmma ] && experiments=ON
 [ "$what" = fused ] && experiments=ON
+python_opts=""
+[ "$what" = torch ] && python_opts="-DXENTLAB_PYTHON=ON -DPython_EXECUTABLE=$(command -v python3)"
 if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXENTLAB_BUILD_BENCH=ON \
-    -DXENTLAB_BUILD_EXPERIMENTS=$experiments > "$OUT/build.log" 2>&1; then
+    -DXENTLAB_BUILD_EXPERIMENTS=$experiments $python_opts > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"; echo "CONFIGURE FAILED"; exit 1
 fi
 targets="test_gpu_strategies test_gpu_kernels test_bench_gpu xentlab gpu_bench"
@@ -43,6 +49,7 @@ targets="test_gpu_strategies test_gpu_kernels test_bench_gpu xentlab gpu_bench"
 [ "$what" = real-audit ] && targets="xentlab"
 [ "$what" = reference ] && targets="xentlab test_reference_cuda test_reference_tiers"
 [ "$what" = scale ] && targets="xentlab test_reference_cuda test_bench_gpu"
+[ "$what" = torch ] && targets="xentlab _xentlab test_gpu_strategies"
 [ "$what" = wgmma ] && targets="wgmma_probe"
 [ "$what" = fused ] && targets="test_gpu_strategies test_gpu_kernels test_bench_gpu gpu_bench fused_breakdown"
 if ! timeout 420 cmake --build build-gpu -j16 --target $targets >> "$OUT/build.log" 2>&1; then
@@ -162,4 +169,30 @@ if [ "$what" = scale ]; then
     --recipes bf16/fp32/fp32/bf16 --out "$OUT/audit-llama-fp32.h5" --force > "$OUT/audit-llama-fp32.txt" 2>&1
   echo "llama fp32-logits audit rc=$?"
   grep -v '^\[' "$OUT/audit-llama-fp32.txt" | grep -E 'chunked|checkpointed|runs:|wall' | head -20
+fi
+if [ "$what" = torch ]; then
+  (cd build-gpu && timeout 120 ctest -R 'GpuStrategies' --output-on-failure --timeout 110) \
+    > "$OUT/torch-gpu-tests.log" 2>&1
+  echo "gpu strategy tests rc=$?"; grep -E "tests passed|Failed|\*\*\*" "$OUT/torch-gpu-tests.log" | tail -10
+  PYTHONPATH=build-gpu/python PYTHONUNBUFFERED=1 timeout 120 python3 tools/examples/check_torch.py \
+    --device cuda --cache-dir /tmp/xentlab-check-cache > "$OUT/torch-check.log" 2>&1
+  echo "check_torch rc=$?"; grep -E "=====|reduced_loss|^dH|^dW|differential" "$OUT/torch-check.log" | head -40
+  g=/tmp/xentlab-golden-llama-256.h5
+  rm -f "$g" /tmp/xentlab-cand-*.h5
+  timeout 120 build-gpu/tools/xentlab golden --dataset llama3-8b --tokens 256 --sigma 8 \
+    --vocab-rows 8192 --out "$g" > "$OUT/torch-golden.log" 2>&1; echo "golden rc=$?"
+  for dt in bf16 fp32; do
+    PYTHONUNBUFFERED=1 timeout 60 python3 tools/examples/torch_candidate.py "$g" \
+      "/tmp/xentlab-cand-$dt.h5" --dtype $dt --device cuda >> "$OUT/torch-golden.log" 2>&1
+    for pol in bf16/fp32/fp32/bf16 bf16; do
+      echo "== candidate $dt, policy $pol" >> "$OUT/torch-verify.log"
+      /usr/bin/time -f "verify wall %e s" timeout 90 build-gpu/tools/xentlab verify "$g" \
+        "/tmp/xentlab-cand-$dt.h5" --policy $pol >> "$OUT/torch-verify.log" 2>&1
+      echo "verify rc=$?" >> "$OUT/torch-verify.log"
+    done
+  done
+  grep -vE '^(golden|candidate|  ) ' "$OUT/torch-verify.log" | head -120
+  /usr/bin/time -f "explain wall %e s" timeout ${EXPLAIN_TIMEOUT:-100} build-gpu/tools/xentlab verify "$g" \
+    /tmp/xentlab-cand-bf16.h5 --policy bf16 --explain > "$OUT/torch-explain.log" 2>&1
+  echo "explain rc=$?"; grep -E "behaves like|wall|^bf16/" "$OUT/torch-explain.log" | head -14
 fi
