@@ -88,6 +88,8 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
     const double up = 1.0 + 0x1p-40;
     w_t_abs.assign(sz(S * D), 0.0);
     h_abs.assign(sz(S * D), 0.0);
+    // Row by row, each writing its own entries only: the same bits on any number of threads.
+#pragma omp parallel for schedule(static) firstprivate(row, wrow)
     for (std::int64_t q = 0; q < S; ++q) {
       const std::int64_t i = ref.token_rows[sz(q)];
       pb.H.read(i * D, D, row.data());
@@ -183,11 +185,14 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
   // value is exact (NaN, ±inf must be reproduced as such): bound 0. Anywhere else no meaningful
   // bound exists: +inf (the policy decides whether that is acceptable).
   auto sanitize = [](std::vector<double>& bound, const auto& value) {
-    for (std::size_t k = 0; k < bound.size(); ++k)
-      if (std::isnan(bound[k]))
-        bound[k] = (k < value.size() && !std::isfinite(value[k]))
-                       ? 0.0
-                       : std::numeric_limits<double>::infinity();
+    const auto n = static_cast<std::int64_t>(bound.size());
+    const auto nv = static_cast<std::int64_t>(value.size());
+#pragma omp parallel for schedule(static)
+    for (std::int64_t k = 0; k < n; ++k)
+      if (std::isnan(bound[sz(k)]))
+        bound[sz(k)] = (k < nv && !std::isfinite(value[sz(k)]))
+                           ? 0.0
+                           : std::numeric_limits<double>::infinity();
   };
   sanitize(b.loss, ref.loss);
   sanitize(b.lse, ref.lse);

@@ -384,27 +384,39 @@ Bounds compute_bounds(const BoundInputs& in) {
     std::vector<double> tgt;  // (slots × D)
     std::vector<double> tgt_db(static_cast<std::size_t>(J), 0.0);
     double extra_db = 0.0;
+    std::vector<std::int64_t> slot_of_row(static_cast<std::size_t>(S), -1);
+    std::int64_t slots = 0;
     for (std::int64_t i = 0; i < S; ++i) {
       if (!in.valid[i]) continue;
-      const double ew = extra_w[static_cast<std::size_t>(i)];
-      extra_db += ew;
+      extra_db += extra_w[static_cast<std::size_t>(i)];
       const std::int64_t pos = in.target_vocab_pos ? in.target_vocab_pos[i] : -1;
       if (pos >= 0) tgt_db[static_cast<std::size_t>(pos)] += tau[static_cast<std::size_t>(i)];
-      if (!in.H_abs) continue;
-      double* t_row = nullptr;
-      if (pos >= 0) {
+      if (pos >= 0 && in.H_abs) {
         std::int64_t& slot = slot_of[static_cast<std::size_t>(pos)];
-        if (slot < 0) {
-          slot = static_cast<std::int64_t>(tgt.size()) / std::max<std::int64_t>(D, 1);
-          tgt.resize(tgt.size() + static_cast<std::size_t>(D), 0.0);
-        }
-        t_row = tgt.data() + slot * D;
+        if (slot < 0) slot = slots++;
+        slot_of_row[static_cast<std::size_t>(i)] = slot;
       }
-      for (std::int64_t k = 0; k < D; ++k) {
-        const double h = in.H_abs[i * D + k];
-        extra_col[static_cast<std::size_t>(k)] += mul0(ew, h);
-        habs_col[static_cast<std::size_t>(k)] += h;
-        if (t_row) t_row[k] += mul0(tau[static_cast<std::size_t>(i)], h);
+    }
+    if (in.H_abs) {
+      tgt.assign(static_cast<std::size_t>(slots * D), 0.0);
+      // In parallel over blocks of columns, each column's sums over the rows in row order: the
+      // same bits on any number of threads.
+      constexpr std::int64_t kCols = 64;
+#pragma omp parallel for schedule(static)
+      for (std::int64_t k0 = 0; k0 < D; k0 += kCols) {
+        const std::int64_t k1 = std::min(D, k0 + kCols);
+        for (std::int64_t i = 0; i < S; ++i) {
+          if (!in.valid[i]) continue;
+          const double ew = extra_w[static_cast<std::size_t>(i)];
+          const std::int64_t slot = slot_of_row[static_cast<std::size_t>(i)];
+          double* t_row = slot >= 0 ? tgt.data() + slot * D : nullptr;
+          for (std::int64_t k = k0; k < k1; ++k) {
+            const double h = in.H_abs[i * D + k];
+            extra_col[static_cast<std::size_t>(k)] += mul0(ew, h);
+            habs_col[static_cast<std::size_t>(k)] += h;
+            if (t_row) t_row[k] += mul0(tau[static_cast<std::size_t>(i)], h);
+          }
+        }
       }
     }
     if (in.dW_ref && in.dW_cond) {
@@ -438,9 +450,14 @@ Bounds compute_bounds(const BoundInputs& in) {
             uG1 * std::fabs(in.db_ref[j]) + subG + (subL + subA) * static_cast<double>(S);
     }
   }
-  for (const auto* vec : {&b.loss, &b.lse, &b.dz, &b.dH, &b.dW, &b.db})
-    if (std::any_of(vec->begin(), vec->end(), [](double v) { return std::isinf(v); }))
-      b.meaningful = false;
+  for (const auto* vec : {&b.loss, &b.lse, &b.dz, &b.dH, &b.dW, &b.db}) {
+    const auto n = static_cast<std::int64_t>(vec->size());
+    bool inf = false;
+#pragma omp parallel for schedule(static) reduction(|| : inf)
+    for (std::int64_t k = 0; k < n; ++k)
+      inf = inf || std::isinf((*vec)[static_cast<std::size_t>(k)]);
+    if (inf) b.meaningful = false;
+  }
   if (std::isinf(b.reduced_loss)) b.meaningful = false;
   return b;
 }

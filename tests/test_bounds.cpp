@@ -3,6 +3,7 @@
 // statistics; and the negative test shows the policy catching a wrong result of an emulated
 // strategy.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -77,8 +78,8 @@ std::pair<double, double> fused_path_by_count(std::int64_t V, std::int64_t N, in
   for (std::size_t t = stack.size() - 1; t-- > 0;) depth = std::max(stack[t].second, depth) + 1;
   const double lanes = 2;  // 2 quad levels; a row's tile is in one warp
   // A thread folds 64 columns of each tile: 63 in-tile adds, 1 into its state.
-  const double roundings = std::min<std::int64_t>(64, V) - 1 + 1 + 2.0 * double(most_tiles - 1) +
-                           2.0 * (lanes + depth);
+  const double roundings =
+      std::min<std::int64_t>(64, V) - 1 + 1 + 2.0 * double(most_tiles - 1) + 2.0 * (lanes + depth);
   const double rescales = double(most_tiles - 1) + lanes + depth;
   return {roundings, rescales};
 }
@@ -88,13 +89,12 @@ std::pair<double, double> fused_path_by_count(std::int64_t V, std::int64_t N, in
 // (which caps the ranges), and SM counts from 1 to 200.
 TEST(Bounds, OnlineTreeCoversTheFusedKernelsPathOnEverySmCount) {
   const DeclaredArithmetic a = gpu::fused_declared_arithmetic();
-  for (const std::int64_t V : {std::int64_t{1}, std::int64_t{100}, std::int64_t{128},
-                               std::int64_t{129}, std::int64_t{507}, std::int64_t{2048},
-                               std::int64_t{32000}, std::int64_t{128256}, std::int64_t{262144}})
+  for (const std::int64_t V :
+       {std::int64_t{1}, std::int64_t{100}, std::int64_t{128}, std::int64_t{129}, std::int64_t{507},
+        std::int64_t{2048}, std::int64_t{32000}, std::int64_t{128256}, std::int64_t{262144}})
     for (const std::int64_t N :
          {std::int64_t{1}, std::int64_t{16}, std::int64_t{129}, std::int64_t{8192},
-          std::int64_t{131072}, std::int64_t{174763}, std::int64_t{1} << 20,
-          std::int64_t{3000000}})
+          std::int64_t{131072}, std::int64_t{174763}, std::int64_t{1} << 20, std::int64_t{3000000}})
       for (const int sms : {1, 16, 100, 132, 200}) {
         const auto [roundings, rescales] = fused_path_by_count(V, N, sms);
         EXPECT_LE(roundings, reduction_constant(ReductionOrder::online_tree, V, a, N))
@@ -224,6 +224,39 @@ TEST(Policy, EmulatedStrategiesPassAndAPerturbedResultFails) {
     EXPECT_EQ(bad.verdict.output, "dH");
     EXPECT_EQ(bad.verdict.index, 3);
   }
+}
+
+// The bounds are element by element or summed in a fixed order per element: the same bits on one
+// thread and on several (their loops over token rows, column blocks and vocabulary rows run in
+// parallel). Label smoothing and a softcap make the smoothing and target terms non-zero; ignored
+// rows and repeated targets exercise the per-target slots; D = 150 spans three column blocks.
+TEST(Bounds, SameBitsOnAnyNumberOfThreads) {
+  Problem pb = make_gaussian_linear(40, 300, 150, DType::bf16, 3.0, 5);
+  for (std::int64_t i = 0; i < pb.N; i += 7) pb.targets[static_cast<std::size_t>(i)] = -100;
+  for (std::int64_t i = 1; i < pb.N; i += 5) pb.targets[static_cast<std::size_t>(i)] = 17;
+  LossSpec spec;
+  spec.label_smoothing = 0.1;
+  spec.softcap = 20;
+  ReferenceOptions ro;
+  const ReferenceResult ref = compute_reference(pb, spec, ro);
+  const Recipe recipe = parse_recipe("bf16/bf16/fp32/bf16");
+  const auto s = make_strategies(Backend::cpu_emulation);
+  const DeclaredArithmetic arith = s.front()->arithmetic(recipe);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Bounds one = bounds_for_reference(pb, spec, recipe, arith, ref, 3);
+  omp_set_num_threads(3);
+  const Bounds three = bounds_for_reference(pb, spec, recipe, arith, ref, 3);
+  omp_set_num_threads(threads);
+  ASSERT_FALSE(one.dW.empty());
+  ASSERT_FALSE(one.dH.empty());
+  EXPECT_EQ(one.loss, three.loss);
+  EXPECT_EQ(one.lse, three.lse);
+  EXPECT_EQ(one.dH, three.dH);
+  EXPECT_EQ(one.dW, three.dW);
+  EXPECT_EQ(one.db, three.db);
+  EXPECT_EQ(one.reduced_loss, three.reduced_loss);
+  EXPECT_EQ(one.meaningful, three.meaningful);
 }
 
 }  // namespace
