@@ -67,10 +67,10 @@ class HeadLogits {
 /// logits H_i·Wᵀ (any summation order: within γ_D·Σ|h||w| of the exact ones, as HeadLogits) and
 /// draws t_i as make_head's CPU path does: the first j, in vocabulary order, whose cumulative sum
 /// of the weights exp(z_j − max z) passes u_i·Σ_j exp(z_j − max z), with z the spec-transformed
-/// logits (scale, then softcap). Its sums run in another order than the CPU's, so a target can
-/// differ from the CPU's only where u_i falls within their rounding (relative γ_V ≈ V·2⁻⁵³) of a
-/// boundary, or within the logits' own margin above (docs/design.md, "Calibrated targets on the
-/// GPU").
+/// logits (scale, then softcap). Its GEMM, the order of its sums and its exp and tanh may differ
+/// from the CPU's, so a target can differ from the CPU's only where u_i falls within those
+/// roundings (relative γ_V ≈ V·2⁻⁵³ for the sums, a few ULPs for exp) of a boundary, or within the
+/// logits' own margin above (docs/design.md, "Calibrated targets on the GPU").
 class TargetEngine {
  public:
   virtual ~TargetEngine() = default;

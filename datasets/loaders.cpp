@@ -84,6 +84,14 @@ LoadedArray from_bytes(const std::string& name, const std::vector<std::int64_t>&
 }
 
 std::vector<char> read_all(const std::string& path) {
+  // A directory, a FIFO or a device (/dev/zero) is no file of arrays: refused by name before any
+  // read (a FIFO would block, /dev/zero never end).
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (!ec && fs::is_directory(st))
+    throw FormatError(fmt::format("{}: is a directory, not a file of arrays", path));
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st))
+    throw FormatError(fmt::format("{}: is not a regular file (a FIFO, socket or device)", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FormatError(fmt::format("{}: cannot open", path));
   return std::vector<char>(std::istreambuf_iterator<char>(in), {});
@@ -160,8 +168,18 @@ Elem npy_elem(const std::string& descr, const std::string& path) {
 }  // namespace
 
 LoadedArray read_npy(const std::string& path) {
-  const std::vector<char> b = read_all(path);
   static const char magic[] = "\x93NUMPY";
+  {
+    // The magic first: a large file of something else is refused without reading it whole.
+    std::error_code ec;
+    if (fs::is_regular_file(path, ec)) {
+      std::ifstream in(path, std::ios::binary);
+      char head[6] = {};
+      if (in && (!in.read(head, 6) || std::memcmp(head, magic, 6) != 0))
+        throw FormatError(fmt::format("{}: not a .npy file (bad magic)", path));
+    }
+  }
+  const std::vector<char> b = read_all(path);
   if (b.size() < 10 || std::memcmp(b.data(), magic, 6) != 0)
     throw FormatError(fmt::format("{}: not a .npy file (bad magic)", path));
   const int major = static_cast<unsigned char>(b[6]);

@@ -144,7 +144,8 @@ struct Policy {
 /// "default" (k = k_bias = 1, bias check, bounds must be finite), "strict" (k = 0.5, k_bias =
 /// 0.25: a mean error beyond a quarter of the mean bound is suspect), "audit" (as default, but
 /// infinite bounds allowed: the audit's verdict judges such recipes by their measured error),
-/// "lenient" (k = 4, no bias check, infinite bounds allowed). Throws InputError naming the unknown policy.
+/// "lenient" (k = 4, no bias check, infinite bounds allowed). Throws InputError naming the unknown
+/// policy.
 Policy policy_by_name(std::string_view name);
 
 /// The decision and the numbers that decided it.
@@ -184,5 +185,24 @@ Verdict verdict_not_run(Disposition d, std::string message);
 /// for the named output.
 Verdict judge_against_baseline(const std::string& name, const ErrorStats& candidate,
                                const ErrorStats& baseline, double floor, const Policy& policy);
+
+// ---- the differential check's constants (tools/golden/verify.hpp applies them) -------------
+// docs/verify.md, "The differential check", derives each: an output passes when its normwise
+// relative error and the kDifferentialQuantile-quantile of its element-wise relative errors are at
+// most kDifferentialK × those of a correct implementation of the declared recipe plus one ULP of
+// the recipe's output format.
+/// k: √4, the geometric middle of 1 (a candidate as accurate as the baseline must pass) and 4 (a
+/// candidate 4× less accurate than the declared recipe must fail): it tolerates a spread factor r
+/// between two correct implementations up to r² < 2 either way; measured, the errors of the
+/// strategies at several chunk widths were 0.745–1.001× the baseline's.
+inline constexpr double kDifferentialK = 2.0;
+/// The quantile of the element-wise relative error |e_i|/max(|ref_i|, floor) compared.
+inline constexpr double kDifferentialQuantile = 0.9;
+/// Outputs with fewer elements compare the normwise error only (a 0.9-quantile of fewer than 64
+/// values is one of its 7 largest, as noisy as the maximum).
+inline constexpr std::int64_t kDifferentialMinElements = 64;
+/// `--explain`: a candidate at least this many times more accurate than a recipe's baseline on
+/// some output is not that recipe (the accuracy step the differential check must detect).
+inline constexpr double kExplainAccuracyFactor = 4.0;
 
 }  // namespace xentlab

@@ -100,7 +100,9 @@ double round_to(double x, DType t) {
   // definition below for fp32; bf16 in its normal range keeps the double's top 7 fraction bits
   // after adding half an ULP minus one plus the kept LSB (ties to even). Both are tested against
   // round_to_by_definition.
-  if (t == DType::fp32) return static_cast<float>(x);
+  // The conversion only in fp32's normal range: a flush-to-zero mode that a library of the same
+  // process may set would change its subnormal results.
+  if (t == DType::fp32 && std::fabs(x) >= 0x1p-126) return static_cast<float>(x);
   if (t == DType::bf16) {
     const double a = std::fabs(x);
     if (a >= 0x1p-126 && a < 0x1.FFp127) {  // the carry can raise the exponent by one at most

@@ -5,8 +5,10 @@
 // The draw follows make_head's CPU path (sample_target): weights w_j = exp(z_j − max z), the
 // target is the first j whose running sum passes u·Σw. Each thread sums a contiguous segment of
 // the row in vocabulary order; the segments' sums are prefixed in order by one thread, which finds
-// the segment holding u·Σw, and that segment's thread walks it. Only the summation order differs
-// from the CPU's (docs/design.md, "Calibrated targets on the GPU").
+// the segment holding u·Σw, and that segment's thread walks it. The logits' GEMM, the order of the
+// sums and CUDA's exp and tanh (within an ULP or two of glibc's) differ from the CPU's, so a target
+// can differ only where u falls within those roundings of a boundary (docs/design.md, "Calibrated
+// targets on the GPU").
 //
 // Device memory: W as doubles (V·D·8 bytes) and, per block of m rows, the logits (m·V·8, at most
 // 1 GiB) and the rows of H (raw and as doubles).
@@ -132,8 +134,9 @@ class CudaTargetEngine final : public TargetEngine {
     const int code = dtype_code(W.dtype());
     const std::int64_t esize =
         static_cast<std::int64_t>(W.nbytes()) / std::max<std::int64_t>(1, V * D);
+    // A block's logits and H rows as doubles take at most 1 GiB (as make_head's CPU blocks).
     const std::int64_t m =
-        std::max<std::int64_t>(1, std::min<std::int64_t>(N, kLogitsBlockBytes / (8 * V)));
+        std::max<std::int64_t>(1, std::min<std::int64_t>(N, kLogitsBlockBytes / (8 * (V + D))));
     // Peak: W raw + W as doubles while widening, then the block's logits, H rows and per-row data.
     const std::int64_t need =
         std::max(V * D * (8 + esize), V * D * 8 + m * V * 8 + m * D * (8 + esize) + N * 16);

@@ -11,6 +11,7 @@
 #include <hdf5.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <numeric>
 
@@ -183,10 +184,31 @@ TEST_F(LossSemantics, UpstreamGradientIsRefusedWhereItHasNoMeaning) {
   EXPECT_THROW(write_golden(path("n.h5"), ds_, none, o), InputError);
   o.upstream.push_back(std::numeric_limits<double>::infinity());
   EXPECT_THROW(write_golden(path("n.h5"), ds_, none, o), InputError);
-  // All ones is the default: nothing is stored.
+  // All ones is the default: nothing is stored; all ones of the wrong length is still refused.
   o.upstream.assign(sz(ds_.problem.N), 1.0);
   write_golden(path("ones.h5"), ds_, none, o);
   EXPECT_TRUE(read_golden(path("ones.h5")).upstream.empty());
+  o.upstream.push_back(1.0);
+  EXPECT_THROW(write_golden(path("ones2.h5"), ds_, none, o), InputError);
+  // Values kernels cannot take as the same g in fp32 (past its range, subnormal, or more than 24
+  // significant bits), whose products the bounds do not cover, are refused naming the entry.
+  for (double bad : {1e308, 1e-320, 1e-42, 0.1, 3.5e38}) {
+    o.upstream.assign(sz(ds_.problem.N), 0.5);
+    o.upstream[3] = bad;
+    try {
+      write_golden(path("bad.h5"), ds_, none, o);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("upstream[3]"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(path("bad.h5")));
+  // 0, negative and normal fp32 values are taken.
+  o.upstream.assign(sz(ds_.problem.N), -0.375);
+  o.upstream[0] = 0.0;
+  o.upstream[1] = 0x1p-126;
+  write_golden(path("fine.h5"), ds_, none, o);
+  EXPECT_EQ(read_golden(path("fine.h5")).upstream, o.upstream);
 }
 
 // ---- normaliser

@@ -126,3 +126,36 @@ def test_check_passes_the_normaliser_to_the_loss_function(cache_dir):
     # batch's own count: wrong by the factor n / n_valid.
     rep = xentlab.check(ce_fp32, problem=pn, policy="fp32", cache_dir=cache_dir)
     assert not rep.passed and not rep.output("dH").passed
+
+
+def test_check_refuses_own_gradients_on_a_golden_with_upstream(tmp_path, prob, cache_dir):
+    # The function cannot be given g, so gradients it computes itself are of Σ loss_i, not of
+    # Σ g_i·loss_i: refused, naming the cause (autograd applies g; torch on the GPU machine).
+    g = xentlab.random_upstream(prob.N, 5)
+    xentlab.write_golden(tmp_path / "g.h5", prob, {"reduction": "none"}, upstream=g)
+    gold = xentlab.read_golden(tmp_path / "g.h5")
+    with pytest.raises(xentlab.InputError, match="upstream gradient"):
+        xentlab.check(ce_fp32, problem=gold, policy="fp32", cache_dir=cache_dir)
+    # Without gradients the per-token loss alone is judged (g does not enter the loss).
+    def loss_only(H, W, targets, **spec):
+        return ce_fp32(H, W, targets, **spec)[0]
+    rep = xentlab.check(loss_only, problem=gold, policy="fp32", cache_dir=cache_dir)
+    assert rep.output("loss").passed
+
+
+def test_loss_spec_is_immutable_and_upstream_must_be_floats(tmp_path, prob):
+    s = xentlab.LossSpec(normalizer=5)
+    with pytest.raises(AttributeError, match="replace"):
+        s.normalizer = -1
+    assert s.normalizer == 5 and s.replace(normalizer=7).normalizer == 7
+    for bad in ("random", np.arange(prob.N), np.ones(prob.N, dtype=bool),
+                np.ones(prob.N, dtype=complex), np.array(["1"] * prob.N, dtype=object)):
+        with pytest.raises(TypeError):
+            xentlab.write_golden(tmp_path / "u.h5", prob, {"reduction": "none"}, upstream=bad)
+    # Values the kernels cannot take as the same g in fp32 are refused by the library, naming the
+    # entry (the command's message).
+    g = np.full(prob.N, 0.5)
+    g[2] = 0.1
+    with pytest.raises(xentlab.InputError, match=r"upstream\[2\]"):
+        xentlab.write_golden(tmp_path / "u.h5", prob, {"reduction": "none"}, upstream=g)
+    assert not (tmp_path / "u.h5").exists()

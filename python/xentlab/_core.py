@@ -134,6 +134,14 @@ class LossSpec:
             return self.as_dict()[name]
         raise AttributeError(name)
 
+    def __setattr__(self, name, value):
+        # A spec is a value: setting an option would change what it reads but not what it holds.
+        if name == "_c" and "_c" not in self.__dict__:
+            object.__setattr__(self, name, value)
+            return
+        raise AttributeError(f"LossSpec is immutable: use spec.replace({name}=...) for a copy with {name} "
+                             f"changed")
+
     def __repr__(self) -> str:
         return "LossSpec(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
 
@@ -454,7 +462,15 @@ def write_golden(path, problem: Problem, spec: Optional[LossSpec | Mapping] = No
     s = _spec_of(spec, problem._c.spec)
     g = []
     if upstream is not None:
-        g = np.asarray(upstream, dtype=np.float64)
+        if isinstance(upstream, str):
+            raise TypeError(f"upstream: expected an array of {problem.N} floats, got the string {upstream!r} "
+                            f"(the command's --upstream random is upstream=xentlab.random_upstream(N))")
+        raw = np.asarray(upstream)
+        if raw.dtype.kind != "f" and raw.dtype.name != "bfloat16":
+            raise TypeError(f"upstream: expected an array of floats (one dL/dloss_i per token), got dtype "
+                            f"{raw.dtype} (as the command's --upstream FILE.npy, integer, bool, complex and "
+                            f"object arrays are refused)")
+        g = raw.astype(np.float64)
         if g.shape != (problem.N,):
             raise InputError(f"upstream: expected shape ({problem.N},) (one dL/dloss_i per token), "
                              f"got {g.shape}")

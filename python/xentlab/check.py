@@ -9,11 +9,16 @@ mean over n tokens instead of the batch's valid ones, as ``num_items_in_batch``)
 
 - a torch tensor (framework="torch"): the loss, scalar (mean/sum) or per token (reduction
   none); the gradients dH, dW, db (or dz) come from autograd (``backward()``, or
-  ``backward(ones)`` for a per-token loss, the reference's upstream gradient of ones);
+  ``backward(g)`` for a per-token loss, g the golden file's upstream gradient, ones when it
+  stores none);
 - a tuple ``(loss, dH, dW)`` or ``(loss, dH, dW, db)`` (``(loss, dz)`` for logits problems) of
   arrays, numpy or torch;
 - a dict with any of loss, lse, reduced_loss, dH, dW, db, dz;
 - the loss alone (then only the loss is judged).
+
+A golden problem with a per-token upstream gradient g (reduction none, ``Golden.upstream``) needs
+gradients of Σ g_i·loss_i: autograd applies g; a function that returns its own gradients cannot be
+given g and is refused (InputError) on such a problem.
 
 Every array is stored in the dtype it came in (a bf16 result is judged as a bf16 result).
 """
@@ -193,7 +198,15 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
 
     grads = ("dH", "dW", "db") if linear else ("dz",)
     outputs: dict = {}
+    upstream = getattr(g, "upstream", None)
+    def refuse_own_gradients(names):
+        if upstream is not None and names:
+            raise InputError(f"this golden problem has a per-token upstream gradient (reduction none, {len(upstream)} "
+                             f"values, not all ones), and loss_fn returned its own {', '.join(names)}, which cannot "
+                             f"have applied it: return the per-token loss as a torch tensor (autograd applies the "
+                             f"upstream gradient), or use a golden file without one")
     if isinstance(out, Mapping):
+        refuse_own_gradients([k for k in out if k in grads])
         outputs = dict(out)
         if "loss" in outputs and np.ndim(to_numpy64(outputs["loss"])) == 0:
             outputs["reduced_loss"] = outputs.pop("loss")
@@ -203,6 +216,7 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
             raise InputError(f"loss_fn returned {len(out)} values; expected the loss, then up to {len(grads)} "
                              f"gradient(s) in the order {', '.join(grads)}")
         loss, rest = out[0], out[1:]
+        refuse_own_gradients([grads[i] for i, v in enumerate(rest) if v is not None])
         outputs.update({grads[i]: v for i, v in enumerate(rest) if v is not None})
     else:
         loss = out
@@ -218,7 +232,15 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
     if is_torch(loss) and framework == "torch" and loss.requires_grad and not isinstance(out, (tuple, list)):
         import torch
 
-        loss.backward() if loss.ndim == 0 else loss.backward(torch.ones_like(loss))
+        if loss.ndim == 0:
+            loss.backward()
+        elif upstream is not None:
+            if tuple(loss.shape) != (len(upstream),):
+                raise InputError(f"loss_fn returned a per-token loss of shape {tuple(loss.shape)}; expected "
+                                 f"({len(upstream)},) to apply the golden problem's upstream gradient")
+            loss.backward(torch.as_tensor(upstream, dtype=loss.dtype, device=loss.device))
+        else:
+            loss.backward(torch.ones_like(loss))
         names = {"H": "dH", "W": "dW", "bias": "db", "logits": "dz"}
         for k, leaf in leaves.items():
             if leaf.grad is not None:

@@ -213,6 +213,23 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
     throw InputError(fmt::format(
         "an upstream gradient is only taken with reduction none (the spec has reduction {})",
         to_string(spec.reduction)));
+  if (!o.upstream.empty() && static_cast<std::int64_t>(o.upstream.size()) != pb.N)
+    throw InputError(
+        fmt::format("the upstream gradient has {} values; expected N = {} (one "
+                    "dL/dloss_i per token)",
+                    o.upstream.size(), pb.N));
+  // The strategies and the candidates apply g in fp32, and the bounds have no underflow term for
+  // g itself: each g_i is 0 or an fp32 number of the normal range, exactly.
+  for (std::size_t i = 0; i < o.upstream.size(); ++i) {
+    const double v = o.upstream[i], a = std::fabs(v);
+    if (v != 0 && !(a >= 0x1p-126 && a <= max_finite(DType::fp32) && round_to(v, DType::fp32) == v))
+      throw InputError(fmt::format(
+          "upstream[{}] = {:.17g}: each upstream gradient value must be 0 or a normal fp32 number "
+          "exactly (magnitude in [2^-126, 3.4e38], no more than 24 significant bits): kernels "
+          "apply g in fp32, so another value is not the same upstream gradient for them, and the "
+          "certified bounds do not cover its underflow or overflow",
+          i, v));
+  }
   if (!ones) opt.upstream = o.upstream;
   const bool partial = o.rows > 0 && o.rows < pb.N;
   opt.token_rows = partial ? sample_rows(pb.N, o.rows, o.sample_seed) : all_rows(pb.N);

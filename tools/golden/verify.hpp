@@ -77,16 +77,7 @@ std::string_view to_string(VerifyCheck c);
 // (normwise: one ULP of the largest reference element, 2u·max|ref|/‖ref‖₂; element-wise: 2u). An
 // output stored coarser than that (an fp32 lse stored in bf16) is judged as the lowered precision
 // it is, where the bound check allows one rounding into the storage dtype.
-/// k: √4, the geometric middle of 1 (a candidate as accurate as the baseline must pass) and 4 (a
-/// candidate 4× less accurate than the declared recipe must fail): it tolerates a spread factor r
-/// between two correct implementations up to r² < 2 either way; measured, the errors of the
-/// strategies at several chunk widths were 0.745–1.001× the baseline's.
-inline constexpr double kDifferentialK = 2.0;
-/// The quantile of the element-wise relative error |e_i|/max(|ref_i|, floor) compared.
-inline constexpr double kDifferentialQuantile = 0.9;
-/// Outputs with fewer elements compare the normwise error only (a 0.9-quantile of fewer than 64
-/// values is one of its 7 largest, as noisy as the maximum).
-inline constexpr std::int64_t kDifferentialMinElements = 64;
+/// (k, the quantile and the minimum element count: numerics/bounds.hpp, with the tolerances.)
 /// Work of the emulated baseline, in multiply-adds of the logits GEMM summed over the strategies
 /// it runs (S·V·D each, or S·V for a logits problem): above it the baseline runs on a seeded
 /// sample of token rows (at least kBaselineMinRows). Measured on the 2-core machine: 2^31 in 2.1 s
@@ -156,10 +147,6 @@ struct Baseline {
 /// throws InputError for bad options (rows < 0).
 Baseline emulate_baseline(const Golden& golden, const Recipe& recipe,
                           const BaselineOptions& options = {});
-
-/// `--explain`: a candidate at least this many times more accurate than a recipe's baseline on
-/// some output is not that recipe (the accuracy step the differential check must detect).
-inline constexpr double kExplainAccuracyFactor = 4.0;
 
 /// The differential check of one output.
 struct DifferentialResult {
