@@ -40,8 +40,8 @@ void LossSpec::validate() const {
         normalizer));
   if (normalizer > (std::int64_t{1} << 24))
     throw InputError(fmt::format(
-        "normalizer = {} is above 2^24 = 16777216: the strategies take 1/normalizer in fp32, "
-        "where such counts are not exact",
+        "normalizer = {} is above 2^24 = 16777216: the strategies hold the count in fp32 (the "
+        "mean's division, 1/n), which represents every integer only up to 2^24",
         normalizer));
   if (normalizer > 0 && reduction != Reduction::mean)
     throw InputError(fmt::format(

@@ -39,8 +39,8 @@ struct LossSpec {
   /// Throws InputError naming the option when a value is out of range (NaN, ε ∉ [0,1], λ < 0,
   /// softcap < 0, logit_scale ≤ 0 or non-finite), or when λ, softcap (other than 0) or
   /// logit_scale is not a normal fp32 number ([1.18e-38, 3.40e38]; the strategies take them as
-  /// fp32), or when normalizer is negative, above 2^24 (the strategies take 1/n in fp32, exact
-  /// as a reciprocal of an integer only up to there), or set (> 0) with a reduction other than
+  /// fp32), or when normalizer is negative, above 2^24 (the strategies hold the count in fp32,
+  /// exact for every integer only up to there), or set (> 0) with a reduction other than
   /// mean.
   void validate() const;
   /// The divisor of reduction mean for a batch with n_valid non-ignored rows: normalizer when set

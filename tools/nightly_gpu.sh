@@ -4,15 +4,17 @@
 # 1. configures and builds (Release, build-nightly/);
 # 2. runs the gpu-labelled and slow tests, JUnit XML in OUTDIR/tests.xml;
 # 3. runs the audit on the GPU: the embedded set (on a GPU it includes the Llama-3-8B head at
-#    N = 8192, every row, full dW: minutes of the suite), then the 128K-context problem (N = 131072,
-#    V = 128256, D = 4096, the catalog's Gaussian head with uniform targets — calibrated targets
-#    would need the softmax of all 131072 rows on the CPU) audited on a seeded sub-batch of rows; results in
+#    N = 8192, every row, full dW: minutes of the suite), then the 128K-context problem (the
+#    Llama-3-8B head at N = 131072, V = 128256, D = 4096, calibrated targets drawn on the GPU in
+#    seconds) audited on a seeded sub-batch of rows (ROWS_128K=0 VOCAB_ROWS_128K=0: every row and
+#    full dW, about a minute a run); results in
 #    OUTDIR/audit.h5 (+ .md), summary in OUTDIR/summary.txt; the embedded set also on the CPU
 #    emulation (OUTDIR/audit-cpu.h5) and `xentlab fidelity` of the two (OUTDIR/fidelity.txt:
 #    where the emulation does not model the GPU within 2×; reported, not failing);
 # 4. with BASELINE.h5 (a previous OUTDIR/audit.h5): xentlab regress BASELINE.h5 OUTDIR/audit.h5.
 # Exit status: non-zero when a test failed, a run was incorrect or failed, or a regression was found.
 # Environment: BUILD_DIR (build-nightly), JOBS (nproc), ROWS_128K (sub-batch rows, 8),
+# VOCAB_ROWS_128K (vocabulary rows of its dW, 256; 0 = all),
 # RECIPES_128K (recipes of the 128K audit), AUDIT_ARGS (extra options of the embedded audit),
 # AUDIT_TIMEOUT (seconds per audit step, 0 = none), SKIP_TESTS=1 (skip step 2), NO_GPU_CHECK=1
 # (skip the check for a GPU; without one it exits 4 before building).
@@ -56,9 +58,9 @@ timeout "$limit" "$build/tools/xentlab" audit --backend cpu --out "$out/audit-cp
   "$build/tools/xentlab" fidelity "$out/audit-cpu.h5" "$out/audit.h5" >"$out/fidelity.txt" 2>&1
 tail -n 1 "$out/fidelity.txt" 2>/dev/null | tee -a "$out/summary.txt"
 
-step "audit: N=131072 V=128256 D=4096 (sub-batch of ${ROWS_128K:-8} rows)"
-timeout "$limit" "$build/tools/xentlab" audit --backend cuda --dataset gaussian --tokens 131072 --vocab 128256 --hidden 4096 \
-  --rows "${ROWS_128K:-8}" --recipes "${RECIPES_128K:-bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16,bf16/bf16/bf16/bf16}" \
+step "audit: the Llama-3-8B head at N=131072, calibrated targets (sub-batch of ${ROWS_128K:-8} rows)"
+timeout "$limit" "$build/tools/xentlab" audit --backend cuda --dataset llama3-8b --tokens 131072 \
+  --rows "${ROWS_128K:-8}" --vocab-rows "${VOCAB_ROWS_128K:-256}" --recipes "${RECIPES_128K:-bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16,bf16/bf16/bf16/bf16}" \
   --out "$out/audit.h5" --append >"$out/audit-128k.txt" 2>&1 || status=1
 grep -E '^runs:' "$out/audit-128k.txt" | tee -a "$out/summary.txt"
 
