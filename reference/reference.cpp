@@ -697,4 +697,11 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
   return res;
 }
 
+std::shared_ptr<const TargetEngine> target_engine_for(ReferenceTier tier) {
+  if (tier == ReferenceTier::cuda ||
+      (tier == ReferenceTier::automatic && cuda_reference_available()))
+    return make_cuda_target_engine();
+  return nullptr;
+}
+
 }  // namespace xentlab

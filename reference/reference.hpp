@@ -57,6 +57,13 @@ bool cuda_reference_available(std::string* why_not = nullptr);
 /// InputError naming why when this build has no CUDA toolkit or no device is present.
 std::shared_ptr<const TargetEngine> make_cuda_target_engine();
 
+/// Where the calibrated targets of linear heads are drawn for a reference tier: the GPU
+/// (make_cuda_target_engine) for cuda, and for automatic when a GPU is present; otherwise null
+/// (the CPU BLAS). The command and the Python package draw a problem's targets where its
+/// reference runs, so both give the same problem on the same machine. Throws InputError for cuda
+/// without a device.
+std::shared_ptr<const TargetEngine> target_engine_for(ReferenceTier tier);
+
 struct ReferenceOptions {
   std::vector<std::int64_t> token_rows;  ///< rows to compute; empty = all. Sorted, unique, in [0,N)
   std::vector<std::int64_t> vocab_rows;  ///< vocabulary rows for dW/db; empty = all

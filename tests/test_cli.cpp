@@ -79,6 +79,49 @@ class VerifyProgram : public testing::TempFolderTest {
   }
 };
 
+// `xentlab candidate`: the lab's own strategies as candidates. A correct implementation of the
+// recipe a policy declares passes it (the bound is certified, independent of the strategy); the
+// same strategy with bf16 logits, more than 4× less accurate than fp32 logits on these outputs,
+// fails the fp32 policy (the differential check's design, docs/verify.md).
+TEST_F(VerifyProgram, TheLabsStrategiesAsCandidates) {
+  const std::string g = shell_quote(path("g.h5"));
+  for (const char* st : {"naive", "chunked", "checkpointed"}) {
+    const std::string out = shell_quote(path(std::string("c-") + st + ".h5"));
+    const Ran made = xentlab("candidate " + g + " " + out + " --strategy " + st +
+                             " --recipe fp32/fp32/fp32/fp32");
+    ASSERT_EQ(made.status, 0) << made.output;
+    EXPECT_NE(made.output.find("cpu-emulation " + std::string(st)), std::string::npos)
+        << made.output;
+    const Ran v = xentlab("verify " + g + " " + out + " --policy fp32");
+    EXPECT_EQ(v.status, 0) << st << "\n" << v.output;
+  }
+  const std::string low = shell_quote(path("c-bf16.h5"));
+  ASSERT_EQ(xentlab("candidate " + g + " " + low + " --strategy naive --recipe fp32/bf16/fp32/fp32")
+                .status,
+            0);
+  const Ran v = xentlab("verify " + g + " " + low + " --policy fp32");
+  EXPECT_EQ(v.status, 1) << v.output;
+  EXPECT_NE(v.output.find("differential"), std::string::npos) << v.output;
+  // Refusals name the cause, and an existing file is kept without --force.
+  const std::string again = shell_quote(path("c-naive.h5"));
+  testing::expect_exit_2_naming({
+      {"candidate " + g + " " + shell_quote(path("x.h5")) +
+           " --strategy tiled --recipe "
+           "fp32/fp32/fp32/fp32",
+       "no such strategy"},
+      {"candidate " + g + " " + shell_quote(path("x.h5")) +
+           " --strategy naive --recipe "
+           "fp32/fp32/fp32/fp32 --backend tpu",
+       "--backend must be cpu or cuda"},
+      {"candidate " + g + " " + shell_quote(path("x.h5")) +
+           " --strategy naive --recipe "
+           "bf16/bf16/fp32/bf16",
+       "cannot run recipe"},
+      {"candidate " + g + " " + again + " --strategy naive --recipe fp32/fp32/fp32/fp32", "exists"},
+  });
+  EXPECT_FALSE(std::filesystem::exists(path("x.h5")));
+}
+
 TEST_F(VerifyProgram, NumberOptionsOutOfRangeAreRefusedNamingOptionAndValue) {
   const std::string v = verify("exact.h5");
   expect_exit_2_naming({

@@ -82,14 +82,14 @@ TEST(ReferenceTiersGpu, CalibratedTargetsOnTheGpuAreTheCpusTargets) {
     DType dt;
     double sigma, softcap, scale;
   };
-  for (const Shape& sh : {Shape{256, 128256, 4096, DType::bf16, 4.0, 0, 1},
-                          Shape{2048, 5003, 256, DType::fp16, 3.0, 30, 1},
-                          Shape{1500, 7000, 96, DType::fp32, 8.0, 2.5, 0.5},
-                          // Fewer words than threads, a multiple of 256, and rows whose weights
-                          // underflow to 0 but for a few (σ = 300).
-                          Shape{512, 100, 32, DType::bf16, 4.0, 0, 1},
-                          Shape{256, 512, 64, DType::bf16, 4.0, 0, 1},
-                          Shape{256, 1000, 32, DType::fp32, 300.0, 0, 1}}) {
+  for (const Shape& sh :
+       {Shape{256, 128256, 4096, DType::bf16, 4.0, 0, 1},
+        Shape{2048, 5003, 256, DType::fp16, 3.0, 30, 1},
+        Shape{1500, 7000, 96, DType::fp32, 8.0, 2.5, 0.5},
+        // Fewer words than threads, a multiple of 256, and rows whose weights
+        // underflow to 0 but for a few (σ = 300).
+        Shape{512, 100, 32, DType::bf16, 4.0, 0, 1}, Shape{256, 512, 64, DType::bf16, 4.0, 0, 1},
+        Shape{256, 1000, 32, DType::fp32, 300.0, 0, 1}}) {
     LossSpec spec;
     spec.softcap = sh.softcap;
     spec.logit_scale = sh.scale;

@@ -23,7 +23,8 @@
 # torch: PyTorch as the candidate — tools/examples/check_torch.py through the Python package, and
 # verify of PyTorch's bf16 and fp32-upcast paths on the Llama-3-8B head golden file (256 tokens,
 # sigma 8, 8192 vocabulary rows) under the bf16 and bf16/fp32/fp32/bf16 policies with both checks,
-# then --explain of the bf16 path ($OUT/torch-*.log).
+# the lab's CUDA strategies as candidates of the same file (xentlab candidate --backend cuda), then
+# --explain of the bf16 path ($OUT/torch-*.log).
 # Each step has its own time limit so that one slow step cannot eat the whole call.
 set -u -o pipefail
 OUT=${OUT:-out}
@@ -191,7 +192,20 @@ if [ "$what" = torch ]; then
       echo "verify rc=$?" >> "$OUT/torch-verify.log"
     done
   done
-  grep -vE '^(golden|candidate|  ) ' "$OUT/torch-verify.log" | head -120
+  # The lab's own CUDA strategies as candidates of the same golden file.
+  for st in naive chunked checkpointed fused; do
+    for rc in bf16/fp32/fp32/bf16 bf16/bf16/fp32/bf16; do
+      c="/tmp/xentlab-cand-$st-${rc//\//-}.h5"
+      timeout 60 build-gpu/tools/xentlab candidate "$g" "$c" --strategy $st --recipe $rc \
+        --backend cuda >> "$OUT/torch-golden.log" 2>&1 || continue
+      for pol in bf16/fp32/fp32/bf16 bf16; do
+        echo "== candidate $st $rc, policy $pol" >> "$OUT/torch-verify.log"
+        timeout 90 build-gpu/tools/xentlab verify "$g" "$c" --policy $pol >> "$OUT/torch-verify.log" 2>&1
+        echo "verify rc=$?" >> "$OUT/torch-verify.log"
+      done
+    done
+  done
+  grep -vE '^(golden|candidate|  ) ' "$OUT/torch-verify.log" | head -200
   /usr/bin/time -f "explain wall %e s" timeout ${EXPLAIN_TIMEOUT:-100} build-gpu/tools/xentlab verify "$g" \
     /tmp/xentlab-cand-bf16.h5 --policy bf16 --explain > "$OUT/torch-explain.log" 2>&1
   echo "explain rc=$?"; grep -E "behaves like|wall|^bf16/" "$OUT/torch-explain.log" | head -14

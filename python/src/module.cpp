@@ -338,6 +338,9 @@ DatasetInstance load(const std::string& name, std::optional<std::int64_t> N,
   p.sigma = sigma;
   p.seed = seed;
   p.extra = params;
+  // Calibrated targets where the command's default (--reference auto) draws them: on the GPU
+  // when there is one, so a problem here is the command's on the same machine.
+  p.targets = target_engine_for(ReferenceTier::automatic);
   DatasetInstance d = load_dataset(name, p, ignore_index);
   if (d.problem.is_linear() && d.problem.input_dtype() == DType::fp64)
     throw InputError("H/W in fp64 are not supported: products of fp64 values are not exact");

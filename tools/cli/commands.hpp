@@ -13,6 +13,8 @@ void register_datasets(CLI::App& app);
 void register_golden(CLI::App& app);
 /// `xentlab verify`: score a candidate file against a golden file (tools/golden/verify.hpp).
 void register_verify(CLI::App& app);
+/// `xentlab candidate`: one of the lab's strategies on a golden problem, written as a candidate.
+void register_candidate(CLI::App& app);
 /// `xentlab audit`: the main job (tools/audit/).
 void register_audit(CLI::App& app);
 /// `xentlab regress`: compare two audit results files (nightly regression check).

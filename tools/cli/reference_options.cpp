@@ -40,13 +40,6 @@ void apply_reference_choice(const ReferenceChoice& choice, ReferenceOptions& opt
   }
 }
 
-std::shared_ptr<const TargetEngine> target_engine_for(ReferenceTier tier) {
-  if (tier == ReferenceTier::cuda ||
-      (tier == ReferenceTier::automatic && cuda_reference_available()))
-    return make_cuda_target_engine();
-  return nullptr;
-}
-
 std::function<void(std::int64_t, std::int64_t)> progress_printer(std::string what) {
   struct State {
     std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now(), last{};

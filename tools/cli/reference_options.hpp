@@ -23,11 +23,6 @@ void add_reference_options(CLI::App* cmd, ReferenceChoice& choice);
 /// and the value ("--memory-budget '12Q': …").
 void apply_reference_choice(const ReferenceChoice& choice, ReferenceOptions& options);
 
-/// Where the calibrated targets of linear heads are drawn for a reference tier: the GPU
-/// (make_cuda_target_engine) for cuda, and for auto when a GPU is present; otherwise null (the CPU
-/// BLAS). The targets then come from the same machine as the reference.
-std::shared_ptr<const TargetEngine> target_engine_for(ReferenceTier tier);
-
 /// A progress callback for ReferenceOptions::progress: after the first 2 s, prints
 /// "\r<what>: rows r/S (p%), elapsed t s, ETA e s" to stderr at most twice a second, and a newline
 /// at the end.
