@@ -1,10 +1,9 @@
 #include "numerics/loss_spec.hpp"
 
-#include <limits>
-
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include "numerics/error.hpp"
 
@@ -64,9 +63,12 @@ std::string LossSpec::describe() const {
 
 std::string_view to_string(Reduction r) {
   switch (r) {
-    case Reduction::none: return "none";
-    case Reduction::mean: return "mean";
-    case Reduction::sum: return "sum";
+    case Reduction::none:
+      return "none";
+    case Reduction::mean:
+      return "mean";
+    case Reduction::sum:
+      return "sum";
   }
   return "?";
 }

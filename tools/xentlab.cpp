@@ -7,14 +7,15 @@
 #include <stdexcept>
 #include <string>
 
+#include "numerics/blas.hpp"
 #include "numerics/error.hpp"
 #include "numerics/version.hpp"
-#include "numerics/blas.hpp"
 #include "tools/cli/commands.hpp"
 
 int main(int argc, char** argv) {
   xentlab::choose_blas_kernels(argv);  // fast fp64 GEMM kernels for the reference
-  CLI::App app{"xentlab: how wrong is a cross-entropy kernel? Certified reference, audits, golden files."};
+  CLI::App app{
+      "xentlab: how wrong is a cross-entropy kernel? Certified reference, audits, golden files."};
   app.set_version_flag("--version", std::string("xentlab ") + xentlab::kVersion);
   app.require_subcommand(1);
   xentlab::cli::register_audit(app);
@@ -56,9 +57,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "xentlab: cannot write the output: {}\n", e.what());
     return 3;
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "xentlab: out of memory: the input declares, or the options ask for, more "
-                       "than this machine can hold (sample rows with --rows / --vocab-rows, or use "
-                       "smaller sizes)\n");
+    fmt::print(stderr,
+               "xentlab: out of memory: the input declares, or the options ask for, more "
+               "than this machine can hold (sample rows with --rows / --vocab-rows, or use "
+               "smaller sizes)\n");
     return 3;
   } catch (const std::length_error& e) {
     fmt::print(stderr, "xentlab: a size is too large to allocate ({})\n", e.what());

@@ -21,8 +21,9 @@
 //   − lse)
 //           where the z-loss factor is applied only when λ > 0, the ε/V term only when ε > 0,
 //           chain_j = scale (no softcap) or scale·(1 − th_j·th_j), and g the row's upstream
-//           gradient (1/n_valid or 1/normaliser for mean, 1 for sum, the given value for none; fp32). Ignored rows:
-//           dz = 0. Logits problems return dz in the grad dtype: rnd_grad(rnd_logits(dz)).
+//           gradient (1/n_valid or 1/normaliser for mean, 1 for sum, the given value for none;
+//           fp32). Ignored rows: dz = 0. Logits problems return dz in the grad dtype:
+//           rnd_grad(rnd_logits(dz)).
 // Per-token loss and lse are returned as fp32 holding values already rounded to A.
 #include <cuda_runtime.h>
 

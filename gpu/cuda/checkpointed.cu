@@ -1,10 +1,10 @@
 // checkpointed: the forward keeps only the per-token lse (fp32 holding accum values) and the loss;
 // the backward recomputes each chunk's logits with the very same GEMM (same chunk boundaries, same
 // shapes, same dtype: bit-identical logits) and forms dz from the stored lse with an arbitrary
-// per-token upstream gradient (reduction none; 1/n_valid, 1/normaliser or 1 for mean/sum), then dH, dW and db as
-// chunked does (docs/arithmetic.md §7–8). Peak extra memory O(rows·V) + the accumulators; the chunk
-// size comes from chunk_tokens or the memory budget (kDefaultChunkBudget for the chunk buffers when
-// none is given).
+// per-token upstream gradient (reduction none; 1/n_valid, 1/normaliser or 1 for mean/sum), then dH,
+// dW and db as chunked does (docs/arithmetic.md §7–8). Peak extra memory O(rows·V) + the
+// accumulators; the chunk size comes from chunk_tokens or the memory budget (kDefaultChunkBudget
+// for the chunk buffers when none is given).
 #include <memory>
 #include <string>
 

@@ -26,9 +26,9 @@ struct RunSummary {
   std::string problem, input_dtype, strategy, backend, recipe;
   std::string disposition, reason, spec;
   std::int64_t seed = 0;
-  std::int64_t chunk_tokens = 0;         ///< 0 = default (and in version 1 files)
-  std::string upstream = "ones";         ///< "ones" in version 1 files
-  std::vector<std::int64_t> token_rows;  ///< the problem's audited rows (empty when absent)
+  std::int64_t chunk_tokens = 0;                 ///< 0 = default (and in version 1 files)
+  std::string upstream = "ones";                 ///< "ones" in version 1 files
+  std::vector<std::int64_t> token_rows;          ///< the problem's audited rows (empty when absent)
   std::map<std::string, OutputSummary> outputs;  // by output name
 };
 
@@ -51,9 +51,10 @@ std::vector<RunSummary> load_runs(const std::string& path) {
     r.disposition = g.attr_string("disposition");
     if (r.disposition != "passed" && r.disposition != "incorrect" &&
         r.disposition != "not-supported" && r.disposition != "failed")
-      throw FormatError(fmt::format("{}: disposition '{}' is not one of passed, incorrect, "
-                                    "not-supported, failed",
-                                    g.where(), r.disposition));
+      throw FormatError(
+          fmt::format("{}: disposition '{}' is not one of passed, incorrect, "
+                      "not-supported, failed",
+                      g.where(), r.disposition));
     r.reason = g.attr_string("reason");
     r.spec = g.attr_string("spec");
     r.seed = g.attr_int("seed");
@@ -71,9 +72,10 @@ std::vector<RunSummary> load_runs(const std::string& path) {
                           og.attr_string("out_dtype"), og.where()};
     }
     if (r.disposition == "passed" && r.outputs.empty())
-      throw FormatError(fmt::format("{}: a passed run without any output group (loss, lse, …): "
-                                    "a damaged or edited results file",
-                                    g.where()));
+      throw FormatError(
+          fmt::format("{}: a passed run without any output group (loss, lse, …): "
+                      "a damaged or edited results file",
+                      g.where()));
     out.push_back(std::move(r));
   }
   return out;
@@ -132,7 +134,8 @@ RegressReport regress(const std::string& base_path, const std::string& cur_path)
     auto it = cur.find(k);
     if (it == cur.end()) {
       if (b.disposition == "passed") {
-        rep.lines.push_back(fmt::format("REGRESSION {}: passed in the baseline, missing now", name));
+        rep.lines.push_back(
+            fmt::format("REGRESSION {}: passed in the baseline, missing now", name));
         ++regressions;
       }
       continue;
@@ -140,7 +143,8 @@ RegressReport regress(const std::string& base_path, const std::string& cur_path)
     const RunSummary& c = it->second;
     require_same_problem("regress", base_path, cur_path, name, b, c);
     if (b.disposition == "passed" && c.disposition != "passed") {
-      rep.lines.push_back(fmt::format("REGRESSION {}: passed in the baseline, {} now: {}", name, c.disposition, c.reason));
+      rep.lines.push_back(fmt::format("REGRESSION {}: passed in the baseline, {} now: {}", name,
+                                      c.disposition, c.reason));
       ++regressions;
       continue;
     }
@@ -149,12 +153,14 @@ RegressReport regress(const std::string& base_path, const std::string& cur_path)
       if (jt == c.outputs.end()) continue;
       const auto& cv = jt->second;
       if (bv.max_ratio <= 1.0 && !(cv.max_ratio <= 1.0)) {  // NaN counts as beyond
-        rep.lines.push_back(fmt::format("REGRESSION {} {}: error now {:.3g}× its bound (baseline {:.3g}×)", name, out,
-                   cv.max_ratio, bv.max_ratio));
+        rep.lines.push_back(
+            fmt::format("REGRESSION {} {}: error now {:.3g}× its bound (baseline {:.3g}×)", name,
+                        out, cv.max_ratio, bv.max_ratio));
         ++regressions;
       } else if (cv.normwise > 2.0 * bv.normwise && cv.normwise > 0) {
-        rep.lines.push_back(fmt::format("note {} {}: normwise error {:.3g} (baseline {:.3g}), still within its bound", name,
-                   out, cv.normwise, bv.normwise));
+        rep.lines.push_back(fmt::format(
+            "note {} {}: normwise error {:.3g} (baseline {:.3g}), still within its bound", name,
+            out, cv.normwise, bv.normwise));
         ++grown;
       }
     }
@@ -182,21 +188,23 @@ OneBackend load_one_backend(const std::string& path) {
   OneBackend out;
   for (RunSummary& r : load_runs(path)) {
     if (!out.runs.empty() && r.backend != out.backend)
-      throw InputError(fmt::format("{}: runs of two backends ({}, {}); compare files of one "
-                                   "backend each",
-                                   path, out.backend, r.backend));
+      throw InputError(
+          fmt::format("{}: runs of two backends ({}, {}); compare files of one "
+                      "backend each",
+                      path, out.backend, r.backend));
     out.backend = r.backend;
     for (const auto& [name, o] : r.outputs) {
       try {
         (void)parse_dtype(o.out_dtype);
       } catch (const InputError&) {
-        throw FormatError(fmt::format("{}: out_dtype '{}' is not a dtype of this xentlab",
-                                      o.where, o.out_dtype));
+        throw FormatError(
+            fmt::format("{}: out_dtype '{}' is not a dtype of this xentlab", o.where, o.out_dtype));
       }
       if (r.disposition == "passed" && !(std::isfinite(o.normwise) && o.normwise >= 0.0))
-        throw FormatError(fmt::format("{}: normwise_rel_err = {} in a passed run (expected a "
-                                      "finite number ≥ 0)",
-                                      o.where, o.normwise));
+        throw FormatError(
+            fmt::format("{}: normwise_rel_err = {} in a passed run (expected a "
+                        "finite number ≥ 0)",
+                        o.where, o.normwise));
     }
     out.runs[RunKey{r.problem, r.input_dtype, r.strategy, r.recipe}] = std::move(r);
   }
@@ -204,8 +212,7 @@ OneBackend load_one_backend(const std::string& path) {
 }
 
 std::string key_name(const RunKey& k) {
-  return fmt::format("{} {} {} {}", std::get<0>(k), std::get<1>(k), std::get<2>(k),
-                     std::get<3>(k));
+  return fmt::format("{} {} {} {}", std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k));
 }
 
 }  // namespace
@@ -226,12 +233,12 @@ FidelityReport compare_backends(const std::string& model_path, const std::string
     throw InputError(fmt::format(
         "fidelity: the first file must hold CPU-emulation runs, {} holds '{}' runs{}", model_path,
         model.backend,
-        device.backend == "cpu-emulation" ? " (the two files are given the wrong way round)"
-                                          : ""));
+        device.backend == "cpu-emulation" ? " (the two files are given the wrong way round)" : ""));
   if (device.backend == "cpu-emulation")
-    throw InputError(fmt::format("fidelity: both files hold CPU-emulation runs ({}, {}); the "
-                                 "second must be a device audit (xentlab audit --backend cuda)",
-                                 model_path, device_path));
+    throw InputError(
+        fmt::format("fidelity: both files hold CPU-emulation runs ({}, {}); the "
+                    "second must be a device audit (xentlab audit --backend cuda)",
+                    model_path, device_path));
   std::map<std::pair<std::string, std::string>, std::vector<double>> ratios;
   for (const auto& [k, d] : device.runs) {
     auto it = model.runs.find(k);
@@ -255,8 +262,8 @@ FidelityReport compare_backends(const std::string& model_path, const std::string
     ++rep.matched;
     for (const auto& [out, mv] : m.outputs)
       if (d.outputs.count(out) == 0)
-        rep.disagreements.push_back(fmt::format("DISAGREE {} {}: in the emulation's run only",
-                                                key_name(k), out));
+        rep.disagreements.push_back(
+            fmt::format("DISAGREE {} {}: in the emulation's run only", key_name(k), out));
     for (const auto& [out, dv] : d.outputs) {
       auto jt = m.outputs.find(out);
       if (jt == m.outputs.end()) {
@@ -266,14 +273,15 @@ FidelityReport compare_backends(const std::string& model_path, const std::string
       }
       const OutputSummary& mv = jt->second;
       if (mv.out_dtype != dv.out_dtype)
-        throw InputError(fmt::format("fidelity: {} {}: output dtype {} in the emulation, {} on "
-                                     "the device",
-                                     key_name(k), out, mv.out_dtype, dv.out_dtype));
+        throw InputError(
+            fmt::format("fidelity: {} {}: output dtype {} in the emulation, {} on "
+                        "the device",
+                        key_name(k), out, mv.out_dtype, dv.out_dtype));
       ++rep.outputs;
       const double floor = 8.0 * unit_roundoff(parse_dtype(dv.out_dtype));
       // ratio device / emulation; 0/0 agrees; x/0 is +inf and 0/x is 0.
-      const double q = mv.normwise > 0.0 ? dv.normwise / mv.normwise
-                                         : (dv.normwise > 0.0 ? INFINITY : 1.0);
+      const double q =
+          mv.normwise > 0.0 ? dv.normwise / mv.normwise : (dv.normwise > 0.0 ? INFINITY : 1.0);
       ratios[{std::get<2>(k), out}].push_back(q);
       const bool above_floor = dv.normwise > floor || mv.normwise > floor;
       if (above_floor && (q > factor || q < 1.0 / factor))

@@ -8,15 +8,15 @@
 // Lives in tools/ (not datasets/) because writing one runs the reference, which depends on
 // datasets/.
 #include <cstdint>
-#include <optional>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "datasets/catalog.hpp"
-#include "reference/reference.hpp"
 #include "datasets/problem.hpp"
 #include "numerics/loss_spec.hpp"
+#include "reference/reference.hpp"
 
 namespace xentlab {
 
