@@ -1,4 +1,4 @@
-// `xentlab bench` (issue 8). Built twice (tests/CMakeLists.txt):
+// `xentlab bench`. Built twice (tests/CMakeLists.txt):
 //  - test_bench, label "cpu", no device needed: option parsing and validation (sizes, names, byte
 //    sizes, the preset), the table/Markdown/CSV/HDF5 formats on synthetic rows, and the program
 //    itself: invalid options exit 2 naming the option, valid ones on a machine without a CUDA

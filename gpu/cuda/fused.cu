@@ -64,8 +64,8 @@ constexpr int kGradHalves = 2 * (kBM + kBN) * kLdg;        // 36864 halves
 constexpr int kRegionHalves = kMainHalves > kGradHalves ? kMainHalves : kGradHalves;
 constexpr int kBwdSmem = (kRegionHalves + kBM * kLdz) * 2;            // 108544 B
 // Token blocks per raster group of the backward (L2 reuse; docs/fused.md): the mma.sync kernel's
-// 16 was measured against 64 (2026-11-30, third session); the wgmma kernel's 8 against 16 and 32
-// (sixth session: 119.9, 125.8, 137.2 ms at N = 8192; 1947.6, 2071.6, 2261.0 ms at N = 131072).
+// 16 was measured against 64 (2026-11-30, docs/benchmarks.md); the wgmma kernel's 8 against 16 and 32
+// (2026-11-30 20:25 UTC: 119.9, 125.8, 137.2 ms at N = 8192; 1947.6, 2071.6, 2261.0 ms at N = 131072).
 #ifndef XL_FUSED_GROUP_N
 constexpr int kGroupN = 16;
 constexpr int kWbGroupN = 8;

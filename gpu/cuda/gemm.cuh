@@ -14,8 +14,8 @@
 // Algorithm choice. cuBLAS picks the kernel of every GEMM by its heuristic, except for the three
 // GEMMs of a chunk with 16-bit operands on compute capability 9.0, where another kernel it offers
 // was measured as fast or faster (H200, V = 128256, D = 4096, 8192-token chunks, 2026-11-30,
-// candidates timed in interleaved rounds since the card runs at its power cap; docs/benchmarks.md
-// "Fourth session"): logits 12.78 ms with the default, 12.19 ms with 176×128 tiles; dW with
+// candidates timed in interleaved rounds since the card runs at its power cap; docs/benchmarks.md,
+// 2026-11-30 16:14 UTC): logits 12.78 ms with the default, 12.19 ms with 176×128 tiles; dW with
 // beta = 1 into fp32 11.56 ms, 10.96 ms with 128×160 tiles; dH 10.87 ms, 10.81 ms with 128×256
 // tiles (no measurable gain, kept). End to end at N = 131072 the three together were worth
 // 650.5 against 652.5 ms (alternated runs). There the GEMM runs through cuBLASLt with the first

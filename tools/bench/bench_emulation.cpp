@@ -1,5 +1,5 @@
 // Benchmarks of the CPU emulation backend against the certified reference on the same row
-// (Google Benchmark). Target (issue #4): one emulated V = 128256 row within 20× of the reference.
+// (Google Benchmark). Target: one emulated V = 128256 row within 20× of the reference.
 //   bench_emulation                         all benchmarks, 1 OpenMP thread each
 //   BM_ReferenceLogitsRow        reference, given logits (bf16), loss + dz of one row
 //   BM_EmulatedLogitsRow/<s>     emulation of strategy s (0 naive … 3 fused), recipe

@@ -140,7 +140,7 @@ const std::vector<Preset>& presets() {
     l.chunk_tokens = 8192;
     l.memory_budget = 0;
     l.quoted_source =
-        "issue 8: the table practitioners quote, usually for a 16B model at 128K context; how it "
+        "the table practitioners quote, usually for a 16B model at 128K context; how it "
         "was measured is not published";
     l.quoted = {{"naive", "110 GB+", "1.0×"},
                 {"chunked", "14 GB", "0.85×"},

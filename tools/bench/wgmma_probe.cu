@@ -1,6 +1,6 @@
 // wgmma_probe: the first Hopper GEMM of this project — TMA loads into 128-byte-swizzled shared
 // memory, an mbarrier pipeline, wgmma.mma_async m64n256k16 (bf16 operands, fp32 accumulators) —
-// for the logits GEMM of the fused strategy (issue 6: its mma.sync phases run at ≈ 30 % of the
+// for the logits GEMM of the fused strategy (its mma.sync phases run at ≈ 30 % of the
 // cuBLAS rate, docs/fused.md), and the fused forward built on it. An experiment, built only with
 // -DXENTLAB_BUILD_EXPERIMENTS=ON.
 // STATUS (2026-11-30): the GEMM with wait_group 0 after every K block ran on an H200 at 16:16Z —
@@ -22,8 +22,8 @@
 // shuffles) and writes one partial per (row, range) plus the target logit; the host merges the
 // ranges. This is the forward of the fused strategy on wgmma, without its options, accumulator
 // dtypes or finalize kernel; its tree (64 columns per thread, 4 threads per row, no cross-warp
-// merge) is the one fused.cu, the CPU emulation and fused_declared_arithmetic use since the fifth
-// session of 2026-11-30.
+// merge) is the one fused.cu, the CPU emulation and fused_declared_arithmetic use (since
+// 2026-11-30, docs/fused.md).
 // Output: GEMM max |C − C_cuBLAS| / max |C_cuBLAS| and the count of entries more than 2 bf16
 // spacings apart (1024 × 2048 × K); fold max |lse − ref| and |loss − ref| against lse and loss
 // computed in double from cuBLAS's logits of the same data (256 × 2048 × K, ranges of 3 tiles),
@@ -69,7 +69,7 @@ struct FoldOut {
   int ranges, tiles_per_range;
 };
 
-/// C tile (kFold = false) or the online-softmax fold of the fused forward (kFold = true; issue 6).
+/// C tile (kFold = false) or the online-softmax fold of the fused forward (kFold = true).
 /// grid (ranges, M / BM) with kFold — CTA (r, mb) walks vocabulary tiles [r·tpr, (r+1)·tpr) ∩
 /// [0, N/BN) — or (N / BN, M / BM) without. The producer streams (tile, K block) pairs through the
 /// STAGES-deep ring; a consumer keeps one wgmma group in flight (wait_group 1) and releases a

@@ -1,4 +1,4 @@
-// `xentlab bench`: the memory/throughput table of the CUDA strategies, measured (issue 8):
+// `xentlab bench`: the memory/throughput table of the CUDA strategies, measured:
 // forward+backward time (median and spread), TFLOP/s, peak extra device memory, throughput
 // relative to naive, and the error against the certified reference on sampled rows, for every
 // registered strategy × recipe. Terminal table, Markdown, CSV and HDF5 rows
