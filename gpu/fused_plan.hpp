@@ -14,10 +14,10 @@ namespace xentlab::gpu {
 inline constexpr std::int64_t kFusedBlockTokens = 128;  ///< BM: token rows per CTA
 inline constexpr std::int64_t kFusedVocabTile = 256;    ///< BN: vocabulary entries per forward tile
 /// Vocabulary entries per backward tile of the wgmma backward (sm_90a; since 2026-11-30,
-/// docs/fused.md): each tile's dH = dz·W over its 256 entries is an fp32 partial added into the fp32 dH
-/// accumulator, and the CPU emulation models that. (The mma.sync backward, used off sm_90a and for
-/// shapes TMA cannot take, has tiles of 128 entries: the same bounds, a slightly different order.)
-/// The backward's token block (the dW and db partials) is kFusedBlockTokens in both.
+/// docs/fused.md): each tile's dH = dz·W over its 256 entries is an fp32 partial added into the
+/// fp32 dH accumulator, and the CPU emulation models that. (The mma.sync backward, used off sm_90a
+/// and for shapes TMA cannot take, has tiles of 128 entries: the same bounds, a slightly different
+/// order.) The backward's token block (the dW and db partials) is kFusedBlockTokens in both.
 inline constexpr std::int64_t kFusedBackwardVocabTile = 256;
 /// SM count the CPU emulation assumes when the caller gives none (NVIDIA H200: 132 SMs).
 inline constexpr int kFusedModelSms = 132;
@@ -26,8 +26,8 @@ inline constexpr int kFusedModelSms = 132;
 /// layout). A row's tile is split among kFusedRowWarps warps of kFusedVocabTile / kFusedRowWarps
 /// consecutive columns each; in a warp, the quad of lanes 4g … 4g + 3 holds the row, lane q the
 /// columns 8j + 2q + {0, 1} of the warp's slice (the tensor-core accumulator layout). Until
-/// 2026-11-30 (17:53 UTC, docs/benchmarks.md) the forward was 2 × 4 warps of 64 × 32 over 128-column tiles:
-/// kFusedVocabTile 128, kFusedRowWarps 4.
+/// 2026-11-30 (17:53 UTC, docs/benchmarks.md) the forward was 2 × 4 warps of 64 × 32 over
+/// 128-column tiles: kFusedVocabTile 128, kFusedRowWarps 4.
 inline constexpr std::int64_t kFusedRowWarps = 1;
 /// Columns a thread folds per vocabulary tile, and threads per row per tile (64 · 4 = 256).
 inline constexpr std::int64_t kFusedRowThreads = 4 * kFusedRowWarps;

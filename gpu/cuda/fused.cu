@@ -50,22 +50,23 @@ namespace {
 using namespace cemath;
 
 // ---- tile configuration --------------------------------------------------------------------
-constexpr int kBM = 128;                 // tokens per tile (kFusedBlockTokens)
-constexpr int kBN = 128;                 // vocabulary entries per backward tile
-constexpr int kBK = 32;                  // K (hidden) step of the logits GEMM
-constexpr int kStages = 3;               // cp.async pipeline depth of the logits GEMM
-constexpr int kThreads = 256;            // 8 warps
-constexpr int kLds = kBK + 8;            // padded smem row (halves): conflict-free ldmatrix
-constexpr int kDS = 64;                  // hidden slice of the gradient GEMMs
-constexpr int kLdg = kDS + 8;            // padded smem row of a gradient slice
-constexpr int kLdz = kBN + 8;            // padded smem row of the dz tile
+constexpr int kBM = 128;       // tokens per tile (kFusedBlockTokens)
+constexpr int kBN = 128;       // vocabulary entries per backward tile
+constexpr int kBK = 32;        // K (hidden) step of the logits GEMM
+constexpr int kStages = 3;     // cp.async pipeline depth of the logits GEMM
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kLds = kBK + 8;  // padded smem row (halves): conflict-free ldmatrix
+constexpr int kDS = 64;        // hidden slice of the gradient GEMMs
+constexpr int kLdg = kDS + 8;  // padded smem row of a gradient slice
+constexpr int kLdz = kBN + 8;  // padded smem row of the dz tile
 constexpr int kMainHalves = kStages * (kBM + kBN) * kLds;  // 30720 halves
 constexpr int kGradHalves = 2 * (kBM + kBN) * kLdg;        // 36864 halves
 constexpr int kRegionHalves = kMainHalves > kGradHalves ? kMainHalves : kGradHalves;
-constexpr int kBwdSmem = (kRegionHalves + kBM * kLdz) * 2;            // 108544 B
+constexpr int kBwdSmem = (kRegionHalves + kBM * kLdz) * 2;  // 108544 B
 // Token blocks per raster group of the backward (L2 reuse; docs/fused.md): the mma.sync kernel's
-// 16 was measured against 64 (2026-11-30, docs/benchmarks.md); the wgmma kernel's 8 against 16 and 32
-// (2026-11-30 20:25 UTC: 119.9, 125.8, 137.2 ms at N = 8192; 1947.6, 2071.6, 2261.0 ms at N = 131072).
+// 16 was measured against 64 (2026-11-30, docs/benchmarks.md); the wgmma kernel's 8 against 16 and
+// 32 (2026-11-30 20:25 UTC: 119.9, 125.8, 137.2 ms at N = 8192; 1947.6, 2071.6, 2261.0 ms at N =
+// 131072).
 #ifndef XL_FUSED_GROUP_N
 constexpr int kGroupN = 16;
 constexpr int kWbGroupN = 8;
@@ -74,8 +75,9 @@ constexpr int kGroupN = XL_FUSED_GROUP_N;  // experiments (tools/bench/fused_var
 constexpr int kWbGroupN = XL_FUSED_GROUP_N;
 #endif
 
-static_assert(kBM == kFusedBlockTokens, "the CPU emulation models this decomposition "
-                                        "(gpu/fused_plan.hpp)");
+static_assert(kBM == kFusedBlockTokens,
+              "the CPU emulation models this decomposition "
+              "(gpu/fused_plan.hpp)");
 
 // ---- PTX wrappers --------------------------------------------------------------------------
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
@@ -128,9 +130,9 @@ __device__ __forceinline__ void mma(float (&c)[4], const std::uint32_t (&a)[4], 
 /// and 16-byte aligned rows, so cp.async of 8 halves (a chunk is wholly inside or outside);
 /// otherwise plain loads (a slow path for unaligned shapes such as D = 123).
 template <bool kVec, int ROWS, int COLS, int LD>
-__device__ __forceinline__ void load_tile(std::uint16_t* s, const std::uint16_t* X,
-                                          std::int64_t r0, std::int64_t nrows, std::int64_t c0,
-                                          std::int64_t ncols, std::int64_t ld) {
+__device__ __forceinline__ void load_tile(std::uint16_t* s, const std::uint16_t* X, std::int64_t r0,
+                                          std::int64_t nrows, std::int64_t c0, std::int64_t ncols,
+                                          std::int64_t ld) {
   if constexpr (kVec) {
     constexpr int kChunks = ROWS * COLS / 8;
     static_assert(kChunks % kThreads == 0, "whole chunks per thread");
@@ -158,8 +160,8 @@ __device__ __forceinline__ void load_tile(std::uint16_t* s, const std::uint16_t*
 template <bool kVec, int BROWS, class Step>
 __device__ __forceinline__ void mma_logits_pipeline(std::uint16_t* smem, const std::uint16_t* H,
                                                     const std::uint16_t* W, std::int64_t m0,
-                                                    std::int64_t N, std::int64_t n0,
-                                                    std::int64_t V, std::int64_t D, Step&& step) {
+                                                    std::int64_t N, std::int64_t n0, std::int64_t V,
+                                                    std::int64_t D, Step&& step) {
   const std::int64_t KT = (D + kBK - 1) / kBK;
   auto stage_a = [&](std::int64_t st) { return smem + st * (kBM + BROWS) * kLds; };
   auto load_stage = [&](std::int64_t kt) {
@@ -211,8 +213,8 @@ __device__ __forceinline__ void logits_tile(float (&acc)[4][4][4], std::uint16_t
             ldsm_x4(a[i], As + (wm * 64 + i * 16 + lane % 16) * kLds + kk * 16 + (lane / 16) * 8);
 #pragma unroll
           for (int jj = 0; jj < 2; ++jj)
-            ldsm_x4(b[jj], Bs + (wn * 32 + jj * 16 + lane % 8 + (lane / 16) * 8) * kLds +
-                               kk * 16 + ((lane / 8) % 2) * 8);
+            ldsm_x4(b[jj], Bs + (wn * 32 + jj * 16 + lane % 8 + (lane / 16) * 8) * kLds + kk * 16 +
+                               ((lane / 8) % 2) * 8);
 #pragma unroll
           for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -242,7 +244,7 @@ struct FusedArgs {
   RowLossParams p;
   int logits_code = 0, acc_code = 0;
   // forward
-  int splits = 1;             // vocabulary ranges per token block
+  int splits = 1;  // vocabulary ranges per token block
   std::int64_t tiles_per_split = 0;
   float* part_m = nullptr;    // (splits, N)
   float* part_s = nullptr;    // (splits, N)
@@ -359,7 +361,8 @@ __device__ __forceinline__ void fold_tile(float (&d)[128], std::int64_t row0, in
         const float ex = expf(__fsub_rn(d[o8 / 2 + 2 * h + e], mn));
         ts = kPlain ? __fadd_rn(ts, ex) : rnd_rt(__fadd_rn(ts, rnd_rt(ex, a.acc_code)), a.acc_code);
       }
-    const float scaled = f.m[h] == -INFINITY ? 0.0f : __fmul_rn(f.s[h], expf(__fsub_rn(f.m[h], mn)));
+    const float scaled =
+        f.m[h] == -INFINITY ? 0.0f : __fmul_rn(f.s[h], expf(__fsub_rn(f.m[h], mn)));
     f.s[h] = kPlain ? __fadd_rn(scaled, ts) : rnd_rt(__fadd_rn(scaled, ts), a.acc_code);
     f.m[h] = mn;
   }
@@ -449,7 +452,8 @@ __global__ void __maxnreg__(kFwdMmaRegs) fused_forward_mma_kernel(FusedArgs a) {
   const std::int64_t row0 = rg.m0 + 16 * warp + lane / 4;
   std::int64_t tgt[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) tgt[h] = row0 + 8 * h < a.N ? a.targets[row0 + 8 * h] : a.p.ignore_index;
+  for (int h = 0; h < 2; ++h)
+    tgt[h] = row0 + 8 * h < a.N ? a.targets[row0 + 8 * h] : a.p.ignore_index;
   FoldRows f;
   float d[128];
   for (std::int64_t vt = rg.t0; vt < rg.t1; ++vt) {
@@ -494,7 +498,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const std::int64_t row0 = rg.m0 + 64 * c + 16 * (t / 32) + lane / 4;
   std::int64_t tgt[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) tgt[h] = row0 + 8 * h < a.N ? a.targets[row0 + 8 * h] : a.p.ignore_index;
+  for (int h = 0; h < 2; ++h)
+    tgt[h] = row0 + 8 * h < a.N ? a.targets[row0 + 8 * h] : a.p.ignore_index;
   FoldRows f;
   float d[128];
 #pragma unroll
@@ -611,11 +616,12 @@ __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::in
 /// A warp's 32×32 result of the mma.sync backward (acc[i][j][e]: row r0 + 16i + g + 8(e/2),
 /// column c0 + 8j + 2c + e%2) into dst: two 16-row fragments.
 template <bool kVec>
-__device__ __forceinline__ void flush_tile(float* dst, const float (&acc)[2][4][4],
-                                           std::int64_t r0, std::int64_t rows, std::int64_t c0,
-                                           std::int64_t D, int g, int c) {
+__device__ __forceinline__ void flush_tile(float* dst, const float (&acc)[2][4][4], std::int64_t r0,
+                                           std::int64_t rows, std::int64_t c0, std::int64_t D,
+                                           int g, int c) {
 #pragma unroll
-  for (int i = 0; i < 2; ++i) flush_frag<kVec, 4>(dst, &acc[i][0][0], r0 + 16 * i, rows, c0, D, g, c);
+  for (int i = 0; i < 2; ++i)
+    flush_frag<kVec, 4>(dst, &acc[i][0][0], r0 + 16 * i, rows, c0, D, g, c);
 }
 
 /// The backward's tile of CTA blockIdx.x for tiles of kBM tokens × BN vocabulary entries: raster
@@ -700,8 +706,8 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const std::int64_t col = n0 + wn * 32 + j * 8 + 2 * c;
-          *reinterpret_cast<std::uint32_t*>(dzs + r * kLdz + wn * 32 + j * 8 + 2 * c) =
-              pack2<T>(dz_of(acc[i][j][2 * h], col, dr, a), dz_of(acc[i][j][2 * h + 1], col + 1, dr, a));
+          *reinterpret_cast<std::uint32_t*>(dzs + r * kLdz + wn * 32 + j * 8 + 2 * c) = pack2<T>(
+              dz_of(acc[i][j][2 * h], col, dr, a), dz_of(acc[i][j][2 * h + 1], col + 1, dr, a));
         }
       }
   }
@@ -795,8 +801,10 @@ constexpr int kWbBN = 256;
 using BwdRing = hopper::WgmmaRingT<3>;
 constexpr int kDzBlockBytes = kBM * 128;  // 128 rows × 64 entries × 2 bytes
 constexpr int kWbSmem = BwdRing::kStages * BwdRing::kStageBytes + 4 * kDzBlockBytes + 1024;
-static_assert(kWbBN == kFusedBackwardVocabTile, "the CPU emulation's dH partials (gpu/fused_plan.hpp)");
-static_assert(kWbBN == 4 * 64 && BwdRing::kBK == 64, "four dz blocks of 64 entries; D slices of 64");
+static_assert(kWbBN == kFusedBackwardVocabTile,
+              "the CPU emulation's dH partials (gpu/fused_plan.hpp)");
+static_assert(kWbBN == 4 * 64 && BwdRing::kBK == 64,
+              "four dz blocks of 64 entries; D slices of 64");
 static_assert(kWbSmem <= 227 * 1024, "one CTA per SM within the H100/H200's 227 KiB");
 
 /// Byte offset of dz(r, v) in the wgmma backward's dz tile: block v / 64, row r of 128 bytes,
@@ -906,7 +914,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wgmma_m64n64k16<T, 0, 1>(accH,
                                smem_desc(dzs + (kk / 4) * kDzBlockBytes + c * 8192 + (kk % 4) * 32),
                                smem_desc_mn(ws + kk * 2048), kk > 0 ? 1 : 0);
-    // dW[vocabulary 128c + 64i2…, slice] = dzᵀ[…, rows 0:128] · H[0:128, slice]: both MN-major.
+      // dW[vocabulary 128c + 64i2…, slice] = dzᵀ[…, rows 0:128] · H[0:128, slice]: both MN-major.
 #pragma unroll
     for (int i2 = 0; i2 < 2; ++i2)
 #pragma unroll
@@ -973,11 +981,13 @@ void launch_forward(bool vec, bool wgmma, const FusedArgs& a, cudaStream_t strea
     const bool plain = a.bias == nullptr && a.p.scale == 1.0f && !(a.p.softcap > 0.0f) &&
                        !a.p.smoothing && a.acc_code == 0;
     auto k = plain ? fused_forward_wgmma_kernel<T, true> : fused_forward_wgmma_kernel<T, false>;
-    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Ring::kSmemBytes));
+    XL_CUDA_CHECK(
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Ring::kSmemBytes));
     k<<<grid, kWgThreads, Ring::kSmemBytes, stream>>>(m.h, m.w, a);
   } else {
     auto k = vec ? fused_forward_mma_kernel<T, true> : fused_forward_mma_kernel<T, false>;
-    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdMmaSmem));
+    XL_CUDA_CHECK(
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdMmaSmem));
     k<<<grid, kThreads, kFwdMmaSmem, stream>>>(a);
   }
   XL_CUDA_CHECK(cudaGetLastError());
@@ -992,12 +1002,13 @@ class FusedStrategy final : public CudaStrategy {
     // The kernel's own tree (gpu/fused_plan.hpp; numerics/bounds.hpp online_tree), declared
     // alike by its CPU emulation.
     DeclaredArithmetic d = fused_declared_arithmetic();
-    d.note = "cuda fused: forward wgmma m64n256k16 (HGMMA, sm_90a) or mma.sync m16n8k16 (HMMA) "
-             "tiles 128x256, fp32 accumulation over D; online (max,sum) per thread over 64 "
-             "columns of each tile in " +
-             std::string(to_string(r.accum)) +
-             ", merged by quad and vocabulary range (pairwise); backward recomputes tiles 128x256 "
-             "(wgmma, sm_90a) or 128x128 (mma.sync), dH/dW/db fp32 atomics";
+    d.note =
+        "cuda fused: forward wgmma m64n256k16 (HGMMA, sm_90a) or mma.sync m16n8k16 (HMMA) "
+        "tiles 128x256, fp32 accumulation over D; online (max,sum) per thread over 64 "
+        "columns of each tile in " +
+        std::string(to_string(r.accum)) +
+        ", merged by quad and vocabulary range (pairwise); backward recomputes tiles 128x256 "
+        "(wgmma, sm_90a) or 128x128 (mma.sync), dH/dW/db fp32 atomics";
     return d;
   }
 
@@ -1054,14 +1065,13 @@ class FusedStrategy final : public CudaStrategy {
     a.part_s = st + std::int64_t(splits) * P.N;
     a.part_sx = a.p.smoothing ? st + 2 * std::int64_t(splits) * P.N : nullptr;
     a.x_target = st + 3 * std::int64_t(splits) * P.N;
-    const bool vec = P.D % 8 == 0 &&
-                     ((reinterpret_cast<std::uintptr_t>(P.H) |
-                       reinterpret_cast<std::uintptr_t>(P.W)) & 15) == 0;
+    const bool vec =
+        P.D % 8 == 0 &&
+        ((reinterpret_cast<std::uintptr_t>(P.H) | reinterpret_cast<std::uintptr_t>(P.W)) & 15) == 0;
     // The wgmma forward where its TMA boxes apply (16-byte rows and bases; at least one box of
     // each operand), else mma.sync: the same tree either way (gpu/cuda/fused.cuh).
-    const bool wgmma = vec && fused_kernel_path() == FusedKernelPath::automatic &&
-                       P.N >= kBM && P.V >= kFBN && P.D >= Ring::kBK &&
-                       hopper::hopper_forward_available();
+    const bool wgmma = vec && fused_kernel_path() == FusedKernelPath::automatic && P.N >= kBM &&
+                       P.V >= kFBN && P.D >= Ring::kBK && hopper::hopper_forward_available();
     P.input == DType::bf16 ? launch_forward<__nv_bfloat16>(vec, wgmma, a, c.stream)
                            : launch_forward<__half>(vec, wgmma, a, c.stream);
     fused_finalize_kernel<<<static_cast<unsigned>((P.N + 255) / 256), 256, 0, c.stream>>>(
@@ -1075,7 +1085,8 @@ class FusedStrategy final : public CudaStrategy {
     XL_CUDA_CHECK(cudaMemsetAsync(dH, 0, static_cast<std::size_t>(P.N * P.D * 4), c.stream));
     XL_CUDA_CHECK(cudaMemsetAsync(dW, 0, static_cast<std::size_t>(P.V * P.D * 4), c.stream));
     if (P.bias != nullptr)
-      XL_CUDA_CHECK(cudaMemsetAsync(ws.db_acc.get(), 0, static_cast<std::size_t>(P.V * 4), c.stream));
+      XL_CUDA_CHECK(
+          cudaMemsetAsync(ws.db_acc.get(), 0, static_cast<std::size_t>(P.V * 4), c.stream));
     a.lse = r.out.lse;
     a.g = r.g;
     a.dH = dH;
@@ -1103,9 +1114,9 @@ class FusedStrategy final : public CudaStrategy {
                                   "(fp32 would need TF32, which is not the recipe)");
     if (r.logits != r.input)
       return Status::NotSupported(
-          "fused (cuda): recipe " + r.name() +
-          " holds logits (and so dz) in " + std::string(to_string(r.logits)) +
-          ", not in the operand dtype " + std::string(to_string(r.input)) +
+          "fused (cuda): recipe " + r.name() + " holds logits (and so dz) in " +
+          std::string(to_string(r.logits)) + ", not in the operand dtype " +
+          std::string(to_string(r.input)) +
           "; the backward GEMMs take dz as a tensor-core operand exactly, so logits must equal "
           "the input dtype");
     return Status::Ok();

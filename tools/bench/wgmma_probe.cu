@@ -54,7 +54,8 @@ constexpr int kConsumers = 2;
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kSmem = xentlab::gpu::hopper::WgmmaRing::kSmemBytes;  // the ring of hopper.cuh
 static_assert(BK == xentlab::gpu::hopper::WgmmaRing::kBK &&
-              STAGES == xentlab::gpu::hopper::WgmmaRing::kStages, "the ring's geometry");
+                  STAGES == xentlab::gpu::hopper::WgmmaRing::kStages,
+              "the ring's geometry");
 
 // The PTX wrappers (mbarrier, TMA, wgmma descriptor and m64n256k16) and the tensor maps are
 // gpu/cuda/hopper.cuh's, shared with the fused strategy's forward.
@@ -62,10 +63,10 @@ using namespace xentlab::gpu::hopper;
 
 /// Per-(row, vocabulary range) partial of the fold epilogue, and the rows' target logits.
 struct FoldOut {
-  float* m;                      // (M, ranges) running max of the range
-  float* s;                      // (M, ranges) sum-exp relative to m
-  float* xt;                     // (M) target logit (bf16-rounded), written by its range
-  const std::int64_t* targets;   // (M)
+  float* m;                     // (M, ranges) running max of the range
+  float* s;                     // (M, ranges) sum-exp relative to m
+  float* xt;                    // (M) target logit (bf16-rounded), written by its range
+  const std::int64_t* targets;  // (M)
   int ranges, tiles_per_range;
 };
 
@@ -159,8 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int j = 0; j < 32; ++j)
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            ts = __fadd_rn(ts, expf(__fsub_rn(d[4 * j + 2 * h + e], mn)));
+          for (int e = 0; e < 2; ++e) ts = __fadd_rn(ts, expf(__fsub_rn(d[4 * j + 2 * h + e], mn)));
         const float scaled =
             fm[h] == -INFINITY ? 0.0f : __fmul_rn(fs[h], expf(__fsub_rn(fm[h], mn)));
         fm[h] = mn;
@@ -178,8 +178,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float os = __shfl_xor_sync(0xffffffffu, fs[h], x);
         const float mn = fmaxf(fm[h], om);
         if (mn != -INFINITY)  // an empty state (m = −inf) adds nothing
-          fs[h] = __fadd_rn(fm[h] == -INFINITY ? 0.0f : __fmul_rn(fs[h], expf(__fsub_rn(fm[h], mn))),
-                            om == -INFINITY ? 0.0f : __fmul_rn(os, expf(__fsub_rn(om, mn))));
+          fs[h] =
+              __fadd_rn(fm[h] == -INFINITY ? 0.0f : __fmul_rn(fs[h], expf(__fsub_rn(fm[h], mn))),
+                        om == -INFINITY ? 0.0f : __fmul_rn(os, expf(__fsub_rn(om, mn))));
         fm[h] = mn;
       }
       const int row = r + 8 * h;
@@ -204,7 +205,8 @@ void run_ours(const CUtensorMap& ma, const CUtensorMap& mb, __nv_bfloat16* C, in
 }
 
 /// The fold (fused forward) over vocabulary ranges of tiles_per_range tiles each.
-void run_fold(const CUtensorMap& ma, const CUtensorMap& mb, int M, int N, int K, const FoldOut& fo) {
+void run_fold(const CUtensorMap& ma, const CUtensorMap& mb, int M, int N, int K,
+              const FoldOut& fo) {
   dim3 grid(fo.ranges, M / BM);
   wgmma_gemm_kernel<true><<<grid, kThreads, kSmem>>>(ma, mb, nullptr, M, N, K, fo);
   XL_CUDA_CHECK(cudaGetLastError());
@@ -327,9 +329,10 @@ int main(int argc, char** argv) {
           const double spacing = std::ldexp(1.0, std::ilogb(std::max(std::fabs(y), 1e-30)) - 7);
           if (!(std::fabs(x - y) <= 2 * spacing)) ++far;
         }
-        std::printf("validation %dx%dx%d: max|C - cuBLAS| / max|cuBLAS| = %.3g, %lld of %zu "
-                    "entries more than 2 bf16 spacings apart\n",
-                    m, n, k, maxdiff / maxref, static_cast<long long>(far), c.size());
+        std::printf(
+            "validation %dx%dx%d: max|C - cuBLAS| / max|cuBLAS| = %.3g, %lld of %zu "
+            "entries more than 2 bf16 spacings apart\n",
+            m, n, k, maxdiff / maxref, static_cast<long long>(far), c.size());
       } else if (pass == 1) {
         // Reference: the logits from cuBLAS on the same data (fp32 accumulation rounded to bf16,
         // which the GEMM above matched bit for bit), lse and loss from them in double. The fold
@@ -355,14 +358,16 @@ int main(int argc, char** argv) {
           double sum = 0;
           for (int j = 0; j < n; ++j) sum += std::exp(double(zi[j]) - mx);
           const double ref = mx + std::log(sum);
-          const double dl = std::fabs(lse[i] - ref), dlo = std::fabs((lse[i] - xt[i]) - (ref - zi[tg[i]]));
+          const double dl = std::fabs(lse[i] - ref),
+                       dlo = std::fabs((lse[i] - xt[i]) - (ref - zi[tg[i]]));
           if (!(dl <= 1e-4) || !(dlo <= 1e-4)) ++bad;  // NaN counts as bad
           if (std::isfinite(dl)) max_dlse = std::max(max_dlse, dl);
           if (std::isfinite(dlo)) max_dloss = std::max(max_dloss, dlo);
         }
-        std::printf("fold validation %dx%dx%d (%d ranges of %d tiles): max|lse - ref| = %.3g, "
-                    "max|loss - ref| = %.3g, %d of %d rows off by more than 1e-4 or not finite\n",
-                    m, n, k, fo.ranges, fo.tiles_per_range, max_dlse, max_dloss, bad, m);
+        std::printf(
+            "fold validation %dx%dx%d (%d ranges of %d tiles): max|lse - ref| = %.3g, "
+            "max|loss - ref| = %.3g, %d of %d rows off by more than 1e-4 or not finite\n",
+            m, n, k, fo.ranges, fo.tiles_per_range, max_dlse, max_dloss, bad, m);
       } else {
         const double flop = 2.0 * m * double(n) * k;
         std::vector<std::function<void()>> calls = {
@@ -379,8 +384,8 @@ int main(int argc, char** argv) {
           }
         for (std::size_t q = 0; q < calls.size(); ++q) {
           const double med = bench::summarize_times(t[q]).median;
-          std::printf("%dx%dx%d: %-34s %.3f ms (%.1f TFLOP/s), median of 5 interleaved rounds\n",
-                      m, n, k, names[q], med, flop / med / 1e9);
+          std::printf("%dx%dx%d: %-34s %.3f ms (%.1f TFLOP/s), median of 5 interleaved rounds\n", m,
+                      n, k, names[q], med, flop / med / 1e9);
         }
         std::printf("fold ranges: %d of %d tiles, %d CTAs\n", fo.ranges, fo.tiles_per_range,
                     fo.ranges * (m / BM));
