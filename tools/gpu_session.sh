@@ -39,7 +39,7 @@ experiments=OFF
 [ "$what" = wgmma ] && experiments=ON
 [ "$what" = fused ] && experiments=ON
 python_opts=""
-[ "$what" = torch ] && python_opts="-DXENTLAB_PYTHON=ON -DPython_EXECUTABLE=$(command -v python3)"
+[ "$what" = torch ] && [ -z "${SKIP_CHECK:-}" ] && python_opts="-DXENTLAB_PYTHON=ON -DPython_EXECUTABLE=$(command -v python3)"
 if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXENTLAB_BUILD_BENCH=ON \
     -DXENTLAB_BUILD_EXPERIMENTS=$experiments $python_opts > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"; echo "CONFIGURE FAILED"; exit 1
@@ -51,6 +51,7 @@ targets="test_gpu_strategies test_gpu_kernels test_bench_gpu xentlab gpu_bench"
 [ "$what" = reference ] && targets="xentlab test_reference_cuda test_reference_tiers"
 [ "$what" = scale ] && targets="xentlab test_reference_cuda test_bench_gpu"
 [ "$what" = torch ] && targets="xentlab _xentlab test_gpu_strategies"
+[ "$what" = torch ] && [ -n "${SKIP_CHECK:-}" ] && targets="xentlab"
 [ "$what" = wgmma ] && targets="wgmma_probe"
 [ "$what" = fused ] && targets="test_gpu_strategies test_gpu_kernels test_bench_gpu gpu_bench fused_breakdown"
 if ! timeout 420 cmake --build build-gpu -j16 --target $targets >> "$OUT/build.log" 2>&1; then
@@ -172,12 +173,15 @@ if [ "$what" = scale ]; then
   grep -v '^\[' "$OUT/audit-llama-fp32.txt" | grep -E 'chunked|checkpointed|runs:|wall' | head -20
 fi
 if [ "$what" = torch ]; then
-  (cd build-gpu && timeout 120 ctest -R 'GpuStrategies' --output-on-failure --timeout 110) \
-    > "$OUT/torch-gpu-tests.log" 2>&1
-  echo "gpu strategy tests rc=$?"; grep -E "tests passed|Failed|\*\*\*" "$OUT/torch-gpu-tests.log" | tail -10
-  PYTHONPATH=build-gpu/python PYTHONUNBUFFERED=1 timeout 120 python3 tools/examples/check_torch.py \
-    --device cuda --cache-dir /tmp/xentlab-check-cache > "$OUT/torch-check.log" 2>&1
-  echo "check_torch rc=$?"; grep -E "=====|reduced_loss|^dH|^dW|differential" "$OUT/torch-check.log" | head -40
+  # SKIP_CHECK=1 leaves out the GPU strategy tests and check_torch.py (the verify table only).
+  if [ -z "${SKIP_CHECK:-}" ]; then
+    (cd build-gpu && timeout 120 ctest -R 'GpuStrategies' --output-on-failure --timeout 110) \
+      > "$OUT/torch-gpu-tests.log" 2>&1
+    echo "gpu strategy tests rc=$?"; grep -E "tests passed|Failed|\*\*\*" "$OUT/torch-gpu-tests.log" | tail -10
+    PYTHONPATH=build-gpu/python PYTHONUNBUFFERED=1 timeout 120 python3 tools/examples/check_torch.py \
+      --device cuda --cache-dir /tmp/xentlab-check-cache > "$OUT/torch-check.log" 2>&1
+    echo "check_torch rc=$?"; grep -E "=====|reduced_loss|^dH|^dW|differential" "$OUT/torch-check.log" | head -40
+  fi
   g=/tmp/xentlab-golden-llama-256.h5
   rm -f "$g" /tmp/xentlab-cand-*.h5
   timeout 120 build-gpu/tools/xentlab golden --dataset llama3-8b --tokens 256 --sigma 8 \
