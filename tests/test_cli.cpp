@@ -122,6 +122,25 @@ TEST_F(VerifyProgram, TheLabsStrategiesAsCandidates) {
   EXPECT_FALSE(std::filesystem::exists(path("x.h5")));
 }
 
+// --baseline-backend: whose strategies make the differential baseline. The CPU emulation is
+// always there; the CUDA kernels only where the build has them and a GPU is present (else the
+// option is refused naming why, never silently replaced by the emulation).
+TEST_F(VerifyProgram, BaselineBackendNamesItsStrategiesOrIsRefused) {
+  const Ran cpu = xentlab(verify("exact.h5") + "--policy fp32 --baseline-backend cpu");
+  EXPECT_EQ(cpu.status, 0) << cpu.output;
+  EXPECT_TRUE(contains(cpu.output, "(cpu-emulation); per output the largest error")) << cpu.output;
+  EXPECT_FALSE(contains(cpu.output, "(cuda)")) << cpu.output;
+  const Ran cuda = xentlab(verify("exact.h5") + "--policy fp32 --baseline-backend cuda");
+  if (cuda.status == 2) {  // no CUDA backend in this build, or no GPU: the reason is named
+    EXPECT_TRUE(contains(cuda.output, "--baseline-backend cuda: ")) << cuda.output;
+  } else {
+    EXPECT_EQ(cuda.status, 0) << cuda.output;
+    EXPECT_TRUE(contains(cuda.output, "(cuda); per output the largest error")) << cuda.output;
+  }
+  expect_exit_2_naming({{verify("exact.h5") + "--baseline-backend tpu",
+                         "--baseline-backend must be auto, cpu, cuda or all, got 'tpu'"}});
+}
+
 TEST_F(VerifyProgram, NumberOptionsOutOfRangeAreRefusedNamingOptionAndValue) {
   const std::string v = verify("exact.h5");
   expect_exit_2_naming({

@@ -9,12 +9,16 @@
 #include "tools/cli/commands.hpp"
 #include "tools/golden/verify.hpp"
 #include "tools/text.hpp"
+#ifdef XENTLAB_HAVE_CUDA
+#include "gpu/cuda/device.hpp"
+#endif
 
 namespace xentlab::cli {
 namespace {
 
 struct VerifyArgs {
   std::string golden, candidate, policy, strictness = "default", junit, check = "both";
+  std::string baseline_backend = "auto";
   std::int64_t baseline_rows = 0;
   std::uint64_t baseline_seed = 1;
   bool explain = false;
@@ -25,6 +29,29 @@ struct VerifyArgs {
   CLI::Option *o_policy = nullptr, *o_strictness = nullptr, *o_k = nullptr, *o_atol = nullptr,
               *o_rtol = nullptr, *o_require = nullptr;
 };
+
+/// --baseline-backend: cpu (the emulation), cuda (the lab's kernels), all (both), auto (all
+/// where this build has the CUDA backend and a GPU is present, else cpu).
+std::vector<Backend> baseline_backends(const std::string& b) {
+  bool have_gpu = false;
+  std::string why = "this build of xentlab has no CUDA backend";
+#ifdef XENTLAB_HAVE_CUDA
+  const gpu::DeviceInfo d = gpu::query_device();
+  have_gpu = d.available;
+  if (!have_gpu) why = "no usable GPU: " + d.reason;
+#endif
+  if (b == "cpu") return {Backend::cpu_emulation};
+  if (b == "auto")
+    return have_gpu ? std::vector<Backend>{Backend::cpu_emulation, Backend::cuda}
+                    : std::vector<Backend>{Backend::cpu_emulation};
+  if (b == "cuda" || b == "all") {
+    if (!have_gpu) throw InputError(fmt::format("--baseline-backend {}: {}", b, why));
+    return b == "cuda" ? std::vector<Backend>{Backend::cuda}
+                       : std::vector<Backend>{Backend::cpu_emulation, Backend::cuda};
+  }
+  throw InputError(
+      fmt::format("--baseline-backend must be auto, cpu, cuda or all, got '{}'", b));
+}
 
 int run_verify(const VerifyArgs& a) {
   // Every option is checked before any file is read.
@@ -51,6 +78,7 @@ int run_verify(const VerifyArgs& a) {
         "--baseline-rows must be ≥ 0 (0: by the work of the problem), got {}", a.baseline_rows));
   options.baseline.rows = a.baseline_rows;
   options.baseline.seed = a.baseline_seed;
+  options.baseline.backends = baseline_backends(a.baseline_backend);
   if (explicit_tol && options.check == VerifyCheck::differential)
     throw InputError(
         "--check differential needs a recipe to emulate: --atol/--rtol declare none (give "
@@ -125,6 +153,11 @@ void register_verify(CLI::App& app) {
                 "seeded sample of that work)")
       ->capture_default_str();
   c->add_option("--baseline-seed", a->baseline_seed, "seed of the baseline's row sample")
+      ->capture_default_str();
+  c->add_option("--baseline-backend", a->baseline_backend,
+                "whose strategies make the differential baseline: cpu (the emulation), cuda (the "
+                "lab's CUDA kernels, tensor-core GEMMs), all (both; per output the largest "
+                "error), auto (all when a GPU is present, else cpu)")
       ->capture_default_str();
   c->add_option("--junit", a->junit,
                 "write a JUnit XML report here (an existing report of verify is replaced: CI "

@@ -135,8 +135,11 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   b.golden_rows = g.S;
   b.seed = opt.seed;
   const Problem& P = g.problem;
-  // Every emulated strategy of the registry that implements the recipe.
-  std::vector<std::unique_ptr<Strategy>> strategies = make_strategies(Backend::cpu_emulation);
+  // Every strategy of the chosen backends that implements the recipe.
+  if (opt.backends.empty()) throw InputError("the baseline needs at least one backend");
+  std::vector<std::unique_ptr<Strategy>> strategies;
+  for (const Backend be : opt.backends)
+    for (auto& s : make_strategies(be)) strategies.push_back(std::move(s));
   std::string why;
   std::vector<const Strategy*> runs;
   for (const auto& s : strategies) {
@@ -150,9 +153,18 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
     b.status = why.empty() ? "no emulated strategy" : why;
     return b;
   }
-  for (const Strategy* st : runs) b.strategy += (b.strategy.empty() ? "" : ", ") + st->name();
-  b.strategy = fmt::format("{} ({}; per output the largest error)", b.strategy,
-                           to_string(runs.front()->backend()));
+  // "naive, chunked (cpu-emulation), naive (cuda); per output the largest error"
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    b.strategy += (i == 0 ? "" : ", ") + runs[i]->name();
+    if (i + 1 == runs.size() || runs[i + 1]->backend() != runs[i]->backend())
+      b.strategy += fmt::format(" ({})", to_string(runs[i]->backend()));
+  }
+  b.strategy += "; per output the largest error";
+  // The sampled work is the CPU's: the emulated strategies share kBaselineWork (the CUDA
+  // kernels' share of the time is small).
+  const auto cpu_runs = std::count_if(runs.begin(), runs.end(), [](const Strategy* st) {
+    return st->backend() == Backend::cpu_emulation;
+  });
 
   // Token rows: all the golden file's, or a seeded sample of them (positions into token_rows),
   // each strategy's share of the work kBaselineWork.
@@ -161,7 +173,8 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
       opt.rows > 0
           ? opt.rows
           : std::max<std::int64_t>(
-                kBaselineMinRows, kBaselineWork / static_cast<std::int64_t>(runs.size()) / per_row);
+                kBaselineMinRows,
+                kBaselineWork / std::max<std::int64_t>(1, cpu_runs) / per_row);
   m = std::min(m, g.S);
   std::vector<std::int64_t> pos;
   if (m < g.S) {
@@ -205,12 +218,12 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
     StrategyOutputs o;
     try {
       o = st->run(req);
-    } catch (const InputError& e) {  // what the emulation refuses to run
-      b.status = fmt::format("{} (cpu-emulation) failed: {}", st->name(), e.what());
+    } catch (const InputError& e) {  // what the strategy refuses to run
+      b.status = fmt::format("{} ({}) failed: {}", st->name(), to_string(st->backend()), e.what());
       b.profiles.clear();
       return b;
     } catch (const std::bad_alloc&) {  // a working set beyond the host's memory
-      b.status = fmt::format("{} (cpu-emulation): out of host memory", st->name());
+      b.status = fmt::format("{} ({}): out of host memory", st->name(), to_string(st->backend()));
       b.profiles.clear();
       return b;
     }

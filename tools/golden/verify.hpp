@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "datasets/tensor.hpp"
+#include "gpu/strategy.hpp"
 #include "numerics/arithmetic.hpp"
 #include "numerics/bounds.hpp"
 #include "numerics/recipe.hpp"
@@ -112,6 +113,11 @@ struct BaselineOptions {
   /// most k rows.
   std::int64_t rows = 0;
   std::uint64_t seed = 1;  ///< of the samples
+  /// The backends whose strategies make the baseline: the CPU emulation (IEEE arithmetic in the
+  /// recipe's formats), and where a GPU is present the CUDA kernels, whose tensor-core GEMMs
+  /// accumulate fp32 differently (docs/verify.md, "Tensor-core accumulation"). Per output the
+  /// largest error over all of them. A backend this build lacks contributes no strategy.
+  std::vector<Backend> backends{Backend::cpu_emulation};
 };
 
 /// The emulated baseline of one recipe on a golden problem: the CPU emulation of every strategy of
