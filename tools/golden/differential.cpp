@@ -143,6 +143,8 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   std::string why;
   std::vector<const Strategy*> runs;
   for (const auto& s : strategies) {
+    if (std::find(opt.exclude.begin(), opt.exclude.end(), s->name()) != opt.exclude.end())
+      continue;
     const Status ok = s->can_implement(P, g.spec, recipe);
     if (ok.ok())
       runs.push_back(s.get());

@@ -118,6 +118,9 @@ struct BaselineOptions {
   /// accumulate fp32 differently (docs/verify.md, "Tensor-core accumulation"). Per output the
   /// largest error over all of them. A backend this build lacks contributes no strategy.
   std::vector<Backend> backends{Backend::cpu_emulation};
+  /// Strategies left out of the baseline, by name (on every backend): a baseline of the *other*
+  /// correct implementations, against which one of them is judged (leave-one-out).
+  std::vector<std::string> exclude;
 };
 
 /// The emulated baseline of one recipe on a golden problem: the CPU emulation of every strategy of
