@@ -275,8 +275,11 @@ Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, d
       if (progress) progress(i0 + m, N);
     }
   }
-  return Problem::linear(std::move(H), std::move(W), std::nullopt, std::move(t), spec.ignore_index,
-                         name);
+  Problem p = Problem::linear(std::move(H), std::move(W), std::nullopt, std::move(t),
+                              spec.ignore_index, name);
+  if (mode != TargetMode::uniform)
+    p.targets_drawn_by = engine ? engine->describe() : fmt::format("cpu: {}", blas_description());
+  return p;
 }
 
 Problem make_confident_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype,

@@ -26,6 +26,10 @@ struct Problem {
   std::optional<Tensor> bias;  ///< (V), linear problems, optional
   Tensor logits;       ///< (N, V), logits problems
   std::vector<std::int64_t> targets;  ///< (N)
+  /// Calibrated targets (drawn from the softmax of the head's fp64 logits): what drew them, for
+  /// provenance — "cpu: <the BLAS>" or the TargetEngine's describe() ("cuda: NVIDIA H200 …").
+  /// Empty for targets of another kind. Kept by select_rows and with_input_dtype.
+  std::string targets_drawn_by;
 
   bool is_linear() const { return D > 0; }
   /// dtype of the stored inputs (H/W, or the given logits).

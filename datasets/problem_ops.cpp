@@ -44,18 +44,23 @@ Problem select_rows(const Problem& p, const std::vector<std::int64_t>& rows,
   std::vector<std::int64_t> t;
   t.reserve(rows.size());
   for (std::int64_t i : rows) t.push_back(p.targets[static_cast<std::size_t>(i)]);
-  if (p.is_linear())
-    return Problem::linear(copy_rows(p.H, rows), p.W, p.bias, std::move(t), ignore_index, p.name);
-  return Problem::from_logits(copy_rows(p.logits, rows), std::move(t), ignore_index, p.name);
+  Problem q = p.is_linear() ? Problem::linear(copy_rows(p.H, rows), p.W, p.bias, std::move(t),
+                                              ignore_index, p.name)
+                            : Problem::from_logits(copy_rows(p.logits, rows), std::move(t),
+                                                   ignore_index, p.name);
+  q.targets_drawn_by = p.targets_drawn_by;
+  return q;
 }
 
 Problem with_input_dtype(const Problem& p, DType dtype, std::int64_t ignore_index) {
   const DType from = p.input_dtype();
   if (from == dtype) return p;
-  if (p.is_linear())
-    return Problem::linear(convert(p.H, dtype), convert(p.W, dtype), p.bias, p.targets,
-                           ignore_index, p.name);
-  return Problem::from_logits(convert(p.logits, dtype), p.targets, ignore_index, p.name);
+  Problem q = p.is_linear() ? Problem::linear(convert(p.H, dtype), convert(p.W, dtype), p.bias,
+                                              p.targets, ignore_index, p.name)
+                            : Problem::from_logits(convert(p.logits, dtype), p.targets,
+                                                   ignore_index, p.name);
+  q.targets_drawn_by = p.targets_drawn_by;
+  return q;
 }
 
 }  // namespace xentlab

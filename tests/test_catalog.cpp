@@ -11,6 +11,8 @@
 
 #include "datasets/catalog.hpp"
 #include "datasets/generators.hpp"
+#include "datasets/problem_ops.hpp"
+#include "numerics/blas.hpp"
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
 
@@ -129,6 +131,20 @@ TEST(Generators, IndependentOfThreadCount) {
   omp_set_num_threads(before);
   EXPECT_TRUE(same_problem(a, b));
   EXPECT_TRUE(same_problem(ca, cb));
+}
+
+// Provenance: calibrated targets name what drew them (the CPU's BLAS here; the GPU's engine is
+// checked by the GPU tests), kept through a row selection and a dtype change; uniform targets,
+// drawn from the seed alone, name nothing.
+TEST(Generators, CalibratedTargetsNameWhatDrewThem) {
+  LossSpec spec;
+  const Problem c = make_head(6, 60, 8, DType::bf16, 4.0, 2, TargetMode::calibrated, spec);
+  EXPECT_EQ(c.targets_drawn_by, std::string("cpu: ") + blas_description());
+  EXPECT_EQ(select_rows(c, {1, 4}, spec.ignore_index).targets_drawn_by, c.targets_drawn_by);
+  EXPECT_EQ(with_input_dtype(c, DType::fp32, spec.ignore_index).targets_drawn_by,
+            c.targets_drawn_by);
+  EXPECT_EQ(make_head(6, 60, 8, DType::bf16, 4.0, 2, TargetMode::uniform, spec).targets_drawn_by,
+            "");
 }
 
 TEST(Generators, CalibratedTargetsFollowTheSoftmax) {

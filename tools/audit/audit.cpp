@@ -194,6 +194,7 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
                          std::string(to_string(input)),
                          ap.spec.describe(),
                          pr.problem.describe(),
+                         pr.problem.targets_drawn_by,
                          pr.orig_rows,
                          pr.ref.loss,
                          pr.ref.lse,

@@ -132,6 +132,7 @@ struct RunRecord {
 /// Per-token covariates of a problem's reference (one set per input dtype), for the plots.
 struct ProblemRecord {
   std::string name, regime, input_dtype, spec, describe;
+  std::string targets_drawn_by;          ///< Problem::targets_drawn_by (empty: not calibrated)
   std::vector<std::int64_t> token_rows;  ///< rows of the original problem in the sub-batch
   std::vector<double> loss, lse, p_target, max_logit, entropy;
 };

@@ -99,6 +99,7 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     g.set_attr("input_dtype", p.input_dtype);
     g.set_attr("spec", p.spec);
     g.set_attr("describe", p.describe);
+    if (!p.targets_drawn_by.empty()) g.set_attr("targets_drawn_by", p.targets_drawn_by);
     g.write("token_rows", p.token_rows);
     g.write("loss", p.loss);
     g.write("lse", p.lse);

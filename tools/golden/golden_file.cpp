@@ -273,6 +273,7 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
     g.set_attr("V", pb.V);
     g.set_attr("D", pb.D);
     g.set_attr("input_dtype", std::string(to_string(pb.input_dtype())));
+    if (!pb.targets_drawn_by.empty()) g.set_attr("targets_drawn_by", pb.targets_drawn_by);
     if (linear) {
       g.write_tensor("H", pb.H);
       g.write_tensor("W", pb.W);
