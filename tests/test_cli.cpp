@@ -1,6 +1,7 @@
 // The xentlab program's refusals and file handling, run as a user runs them (the binary, its exit
 // status and its output): verify's number options, --junit on a re-run, --require; golden's and
-// audit's dataset paths and loss-spec checks; the datasets listing's suggestion; and
+// audit's dataset paths and loss-spec checks; the loss options reference, golden and audit share;
+// audit's, --append's and candidate's refusals; the datasets listing's suggestion; and
 // tools/plot_audit.py (bad input, existing plots, --force; skipped where python3 lacks h5py or
 // matplotlib).
 #include <fmt/format.h>
