@@ -443,6 +443,109 @@ std::vector<std::int64_t> checked_rows(const std::vector<std::int64_t>& rows, st
 
 namespace {
 
+// One thread's row buffers of the compensated tier (V logits and their bounds, chain factors,
+// e^{z−a}, dz and its bound; a W and an H row).
+struct RowBuffers {
+  std::vector<double> z, zb, ch, chb, e, g, gb, wbuf, hbuf;
+  Dot2Rows dh;
+  RowBuffers(std::int64_t V, std::int64_t D, bool want_dH) {
+    const auto n = static_cast<std::size_t>(V);
+    const auto d = static_cast<std::size_t>(std::max<std::int64_t>(D, 1));
+    z.resize(n);
+    zb.resize(n);
+    ch.resize(n);
+    chb.resize(n);
+    e.resize(n);
+    g.resize(n);
+    gb.resize(n);
+    wbuf.resize(d);
+    hbuf.resize(d);
+    dh.reset(want_dH ? D : 0);
+  }
+};
+
+// The dz (and its bounds) and H rows of a block of token rows, kept for the dW/db pass.
+struct TokenBlock {
+  std::int64_t b0 = 0;  // first row q of the block
+  std::vector<double> dz, bdz, h;
+};
+
+// Token row q of the compensated tier: Sum2 logits, the row's forward outputs and dz into res
+// (and into the block for dW/db), and dH = dz·W by Dot2.
+void compensated_row(const Context& cx, const ReferenceOptions& opt, bool want_dH, std::int64_t q,
+                     ReferenceResult& res, RowBuffers& rb, TokenBlock* blk) {
+  auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
+  const Problem& pb = cx.pb;
+  const LossSpec& sp = cx.sp;
+  const std::int64_t V = cx.V, D = cx.D;
+  const std::int64_t i = res.token_rows[sz(q)];
+  const std::int64_t t = pb.targets[sz(i)];
+  const bool valid = t != sp.ignore_index;
+  double h_norm = 0.0;
+  if (pb.is_linear()) {
+    pb.H.read(i * D, D, rb.hbuf.data());
+    double ss = 0;
+    for (std::int64_t d = 0; d < D; ++d) ss += rb.hbuf[sz(d)] * rb.hbuf[sz(d)];
+    h_norm = std::sqrt(ss) * detail::norm_margin(D);
+    if (blk) std::copy(rb.hbuf.begin(), rb.hbuf.end(), blk->h.begin() + (q - blk->b0) * D);
+  }
+  row_logits(cx, i, rb.hbuf.data(), h_norm, rb.wbuf, rb.z.data(), rb.zb.data(), rb.ch.data(),
+             rb.chb.data());
+  double ops = 1.0, omp_t = 0.0;
+  const RowStats st = detail::row_forward(sp, V, valid ? t : -1, valid, rb.z.data(), rb.zb.data(),
+                                          rb.e.data(), ops, omp_t);
+  const double gs = detail::row_grad_scale(sp, res.n_valid, opt.upstream, i, valid);
+  detail::store_row_outputs(res, q, st, gs);
+
+  detail::row_gradient(sp, V, t, valid, st, gs, rb.e.data(), ops, omp_t, rb.ch.data(),
+                       rb.chb.data(), rb.g.data(), rb.gb.data());
+  if (opt.want_dz) {
+    std::copy(rb.g.begin(), rb.g.end(), res.dz.begin() + q * V);
+    std::copy(rb.gb.begin(), rb.gb.end(), res.dz_bound.begin() + q * V);
+  }
+  if (blk) {
+    std::copy(rb.g.begin(), rb.g.end(), blk->dz.begin() + (q - blk->b0) * V);
+    std::copy(rb.gb.begin(), rb.gb.end(), blk->bdz.begin() + (q - blk->b0) * V);
+  }
+  if (want_dH) {
+    rb.dh.reset(D);
+    for (std::int64_t j = 0; j < V; ++j) {
+      if (rb.g[sz(j)] == 0.0 && rb.gb[sz(j)] == 0.0) continue;  // exact zero: no contribution
+      pb.W.read(j * D, D, rb.wbuf.data());
+      rb.dh.add(rb.g[sz(j)], rb.gb[sz(j)], rb.wbuf.data(), D);
+    }
+    rb.dh.finish(D, static_cast<double>(V) + 1, res.dH.data() + q * D, res.dH_bound.data() + q * D,
+                 res.dH_cond.data() + q * D);
+  }
+}
+
+// dW and db of the compensated tier: Dot2 and Sum2 accumulators per vocabulary row, fed block by
+// block of token rows.
+struct VocabAccumulators {
+  std::vector<Dot2Rows> dW;
+  std::vector<eft::CompensatedSum> db;
+  std::vector<double> db_bnd, db_abs;
+};
+
+// Vocabulary row jj (index j) takes the tokens rows b0..b1 of the block.
+void accumulate_vocab_row(const TokenBlock& blk, std::int64_t b1, std::int64_t V, std::int64_t D,
+                          std::int64_t jj, std::int64_t j, bool want_dW, bool want_db,
+                          VocabAccumulators& acc) {
+  auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
+  const std::int64_t b0 = blk.b0;
+  for (std::int64_t q = b0; q < b1; ++q) {
+    const double x = blk.dz[sz((q - b0) * V + j)];
+    const double bx = blk.bdz[sz((q - b0) * V + j)];
+    if (x == 0.0 && bx == 0.0) continue;
+    if (want_dW) acc.dW[sz(jj)].add(x, bx, blk.h.data() + (q - b0) * D, D);
+    if (want_db) {
+      acc.db[sz(jj)].add(x);
+      acc.db_bnd[sz(jj)] += bx;
+      acc.db_abs[sz(jj)] += std::fabs(x);
+    }
+  }
+}
+
 // The compensated tier: Sum2 logits, Dot2 gradients (reference.hpp).
 void compensated_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& opt,
                       ReferenceResult& res) {
@@ -462,14 +565,12 @@ void compensated_tier(const Problem& pb, const LossSpec& sp, const ReferenceOpti
 
   auto sz = [](std::int64_t n) { return static_cast<std::size_t>(n); };
   detail::allocate_outputs(res, opt.want_dz, want_dH);
-  std::vector<Dot2Rows> dW_acc;
-  std::vector<eft::CompensatedSum> db_acc;
-  std::vector<double> db_bnd, db_abs;
-  if (want_dW) dW_acc.assign(sz(J), Dot2Rows(D));
+  VocabAccumulators acc;
+  if (want_dW) acc.dW.assign(sz(J), Dot2Rows(D));
   if (want_db) {
-    db_acc.assign(sz(J), {});
-    db_bnd.assign(sz(J), 0.0);
-    db_abs.assign(sz(J), 0.0);
+    acc.db.assign(sz(J), {});
+    acc.db_bnd.assign(sz(J), 0.0);
+    acc.db_abs.assign(sz(J), 0.0);
   }
 
   // Token blocks: the dz of a block (and its bounds) is kept for the dW/db pass.
@@ -479,80 +580,28 @@ void compensated_tier(const Problem& pb, const LossSpec& sp, const ReferenceOpti
     B = std::max<std::int64_t>(1, (std::int64_t{512} << 20) / std::max<std::int64_t>(1, V * 16));
     B = std::min(B, std::max<std::int64_t>(S, 1));
   }
-  std::vector<double> blk_dz, blk_bdz, blk_h;
+  TokenBlock blk;
   if (keep_block) {
-    blk_dz.resize(sz(B * V));
-    blk_bdz.resize(sz(B * V));
-    blk_h.resize(sz(B * std::max<std::int64_t>(D, 1)));
+    blk.dz.resize(sz(B * V));
+    blk.bdz.resize(sz(B * V));
+    blk.h.resize(sz(B * std::max<std::int64_t>(D, 1)));
   }
   const int nthreads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
 
   for (std::int64_t b0 = 0; b0 < S; b0 += B) {
     const std::int64_t b1 = std::min(S, b0 + B);
+    blk.b0 = b0;
 #pragma omp parallel num_threads(nthreads)
     {
-      std::vector<double> z(sz(V)), zb(sz(V)), ch(sz(V)), chb(sz(V)), e(sz(V)), g(sz(V)), gb(sz(V)),
-          wbuf(sz(std::max<std::int64_t>(D, 1))), hbuf(sz(std::max<std::int64_t>(D, 1)));
-      Dot2Rows dh(want_dH ? D : 0);
+      RowBuffers rb(V, D, want_dH);
 #pragma omp for schedule(dynamic, 1)
-      for (std::int64_t q = b0; q < b1; ++q) {
-        const std::int64_t i = res.token_rows[sz(q)];
-        const std::int64_t t = pb.targets[sz(i)];
-        const bool valid = t != sp.ignore_index;
-        double h_norm = 0.0;
-        if (linear) {
-          pb.H.read(i * D, D, hbuf.data());
-          double ss = 0;
-          for (std::int64_t d = 0; d < D; ++d) ss += hbuf[sz(d)] * hbuf[sz(d)];
-          h_norm = std::sqrt(ss) * detail::norm_margin(D);
-          if (keep_block) std::copy(hbuf.begin(), hbuf.end(), blk_h.begin() + (q - b0) * D);
-        }
-        row_logits(cx, i, hbuf.data(), h_norm, wbuf, z.data(), zb.data(), ch.data(), chb.data());
-        double ops = 1.0, omp_t = 0.0;
-        const RowStats st = detail::row_forward(sp, V, valid ? t : -1, valid, z.data(), zb.data(),
-                                                e.data(), ops, omp_t);
-        const double gs = detail::row_grad_scale(sp, res.n_valid, opt.upstream, i, valid);
-        detail::store_row_outputs(res, q, st, gs);
-
-        detail::row_gradient(sp, V, t, valid, st, gs, e.data(), ops, omp_t, ch.data(), chb.data(),
-                             g.data(), gb.data());
-        if (opt.want_dz) {
-          std::copy(g.begin(), g.end(), res.dz.begin() + q * V);
-          std::copy(gb.begin(), gb.end(), res.dz_bound.begin() + q * V);
-        }
-        if (keep_block) {
-          std::copy(g.begin(), g.end(), blk_dz.begin() + (q - b0) * V);
-          std::copy(gb.begin(), gb.end(), blk_bdz.begin() + (q - b0) * V);
-        }
-        if (want_dH) {
-          dh.reset(D);
-          for (std::int64_t j = 0; j < V; ++j) {
-            if (g[sz(j)] == 0.0 && gb[sz(j)] == 0.0) continue;  // exact zero: no contribution
-            pb.W.read(j * D, D, wbuf.data());
-            dh.add(g[sz(j)], gb[sz(j)], wbuf.data(), D);
-          }
-          dh.finish(D, static_cast<double>(V) + 1, res.dH.data() + q * D,
-                    res.dH_bound.data() + q * D, res.dH_cond.data() + q * D);
-        }
-      }
+      for (std::int64_t q = b0; q < b1; ++q)
+        compensated_row(cx, opt, want_dH, q, res, rb, keep_block ? &blk : nullptr);
       // dW/db over this block of tokens, parallel over vocabulary rows.
       if (keep_block) {
-        std::vector<double> wcol;
 #pragma omp for schedule(static)
-        for (std::int64_t jj = 0; jj < J; ++jj) {
-          const std::int64_t j = res.vocab_rows[sz(jj)];
-          for (std::int64_t q = b0; q < b1; ++q) {
-            const double x = blk_dz[sz((q - b0) * V + j)];
-            const double bx = blk_bdz[sz((q - b0) * V + j)];
-            if (x == 0.0 && bx == 0.0) continue;
-            if (want_dW) dW_acc[sz(jj)].add(x, bx, blk_h.data() + (q - b0) * D, D);
-            if (want_db) {
-              db_acc[sz(jj)].add(x);
-              db_bnd[sz(jj)] += bx;
-              db_abs[sz(jj)] += std::fabs(x);
-            }
-          }
-        }
+        for (std::int64_t jj = 0; jj < J; ++jj)
+          accumulate_vocab_row(blk, b1, V, D, jj, res.vocab_rows[sz(jj)], want_dW, want_db, acc);
       }
     }
     if (opt.progress) opt.progress(b1, S);
@@ -563,10 +612,10 @@ void compensated_tier(const Problem& pb, const LossSpec& sp, const ReferenceOpti
     res.dW_bound.resize(sz(J * D));
     res.dW_cond.resize(sz(J * D));
     for (std::int64_t jj = 0; jj < J; ++jj)
-      dW_acc[sz(jj)].finish(D, static_cast<double>(S) + 1, res.dW.data() + jj * D,
+      acc.dW[sz(jj)].finish(D, static_cast<double>(S) + 1, res.dW.data() + jj * D,
                             res.dW_bound.data() + jj * D, res.dW_cond.data() + jj * D);
   }
-  if (want_db) detail::finish_db(db_acc, db_bnd, db_abs, S, res);
+  if (want_db) detail::finish_db(acc.db, acc.db_bnd, acc.db_abs, S, res);
 }
 
 // Dot2 accumulators (4 doubles per dW/dH element), outputs, the dz block (≤ 512 MiB), the
@@ -619,33 +668,20 @@ void finish_reduced_loss(const Problem& pb, const LossSpec& sp, ReferenceResult&
   res.reduced_loss_bound = red_b;
 }
 
-}  // namespace
-
-ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
-                                  const ReferenceOptions& opt) {
+// The problem, the spec and the options the reference cannot work with, refused naming the fault
+// (before the rows are checked).
+void check_problem(const Problem& pb, const LossSpec& sp, const ReferenceOptions& opt) {
   sp.validate();
   pb.validate(sp.ignore_index);
   if (opt.threads < 0 || opt.threads > 4096)
     throw InputError(
         fmt::format("threads must be in [0, 4096] (0 = OpenMP's default), got {}", opt.threads));
-  const bool linear = pb.is_linear();
-  if (linear && pb.H.dtype() == DType::fp64)
+  if (pb.is_linear() && pb.H.dtype() == DType::fp64)
     throw InputError("H/W in fp64 are not supported: products of fp64 values are not exact");
-  const std::int64_t N = pb.N, V = pb.V, D = pb.D;
-  const bool want_dH = linear && opt.want_dH;
-  const bool want_dW = linear && opt.want_dW;
-  const bool want_db = linear && opt.want_db;
+}
 
-  ReferenceResult res;
-  res.N = N;
-  res.V = V;
-  res.D = D;
-  res.token_rows = checked_rows(opt.token_rows, N, "token_rows");
-  res.vocab_rows = checked_rows(opt.vocab_rows, V, "vocab_rows");
-  const auto S = static_cast<std::int64_t>(res.token_rows.size());
-  const auto J = static_cast<std::int64_t>(res.vocab_rows.size());
-  res.partial = S < N;
-  res.n_valid = pb.count_valid(sp.ignore_index);
+// The upstream gradient (reduction none: N finite entries) and the memory and blocking options.
+void check_run_options(const LossSpec& sp, const ReferenceOptions& opt, std::int64_t N) {
   if (!opt.upstream.empty()) {
     if (sp.reduction != Reduction::none)
       throw InputError("an upstream gradient is only taken with reduction none");
@@ -664,6 +700,41 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
     throw InputError(
         fmt::format("block_rows and panel_rows must be >= 0 (0 = automatic), got {} and {}",
                     opt.block_rows, opt.panel_rows));
+}
+
+// The tier that runs: given logits always take the compensated tier (no GEMM: the row work is
+// the whole computation); auto is cuda where a device is present, else blas.
+ReferenceTier resolve_tier(const Problem& pb, ReferenceTier tier) {
+  if (!pb.is_linear()) return ReferenceTier::compensated;
+  if (tier == ReferenceTier::automatic)
+    return cuda_reference_available() ? ReferenceTier::cuda : ReferenceTier::blas;
+  if (tier == ReferenceTier::cuda) {
+    std::string why;
+    if (!cuda_reference_available(&why))
+      throw InputError("the cuda reference tier is not available: " + why);
+  }
+  return tier;
+}
+
+}  // namespace
+
+ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
+                                  const ReferenceOptions& opt) {
+  check_problem(pb, sp, opt);
+  const bool linear = pb.is_linear();
+  const std::int64_t N = pb.N, V = pb.V, D = pb.D;
+
+  ReferenceResult res;
+  res.N = N;
+  res.V = V;
+  res.D = D;
+  res.token_rows = checked_rows(opt.token_rows, N, "token_rows");
+  res.vocab_rows = checked_rows(opt.vocab_rows, V, "vocab_rows");
+  const auto S = static_cast<std::int64_t>(res.token_rows.size());
+  const auto J = static_cast<std::int64_t>(res.vocab_rows.size());
+  res.partial = S < N;
+  res.n_valid = pb.count_valid(sp.ignore_index);
+  check_run_options(sp, opt, N);
   const bool budget_given = opt.max_bytes > 0;
   // Without a budget: 90 % of the memory available now, a margin for what other processes
   // allocate while the reference runs.
@@ -671,24 +742,16 @@ ReferenceResult compute_reference(const Problem& pb, const LossSpec& sp,
       budget_given
           ? opt.max_bytes
           : static_cast<std::int64_t>(0.9 * static_cast<double>(detail::available_memory_bytes()));
-  ReferenceTier tier = opt.tier;
-  if (!linear) {
-    tier = ReferenceTier::compensated;  // no GEMM: the row work is the whole computation
-  } else if (tier == ReferenceTier::automatic) {
-    tier = cuda_reference_available() ? ReferenceTier::cuda : ReferenceTier::blas;
-  } else if (tier == ReferenceTier::cuda) {
-    std::string why;
-    if (!cuda_reference_available(&why))
-      throw InputError("the cuda reference tier is not available: " + why);
-  }
-  res.tier = tier;
+  res.tier = resolve_tier(pb, opt.tier);
 
-  if (tier == ReferenceTier::compensated) {
+  if (res.tier == ReferenceTier::compensated) {
     detail::check_memory(
-        compensated_need(S, V, D, J, opt, want_dH, want_dW, want_db), budget, budget_given,
+        compensated_need(S, V, D, J, opt, linear && opt.want_dH, linear && opt.want_dW,
+                         linear && opt.want_db),
+        budget, budget_given,
         fmt::format("the compensated reference of {} rows × V={} × D={}", S, V, D));
     compensated_tier(pb, sp, opt, res);
-  } else if (tier == ReferenceTier::blas) {
+  } else if (res.tier == ReferenceTier::blas) {
     detail::blas_tier(pb, sp, opt, res, budget, budget_given);
   } else {
     detail::cuda_tier(pb, sp, opt, res, budget, budget_given);

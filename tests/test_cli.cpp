@@ -1,6 +1,7 @@
 // The xentlab program's refusals and file handling, run as a user runs them (the binary, its exit
 // status and its output): verify's number options, --junit on a re-run, --require; golden's and
-// audit's dataset paths and loss-spec checks; the datasets listing's suggestion; and
+// audit's dataset paths and loss-spec checks; the loss options reference, golden and audit share;
+// audit's, --append's and candidate's refusals; the datasets listing's suggestion; and
 // tools/plot_audit.py (bad input, existing plots, --force; skipped where python3 lacks h5py or
 // matplotlib).
 #include <fmt/format.h>
@@ -387,6 +388,138 @@ TEST_F(DatasetProgram, TheListingsSuggestionIsAcceptedByAuditAndGolden) {
   const Ran help = xentlab("audit --help");
   for (const char* opt : {"-N,--tokens", "-V,--vocab", "-D,--hidden"})
     EXPECT_TRUE(contains(help.output, opt)) << opt << "\n" << help.output;
+}
+
+// ---- the loss options, and refusals of audit, candidate and reference ------------------------
+
+// The loss options are declared once (tools/cli/loss_options.hpp) for reference, golden and audit:
+// each command takes the same spelling of an option, and the same bad value is refused by each
+// naming the same fault, before any problem is generated (the dataset named here cannot be made).
+TEST_F(DatasetProgram, TheLossOptionsAreTheSameInEveryCommand) {
+  const std::string golden = "golden --dataset no-such-dataset -o " + shell_quote(path("g.h5"));
+  const std::string audit =
+      "audit --backend cpu -q --dataset no-such-dataset -o " + shell_quote(path("a.h5"));
+  const std::string reference = "reference -N 8 -V 100 -D 8 --oracle-rows 0";
+  for (const std::string& cmd : {golden, audit, reference}) {
+    expect_exit_2_naming({
+        {cmd + " --reduction avg", "unknown reduction 'avg' (expected none, mean or sum)"},
+        {cmd + " --label-smoothing 1.5", "label_smoothing must be in [0, 1], got 1.5"},
+        {cmd + " --z-loss -1", "z_loss must be finite and >= 0, got -1"},
+        {cmd + " --softcap 1e-300", "softcap = 1e-300 is not a normal fp32 number"},
+        {cmd + " --logit-scale 0", "logit_scale must be finite and > 0, got 0"},
+        // 2^24 + 1: the strategies hold the count in fp32.
+        {cmd + " --normalizer 16777217", "normalizer = 16777217 is above 2^24"},
+        {cmd + " --normalizer 010", "a leading zero would make it octal"},
+        {cmd + " --normalizer 4 --reduction sum", "normalizer = 4 is given with reduction sum"},
+        {cmd + " --normalizer -1", "--normalizer: must be ≥ 0, got -1"},
+    });
+    const Ran help = xentlab(cmd.substr(0, cmd.find(' ')) + " --help");
+    for (const char* opt : {"--reduction", "--label-smoothing", "--z-loss", "--softcap",
+                            "--logit-scale", "--normalizer", "--upstream"})
+      EXPECT_TRUE(contains(help.output, opt)) << opt << "\n" << help.output;
+  }
+  // ignore_index and the mean of an empty batch: the commands that take them.
+  expect_exit_2_naming({
+      {golden + " --ignore-index x", "--ignore-index"},
+      {reference + " --ignore-index 0x10", "not a plain decimal integer"},
+      {golden + " --empty-mean one", "--empty-mean 'one': expected nan or zero"},
+  });
+  EXPECT_FALSE(fs::exists(path("g.h5")));
+  EXPECT_FALSE(fs::exists(path("a.h5")));
+}
+
+// A given option overrides the dataset's spec in golden (the spec line and the file's spec say
+// so), and a left-out option keeps the dataset's.
+TEST_F(DatasetProgram, GivenLossOptionsOverrideTheDatasetsSpec) {
+  const Ran r = xentlab(
+      "golden -N 8 --label-smoothing 0.25 --z-loss 0.001 --logit-scale 0.5 --ignore-index 3 "
+      "--reduction sum --no-grad -o " +
+      shell_quote(path("g.h5")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const Golden g = read_golden(path("g.h5"));
+  EXPECT_EQ(g.spec.label_smoothing, 0.25);
+  EXPECT_EQ(g.spec.z_loss, 0.001);
+  EXPECT_EQ(g.spec.logit_scale, 0.5);
+  EXPECT_EQ(g.spec.ignore_index, 3);
+  EXPECT_EQ(g.spec.reduction, Reduction::sum);
+  DatasetParams p;
+  p.N = 8;
+  EXPECT_EQ(g.spec.softcap, make_dataset("stories260k", p).spec.softcap);  // not given: its own
+  EXPECT_TRUE(contains(r.output, g.spec.describe())) << r.output;
+}
+
+// Refusals of audit's own options come before any problem is generated and leave no file.
+TEST_F(DatasetProgram, AuditOptionsAreRefusedBeforeTheWork) {
+  const std::string a = "audit --backend cpu -q -o " + shell_quote(path("a.h5")) + " ";
+  expect_exit_2_naming({
+      {"audit -q -o " + shell_quote(path("a.h5")) + " --backend gpu",
+       "--backend must be auto, cpu or cuda, got 'gpu'"},
+      {a + "--strategies ''", "--strategies: empty value (leave the option out for the default)"},
+      {a + "--recipes ,", "--recipes: empty value"},
+      {a + "--problems ''", "--problems: empty value"},
+      {a + "--strategies naive,naive", "--strategies: 'naive' is named twice"},
+      {a + "--problems stories260k,stories260k", "--problems: 'stories260k' is named twice"},
+      {a + "--recipes bf17/fp32/fp32/fp32", "recipe 'bf17/fp32/fp32/fp32': unknown dtype 'bf17'"},
+      {a + "--vocab 1000", "--vocab sets V of --dataset generators"},
+      {a + "--policy lax", "unknown pass/fail policy 'lax'"},
+      {a + "--markdown " + shell_quote(path("a.h5")), "is the results file"},
+      {a + "--problems no-such-problem", "unknown problem 'no-such-problem'"},
+      {a + "--chunk-tokens 010", "a leading zero would make it octal"},
+  });
+  EXPECT_FALSE(fs::exists(path("a.h5")));
+  EXPECT_FALSE(fs::exists(path("a.h5.md")));
+}
+
+// One seed, one chunk width and one upstream gradient per results file: --append refuses runs of
+// another, naming both, before the work, and leaves the file as it was.
+TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
+  const std::string small =
+      "audit --backend cpu -q --dataset odd-vocab -N 2 --strategies naive "
+      "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +
+      shell_quote(path("a.h5"));
+  const Ran first = xentlab(small + " --reduction none");
+  ASSERT_TRUE(first.status == 0 || first.status == 1) << first.output;
+  const std::string before = slurp(path("a.h5"));
+  ASSERT_FALSE(before.empty());
+  expect_exit_2_naming({
+      {small + " --reduction none --append --seed 2", "holds runs of seed 1, this audit's is 2"},
+      {small + " --reduction none --append --chunk-tokens 4",
+       "holds runs of --chunk-tokens 0 --upstream ones, this audit's are 4 and ones"},
+      {small + " --reduction none --append --upstream random",
+       "holds runs of --chunk-tokens 0 --upstream ones, this audit's are 0 and random"},
+      {small + " --reduction none", "exists"},  // neither --append nor --force
+  });
+  EXPECT_EQ(slurp(path("a.h5")), before);
+}
+
+// `xentlab candidate`: option refusals come before the golden file is read or a strategy runs.
+TEST_F(VerifyProgram, CandidateOptionsAreRefusedNamingTheCause) {
+  const std::string g = shell_quote(path("g.h5"));
+  const std::string out = " " + shell_quote(path("x.h5"));
+  const std::string run = " --strategy naive --recipe fp32/fp32/fp32/fp32";
+  expect_exit_2_naming({
+      {"candidate " + g + out + run + " --chunk-tokens -1",
+       "--chunk-tokens must be ≥ 0 (0: the strategy's own), got -1"},
+      {"candidate " + g + out + " --strategy naive --recipe fp32/fp32/fp32",
+       "recipe 'fp32/fp32/fp32'"},
+      {"candidate " + shell_quote(path("nowhere.h5")) + out + run, "nowhere.h5: no such file"},
+      {"candidate " + g + out + " --recipe fp32/fp32/fp32/fp32", "--strategy is required"},
+  });
+  EXPECT_FALSE(fs::exists(path("x.h5")));
+}
+
+// `xentlab reference`: the upstream gradient and normaliser beside the wrong reduction, and the
+// thread count, are refused before the problem is generated.
+TEST(ReferenceProgram, LossAndThreadOptionsAreRefused) {
+  testing::expect_exit_2_naming({
+      {"reference -N 8 -V 100 --normalizer 5 --reduction none",
+       "normalizer = 5 is given with reduction none"},
+      {"reference -N 8 -V 100 --upstream random",
+       "--upstream random: an upstream gradient is taken with --reduction none only"},
+      {"reference -N 8 -V 100 --reduction none --upstream file.npy",
+       "--upstream 'file.npy': expected ones or random"},
+      {"reference -N 8 -V 100 --threads 5000", "--threads"},
+  });
 }
 
 // --check picks the checks; its value, and the options the differential check needs, are checked

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -25,6 +26,7 @@
 #include "numerics/error.hpp"
 #include "tools/audit/audit.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/loss_options.hpp"
 #include "tools/cli/reference_options.hpp"
 #include "tools/text.hpp"
 #ifdef XENTLAB_HAVE_CUDA
@@ -47,11 +49,7 @@ struct AuditArgs {
   std::string policy = "audit";
   std::string out = "xentlab-audit.h5", markdown, plots;
   bool force = false, append = false, quiet = false;
-  // Loss-spec overrides (applied to every problem when given).
-  std::string reduction;
-  std::optional<double> label_smoothing, z_loss, softcap, logit_scale;
-  std::optional<std::int64_t> normalizer;
-  std::string upstream = "ones";
+  LossOptions loss;  ///< LossDefaults::problem: overrides applied to every problem when given
   std::int64_t chunk_tokens = 0;
 };
 
@@ -107,24 +105,26 @@ void check_plots_folder(const std::string& dir, bool force) {
                       dir, name));
 }
 
-int run_audit_command(const AuditArgs& a) {
+// A list option given with nothing in it ('' or ',') is a mistake, not "all" (the default when
+// the option is left out); a name given twice would run or be counted twice.
+std::vector<std::string> checked_list(const char* opt, const std::vector<std::string>& given) {
+  const std::vector<std::string> items = split_commas(given);
+  if (!given.empty() && items.empty())
+    throw InputError(fmt::format("{}: empty value (leave the option out for the default)", opt));
+  for (std::size_t i = 0; i < items.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (items[i] == items[j])
+        throw InputError(fmt::format("{}: '{}' is named twice", opt, items[i]));
+  return items;
+}
+
+// The audit's configuration from the options, every value checked before any work.
+audit::AuditConfig config_of(const AuditArgs& a) {
   audit::AuditConfig cfg;
-  // A list option given with nothing in it ('' or ',') is a mistake, not "all" (the default
-  // when the option is left out); a name given twice would run or be counted twice.
-  const auto list = [](const char* opt, const std::vector<std::string>& given) {
-    const std::vector<std::string> items = split_commas(given);
-    if (!given.empty() && items.empty())
-      throw InputError(fmt::format("{}: empty value (leave the option out for the default)", opt));
-    for (std::size_t i = 0; i < items.size(); ++i)
-      for (std::size_t j = 0; j < i; ++j)
-        if (items[i] == items[j])
-          throw InputError(fmt::format("{}: '{}' is named twice", opt, items[i]));
-    return items;
-  };
-  cfg.strategies = list("--strategies", a.strategies);
-  for (const auto& r : list("--recipes", a.recipes)) cfg.recipes.push_back(parse_recipe(r));
-  (void)list("--problems", a.problems);
-  (void)list("--dataset", a.datasets);
+  cfg.strategies = checked_list("--strategies", a.strategies);
+  for (const auto& r : checked_list("--recipes", a.recipes)) cfg.recipes.push_back(parse_recipe(r));
+  (void)checked_list("--problems", a.problems);
+  (void)checked_list("--dataset", a.datasets);
   if (a.vocab > 0 && a.datasets.empty())
     throw InputError(
         "--vocab sets V of --dataset generators; the embedded set has V = 128256 "
@@ -142,108 +142,98 @@ int run_audit_command(const AuditArgs& a) {
   cfg.policy = a.policy;
   policy_by_name(cfg.policy);  // unknown policy: fail before any work
   cfg.chunk_tokens = a.chunk_tokens;
-  cfg.upstream = a.upstream;
-  // Every output is checked before any work: an hour of audit must not end on "file exists".
-  const std::string md_path = a.markdown.empty() ? a.out + ".md" : a.markdown;
-  {
-    if (same_output_file(md_path, a.out))
-      throw InputError(fmt::format("--markdown {} is the results file {} itself", md_path, a.out));
-    if (a.append && std::filesystem::exists(a.out)) {
-      // One seed per file: runs of another seed would be compared as runs of the same problems.
-      const h5::File f = audit::open_results_file(a.out);
-      if (f.exists("runs"))
-        for (const auto& id : f.open_group("runs").children()) {
-          const h5::Group run = f.open_group("runs/" + id);
-          const std::int64_t s = run.attr_int("seed");
-          if (s != static_cast<std::int64_t>(a.seed))
-            throw InputError(
-                fmt::format("--append: {} holds runs of seed {}, this audit's is {}; "
-                            "write it to another file",
-                            a.out, s, a.seed));
-          // Likewise one chunk width and one upstream gradient (absent in version 1: 0, ones).
-          const std::int64_t c = run.has_attr("chunk_tokens") ? run.attr_int("chunk_tokens") : 0;
-          const std::string u = run.has_attr("upstream") ? run.attr_string("upstream") : "ones";
-          if (c != a.chunk_tokens || u != a.upstream)
-            throw InputError(fmt::format(
-                "--append: {} holds runs of --chunk-tokens {} --upstream {}, this audit's are "
-                "{} and {}; write it to another file",
-                a.out, c, u, a.chunk_tokens, a.upstream));
-          break;
-        }
-    }
-    AtomicOutput probe(a.out, a.force || a.append);  // folder exists, not a device, no clobbering
-    probe.check_writable();  // permissions, a read-only file system: before the work, with why
-  }
-  AtomicOutput md_out(md_path, a.force || a.append);
-  md_out.check_writable();
-  if (!a.plots.empty()) check_plots_folder(a.plots, a.force);
-  {
-    // The loss-spec overrides are checked before any problem is generated (each problem's spec is
-    // checked again below, with its own defaults).
-    LossSpec given;
-    if (!a.reduction.empty()) given.reduction = parse_reduction(a.reduction);
-    if (a.label_smoothing) given.label_smoothing = *a.label_smoothing;
-    if (a.z_loss) given.z_loss = *a.z_loss;
-    if (a.softcap) given.softcap = *a.softcap;
-    if (a.logit_scale) given.logit_scale = *a.logit_scale;
-    if (a.normalizer) {
-      given.normalizer = *a.normalizer;
-      if (a.reduction.empty()) given.reduction = Reduction::mean;  // checked per problem below
-    }
-    given.validate();
-    if (a.upstream != "ones" && a.upstream != "random")
-      throw InputError(fmt::format("--upstream '{}': expected ones or random", a.upstream));
-    if (a.upstream == "random" && given.reduction != Reduction::none)
+  cfg.upstream = a.loss.upstream_kind();
+  return cfg;
+}
+
+// --append: one seed per file (runs of another seed would be compared as runs of the same
+// problems), likewise one chunk width and one upstream gradient (absent in version 1: 0, ones).
+void check_append(const AuditArgs& a, const audit::AuditConfig& cfg) {
+  const h5::File f = audit::open_results_file(a.out);
+  if (!f.exists("runs")) return;
+  for (const auto& id : f.open_group("runs").children()) {
+    const h5::Group run = f.open_group("runs/" + id);
+    const std::int64_t s = run.attr_int("seed");
+    if (s != static_cast<std::int64_t>(a.seed))
       throw InputError(
-          "--upstream random: an upstream gradient is taken with reduction none only (add "
-          "--reduction none)");
+          fmt::format("--append: {} holds runs of seed {}, this audit's is {}; "
+                      "write it to another file",
+                      a.out, s, a.seed));
+    const std::int64_t c = run.has_attr("chunk_tokens") ? run.attr_int("chunk_tokens") : 0;
+    const std::string u = run.has_attr("upstream") ? run.attr_string("upstream") : "ones";
+    if (c != a.chunk_tokens || u != cfg.upstream)
+      throw InputError(fmt::format(
+          "--append: {} holds runs of --chunk-tokens {} --upstream {}, this audit's are "
+          "{} and {}; write it to another file",
+          a.out, c, u, a.chunk_tokens, cfg.upstream));
+    break;
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
+}
+
+// The results file, before the work: an hour of audit must not end on "file exists".
+void check_results_file(const AuditArgs& a, const audit::AuditConfig& cfg,
+                        const std::string& md_path) {
+  if (same_output_file(md_path, a.out))
+    throw InputError(fmt::format("--markdown {} is the results file {} itself", md_path, a.out));
+  if (a.append && std::filesystem::exists(a.out)) check_append(a, cfg);
+  AtomicOutput probe(a.out, a.force || a.append);  // folder exists, not a device, no clobbering
+  probe.check_writable();  // permissions, a read-only file system: before the work, with why
+}
+
+// The embedded problems named by --problems (all when none), each refused before it is generated
+// when its reference would not fit.
+void add_embedded_problems(const AuditArgs& a, const audit::AuditConfig& cfg,
+                           const std::shared_ptr<const TargetEngine>& targets,
+                           std::vector<audit::AuditProblem>& problems) {
+  const auto wanted = split_commas(a.problems);
+  std::vector<audit::AuditProblem> all = audit::default_problem_set(
+      a.seed, a.tokens, a.hidden, wanted,
+      [&a](const std::string& name) {
+        return a.quiet ? GenerationProgress{} : progress_printer("generating " + name);
+      },
+      cfg.backend != Backend::cpu_emulation,
+      [&cfg](const audit::ProblemShape& ps) {
+        // The reference of the sub-batch the audit will run on
+        // (tools/audit/audit.cpp, prepare), before generating.
+        const std::int64_t r = ps.rows >= 0 ? ps.rows : cfg.rows;
+        const std::int64_t S = r > 0 ? std::min(r, ps.N) : ps.N;
+        const std::int64_t vr = ps.vocab_rows >= 0 ? ps.vocab_rows : cfg.vocab_rows;
+        const std::int64_t J = ps.D == 0 ? 0 : (vr > 0 ? std::min(vr, ps.V) : ps.V);
+        ReferenceOptions ro;
+        ro.tier = cfg.reference_tier;
+        ro.max_bytes = cfg.reference_memory;
+        ro.want_dz = ps.D == 0;
+        check_reference_fits(S, ps.V, ps.D, J, ro);
+      },
+      targets);
+  for (auto& p : all)
+    if (wanted.empty() || std::find(wanted.begin(), wanted.end(), p.name) != wanted.end())
+      problems.push_back(std::move(p));
+  for (const auto& w : wanted) {
+    bool found = false;
+    for (const auto& p : problems) found = found || p.name == w;
+    if (!found && w == "llama3-8b")
+      throw InputError(
+          "the embedded problem 'llama3-8b' (the Llama-3-8B head at N = 8192, every row, full "
+          "dW) is audited on a GPU backend only: the CPU emulation would take hours a run "
+          "(use --backend cuda on a machine with a GPU, or --dataset llama3-8b with --rows)");
+    if (!found)
+      throw InputError(
+          fmt::format("unknown problem '{}' of the embedded set (see xentlab audit --help; "
+                      "catalog datasets and files go to --dataset)",
+                      w));
+  }
+}
+
+// The problems of the audit: the embedded set (or the named part of it) unless only --dataset is
+// given, then each --dataset; the loss options override each problem's spec.
+std::vector<audit::AuditProblem> make_problems(const AuditArgs& a, const audit::AuditConfig& cfg) {
   std::vector<audit::AuditProblem> problems;
   // Calibrated targets of linear heads where the reference runs: on the GPU with the cuda tier.
   const std::shared_ptr<const TargetEngine> targets = target_engine_for(cfg.reference_tier);
-  const auto wanted = split_commas(a.problems);
   const auto datasets = split_commas(a.datasets);
-  if (!wanted.empty() || datasets.empty()) {
-    std::vector<audit::AuditProblem> all = audit::default_problem_set(
-        a.seed, a.tokens, a.hidden, wanted,
-        [&a](const std::string& name) {
-          return a.quiet ? GenerationProgress{} : progress_printer("generating " + name);
-        },
-        cfg.backend != Backend::cpu_emulation,
-        [&cfg](const audit::ProblemShape& ps) {
-          // The reference of the sub-batch the audit will run on
-          // (tools/audit/audit.cpp, prepare), before generating.
-          const std::int64_t r = ps.rows >= 0 ? ps.rows : cfg.rows;
-          const std::int64_t S = r > 0 ? std::min(r, ps.N) : ps.N;
-          const std::int64_t vr = ps.vocab_rows >= 0 ? ps.vocab_rows : cfg.vocab_rows;
-          const std::int64_t J = ps.D == 0 ? 0 : (vr > 0 ? std::min(vr, ps.V) : ps.V);
-          ReferenceOptions ro;
-          ro.tier = cfg.reference_tier;
-          ro.max_bytes = cfg.reference_memory;
-          ro.want_dz = ps.D == 0;
-          check_reference_fits(S, ps.V, ps.D, J, ro);
-        },
-        targets);
-    for (auto& p : all)
-      if (wanted.empty() || std::find(wanted.begin(), wanted.end(), p.name) != wanted.end())
-        problems.push_back(std::move(p));
-    for (const auto& w : wanted) {
-      bool found = false;
-      for (const auto& p : problems) found = found || p.name == w;
-      if (!found && w == "llama3-8b")
-        throw InputError(
-            "the embedded problem 'llama3-8b' (the Llama-3-8B head at N = 8192, every row, full "
-            "dW) is audited on a GPU backend only: the CPU emulation would take hours a run "
-            "(use --backend cuda on a machine with a GPU, or --dataset llama3-8b with --rows)");
-      if (!found)
-        throw InputError(
-            fmt::format("unknown problem '{}' of the embedded set (see xentlab audit --help; "
-                        "catalog datasets and files go to --dataset)",
-                        w));
-    }
-  }
+  if (!split_commas(a.problems).empty() || datasets.empty())
+    add_embedded_problems(a, cfg, targets, problems);
   for (const auto& d : datasets) {
     DatasetParams params;
     params.seed = a.seed;
@@ -259,95 +249,117 @@ int run_audit_command(const AuditArgs& a) {
                         std::move(inst.problem), inst.spec});
   }
   for (auto& p : problems) {
-    if (!a.reduction.empty()) p.spec.reduction = parse_reduction(a.reduction);
-    if (a.label_smoothing) p.spec.label_smoothing = *a.label_smoothing;
-    if (a.z_loss) p.spec.z_loss = *a.z_loss;
-    if (a.softcap) p.spec.softcap = *a.softcap;
-    if (a.logit_scale) p.spec.logit_scale = *a.logit_scale;
-    if (a.normalizer) p.spec.normalizer = *a.normalizer;
+    p.spec = a.loss.over(p.spec);
     try {
       p.spec.validate();  // an out-of-range override is an InputError naming it
     } catch (const InputError& e) {
       throw InputError(fmt::format("problem {}: {}", p.name, e.what()));
     }
   }
-  if (!a.quiet) {
-    // On a terminal: one line redrawn in place; otherwise (a log): a line per tenth of the runs.
-    const bool tty = isatty(fileno(stderr)) != 0;
-    auto last_tenth = std::make_shared<std::int64_t>(-1);
-    cfg.progress = [t0, tty, last_tenth](std::int64_t done, std::int64_t total,
-                                         const std::string& what) {
-      const double el =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const double eta =
-          done > 0 ? el / static_cast<double>(done) * static_cast<double>(total - done) : 0.0;
-      if (tty) {
-        fmt::print(stderr, "\r[{:>4}/{}] {:>5.0f}s elapsed, ETA {:>4.0f}s  {:<60.60}", done, total,
-                   el, eta, what);
-        if (done == total) fmt::print(stderr, "\n");
-      } else {
-        const std::int64_t tenth = total > 0 ? done * 10 / total : 10;
-        if (tenth == *last_tenth) return;
-        *last_tenth = tenth;
-        fmt::print(stderr, "[{:>4}/{}] {:.0f}s elapsed, ETA {:.0f}s: {}\n", done, total, el, eta,
-                   what);
-      }
-    };
+  return problems;
+}
+
+// The audit's progress on stderr: on a terminal one line redrawn in place; otherwise (a log) a
+// line per tenth of the runs.
+std::function<void(std::int64_t, std::int64_t, const std::string&)> progress_display(
+    std::chrono::steady_clock::time_point t0) {
+  const bool tty = isatty(fileno(stderr)) != 0;
+  auto last_tenth = std::make_shared<std::int64_t>(-1);
+  return [t0, tty, last_tenth](std::int64_t done, std::int64_t total, const std::string& what) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double eta =
+        done > 0 ? el / static_cast<double>(done) * static_cast<double>(total - done) : 0.0;
+    if (tty) {
+      fmt::print(stderr, "\r[{:>4}/{}] {:>5.0f}s elapsed, ETA {:>4.0f}s  {:<60.60}", done, total,
+                 el, eta, what);
+      if (done == total) fmt::print(stderr, "\n");
+    } else {
+      const std::int64_t tenth = total > 0 ? done * 10 / total : 10;
+      if (tenth == *last_tenth) return;
+      *last_tenth = tenth;
+      fmt::print(stderr, "[{:>4}/{}] {:.0f}s elapsed, ETA {:.0f}s: {}\n", done, total, el, eta,
+                 what);
+    }
+  };
+}
+
+// The Markdown summary into md_out's temporary file (committed by the caller).
+void write_markdown(const AuditArgs& a, const audit::AuditConfig& cfg,
+                    const std::vector<audit::AuditProblem>& problems, const audit::AuditResult& res,
+                    const AtomicOutput& md_out, const std::string& md_path) {
+  errno = 0;
+  std::ofstream md(md_out.temp_path());
+  // Problems with their own sub-batch (the real-shape problem: every row, full dW) say so.
+  std::string own;
+  const auto count = [](std::int64_t n, const char* all) {
+    return n > 0 ? std::to_string(n) : std::string(all);
+  };
+  for (const auto& p : problems)
+    if (p.rows >= 0 || p.vocab_rows >= 0)
+      own += fmt::format("; {}: {} token rows, {} vocabulary rows of dW", p.name,
+                         count(p.rows >= 0 ? p.rows : cfg.rows, "every"),
+                         count(p.vocab_rows >= 0 ? p.vocab_rows : cfg.vocab_rows, "all"));
+  md << "# xentlab audit\n\nbackend: " << cfg.device << ", seed " << cfg.seed << ", policy "
+     << cfg.policy << ", sub-batch rows " << cfg.rows << own << "\n\n"
+     << audit::format_summary(res, true);
+  md.close();
+  const int err = errno;
+  if (!md)
+    throw OutputError(
+        fmt::format("{}: cannot write the Markdown summary ({}; the results file "
+                    "{} is written)",
+                    md_path, err != 0 ? std::strerror(err) : "unknown reason", a.out));
+}
+
+// --plots: tools/plot_audit.py on the results file (no shell: the arguments go to python3 as they
+// are). 0, or 3 when the plots could not be made.
+int make_plots(const AuditArgs& a) {
+  const std::string script = std::string(XENTLAB_SOURCE_DIR) + "/tools/plot_audit.py";
+  std::vector<std::string> args{"python3", script, a.out, a.plots};
+  if (a.force) args.push_back("--force");  // the folder was checked before, with the same rule
+  std::vector<char*> argv;
+  for (auto& x : args) argv.push_back(x.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int status = -1;
+  const bool ok = posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ) == 0 &&
+                  waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!ok) {
+    fmt::print(stderr,
+               "xentlab audit: the plots were not made: python3 {} failed (its message is "
+               "above; where h5py or matplotlib is missing, tools/setup.sh --python installs "
+               "them). The results files are written.\n",
+               script);
+    return 3;  // an output that could not be written
   }
+  fmt::print("plots: {}/\n", a.plots);
+  return 0;
+}
+
+int run_audit_command(const AuditArgs& a) {
+  audit::AuditConfig cfg = config_of(a);
+  // Every output is checked before any work.
+  const std::string md_path = a.markdown.empty() ? a.out + ".md" : a.markdown;
+  check_results_file(a, cfg, md_path);
+  AtomicOutput md_out(md_path, a.force || a.append);
+  md_out.check_writable();
+  if (!a.plots.empty()) check_plots_folder(a.plots, a.force);
+  // The loss-spec overrides are checked before any problem is generated (each problem's spec is
+  // checked again, with its own defaults).
+  (void)a.loss.check_given();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
+  const std::vector<audit::AuditProblem> problems = make_problems(a, cfg);
+  if (!a.quiet) cfg.progress = progress_display(t0);
   const audit::AuditResult res = audit::run_audit(problems, cfg);
   audit::require_some_run(res);
   audit::write_results(a.out, res, cfg, a.force, a.append);
-  {
-    errno = 0;
-    std::ofstream md(md_out.temp_path());
-    // Problems with their own sub-batch (the real-shape problem: every row, full dW) say so.
-    std::string own;
-    const auto count = [](std::int64_t n, const char* all) {
-      return n > 0 ? std::to_string(n) : std::string(all);
-    };
-    for (const auto& p : problems)
-      if (p.rows >= 0 || p.vocab_rows >= 0)
-        own += fmt::format("; {}: {} token rows, {} vocabulary rows of dW", p.name,
-                           count(p.rows >= 0 ? p.rows : cfg.rows, "every"),
-                           count(p.vocab_rows >= 0 ? p.vocab_rows : cfg.vocab_rows, "all"));
-    md << "# xentlab audit\n\nbackend: " << cfg.device << ", seed " << cfg.seed << ", policy "
-       << cfg.policy << ", sub-batch rows " << cfg.rows << own << "\n\n"
-       << audit::format_summary(res, true);
-    md.close();
-    const int err = errno;
-    if (!md)
-      throw OutputError(
-          fmt::format("{}: cannot write the Markdown summary ({}; the results file "
-                      "{} is written)",
-                      md_path, err != 0 ? std::strerror(err) : "unknown reason", a.out));
-  }
+  write_markdown(a, cfg, problems, res, md_out, md_path);
   md_out.commit();
   fmt::print("{}", audit::format_summary(res, false));
   fmt::print("\nresults: {} (HDF5), {} (Markdown)\n", a.out, md_path);
   std::fflush(stdout);  // the plot script writes to the same terminal
-  if (!a.plots.empty()) {
-    // No shell: the arguments go to python3 as they are.
-    const std::string script = std::string(XENTLAB_SOURCE_DIR) + "/tools/plot_audit.py";
-    std::vector<std::string> args{"python3", script, a.out, a.plots};
-    if (a.force) args.push_back("--force");  // the folder was checked above, with the same rule
-    std::vector<char*> argv;
-    for (auto& x : args) argv.push_back(x.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    int status = -1;
-    const bool ok = posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ) == 0 &&
-                    waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-                    WEXITSTATUS(status) == 0;
-    if (!ok) {
-      fmt::print(stderr,
-                 "xentlab audit: the plots were not made: python3 {} failed (its message is "
-                 "above; where h5py or matplotlib is missing, tools/setup.sh --python installs "
-                 "them). The results files are written.\n",
-                 script);
-      return 3;  // an output that could not be written
-    }
-    fmt::print("plots: {}/\n", a.plots);
-  }
+  if (!a.plots.empty() && make_plots(a) != 0) return 3;
   return (res.incorrect > 0 || res.failed > 0) ? 1 : 0;
 }
 
@@ -397,19 +409,11 @@ void register_audit(CLI::App& app) {
   c->add_flag("--force", a->force, "overwrite an existing results file");
   c->add_flag("--append", a->append, "add the runs to an existing results file");
   c->add_flag("--quiet,-q", a->quiet, "no progress display");
-  c->add_option("--reduction", a->reduction, "override: none, mean or sum");
-  c->add_option("--label-smoothing", a->label_smoothing, "override: label smoothing epsilon");
-  c->add_option("--z-loss", a->z_loss, "override: z-loss lambda");
-  c->add_option("--softcap", a->softcap, "override: softcap c (0 = off)");
-  c->add_option("--logit-scale", a->logit_scale, "override: logit scale");
-  c->add_option("--normalizer", a->normalizer,
-                "override, reduction mean: divide the sum by this token count instead of the "
-                "sub-batch's valid rows (num_items_in_batch; 0 = own)")
-      ->check(non_negative());
-  c->add_option("--upstream", a->upstream,
-                "reduction none: the upstream gradient, ones or random (seeded: k/8, k in "
-                "-8..16)")
-      ->capture_default_str();
+  a->loss.defaults = LossDefaults::problem;
+  add_loss_options(
+      c, a->loss,
+      {LossOption::reduction, LossOption::label_smoothing, LossOption::z_loss, LossOption::softcap,
+       LossOption::logit_scale, LossOption::normalizer, LossOption::upstream});
   c->add_option("--chunk-tokens", a->chunk_tokens,
                 "token rows per chunk of chunked and checkpointed (0 = their default; naive and "
                 "fused do not chunk tokens)")

@@ -2,18 +2,16 @@
 // the problem bit-exact, the loss spec, the certified reference's outputs with their bounds,
 // per-token covariates and provenance.
 #include <fmt/core.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 
 #include "datasets/atomic_file.hpp"
 #include "datasets/catalog.hpp"
-#include "datasets/loaders.hpp"
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/loss_options.hpp"
 #include "tools/cli/reference_options.hpp"
 #include "tools/golden/golden_file.hpp"
 
@@ -21,64 +19,22 @@ namespace xentlab::cli {
 namespace {
 
 struct GoldenArgs {
-  std::string dataset = "stories260k", out, dtype, reduction, empty_mean, upstream;
-  std::uint64_t upstream_seed = 1;
-  std::int64_t normalizer = 0;
+  std::string dataset = "stories260k", out, dtype;
   std::int64_t N = 0, V = 0, D = 0;
   double sigma = 0;
   std::uint64_t seed = 1;
   std::vector<std::string> params;
-  LossSpec spec;
+  LossOptions loss;  ///< LossDefaults::dataset: a given option overrides the dataset's spec
   GoldenOptions opt;
   bool no_grad = false;
   ReferenceChoice choice;
-  // Which spec options were given on the command line (they override the dataset's defaults).
-  CLI::Option *o_ignore = nullptr, *o_eps = nullptr, *o_z = nullptr, *o_cap = nullptr,
-              *o_scale = nullptr, *o_normalizer = nullptr;
 };
-
-// --upstream: "random" (the default for reduction none), "ones", or a .npy file of N floats.
-std::vector<double> upstream_of(const GoldenArgs& a, std::int64_t N) {
-  const std::string& u = a.upstream.empty() ? std::string("random") : a.upstream;
-  if (u == "ones") return {};
-  if (u == "random") return random_upstream(N, a.upstream_seed);
-  const LoadedArray arr = read_npy(u);
-  if (arr.is_integer || arr.shape.size() != 1 || arr.shape[0] != N)
-    throw InputError(fmt::format(
-        "--upstream {}: expected a float array of shape ({}) (one dL/dloss_i per token), got {} "
-        "of shape ({})",
-        u, N, arr.is_integer ? "an integer array" : "a float array", fmt::join(arr.shape, ", ")));
-  std::vector<double> g(static_cast<std::size_t>(N));
-  arr.floats.read(0, N, g.data());
-  for (std::size_t i = 0; i < g.size(); ++i)
-    if (!std::isfinite(g[i]))
-      throw InputError(fmt::format("--upstream {}: entry [{}] = {} is not finite", u, i, g[i]));
-  return g;
-}
 
 int run_golden(GoldenArgs& a, const std::string& command) {
   { AtomicOutput probe(a.out, a.opt.force); }  // refuse an existing file before generating anything
-  {
-    // The loss-spec overrides are checked before the dataset is generated or read (that can take
-    // many seconds): each against the defaults, the values given on their own.
-    LossSpec given;
-    if (a.o_eps->count()) given.label_smoothing = a.spec.label_smoothing;
-    if (a.o_z->count()) given.z_loss = a.spec.z_loss;
-    if (a.o_cap->count()) given.softcap = a.spec.softcap;
-    if (a.o_scale->count()) given.logit_scale = a.spec.logit_scale;
-    if (!a.reduction.empty()) given.reduction = parse_reduction(a.reduction);
-    if (a.o_normalizer->count()) {
-      given.normalizer = a.normalizer;
-      if (a.reduction.empty() && a.normalizer > 0) given.reduction = Reduction::mean;
-    }
-    given.validate();
-    if (!a.upstream.empty() && given.reduction != Reduction::none)
-      throw InputError(fmt::format(
-          "--upstream {}: an upstream gradient is taken with --reduction none only (got {})",
-          a.upstream, a.reduction.empty() ? std::string("the default, mean") : a.reduction));
-  }
-  if (!a.empty_mean.empty() && a.empty_mean != "nan" && a.empty_mean != "zero")
-    throw InputError(fmt::format("--empty-mean '{}': expected nan or zero", a.empty_mean));
+  // The loss-spec overrides are checked before the dataset is generated or read (that can take
+  // many seconds): each against the defaults, the values given on their own.
+  (void)a.loss.check_given();
   {
     ReferenceOptions ro;
     apply_reference_choice(a.choice, ro);
@@ -125,34 +81,24 @@ int run_golden(GoldenArgs& a, const std::string& command) {
       throw InputError(fmt::format("--param '{}': the value is not a number", kv));
     }
   }
-  const DatasetInstance ds = load_dataset(a.dataset, p, a.spec.ignore_index);
-  LossSpec spec = ds.spec;
-  if (a.o_ignore->count()) spec.ignore_index = a.spec.ignore_index;
-  if (a.o_eps->count()) spec.label_smoothing = a.spec.label_smoothing;
-  if (a.o_z->count()) spec.z_loss = a.spec.z_loss;
-  if (a.o_cap->count()) spec.softcap = a.spec.softcap;
-  if (a.o_scale->count()) spec.logit_scale = a.spec.logit_scale;
-  if (!a.reduction.empty()) spec.reduction = parse_reduction(a.reduction);
-  if (a.o_normalizer->count()) spec.normalizer = a.normalizer;
+  const DatasetInstance ds =
+      load_dataset(a.dataset, p, a.loss.ignore_index.value_or(LossSpec{}.ignore_index));
+  const LossSpec spec = a.loss.over(ds.spec);
   spec.validate();  // e.g. a normaliser beside a dataset whose default reduction is not mean
-  if (spec.reduction == Reduction::none) a.opt.upstream = upstream_of(a, ds.problem.N);
-  if (!a.empty_mean.empty()) {
-    if (a.empty_mean != "nan" && a.empty_mean != "zero")
-      throw InputError(fmt::format("--empty-mean '{}': expected nan or zero", a.empty_mean));
-    spec.empty_mean = a.empty_mean == "nan" ? EmptyMean::nan : EmptyMean::zero;
-  }
+  if (spec.reduction == Reduction::none)
+    a.opt.upstream = a.loss.upstream_values(ds.problem.N, a.loss.upstream_seed);
   a.opt.gradients = !a.no_grad;
   a.opt.command = command;
   fmt::print("problem  {}  ({}{})\nspec     {}\n", ds.problem.describe(), ds.generator,
              ds.generator.rfind("catalog:", 0) == 0 ? fmt::format(", seed {}", a.seed) : "",
              spec.describe());
   if (spec.reduction == Reduction::none) {
-    const std::string u = a.upstream.empty() ? "random" : a.upstream;
+    const std::string u = a.loss.upstream_kind();
     fmt::print("upstream {}\n",
                u == "ones" ? std::string("ones (g = 1 for every token)")
                : u == "random"
                    ? fmt::format("random, seed {}: k/8 with k uniform in {{-8..16}} (stored)",
-                                 a.upstream_seed)
+                                 a.loss.upstream_seed)
                    : fmt::format("{} (stored)", u));
   }
   const GoldenSummary s = write_golden(a.out, ds, spec, a.opt);
@@ -194,26 +140,15 @@ void register_golden(CLI::App& app) {
   c->add_flag("--no-grad", a->no_grad, "forward outputs only (no dH, dW, db, dz)");
   c->add_option("--threads", a->opt.threads, "OpenMP threads (0 = default)")
       ->check(CLI::Range(0, 4096));
-  c->add_option("--reduction", a->reduction, "none, mean or sum (default mean)");
-  c->add_option(
-      "--upstream", a->upstream,
-      "reduction none: the upstream gradient dL/dloss_i, random (default: seeded, k/8 "
-      "with k in -8..16, zeros and negatives included), ones, or a .npy file of N floats");
-  c->add_option("--upstream-seed", a->upstream_seed, "seed of --upstream random")
-      ->capture_default_str();
-  a->o_normalizer = c->add_option("--normalizer", a->normalizer,
-                                  "reduction mean: divide the sum by this token count instead of "
-                                  "the batch's own valid rows (num_items_in_batch; 0 = own)")
-                        ->check(non_negative());
+  // The loss options in the order of the command line golden records (the reference options
+  // among them).
+  a->loss.defaults = LossDefaults::dataset;
+  add_loss_options(c, a->loss,
+                   {LossOption::reduction, LossOption::upstream, LossOption::normalizer});
   add_reference_options(c, a->choice);
-  c->add_option("--empty-mean", a->empty_mean, "mean of a batch with no valid row: nan or zero");
-  a->o_ignore =
-      c->add_option("--ignore-index", a->spec.ignore_index, "ignore_index (default -100)");
-  a->o_eps = c->add_option("--label-smoothing", a->spec.label_smoothing, "label smoothing ε");
-  a->o_z = c->add_option("--z-loss", a->spec.z_loss, "z-loss λ");
-  a->o_cap =
-      c->add_option("--softcap", a->spec.softcap, "softcap c (0 = off; default: the dataset's)");
-  a->o_scale = c->add_option("--logit-scale", a->spec.logit_scale, "logit scale (1/temperature)");
+  add_loss_options(c, a->loss,
+                   {LossOption::empty_mean, LossOption::ignore_index, LossOption::label_smoothing,
+                    LossOption::z_loss, LossOption::softcap, LossOption::logit_scale});
   c->callback([a, c]() {
     std::string cmd = "xentlab golden";
     for (const auto& r : c->remaining(true)) cmd += " " + r;

@@ -12,6 +12,7 @@
 #include "reference/oracle.hpp"
 #include "reference/reference.hpp"
 #include "tools/cli/commands.hpp"
+#include "tools/cli/loss_options.hpp"
 #include "tools/cli/reference_options.hpp"
 
 namespace xentlab::cli {
@@ -23,23 +24,15 @@ struct ReferenceArgs {
   double sigma = 4.0;
   std::uint64_t seed = 1;
   std::int64_t oracle_rows = 2;
-  LossSpec spec;
-  std::string reduction = "mean";
-  std::string upstream = "ones";
+  LossOptions loss;  ///< LossDefaults::spec
   ReferenceChoice choice;
   int threads = 0;
 };
 
 int run_reference(const ReferenceArgs& a) {
-  LossSpec spec = a.spec;
-  spec.reduction = parse_reduction(a.reduction);
-  spec.validate();  // e.g. a normaliser beside reduction none or sum
-  if (a.upstream != "ones" && a.upstream != "random")
-    throw InputError(fmt::format("--upstream '{}': expected ones or random", a.upstream));
-  if (a.upstream == "random" && spec.reduction != Reduction::none)
-    throw InputError("--upstream random: an upstream gradient is taken with --reduction none only");
+  const LossSpec spec = a.loss.check_given();  // e.g. a normaliser beside reduction none or sum
   ReferenceOptions opt;
-  if (a.upstream == "random") opt.upstream = random_upstream(a.N, a.seed);
+  opt.upstream = a.loss.upstream_values(a.N, a.seed);
   apply_reference_choice(a.choice, opt);  // bad option values are refused before generating
   opt.threads = a.threads;
   check_reference_fits(a.N, a.V, a.D, a.V, opt);  // memory and tier, before generating
@@ -114,24 +107,14 @@ void register_reference(CLI::App& app) {
   c->add_option("--oracle-rows", a->oracle_rows, "token rows checked by the oracle (0 = none)")
       ->check(non_negative())
       ->capture_default_str();
-  c->add_option("--reduction", a->reduction, "none, mean or sum")->capture_default_str();
   c->add_option("--threads", a->threads, "OpenMP threads (0 = default)")
       ->check(CLI::Range(0, 4096));
   add_reference_options(c, a->choice);
-  c->add_option("--ignore-index", a->spec.ignore_index, "ignore_index")->capture_default_str();
-  c->add_option("--label-smoothing", a->spec.label_smoothing, "label smoothing ε")
-      ->capture_default_str();
-  c->add_option("--z-loss", a->spec.z_loss, "z-loss λ")->capture_default_str();
-  c->add_option("--softcap", a->spec.softcap, "softcap c (0 = off)")->capture_default_str();
-  c->add_option("--logit-scale", a->spec.logit_scale, "logit scale (1/temperature)")
-      ->capture_default_str();
-  c->add_option("--normalizer", a->spec.normalizer,
-                "reduction mean: divide the sum by this token count (0 = the valid tokens)")
-      ->check(non_negative())
-      ->capture_default_str();
-  c->add_option("--upstream", a->upstream,
-                "reduction none: the upstream gradient, ones or random (seeded by --seed)")
-      ->capture_default_str();
+  a->loss.defaults = LossDefaults::spec;
+  add_loss_options(c, a->loss,
+                   {LossOption::reduction, LossOption::ignore_index, LossOption::label_smoothing,
+                    LossOption::z_loss, LossOption::softcap, LossOption::logit_scale,
+                    LossOption::normalizer, LossOption::upstream});
   c->callback([a]() {
     const int rc = run_reference(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);
