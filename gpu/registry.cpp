@@ -28,17 +28,19 @@ std::unique_ptr<Strategy> make_cuda_fused();         // gpu/cuda/fused.cu
 #endif
 
 const std::vector<StrategyEntry>& strategy_table() {
-  //                      deterministic, chunks_tokens, every_recipe, vocab_order
+  // Traits: {deterministic, chunks_tokens, every_recipe, vocab_order} (gpu/registry.hpp).
+  // clang-format off
   static const std::vector<StrategyEntry> table = {
-      {"naive", {true, false, true, ReductionOrder::blocked}, &emulation::make_naive,
-       XL_CUDA_FACTORY(make_cuda_naive)},
-      {"chunked", {true, true, true, ReductionOrder::blocked}, &emulation::make_chunked,
-       XL_CUDA_FACTORY(make_cuda_chunked)},
-      {"checkpointed", {true, true, true, ReductionOrder::blocked}, &emulation::make_checkpointed,
-       XL_CUDA_FACTORY(make_cuda_checkpointed)},
-      {"fused", {false, false, false, ReductionOrder::online_tree}, &emulation::make_fused,
-       XL_CUDA_FACTORY(make_cuda_fused)},
+      {"naive",        {true,  false, true,  ReductionOrder::blocked},
+       &emulation::make_naive,        XL_CUDA_FACTORY(make_cuda_naive)},
+      {"chunked",      {true,  true,  true,  ReductionOrder::blocked},
+       &emulation::make_chunked,      XL_CUDA_FACTORY(make_cuda_chunked)},
+      {"checkpointed", {true,  true,  true,  ReductionOrder::blocked},
+       &emulation::make_checkpointed, XL_CUDA_FACTORY(make_cuda_checkpointed)},
+      {"fused",        {false, false, false, ReductionOrder::online_tree},
+       &emulation::make_fused,        XL_CUDA_FACTORY(make_cuda_fused)},
   };
+  // clang-format on
   return table;
 }
 #undef XL_CUDA_FACTORY
@@ -52,7 +54,8 @@ const StrategyEntry* find_strategy_entry(std::string_view name) {
 const StrategyTraits& strategy_traits(std::string_view name) {
   if (const StrategyEntry* e = find_strategy_entry(name)) return e->traits;
   std::string names;
-  for (const StrategyEntry& e : strategy_table()) names += (names.empty() ? "" : ", ") + std::string(e.name);
+  for (const StrategyEntry& e : strategy_table())
+    names += (names.empty() ? "" : ", ") + std::string(e.name);
   throw InputError(fmt::format("unknown strategy '{}' (registered: {})", name, names));
 }
 
@@ -62,10 +65,9 @@ std::unique_ptr<Strategy> make_entry(const StrategyEntry& e, Backend backend) {
   if (factory == nullptr) return nullptr;
   std::unique_ptr<Strategy> s = factory();
   if (s == nullptr || s->name() != e.name || s->backend() != backend)
-    throw std::logic_error(fmt::format("registry: the {} factory of '{}' made {} of backend {}",
-                                       to_string(backend), e.name,
-                                       s ? "'" + s->name() + "'" : std::string("nothing"),
-                                       s ? to_string(s->backend()) : "-"));
+    throw std::logic_error(fmt::format(
+        "registry: the {} factory of '{}' made {} of backend {}", to_string(backend), e.name,
+        s ? "'" + s->name() + "'" : std::string("nothing"), s ? to_string(s->backend()) : "-"));
   return s;
 }
 }  // namespace

@@ -219,8 +219,7 @@ Status EmulatedStrategy::can_implement(const Problem& p, const LossSpec& s, cons
   return Status::Ok();
 }
 
-VocabSums blocked_vocab_sums(const EngineContext& c, const float* x, bool need_sx,
-                             float* scratch) {
+VocabSums blocked_vocab_sums(const EngineContext& c, const float* x, bool need_sx, float* scratch) {
   const DType A = c.rc.accum;
   VocabSums v;
   v.s = emu::sum_exp(x, c.V, A, c.ar, scratch, &v.m);
@@ -250,8 +249,9 @@ std::int64_t chunk_rows(const RunRequest& req, std::int64_t V, std::int64_t S) {
   return std::min(S > 0 ? S : 1, kDefaultChunkTokens);
 }
 
-void for_each_vocab_row(const BlockGrads& b,
-                        const std::function<void(std::int64_t k, std::int64_t j, float* part)>& fn) {
+void for_each_vocab_row(
+    const BlockGrads& b,
+    const std::function<void(std::int64_t k, std::int64_t j, float* part)>& fn) {
 #pragma omp parallel if (b.parallel)
   {
     std::vector<float> part(sz(b.D));
@@ -308,8 +308,8 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   for (std::size_t q = 0; q < rows.size(); ++q)
     if (rows[q] < 0 || rows[q] >= N || (q > 0 && rows[q] <= rows[q - 1]))
       throw InputError(fmt::format(
-          "{} (cpu-emulation): token_rows[{}] = {} is out of [0, {}) or not sorted/unique",
-          name(), q, rows[q], N));
+          "{} (cpu-emulation): token_rows[{}] = {} is out of [0, {}) or not sorted/unique", name(),
+          q, rows[q], N));
   if (rows.empty()) {
     rows.resize(sz(N));
     for (std::int64_t i = 0; i < N; ++i) rows[sz(i)] = i;
@@ -321,8 +321,8 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
                                    name(), req.upstream.size(), N));
     for (std::size_t i = 0; i < req.upstream.size(); ++i)
       if (!std::isfinite(req.upstream[i]))
-        throw InputError(fmt::format("{} (cpu-emulation): upstream[{}] = {} is not finite",
-                                     name(), i, req.upstream[i]));
+        throw InputError(fmt::format("{} (cpu-emulation): upstream[{}] = {} is not finite", name(),
+                                     i, req.upstream[i]));
   }
   const std::int64_t n_valid = pb.count_valid(req.spec.ignore_index);
 
@@ -384,8 +384,8 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
     if (req.vocab_rows[k] < 0 || req.vocab_rows[k] >= V ||
         (k > 0 && req.vocab_rows[k] <= req.vocab_rows[k - 1]))
       throw InputError(fmt::format(
-          "{} (cpu-emulation): vocab_rows[{}] = {} is out of [0, {}) or not sorted/unique",
-          name(), k, req.vocab_rows[k], V));
+          "{} (cpu-emulation): vocab_rows[{}] = {} is out of [0, {}) or not sorted/unique", name(),
+          k, req.vocab_rows[k], V));
   const std::int64_t J =
       req.vocab_rows.empty() ? V : static_cast<std::int64_t>(req.vocab_rows.size());
   if (grads) {

@@ -72,11 +72,11 @@ struct BlockGrads {
   std::int64_t R = 0, V = 0, D = 0;
   /// Vocabulary rows computed (RunRequest::vocab_rows, sorted), empty = all; k indexes dW/db.
   const std::vector<std::int64_t>* vocab_rows = nullptr;
-  std::int64_t J = 0;        ///< rows of dW/db: V or vocab_rows->size()
-  float* dW = nullptr;       ///< (J, D) the strategy's accumulator, across blocks
-  float* db = nullptr;       ///< (J) likewise; nullptr without a bias
-  bool parallel = false;     ///< OpenMP over vocabulary rows
-  DType accum = DType::fp32; ///< the recipe's accumulator dtype
+  std::int64_t J = 0;         ///< rows of dW/db: V or vocab_rows->size()
+  float* dW = nullptr;        ///< (J, D) the strategy's accumulator, across blocks
+  float* db = nullptr;        ///< (J) likewise; nullptr without a bias
+  bool parallel = false;      ///< OpenMP over vocabulary rows
+  DType accum = DType::fp32;  ///< the recipe's accumulator dtype
 };
 
 /// Base of the emulated strategies: the engine (run, workspace_size, can_implement) and the hooks
