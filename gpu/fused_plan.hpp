@@ -1,6 +1,6 @@
 #pragma once
 // The launch decomposition of the fused strategy's forward (gpu/cuda/fused.cu), shared with its
-// CPU emulation (gpu/emulation/common.cpp) so that both split a row's vocabulary the same way:
+// CPU emulation (gpu/emulation/fused.cpp) so that both split a row's vocabulary the same way:
 // token blocks of 128 rows; vocabulary tiles of 256 entries; each token block's tiles divided into
 // `ranges` contiguous ranges of ⌈tiles/ranges⌉ tiles, one CTA per (block, range), their partial
 // (max, sum-exp) states merged pairwise per row (docs/fused.md).

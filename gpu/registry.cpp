@@ -1,26 +1,105 @@
 #include "gpu/registry.hpp"
 
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "numerics/error.hpp"
+
 namespace xentlab {
 
-// Each backend provides one registration function (defined in its own files).
-void register_emulated_strategies(std::vector<std::unique_ptr<Strategy>>& out);
+// Each strategy's factory lives in the strategy's own file of each backend.
+namespace emulation {
+std::unique_ptr<Strategy> make_naive();         // gpu/emulation/naive.cpp
+std::unique_ptr<Strategy> make_chunked();       // gpu/emulation/chunked.cpp
+std::unique_ptr<Strategy> make_checkpointed();  // gpu/emulation/checkpointed.cpp
+std::unique_ptr<Strategy> make_fused();         // gpu/emulation/fused.cpp
+}  // namespace emulation
 #ifdef XENTLAB_HAVE_CUDA
-void register_cuda_strategies(std::vector<std::unique_ptr<Strategy>>& out);
+namespace gpu {
+std::unique_ptr<Strategy> make_cuda_naive();         // gpu/cuda/naive.cu
+std::unique_ptr<Strategy> make_cuda_chunked();       // gpu/cuda/chunked.cu
+std::unique_ptr<Strategy> make_cuda_checkpointed();  // gpu/cuda/checkpointed.cu
+std::unique_ptr<Strategy> make_cuda_fused();         // gpu/cuda/fused.cu
+}  // namespace gpu
+#define XL_CUDA_FACTORY(f) &gpu::f
+#else
+#define XL_CUDA_FACTORY(f) nullptr
 #endif
+
+const std::vector<StrategyEntry>& strategy_table() {
+  // Traits: {deterministic, chunks_tokens, every_recipe, vocab_order} (gpu/registry.hpp).
+  // clang-format off
+  static const std::vector<StrategyEntry> table = {
+      {"naive",        {true,  false, true,  ReductionOrder::blocked},
+       &emulation::make_naive,        XL_CUDA_FACTORY(make_cuda_naive)},
+      {"chunked",      {true,  true,  true,  ReductionOrder::blocked},
+       &emulation::make_chunked,      XL_CUDA_FACTORY(make_cuda_chunked)},
+      {"checkpointed", {true,  true,  true,  ReductionOrder::blocked},
+       &emulation::make_checkpointed, XL_CUDA_FACTORY(make_cuda_checkpointed)},
+      {"fused",        {false, false, false, ReductionOrder::online_tree},
+       &emulation::make_fused,        XL_CUDA_FACTORY(make_cuda_fused)},
+  };
+  // clang-format on
+  return table;
+}
+#undef XL_CUDA_FACTORY
+
+const StrategyEntry* find_strategy_entry(std::string_view name) {
+  for (const StrategyEntry& e : strategy_table())
+    if (name == e.name) return &e;
+  return nullptr;
+}
+
+const StrategyTraits& strategy_traits(std::string_view name) {
+  if (const StrategyEntry* e = find_strategy_entry(name)) return e->traits;
+  std::string names;
+  for (const StrategyEntry& e : strategy_table())
+    names += (names.empty() ? "" : ", ") + std::string(e.name);
+  throw InputError(fmt::format("unknown strategy '{}' (registered: {})", name, names));
+}
+
+namespace {
+std::unique_ptr<Strategy> make_entry(const StrategyEntry& e, Backend backend) {
+  const auto factory = backend == Backend::cuda ? e.cuda : e.emulated;
+  if (factory == nullptr) return nullptr;
+  std::unique_ptr<Strategy> s = factory();
+  if (s == nullptr || s->name() != e.name || s->backend() != backend)
+    throw std::logic_error(fmt::format(
+        "registry: the {} factory of '{}' made {} of backend {}", to_string(backend), e.name,
+        s ? "'" + s->name() + "'" : std::string("nothing"), s ? to_string(s->backend()) : "-"));
+  return s;
+}
+}  // namespace
 
 std::vector<std::unique_ptr<Strategy>> make_strategies(Backend backend) {
   std::vector<std::unique_ptr<Strategy>> out;
-  if (backend == Backend::cpu_emulation) register_emulated_strategies(out);
-#ifdef XENTLAB_HAVE_CUDA
-  if (backend == Backend::cuda) register_cuda_strategies(out);
-#endif
+  for (const StrategyEntry& e : strategy_table())
+    if (auto s = make_entry(e, backend)) out.push_back(std::move(s));
   return out;
+}
+
+std::unique_ptr<Strategy> make_strategy(Backend backend, std::string_view name) {
+  const StrategyEntry* e = find_strategy_entry(name);
+  return e == nullptr ? nullptr : make_entry(*e, backend);
 }
 
 std::vector<std::string> strategy_names(Backend backend) {
   std::vector<std::string> names;
-  for (const auto& s : make_strategies(backend)) names.push_back(s->name());
+  for (const StrategyEntry& e : strategy_table())
+    if ((backend == Backend::cuda ? e.cuda : e.emulated) != nullptr) names.emplace_back(e.name);
   return names;
+}
+
+std::vector<std::string> without_emulated_twin(const std::vector<std::string>& names,
+                                               const std::vector<StrategyEntry>& table) {
+  std::vector<std::string> out;
+  for (const std::string& n : names) {
+    bool twin = false;
+    for (const StrategyEntry& e : table) twin = twin || (n == e.name && e.emulated != nullptr);
+    if (!twin) out.push_back(n);
+  }
+  return out;
 }
 
 bool cuda_backend_built() {

@@ -1,18 +1,68 @@
 #pragma once
-// The one registry of strategies: an explicit function lists every strategy of every backend that
-// this build has (CUDA ones only when gpu/cuda was built). No static self-registration.
+// The one registry of strategies: one table (gpu/registry.cpp) with a row per strategy — its name,
+// its traits, and a factory per backend (CPU emulation, CUDA) — listed explicitly, in the order
+// naive, chunked, checkpointed, fused. No static self-registration. Tests, benchmarks, the audit
+// and the CLI read the table: none lists strategy names by hand or infers a trait from a name.
+// A CUDA factory is present only when this build contains the CUDA backend (gpu/cuda).
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpu/strategy.hpp"
+#include "numerics/arithmetic.hpp"
 
 namespace xentlab {
 
-/// Every strategy of the backend, in the order naive, chunked, checkpointed, fused.
+/// What a strategy is, on every backend that has it (checked against the strategies themselves
+/// by tests/test_registry.cpp).
+struct StrategyTraits {
+  /// Repeat runs on one device give bit-identical outputs. False when some output is summed by
+  /// atomics in an order that depends on scheduling (fused: dH, dW and db; docs/fused.md).
+  bool deterministic = true;
+  /// Works through the tokens in chunks (RunRequest::chunk_tokens, or sized by the memory
+  /// budget), adding each chunk's dW and db into an accumulator in the accum dtype
+  /// (docs/arithmetic.md §8): the bounds count ⌈N/chunk⌉ chunks. Otherwise dW and db accumulate
+  /// in fp32 over all tokens (one chunk for the bounds) and chunk_tokens is ignored.
+  bool chunks_tokens = false;
+  /// Takes every recipe of fp32/fp16/bf16 storage on every backend. False when some are refused
+  /// with not_supported (fused: dz must be an exact tensor-core operand, docs/fused.md).
+  bool every_recipe = true;
+  /// The reduction over the vocabulary that both backends declare
+  /// (Strategy::arithmetic(r).vocab_order for every recipe r).
+  ReductionOrder vocab_order = ReductionOrder::blocked;
+};
+
+/// One row of the registry.
+struct StrategyEntry {
+  const char* name = "";  ///< as Strategy::name() of every backend's object
+  StrategyTraits traits;
+  /// The CPU emulation (gpu/emulation/<name>.cpp); nullptr when the strategy has none.
+  std::unique_ptr<Strategy> (*emulated)() = nullptr;
+  /// The CUDA strategy (gpu/cuda/<name>.cu); nullptr when the strategy has none or this build has
+  /// no CUDA backend.
+  std::unique_ptr<Strategy> (*cuda)() = nullptr;
+};
+
+/// The registry: every strategy, in the order naive, chunked, checkpointed, fused.
+const std::vector<StrategyEntry>& strategy_table();
+/// The row named `name`, or nullptr.
+const StrategyEntry* find_strategy_entry(std::string_view name);
+/// The traits of `name`. Throws InputError naming the registered strategies when unknown.
+const StrategyTraits& strategy_traits(std::string_view name);
+
+/// Every strategy of the backend, in table order (empty when the backend is not built). Throws
+/// std::logic_error when a factory's object is not of its row's name and backend.
 std::vector<std::unique_ptr<Strategy>> make_strategies(Backend backend);
+/// The strategy `name` of the backend, or nullptr when it has none there.
+std::unique_ptr<Strategy> make_strategy(Backend backend, std::string_view name);
 /// The names of make_strategies(backend), in its order (empty when the backend is not built).
 std::vector<std::string> strategy_names(Backend backend);
+/// The names in `names` whose row has no CPU emulation in `table` (an unknown name counts as
+/// none), in the order given. The audit judges every CUDA run against its emulated twin and
+/// refuses a strategy listed here.
+std::vector<std::string> without_emulated_twin(const std::vector<std::string>& names,
+                                               const std::vector<StrategyEntry>& table);
 /// True when this build contains the CUDA backend (a device may still be absent at run time).
 bool cuda_backend_built();
 

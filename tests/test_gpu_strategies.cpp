@@ -46,9 +46,7 @@ const gpu::DeviceInfo& device() {
   if (!device().available) GTEST_SKIP() << "no CUDA device: " << device().reason
 
 std::unique_ptr<Strategy> find_strategy(Backend b, const std::string& name) {
-  for (auto& s : make_strategies(b))
-    if (s->name() == name) return std::move(s);
-  return nullptr;
+  return make_strategy(b, name);
 }
 
 struct Case {
@@ -114,9 +112,10 @@ double rounding_floor(DType out, const Values& ref) {
   return std::max(2.0 * unit_roundoff(out) * max_abs_finite(ref), min_subnormal(out));
 }
 
-/// The cuBLAS strategies implement every recipe of fp32/fp16/bf16 storage; fused refuses some.
+/// Whether the strategy implements every recipe of fp32/fp16/bf16 storage (the registry's trait;
+/// fused refuses some).
 bool every_recipe(const std::string& strategy) {
-  return strategy != "fused";
+  return strategy_traits(strategy).every_recipe;
 }
 
 /// Runs one strategy on one case and recipe; checks bound, finiteness and the emulation baseline.
@@ -129,8 +128,8 @@ void check_run(const Case& c, const ReferenceResult& ref, const Strategy& s, con
   const std::string ctx = describe(c, r, s.name(), chunk);
   const Status st = s.can_implement(c.pb, c.spec, r);
   if (!st.ok() && st.code == Status::Code::not_supported && !every_recipe(s.name())) {
-    // fused honours only recipes whose dz is an exact tensor-core operand (docs/fused.md); its
-    // refusals must say why. The cuBLAS strategies take every recipe.
+    // A strategy without the every_recipe trait (fused: only recipes whose dz is an exact
+    // tensor-core operand, docs/fused.md) must say why it refuses one.
     EXPECT_FALSE(st.message.empty()) << ctx;
     return;
   }
@@ -143,9 +142,10 @@ void check_run(const Case& c, const ReferenceResult& ref, const Strategy& s, con
   req.chunk_tokens = chunk;
   req.emulated_sms = device().multiprocessors;  // the fused emulation models this device's launch
   const StrategyOutputs out = s.run(req);
-  // naive and fused accumulate dW in fp32 over all tokens (one "chunk" for the bounds).
+  // A strategy that does not chunk tokens accumulates dW in fp32 over all of them (one "chunk"
+  // for the bounds).
   const std::int64_t n_chunks =
-      s.name() == "naive" || s.name() == "fused" ? 1 : (c.pb.N + chunk - 1) / chunk;
+      strategy_traits(s.name()).chunks_tokens ? (c.pb.N + chunk - 1) / chunk : 1;
   const Policy policy = policy_by_name("default");
   RunAssessment a;
   try {
@@ -521,6 +521,31 @@ void expect_same_outputs(const StrategyOutputs& a, const StrategyOutputs& b,
   EXPECT_TRUE(same_bits(a.dH, b.dH)) << ctx << " dH";
   EXPECT_TRUE(same_bits(a.dW, b.dW)) << ctx << " dW";
   EXPECT_TRUE(same_bits(a.db, b.db)) << ctx << " db";
+}
+
+/// The registry's deterministic trait, on the device: a strategy that declares it gives every
+/// output bit for bit on a repeat run; one that does not (atomics in the gradients) still gives
+/// loss and lse bit for bit (FusedRepeatRuns bounds its gradients).
+TEST(GpuStrategies, DeterministicStrategiesRepeatBitForBit) {
+  XL_REQUIRE_DEVICE();
+  const Problem pb = gaussian(256, 2000, 64, DType::bf16, 3.0, 5, true, true);
+  RunRequest req;
+  req.problem = &pb;
+  req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
+  req.chunk_tokens = 64;
+  int deterministic = 0;
+  for (const auto& s : make_strategies(Backend::cuda)) {
+    if (!s->can_implement(pb, req.spec, req.recipe).ok()) continue;
+    const StrategyOutputs a = s->run(req), b = s->run(req);
+    if (strategy_traits(s->name()).deterministic) {
+      ++deterministic;
+      expect_same_outputs(a, b, s->name() + " repeat");
+    } else {
+      EXPECT_TRUE(same_bits(a.loss, b.loss)) << s->name() << " repeat loss";
+      EXPECT_TRUE(same_bits(a.lse, b.lse)) << s->name() << " repeat lse";
+    }
+  }
+  EXPECT_GT(deterministic, 0);
 }
 
 TEST(GpuStrategies, ChunkedEqualsCheckpointedAndNaive) {

@@ -1,5 +1,6 @@
-// The CPU emulation engine shared by the emulated strategies (see common.hpp and
-// docs/arithmetic.md; section numbers below refer to that page).
+// The CPU emulation engine shared by the emulated strategies: the steps every strategy shares
+// (common.hpp lists them); each strategy's reduction orders are in its own file. Section numbers
+// refer to docs/arithmetic.md.
 #include "gpu/emulation/common.hpp"
 
 #include <fmt/format.h>
@@ -11,33 +12,18 @@
 #include <limits>
 #include <vector>
 
-#include "gpu/fused_plan.hpp"
 #include "numerics/emulate.hpp"
 #include "numerics/error.hpp"
 
 namespace xentlab::emulation {
 namespace {
 
+using Ctx = EngineContext;
 using emu::rnd;
 constexpr std::int64_t kPanel = 64;  // vocabulary rows per panel of the forward GEMM
 inline std::size_t sz(std::int64_t i) {
   return static_cast<std::size_t>(i);
 }
-
-// Everything the row kernels need, read-only during a run.
-struct Ctx {
-  const Problem* pb = nullptr;
-  LossSpec sp;
-  Recipe rc;
-  DeclaredArithmetic ar;
-  std::int64_t N = 0, V = 0, D = 0;
-  bool linear = false;
-  std::vector<float> bias;  // (V) bias as float (exact; −Inf allowed), empty when absent
-  float scale = 1.0f, cap = 0.0f, eps = 0.0f, lam = 0.0f, eps_over_V = 0.0f, one_minus_eps = 1.0f;
-  // fused: the kernel's vocabulary ranges per token block and tiles per range (fused_plan.hpp).
-  int fused_ranges = 0;
-  std::int64_t fused_tiles_per_range = 0;
-};
 
 // §1 for given logits: z[j] = rnd_logits(stored value) (exact when logits ⊇ the stored dtype).
 void row_given_logits(const Ctx& c, std::int64_t i, float* z) {
@@ -158,121 +144,20 @@ struct RowOut {
   float loss = 0.0f;
 };
 
-// §9 as the fused kernel launches it (gpu/cuda/fused.cu forward and finalize): a running
-// (max, sum-exp, Σx) state in the accumulator dtype.
-struct FusedState {
-  emu::OnlineState st;  // (m, s)
-  float sx = 0.0f;
-};
-
-// fused.cu's merge_state (s ← rnd_A(s·e^{m−m'} + s2·e^{m2−m'}), m ← m' = max; nothing when both
-// are empty) and its Σx merge rnd_A(sx + sx2).
-void fused_merge(FusedState& a, const FusedState& b, DType A) {
-  const float mn = std::max(a.st.m, b.st.m);
-  if (mn != -INFINITY) {
-    const float x = a.st.m == -INFINITY ? 0.0f : a.st.s * std::exp(a.st.m - mn);
-    const float y = b.st.m == -INFINITY ? 0.0f : b.st.s * std::exp(b.st.m - mn);
-    a.st.s = rnd(x + y, A);
-    a.st.m = mn;
-  }
-  a.sx = rnd(a.sx + b.sx, A);
-}
-
-// The row's state through the kernel's decomposition (gpu/fused_plan.hpp): per vocabulary range,
-// kFusedRowThreads threads per row each fold their kFusedThreadColumns columns of every tile of
-// the range (column n0 + (T/W)·w + 8·j + 2·q + e for warp w < W = kFusedRowWarps, lane-in-quad q,
-// j < T/(8W), e < 2, in that order; today 16 threads of 8 columns) into an online state; the quad
-// merges (q ⊕ q^1, then ⊕ q^2, lower lane first), then the W warps in order; the ranges' states
-// are merged pairwise (binary-counter stack, older first), as the finalize kernel does. Columns
-// past V are −inf (nothing added).
-FusedState fused_row_state(const Ctx& c, const float* x) {
-  const DType A = c.rc.accum;
-  constexpr std::int64_t T = gpu::kFusedVocabTile, W = gpu::kFusedRowWarps,
-                         TC = gpu::kFusedThreadColumns;
-  const std::int64_t V = c.V;
-  const std::int64_t VT = (V + T - 1) / T, tpr = c.fused_tiles_per_range;
-  const bool smoothing = c.eps > 0.0f;
-  std::vector<FusedState> stack;
-  std::vector<std::int64_t> weight;
-  for (int k = 0; k < c.fused_ranges; ++k) {
-    FusedState th[W][4];  // [warp][lane in quad]
-    const std::int64_t t0 = k * tpr, t1 = std::min(VT, t0 + tpr);
-    for (std::int64_t vt = t0; vt < t1; ++vt)
-      for (int w = 0; w < W; ++w)
-        for (int q = 0; q < 4; ++q) {
-          FusedState& st = th[w][q];
-          const std::int64_t c0 = vt * T + (T / W) * w + 2 * q;
-          float v[TC];
-          for (int e = 0; e < TC; ++e) {
-            const std::int64_t col = c0 + (e / 2) * 8 + e % 2;
-            v[e] = col < V ? x[col] : -INFINITY;
-          }
-          if (smoothing) {
-            float ts = 0.0f;
-            for (int e = 0; e < TC; ++e)
-              if (c0 + (e / 2) * 8 + e % 2 < V) ts = rnd(ts + rnd(v[e], A), A);
-            st.sx = rnd(st.sx + ts, A);
-          }
-          // The thread's fold of its columns is §9's tile merge (columns past V add 0).
-          emu::online_merge_tile(st.st, v, TC, A);
-        }
-    FusedState r;
-    for (int w = 0; w < W; ++w) {
-      FusedState a = th[w][0], b = th[w][2];
-      fused_merge(a, th[w][1], A);
-      fused_merge(b, th[w][3], A);
-      fused_merge(a, b, A);
-      if (w == 0)
-        r = a;
-      else
-        fused_merge(r, a, A);
-    }
-    std::int64_t n = 1;
-    while (!weight.empty() && weight.back() == n) {
-      FusedState l = stack.back();
-      stack.pop_back();
-      weight.pop_back();
-      fused_merge(l, r, A);
-      r = l;
-      n *= 2;
-    }
-    stack.push_back(r);
-    weight.push_back(n);
-  }
-  FusedState out;
-  if (!stack.empty()) {
-    out = stack.back();
-    for (std::size_t t = stack.size() - 1; t-- > 0;) {
-      FusedState l = stack[t];
-      fused_merge(l, out, A);
-      out = l;
-    }
-  }
-  return out;
-}
-
-// §3–5 (and §9 for online tiles): lse and loss of one row from its kernel logits x (V floats).
-RowOut row_forward(const Ctx& c, const float* x, std::int64_t t, bool valid, float* scratch) {
+// §3–5: lse and loss of one row from its kernel logits x (V floats) and the strategy's vocabulary
+// sums of them.
+RowOut row_forward(const Ctx& c, const float* x, const VocabSums& vs, std::int64_t t, bool valid) {
   const DType A = c.rc.accum;
   RowOut o;
-  float m = 0.0f, s = 0.0f, fused_sx = 0.0f;
-  if (c.fused_ranges > 0) {
-    const FusedState f = fused_row_state(c, x);
-    m = f.st.m;
-    s = f.st.s;
-    fused_sx = f.sx;
-  } else {
-    s = emu::sum_exp(x, c.V, A, c.ar, scratch, &m);
-  }
+  const float m = vs.m, s = vs.s;
   // §5: lse = rnd_accum(m + logf(sum)); an all-masked row has sum 0 and lse = −Inf.
   o.lse = m == -INFINITY ? -INFINITY : rnd(m + std::log(s), A);
   if (!valid) return o;
   const float xt = x[t];
   float loss;
   if (c.eps > 0.0f) {
-    // Σ_j x_j in the same order in the accum dtype (blocked; fused: the kernel's).
-    const float sx = c.fused_ranges > 0 ? fused_sx : emu::sum_ordered(x, c.V, A, c.ar);
-    loss = rnd(o.lse - c.one_minus_eps * xt - c.eps_over_V * sx, A);
+    // Σ_j x_j in the accum dtype, in the strategy's order (as its sum-exp).
+    loss = rnd(o.lse - c.one_minus_eps * xt - c.eps_over_V * vs.sx, A);
   } else {
     loss = rnd(o.lse - xt, A);
   }
@@ -320,12 +205,12 @@ Status EmulatedStrategy::can_implement(const Problem& p, const LossSpec& s, cons
       return Status::NotSupported(
           fmt::format("{} (cpu-emulation): recipe {} has an fp64 place; the emulation models "
                       "fp32/fp16/bf16 hardware only",
-                      cfg_.name, r.name()));
+                      name(), r.name()));
   if (p.input_dtype() != r.input)
     return Status::NotSupported(
         fmt::format("{} (cpu-emulation): the problem is stored in {} but recipe {} reads {} inputs "
                     "(convert the problem; the emulation never re-rounds inputs silently)",
-                    cfg_.name, to_string(p.input_dtype()), r.name(), to_string(r.input)));
+                    name(), to_string(p.input_dtype()), r.name(), to_string(r.input)));
   try {
     s.validate();
   } catch (const InputError& e) {
@@ -334,44 +219,54 @@ Status EmulatedStrategy::can_implement(const Problem& p, const LossSpec& s, cons
   return Status::Ok();
 }
 
-DeclaredArithmetic EmulatedStrategy::arithmetic(const Recipe& r) const {
+VocabSums blocked_vocab_sums(const EngineContext& c, const float* x, bool need_sx, float* scratch) {
+  const DType A = c.rc.accum;
+  VocabSums v;
+  v.s = emu::sum_exp(x, c.V, A, c.ar, scratch, &v.m);
+  if (need_sx) v.sx = emu::sum_ordered(x, c.V, A, c.ar);
+  return v;
+}
+
+DeclaredArithmetic blocked_arithmetic(const std::string& name, const Recipe& r) {
   DeclaredArithmetic a;
   a.token_order = ReductionOrder::pairwise;
   a.gemm_k_split = 1;
-  if (cfg_.kind == Kind::fused) {
-    a = gpu::fused_declared_arithmetic();
-    a.note = fmt::format(
-        "cpu-emulation fused: the kernel's online (max,sum) states (8 columns per thread and "
-        "tile, quad, warps, vocabulary ranges pairwise), accum {}",
-        to_string(r.accum));
-  } else {
-    a.vocab_order = ReductionOrder::blocked;
-    a.block_threads = kBlockThreads;
-    a.note = fmt::format("cpu-emulation {}: block reduce T={}, groups of 8, accum {}", cfg_.name,
-                         kBlockThreads, to_string(r.accum));
-  }
+  a.vocab_order = ReductionOrder::blocked;
+  a.block_threads = kBlockThreads;
+  a.note = fmt::format("cpu-emulation {}: block reduce T={}, groups of 8, accum {}", name,
+                       kBlockThreads, to_string(r.accum));
   return a;
 }
 
-namespace {
-std::int64_t chunk_of(const RunRequest& req, std::int64_t V, std::int64_t S) {
+std::int64_t host_block_rows(std::int64_t V) {
+  return std::max<std::int64_t>(1, (std::int64_t{64} << 20) / (4 * std::max<std::int64_t>(V, 1)));
+}
+
+std::int64_t chunk_rows(const RunRequest& req, std::int64_t V, std::int64_t S) {
   if (req.chunk_tokens > 0) return req.chunk_tokens;
   if (req.memory_budget > 0)
     return std::max<std::int64_t>(1, req.memory_budget / std::max<std::int64_t>(1, V * 8));
   return std::min(S > 0 ? S : 1, kDefaultChunkTokens);
 }
-}  // namespace
+
+void for_each_vocab_row(
+    const BlockGrads& b,
+    const std::function<void(std::int64_t k, std::int64_t j, float* part)>& fn) {
+#pragma omp parallel if (b.parallel)
+  {
+    std::vector<float> part(sz(b.D));
+#pragma omp for schedule(static)
+    for (std::int64_t k = 0; k < b.J; ++k)
+      fn(k, b.vocab_rows->empty() ? k : (*b.vocab_rows)[sz(k)], part.data());
+  }
+}
 
 std::int64_t EmulatedStrategy::workspace_size(const RunRequest& req) const {
   const Problem& p = *req.problem;
   const std::int64_t S =
       req.token_rows.empty() ? p.N : static_cast<std::int64_t>(req.token_rows.size());
   const std::int64_t threads = omp_get_max_threads();
-  const bool chunk_acc = cfg_.kind == Kind::chunked || cfg_.kind == Kind::checkpointed;
-  std::int64_t block = chunk_acc
-                           ? chunk_of(req, p.V, S)
-                           : std::max<std::int64_t>(1, (std::int64_t{64} << 20) /
-                                                           (4 * std::max<std::int64_t>(p.V, 1)));
+  std::int64_t block = block_rows(req, p.V, S);
   block = std::max<std::int64_t>(1, std::min(block, std::max<std::int64_t>(S, 1)));
   std::int64_t bytes =
       threads * 2 * p.V * 4 + block * p.V * 4;  // per-thread rows, block of logits/dz
@@ -383,7 +278,7 @@ std::int64_t EmulatedStrategy::workspace_size(const RunRequest& req) const {
 
 StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   const auto t0 = std::chrono::steady_clock::now();
-  if (!req.problem) throw InputError(cfg_.name + " (cpu-emulation): RunRequest without a problem");
+  if (!req.problem) throw InputError(name() + " (cpu-emulation): RunRequest without a problem");
   const Problem& pb = *req.problem;
   req.spec.validate();
   pb.validate(req.spec.ignore_index);
@@ -391,6 +286,7 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   if (!st.ok()) throw InputError(st.message);
 
   Ctx c;
+  c.req = &req;
   c.pb = &pb;
   c.sp = req.spec;
   c.rc = req.recipe;
@@ -406,20 +302,14 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   c.one_minus_eps = 1.0f - c.eps;
   c.eps_over_V = c.eps / static_cast<float>(c.V);
   const std::int64_t N = c.N, V = c.V, D = c.D;
-  if (cfg_.kind == Kind::fused && N > 0 && V > 0) {
-    c.fused_ranges = gpu::fused_vocab_ranges(
-        N, V, req.emulated_sms > 0 ? req.emulated_sms : gpu::kFusedModelSms);
-    const std::int64_t VT = (V + gpu::kFusedVocabTile - 1) / gpu::kFusedVocabTile;
-    c.fused_tiles_per_range = (VT + c.fused_ranges - 1) / c.fused_ranges;
-  }
 
   // Token rows.
   std::vector<std::int64_t> rows = req.token_rows;
   for (std::size_t q = 0; q < rows.size(); ++q)
     if (rows[q] < 0 || rows[q] >= N || (q > 0 && rows[q] <= rows[q - 1]))
       throw InputError(fmt::format(
-          "{} (cpu-emulation): token_rows[{}] = {} is out of [0, {}) or not sorted/unique",
-          cfg_.name, q, rows[q], N));
+          "{} (cpu-emulation): token_rows[{}] = {} is out of [0, {}) or not sorted/unique", name(),
+          q, rows[q], N));
   if (rows.empty()) {
     rows.resize(sz(N));
     for (std::int64_t i = 0; i < N; ++i) rows[sz(i)] = i;
@@ -428,11 +318,11 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   if (req.spec.reduction == Reduction::none && !req.upstream.empty()) {
     if (static_cast<std::int64_t>(req.upstream.size()) != N)
       throw InputError(fmt::format("{} (cpu-emulation): upstream has {} entries, expected N = {}",
-                                   cfg_.name, req.upstream.size(), N));
+                                   name(), req.upstream.size(), N));
     for (std::size_t i = 0; i < req.upstream.size(); ++i)
       if (!std::isfinite(req.upstream[i]))
-        throw InputError(fmt::format("{} (cpu-emulation): upstream[{}] = {} is not finite",
-                                     cfg_.name, i, req.upstream[i]));
+        throw InputError(fmt::format("{} (cpu-emulation): upstream[{}] = {} is not finite", name(),
+                                     i, req.upstream[i]));
   }
   const std::int64_t n_valid = pb.count_valid(req.spec.ignore_index);
 
@@ -484,32 +374,20 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
 
   const bool grads = req.want_grads;
   const std::int64_t threads = omp_get_max_threads();
-  // Rows are processed in blocks. chunked/checkpointed: a block is a chunk, and its dW is added
-  // into the accum-dtype accumulator (§8). naive/fused: dW is one fp32 GEMM over all rows in order;
-  // the fp32 accumulator is carried across blocks, so the block size only bounds the host memory.
-  const bool chunk_acc = cfg_.kind == Kind::chunked || cfg_.kind == Kind::checkpointed;
-  // fused: token blocks of kFusedBlockTokens rows, each block's dW and db an fp32 partial added
-  // into the fp32 accumulator (the kernel's per-tile sums added atomically; docs/fused.md).
-  const bool tile_acc = cfg_.kind == Kind::fused;
-  std::int64_t block = chunk_acc ? chunk_of(req, V, S)
-                       : tile_acc
-                           ? gpu::kFusedBlockTokens
-                           : std::max<std::int64_t>(
-                                 1, (std::int64_t{64} << 20) / (4 * std::max<std::int64_t>(V, 1)));
+  // Rows are processed in blocks of the strategy's size (block_rows); each block's dW and db are
+  // added into the accumulators by the strategy (add_block_grads).
+  std::int64_t block = block_rows(req, V, S);
   block = std::max<std::int64_t>(1, std::min(block, S));
   const bool par = S * V * (D + 4) >= (std::int64_t{1} << 18);
-  // Vocabulary rows of dW/db (all, or RunRequest::vocab_rows): k-th row computed is vrow(k).
+  // Vocabulary rows of dW/db (all, or RunRequest::vocab_rows); J of them are computed.
   for (std::size_t k = 0; k < req.vocab_rows.size(); ++k)
     if (req.vocab_rows[k] < 0 || req.vocab_rows[k] >= V ||
         (k > 0 && req.vocab_rows[k] <= req.vocab_rows[k - 1]))
       throw InputError(fmt::format(
-          "{} (cpu-emulation): vocab_rows[{}] = {} is out of [0, {}) or not sorted/unique",
-          cfg_.name, k, req.vocab_rows[k], V));
+          "{} (cpu-emulation): vocab_rows[{}] = {} is out of [0, {}) or not sorted/unique", name(),
+          k, req.vocab_rows[k], V));
   const std::int64_t J =
       req.vocab_rows.empty() ? V : static_cast<std::int64_t>(req.vocab_rows.size());
-  const auto vrow = [&](std::int64_t k) {
-    return req.vocab_rows.empty() ? k : req.vocab_rows[sz(k)];
-  };
   if (grads) {
     if (c.linear) {
       out.dH.assign(sz(S * D), 0.0);
@@ -519,8 +397,7 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
       out.dz.assign(sz(S * V), 0.0);
     }
   }
-  // dW, db: the accumulator (fp32 for naive/fused, accum dtype across chunks for chunked), and the
-  // fp32 partial of one chunk; values held as float.
+  // dW, db: the strategy's accumulators across blocks; values held as float.
   std::vector<float> dW_acc(grads && c.linear ? sz(J * D) : 0, 0.0f);
   std::vector<float> db_acc(grads && c.linear && pb.bias ? sz(J) : 0, 0.0f);
   std::vector<float> zbuf(sz(block * V));  // (block, V): logits, then dz in place (logits dtype)
@@ -544,12 +421,13 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
         float* z = zbuf.data() + (q - q0) * V;
         if (!c.linear) row_given_logits(c, i, z);
         row_kernel_logits(c, z, x.data());
-        const RowOut ro = row_forward(c, x.data(), t, v, scratch.data());
+        const VocabSums vs = vocab_sums(c, x.data(), v && c.eps > 0.0f, scratch.data());
+        const RowOut ro = row_forward(c, x.data(), vs, t, v);
         lse_f[sz(q)] = ro.lse;
         loss_f[sz(q)] = ro.loss;
         if (!grads) continue;
-        // checkpointed recomputes z from H and W in the forward's precision in its backward, and
-        // fused recomputes each tile: bit-identical to the values used here by construction.
+        // A strategy that recomputes z in its backward (checkpointed: from H and W in the forward's
+        // precision; fused: each tile) gets values bit-identical to these by construction.
         if (v)
           row_dz(c, z, x.data(), ro.lse, t, g_f[sz(q)], z);
         else
@@ -560,43 +438,23 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
     }
     if (!grads || !c.linear) continue;
     const float* dz = zbuf.data();
-    block_dH(c, dz, R, dHacc.data(), par, tile_acc ? gpu::kFusedBackwardVocabTile : 0);
+    block_dH(c, dz, R, dHacc.data(), par, dH_vocab_tile());
     for (std::int64_t r = 0; r < R; ++r)
       for (std::int64_t d = 0; d < D; ++d)
         out.dH[sz((q0 + r) * D + d)] = rnd(dHacc[sz(r * D + d)], G);
-        // dW (and db) of the block: fp32 dzᵀ·H over the block's rows in increasing row order,
-        // parallel over vocabulary rows.
-#pragma omp parallel if (par)
-    {
-      std::vector<float> part(sz(D));
-#pragma omp for schedule(static)
-      for (std::int64_t k = 0; k < J; ++k) {
-        const std::int64_t j = vrow(k);  // vocabulary row; k indexes the accumulators
-        const bool partial = chunk_acc || tile_acc;
-        float* accw = partial ? part.data() : dW_acc.data() + k * D;
-        if (partial) std::fill(part.begin(), part.end(), 0.0f);
-        float dbs = partial ? 0.0f : (db_acc.empty() ? 0.0f : db_acc[sz(k)]);
-        for (std::int64_t r = 0; r < R; ++r) {
-          const float dzj = dz[r * V + j];
-          if (dzj == 0.0f) continue;  // adding exact zeros leaves an fp32 sum unchanged
-          const float* h = Hs.data() + (q0 + r) * D;
-          for (std::int64_t d = 0; d < D; ++d) accw[d] = std::fma(dzj, h[d], accw[d]);
-          // db: Σ_i dz_ij in the accum dtype (fused: fp32 per block, as its atomics).
-          if (!db_acc.empty()) dbs = tile_acc ? dbs + dzj : rnd(dbs + dzj, A);
-        }
-        if (tile_acc) {
-          float* a = dW_acc.data() + k * D;
-          for (std::int64_t d = 0; d < D; ++d) a[d] += accw[d];
-          if (!db_acc.empty()) db_acc[sz(k)] += dbs;
-        } else if (chunk_acc) {
-          float* a = dW_acc.data() + k * D;
-          for (std::int64_t d = 0; d < D; ++d) a[d] = rnd(a[d] + accw[d], A);
-          if (!db_acc.empty()) db_acc[sz(k)] = rnd(db_acc[sz(k)] + dbs, A);
-        } else if (!db_acc.empty()) {
-          db_acc[sz(k)] = dbs;
-        }
-      }
-    }
+    BlockGrads bg;
+    bg.dz = dz;
+    bg.H = Hs.data() + q0 * D;
+    bg.R = R;
+    bg.V = V;
+    bg.D = D;
+    bg.vocab_rows = &req.vocab_rows;
+    bg.J = J;
+    bg.dW = dW_acc.data();
+    bg.db = db_acc.empty() ? nullptr : db_acc.data();
+    bg.parallel = par;
+    bg.accum = A;
+    add_block_grads(bg);
   }
   if (grads && c.linear) {
     for (std::int64_t k = 0; k < J * D; ++k) out.dW[sz(k)] = rnd(dW_acc[sz(k)], G);

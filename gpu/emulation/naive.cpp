@@ -1,14 +1,51 @@
 // CPU emulation of the naive strategy: full logits (S×V) in the logits dtype, then dz for all rows,
-// then dH and one fp32 dW GEMM. The arithmetic is docs/arithmetic.md; the shared engine is
-// gpu/emulation/common.cpp.
+// then dH and one fp32 dW GEMM over all rows. Its reduction orders (docs/arithmetic.md):
+//   vocabulary  blocked, T = 256 threads (§3–4);
+//   dW          one fp32 sum per entry over all token rows in increasing order, carried across the
+//               engine's blocks (the block size bounds the host memory only), rounded to the grad
+//               dtype once (§8);
+//   db          one running sum per vocabulary row over all token rows, rounded to the accum dtype
+//               after every addition.
+// The steps every strategy shares are the engine's (gpu/emulation/common.cpp).
 #include <memory>
 
 #include "gpu/emulation/common.hpp"
 
 namespace xentlab::emulation {
+namespace {
+
+class NaiveEmulation final : public EmulatedStrategy {
+ public:
+  std::string name() const override { return "naive"; }
+  DeclaredArithmetic arithmetic(const Recipe& r) const override {
+    return blocked_arithmetic(name(), r);
+  }
+
+ protected:
+  VocabSums vocab_sums(const EngineContext& c, const float* x, bool need_sx,
+                       float* scratch) const override {
+    return blocked_vocab_sums(c, x, need_sx, scratch);
+  }
+  std::int64_t block_rows(const RunRequest&, std::int64_t V, std::int64_t) const override {
+    return host_block_rows(V);
+  }
+  void add_block_grads(const BlockGrads& b) const override {
+    const DType A = b.accum;
+    for_each_vocab_row(b, [&](std::int64_t k, std::int64_t j, float*) {
+      float* acc = b.dW + k * b.D;  // the fp32 sum over all rows so far
+      float dbs = b.db != nullptr ? b.db[k] : 0.0f;
+      add_dW_row(b, j, acc, [&](float dzj) {
+        if (b.db != nullptr) dbs = emu::rnd(dbs + dzj, A);
+      });
+      if (b.db != nullptr) b.db[k] = dbs;
+    });
+  }
+};
+
+}  // namespace
 
 std::unique_ptr<Strategy> make_naive() {
-  return std::make_unique<EmulatedStrategy>(EngineConfig{Kind::naive, "naive"});
+  return std::make_unique<NaiveEmulation>();
 }
 
 }  // namespace xentlab::emulation

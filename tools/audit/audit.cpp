@@ -151,6 +151,19 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
       throw InputError(fmt::format("audit: unknown strategy '{}' (registered: {})", name, names));
     }
   }
+  // Every GPU run is judged against its emulated twin as well as the bound: refuse, before any
+  // work, a strategy whose registry row has no CPU emulation.
+  if (cfg.backend != Backend::cpu_emulation) {
+    std::vector<std::string> names;
+    for (const Strategy* s : chosen) names.push_back(s->name());
+    const std::vector<std::string> orphans = without_emulated_twin(names, strategy_table());
+    if (!orphans.empty())
+      throw InputError(fmt::format(
+          "audit: {} strategy '{}' has no CPU emulation in the registry (gpu/registry.cpp), and "
+          "the audit holds every {} run to its emulated twin as well as its bound; add its "
+          "emulation (gpu/emulation/{}.cpp) or leave it out with --strategies",
+          to_string(cfg.backend), orphans.front(), to_string(cfg.backend), orphans.front()));
+  }
   const std::vector<Recipe> recipes = cfg.recipes.empty() ? default_recipe_grid() : cfg.recipes;
   const Policy policy = policy_by_name(cfg.policy);
   std::vector<std::unique_ptr<Strategy>> baselines;

@@ -1,0 +1,124 @@
+// The strategy registry (gpu/registry.hpp): its table builds every backend's strategies in table
+// order under the row's name, and the traits of each row hold for the strategies themselves
+// (the CPU emulation here; the CUDA side of deterministic and every_recipe is checked on the
+// device by test_gpu_strategies).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "datasets/synthetic.hpp"
+#include "gpu/registry.hpp"
+#include "numerics/error.hpp"
+#include "numerics/recipe.hpp"
+
+namespace xentlab {
+namespace {
+
+std::vector<std::string> table_names() {
+  std::vector<std::string> names;
+  for (const StrategyEntry& e : strategy_table()) names.emplace_back(e.name);
+  return names;
+}
+
+TEST(Registry, EveryRowHasAUniqueNameAndACpuEmulation) {
+  ASSERT_FALSE(strategy_table().empty());
+  std::set<std::string> seen;
+  for (const StrategyEntry& e : strategy_table()) {
+    EXPECT_FALSE(std::string(e.name).empty());
+    EXPECT_TRUE(seen.insert(e.name).second) << "duplicate row " << e.name;
+    // The audit judges every GPU run against its emulated twin.
+    EXPECT_NE(e.emulated, nullptr) << e.name;
+    EXPECT_EQ(find_strategy_entry(e.name), &e);
+    EXPECT_EQ(&strategy_traits(e.name), &e.traits);
+  }
+}
+
+TEST(Registry, BackendsBuildTheTableInOrderUnderTheRowsNames) {
+  std::vector<std::string> built;
+  for (const auto& s : make_strategies(Backend::cpu_emulation)) {
+    EXPECT_EQ(s->backend(), Backend::cpu_emulation) << s->name();
+    built.push_back(s->name());
+  }
+  EXPECT_EQ(built, table_names());
+  EXPECT_EQ(strategy_names(Backend::cpu_emulation), table_names());
+  // CUDA: the rows with a CUDA factory, in table order; none without the backend.
+  std::vector<std::string> cuda_rows;
+  for (const StrategyEntry& e : strategy_table())
+    if (e.cuda != nullptr) cuda_rows.emplace_back(e.name);
+  if (!cuda_backend_built()) {
+    EXPECT_TRUE(cuda_rows.empty());
+  }
+  std::vector<std::string> cuda_built;
+  for (const auto& s : make_strategies(Backend::cuda)) {
+    EXPECT_EQ(s->backend(), Backend::cuda) << s->name();
+    cuda_built.push_back(s->name());
+  }
+  EXPECT_EQ(cuda_built, cuda_rows);
+  EXPECT_EQ(strategy_names(Backend::cuda), cuda_rows);
+  for (const StrategyEntry& e : strategy_table()) {
+    const auto s = make_strategy(Backend::cpu_emulation, e.name);
+    ASSERT_NE(s, nullptr) << e.name;
+    EXPECT_EQ(s->name(), e.name);
+    EXPECT_EQ(make_strategy(Backend::cuda, e.name) != nullptr, e.cuda != nullptr) << e.name;
+  }
+}
+
+TEST(Registry, UnknownNamesAreRefusedNamingTheRegisteredOnes) {
+  EXPECT_EQ(find_strategy_entry("tiled"), nullptr);
+  EXPECT_EQ(make_strategy(Backend::cpu_emulation, "tiled"), nullptr);
+  try {
+    (void)strategy_traits("tiled");
+    ADD_FAILURE() << "strategy_traits accepted 'tiled'";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'tiled'"), std::string::npos) << m;
+    for (const std::string& n : table_names()) EXPECT_NE(m.find(n), std::string::npos) << m;
+  }
+}
+
+// A strategy with no emulated twin is listed (the audit refuses it), as is a name of no row.
+TEST(Registry, StrategiesWithoutAnEmulatedTwinAreFound) {
+  const auto some_factory = strategy_table().front().emulated;
+  const std::vector<StrategyEntry> table = {{"with-twin", {}, some_factory, nullptr},
+                                            {"cuda-only", {}, nullptr, some_factory}};
+  EXPECT_EQ(without_emulated_twin({"cuda-only", "with-twin", "nowhere"}, table),
+            (std::vector<std::string>{"cuda-only", "nowhere"}));
+  EXPECT_TRUE(without_emulated_twin({"with-twin"}, table).empty());
+  EXPECT_TRUE(without_emulated_twin(table_names(), strategy_table()).empty());
+}
+
+// vocab_order: what every backend's strategy declares for every recipe of the audit's grid.
+TEST(RegistryTraits, VocabOrderIsWhatEveryBackendDeclares) {
+  for (const Backend b : {Backend::cpu_emulation, Backend::cuda})
+    for (const auto& s : make_strategies(b))
+      for (const Recipe& r : default_recipe_grid())
+        EXPECT_EQ(s->arithmetic(r).vocab_order, strategy_traits(s->name()).vocab_order)
+            << to_string(b) << " " << s->name() << " " << r.name();
+}
+
+// chunks_tokens, on the emulation: a strategy that chunks adds each chunk's dW and db into a bf16
+// accumulator, so one-token chunks round after every token and differ from one chunk of all
+// tokens; a strategy that does not chunk ignores chunk_tokens, bit for bit.
+TEST(RegistryTraits, ChunksTokensIsWhetherTheChunkSizeChangesTheGradients) {
+  const Problem pb = make_gaussian_linear(24, 300, 16, DType::bf16, 2.0, 7);
+  RunRequest req;
+  req.problem = &pb;
+  req.recipe = parse_recipe("bf16/bf16/bf16/bf16");
+  for (const auto& s : make_strategies(Backend::cpu_emulation)) {
+    req.chunk_tokens = 1;
+    const StrategyOutputs one = s->run(req);
+    req.chunk_tokens = pb.N;
+    const StrategyOutputs all = s->run(req);
+    EXPECT_EQ(one.loss, all.loss) << s->name();  // the forward never depends on chunking
+    EXPECT_EQ(one.dH, all.dH) << s->name();
+    if (strategy_traits(s->name()).chunks_tokens)
+      EXPECT_NE(one.dW, all.dW) << s->name();
+    else
+      EXPECT_EQ(one.dW, all.dW) << s->name();
+  }
+}
+
+}  // namespace
+}  // namespace xentlab
