@@ -100,13 +100,17 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
       ASSERT_EQ(rows.size(), 64u) << p.name;
       for (std::size_t k = 0; k < rows.size(); ++k) {
         EXPECT_TRUE(rows[k] >= 0 && rows[k] < 507) << rows[k];
-        if (k > 0) EXPECT_LT(rows[k - 1], rows[k]);
+        if (k > 0) {
+          EXPECT_LT(rows[k - 1], rows[k]);
+        }
       }
       EXPECT_EQ(rows, p.vocab_rows);
     }
     for (const auto& r : res.runs)
       for (const auto& o : r.outputs)
-        if (o.name == "dW") EXPECT_EQ(o.stats.n, 64 * 23) << r.problem << " " << r.strategy;
+        if (o.name == "dW") {
+          EXPECT_EQ(o.stats.n, 64 * 23) << r.problem << " " << r.strategy;
+        }
   }
   audit::write_results(path, res, cfg, false, true);
   {
