@@ -10,7 +10,7 @@
 // (e.g. sequential bf16 over V ≥ 256; NUMERICS.md §2).
 //
 // numerics/ depends on nothing of ours: the covariates come as plain arrays. A caller holding a
-// ReferenceResult uses the adapter gpu/bounds_for.hpp (bounds_for_reference), which fills them.
+// ReferenceResult uses judge/bounds_for.hpp (bounds_for_reference), which fills them.
 #include <cstdint>
 #include <string>
 #include <string_view>

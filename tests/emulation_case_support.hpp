@@ -8,8 +8,8 @@
 #include <limits>
 
 #include "case_support.hpp"
-#include "gpu/bounds_for.hpp"
 #include "gpu/registry.hpp"
+#include "judge/bounds_for.hpp"
 #include "numerics/error.hpp"
 #include "numerics/ulp.hpp"
 #include "reference/reference.hpp"

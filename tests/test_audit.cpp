@@ -48,9 +48,9 @@ TEST(Audit, EmulatedRunsOfTheFp32AccumRecipesPass) {
   const auto res = audit::run_audit(small_set(), small_config());
   ASSERT_FALSE(res.runs.empty());
   for (const auto& r : res.runs) {
-    if (r.recipe == "bf16/fp32/fp32/bf16" || r.recipe == "bf16/bf16/fp32/bf16") {
+    if (r.recipe.name() == "bf16/fp32/fp32/bf16" || r.recipe.name() == "bf16/bf16/fp32/bf16") {
       EXPECT_EQ(r.verdict.disposition, Disposition::passed)
-          << r.problem << " " << r.strategy << " " << r.recipe << ": " << r.verdict.reason;
+          << r.problem << " " << r.strategy << " " << r.recipe.name() << ": " << r.verdict.reason;
     }
     EXPECT_NE(r.verdict.disposition, Disposition::failed) << r.verdict.reason;
   }
@@ -76,22 +76,41 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
     ASSERT_EQ(ids.size(), res.runs.size());
     const h5::Group g = f.open_group("runs/" + ids[0]);
     EXPECT_EQ(g.attr_string("strategy"), res.runs[0].strategy);
-    EXPECT_EQ(g.attr_string("recipe"), res.runs[0].recipe);
+    EXPECT_EQ(g.attr_string("recipe"), res.runs[0].recipe.name());
     const h5::Group loss = g.open_group("loss");
     EXPECT_EQ(loss.attr_double("normwise_rel_err"), res.runs[0].outputs[0].stats.normwise_rel_err);
     // Every run is found by (problem, recipe, strategy) in one path:
     // by_key/PROBLEM/RECIPE/STRATEGY.
     for (std::size_t i = 0; i < res.runs.size(); ++i) {
       const auto& r = res.runs[i];
-      const std::string key = "by_key/" + r.problem + "/" + r.recipe + "/" + r.strategy;
+      const std::string key = "by_key/" + r.problem + "/" + r.recipe.name() + "/" + r.strategy;
       ASSERT_TRUE(f.exists(key)) << key;
       const h5::Group k = f.open_group(key);
       const h5::Group run = f.open_group("runs/" + ids[i]);
       EXPECT_EQ(k.attr_string("strategy"), r.strategy);
-      EXPECT_EQ(k.attr_string("recipe"), r.recipe);
+      EXPECT_EQ(k.attr_string("recipe"), r.recipe.name());
       EXPECT_EQ(k.attr_string("problem"), r.problem);
       EXPECT_EQ(k.attr_double("max_ratio"), run.attr_double("max_ratio"));
     }
+    // Each problem records the vocabulary rows its dW/db were compared on, like its token rows:
+    // vocab_rows = 64 distinct sorted rows of V = 507, and every run's dW holds J·D = 64·23 values.
+    for (const auto& p : res.problems) {
+      const h5::Group pg = f.open_group("problems/" + p.name + ".bf16");
+      const std::vector<std::int64_t> rows = pg.open_dataset("vocab_rows").read_int64();
+      ASSERT_EQ(rows.size(), 64u) << p.name;
+      for (std::size_t k = 0; k < rows.size(); ++k) {
+        EXPECT_TRUE(rows[k] >= 0 && rows[k] < 507) << rows[k];
+        if (k > 0) {
+          EXPECT_LT(rows[k - 1], rows[k]);
+        }
+      }
+      EXPECT_EQ(rows, p.vocab_rows);
+    }
+    for (const auto& r : res.runs)
+      for (const auto& o : r.outputs)
+        if (o.name == "dW") {
+          EXPECT_EQ(o.stats.n, 64 * 23) << r.problem << " " << r.strategy;
+        }
   }
   audit::write_results(path, res, cfg, false, true);
   {
@@ -100,7 +119,7 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
     // The appended runs of the same keys: linked with the backend's name.
     const auto& r = res.runs.back();
     const std::string key =
-        "by_key/" + r.problem + "/" + r.recipe + "/" + r.strategy + "@" + r.backend;
+        "by_key/" + r.problem + "/" + r.recipe.name() + "/" + r.strategy + "@" + r.backend;
     ASSERT_TRUE(f.exists(key)) << key;
     EXPECT_EQ(f.open_group(key).attr_string("strategy"), r.strategy);
   }
@@ -130,7 +149,7 @@ TEST(Audit, SummaryCountsUnboundedRunsApartAndAnswersInPlainLanguage) {
   std::vector<double> marked;
   for (auto& r : res.runs)
     if (marked.size() < 2 && r.verdict.disposition == Disposition::passed &&
-        r.recipe == "bf16/bf16/bf16/bf16") {
+        r.recipe.name() == "bf16/bf16/bf16/bf16") {
       r.bound_meaningful = false;
       marked.push_back(r.normwise("loss"));
     }

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "datasets/synthetic.hpp"
-#include "gpu/bounds_for.hpp"
 #include "gpu/fused_plan.hpp"
 #include "gpu/registry.hpp"
+#include "judge/bounds_for.hpp"
 #include "numerics/bounds.hpp"
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"

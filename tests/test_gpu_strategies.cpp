@@ -4,7 +4,7 @@
 // What is checked, for every strategy of the registry (none is named by hand except where a test
 // compares two of them):
 //  - against the certified reference: every output within its a-priori bound for the declared
-//    arithmetic (gpu/bounds_for.hpp assess_run, policy "default"); where the recipe has no
+//    arithmetic (judge/bounds_for.hpp assess_run, policy "default"); where the recipe has no
 //    meaningful bound (16-bit sum-exp over a long row), finiteness only;
 //  - against the CPU emulation of the same strategy and recipe (same chunking): max|e| ≤ 2× the
 //    emulation's max|e| + the output's rounding floor u_out·max|ref| (judge_against_baseline);
@@ -27,10 +27,10 @@
 #include "case_support.hpp"
 #include "datasets/problem_ops.hpp"
 #include "datasets/synthetic.hpp"
-#include "gpu/bounds_for.hpp"
 #include "gpu/cuda/device.hpp"
 #include "gpu/cuda/fused.cuh"
 #include "gpu/registry.hpp"
+#include "judge/bounds_for.hpp"
 #include "numerics/bounds.hpp"
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"

@@ -17,8 +17,8 @@
 
 #include "datasets/catalog.hpp"
 #include "datasets/h5.hpp"
-#include "gpu/bounds_for.hpp"
 #include "gpu/registry.hpp"
+#include "judge/bounds_for.hpp"
 #include "numerics/eft.hpp"
 #include "numerics/error.hpp"
 #include "numerics/recipe.hpp"

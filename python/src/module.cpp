@@ -639,11 +639,11 @@ nb::dict run_record(const audit::RunRecord& r) {
   d["strategy"] = r.strategy;
   d["backend"] = r.backend;
   d["device"] = r.device;
-  d["recipe"] = r.recipe;
+  d["recipe"] = r.recipe.name();
   d["spec"] = r.spec;
   d["chunk_tokens"] = r.chunk_tokens;
   d["upstream"] = r.upstream;
-  d["input_dtype"] = r.input_dtype;
+  d["input_dtype"] = std::string(to_string(r.input));
   d["disposition"] = std::string(to_string(r.verdict.disposition));
   d["output"] = r.verdict.output;
   d["reason"] = r.verdict.reason;

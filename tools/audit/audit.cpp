@@ -11,8 +11,9 @@
 #include <set>
 
 #include "datasets/problem_ops.hpp"
-#include "gpu/bounds_for.hpp"
 #include "gpu/registry.hpp"
+#include "judge/bounds_for.hpp"
+#include "judge/emulation_check.hpp"
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
 
@@ -71,13 +72,10 @@ Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
   return p;
 }
 
-// The statistics of every output a run produced, in a fixed order.
+// The statistics of every output a run produced, in a fixed order (assessed_outputs).
 std::vector<OutputRecord> outputs_of(const RunAssessment& a) {
-  std::vector<OutputRecord> recs{{"loss", a.loss}, {"lse", a.lse}, {"reduced", a.reduced_loss}};
-  if (a.has_dz) recs.push_back({"dz", a.dz});
-  if (a.has_dH) recs.push_back({"dH", a.dH});
-  if (a.has_dW) recs.push_back({"dW", a.dW});
-  if (a.has_db) recs.push_back({"db", a.db});
+  std::vector<OutputRecord> recs;
+  for (const auto& [name, stats] : assessed_outputs(a)) recs.push_back({name, *stats});
   return recs;
 }
 
@@ -91,12 +89,233 @@ RunRecord new_record(const AuditProblem& ap, const Strategy& st, const Recipe& r
   rec.strategy = st.name();
   rec.backend = std::string(to_string(st.backend()));
   rec.device = cfg.device;
-  rec.recipe = recipe.name();
+  rec.recipe = recipe;
   rec.spec = ap.spec.describe();
-  rec.input_dtype = std::string(to_string(input));
+  rec.input = input;
   rec.chunk_tokens = cfg.chunk_tokens;
   rec.upstream = cfg.upstream;
   return rec;
+}
+
+// Throws InputError for a configuration the audit cannot run (see run_audit).
+void check_config(const std::vector<AuditProblem>& problems, const AuditConfig& cfg) {
+  if (problems.empty()) throw InputError("audit: no problems to audit");
+  if (cfg.chunk_tokens < 0)
+    throw InputError(fmt::format(
+        "audit: chunk_tokens must be >= 0 token rows per chunk (0 = each strategy's default), "
+        "got {}",
+        cfg.chunk_tokens));
+  if (cfg.upstream != "ones" && cfg.upstream != "random")
+    throw InputError(fmt::format("audit: upstream must be ones or random, got '{}'", cfg.upstream));
+  if (cfg.upstream == "random")
+    for (const AuditProblem& ap : problems)
+      if (ap.spec.reduction != Reduction::none)
+        throw InputError(fmt::format(
+            "audit: upstream random needs reduction none, and problem {} has reduction {} "
+            "(give reduction none for every problem, e.g. xentlab audit --reduction none)",
+            ap.name, to_string(ap.spec.reduction)));
+}
+
+// The strategies of `registered` that cfg.strategies names (all when it is empty), in registry
+// order. Throws InputError for a name that is not registered.
+std::vector<const Strategy*> choose_strategies(
+    const std::vector<std::unique_ptr<Strategy>>& registered, const AuditConfig& cfg) {
+  std::vector<const Strategy*> chosen;
+  for (const auto& s : registered)
+    if (cfg.strategies.empty() ||
+        std::find(cfg.strategies.begin(), cfg.strategies.end(), s->name()) != cfg.strategies.end())
+      chosen.push_back(s.get());
+  for (const auto& name : cfg.strategies) {
+    bool known = false;
+    for (const auto& s : registered) known = known || s->name() == name;
+    if (!known) {
+      std::string names;
+      for (const auto& s : registered) names += (names.empty() ? "" : ", ") + s->name();
+      throw InputError(fmt::format("audit: unknown strategy '{}' (registered: {})", name, names));
+    }
+  }
+  return chosen;
+}
+
+// What every run of an audit shares: the configuration, the strategies, the recipes, the policy
+// and the CPU emulations a device run is held to.
+struct AuditPlan {
+  explicit AuditPlan(const AuditConfig& c) : cfg(c), registered(make_strategies(c.backend)) {}
+  const AuditConfig& cfg;
+  std::vector<std::unique_ptr<Strategy>> registered;
+  std::vector<const Strategy*> chosen;
+  std::vector<Recipe> recipes;
+  Policy policy;
+  std::vector<std::unique_ptr<Strategy>> emulations;  ///< empty for a CPU-emulation audit
+  std::int64_t total = 0, done = 0;
+  bool timings = false;  ///< XENTLAB_AUDIT_TIMINGS: each run's wall time on stderr
+
+  void progress(const std::string& what) const {
+    if (cfg.progress) cfg.progress(done, total, what);
+  }
+  const Strategy* emulation_of(const Strategy& st) const {
+    for (const auto& e : emulations)
+      if (e->name() == st.name()) return e.get();
+    return nullptr;
+  }
+};
+
+// The problem has no version in dtype `input`: every run of that dtype is not supported, with
+// the reason.
+void record_no_input_version(AuditPlan& plan, const AuditProblem& ap, DType input,
+                             const std::string& why, AuditResult& res) {
+  for (const Recipe& recipe : plan.recipes) {
+    if (recipe.input != input) continue;
+    for (const Strategy* st : plan.chosen) {
+      RunRecord rec = new_record(ap, *st, recipe, input, plan.cfg);
+      rec.verdict = verdict_not_run(
+          Disposition::not_supported,
+          fmt::format("the problem's inputs have no {} version: {}", to_string(input), why));
+      res.runs.push_back(std::move(rec));
+      ++plan.done;
+    }
+  }
+}
+
+// The problem's record: its sub-batch rows, compared vocabulary rows (a linear problem's; a logits
+// problem has no dW/db) and the reference's per-token covariates.
+ProblemRecord problem_record(const AuditProblem& ap, DType input, const Prepared& pr) {
+  ProblemRecord p;
+  p.name = ap.name;
+  p.regime = ap.regime;
+  p.input = input;
+  p.spec = ap.spec.describe();
+  p.describe = pr.problem.describe();
+  p.targets_drawn_by = pr.problem.targets_drawn_by;
+  p.token_rows = pr.orig_rows;
+  if (pr.problem.is_linear()) p.vocab_rows = pr.ref.vocab_rows;
+  p.loss = pr.ref.loss;
+  p.lse = pr.ref.lse;
+  p.p_target = pr.ref.p_target;
+  p.max_logit = pr.ref.max_logit;
+  p.entropy = pr.ref.entropy;
+  return p;
+}
+
+// The multiply-adds of a problem's logits (S·V·D; S·V for given logits): the size the baseline
+// emulation is limited by (AuditConfig::baseline_max_macs).
+double logits_macs(const Problem& pb) {
+  return static_cast<double>(pb.N) * static_cast<double>(pb.V) *
+         static_cast<double>(std::max<std::int64_t>(pb.D, 1));
+}
+
+// Runs one strategy on one recipe of a prepared problem and judges it: the record of the run
+// (statistics, bounds, verdict). A strategy's refusal is a not-supported or failed record; an
+// exception of the run a failed one.
+RunRecord audit_run(const AuditPlan& plan, const AuditProblem& ap, DType input, const Prepared& pr,
+                    const Recipe& recipe, const Strategy& st) {
+  const AuditConfig& cfg = plan.cfg;
+  RunRecord rec = new_record(ap, st, recipe, input, cfg);
+  rec.arith = st.arithmetic(recipe);
+  const Status can = st.can_implement(pr.problem, ap.spec, recipe);
+  if (!can.ok()) {
+    rec.verdict = verdict_not_run(
+        can.code == Status::Code::not_supported ? Disposition::not_supported : Disposition::failed,
+        can.message);
+    return rec;
+  }
+  try {
+    RunRequest req;
+    req.problem = &pr.problem;
+    req.spec = ap.spec;
+    req.recipe = recipe;
+    req.emulated_sms = cfg.device_sms;
+    req.chunk_tokens = cfg.chunk_tokens;
+    req.upstream = pr.upstream;
+    const auto t0 = std::chrono::steady_clock::now();
+    const StrategyOutputs out = st.run(req);
+    rec.seconds =
+        out.seconds > 0
+            ? out.seconds
+            : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rec.peak_extra_bytes = out.peak_extra_bytes;
+    const auto t_assess = std::chrono::steady_clock::now();
+    const RunAssessment as =
+        assess_run(pr.problem, ap.spec, recipe, rec.arith, out, pr.ref, plan.policy);
+    if (plan.timings)
+      fmt::print(stderr,
+                 "audit timing: {} {} {}: run {:.2f} s (device {:.2f} s), assessment "
+                 "{:.2f} s (bounds {:.2f} s)\n",
+                 ap.name, st.name(), recipe.name(),
+                 std::chrono::duration<double>(t_assess - t0).count(), out.seconds,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t_assess).count(),
+                 as.bounds_seconds);
+    rec.c_vocab = as.bounds.c_vocab;
+    rec.bound_meaningful = as.bounds.meaningful;
+    rec.bound_note = as.bounds.note;
+    rec.outputs = outputs_of(as);
+    rec.verdict = as.verdict;
+    // Baseline-relative check against the CPU emulation of the same strategy and recipe.
+    const Strategy* emulation = plan.emulation_of(st);
+    if (cfg.baseline && rec.verdict.disposition == Disposition::passed &&
+        !plan.emulations.empty()) {
+      const double macs = logits_macs(pr.problem);
+      if (macs > cfg.baseline_max_macs)
+        rec.baseline_note = fmt::format(
+            "baseline not run: the CPU emulation of this problem ({:.3g} multiply-adds of "
+            "logits) is past its limit of {:.3g}; judged by its bound alone",
+            macs, cfg.baseline_max_macs);
+      else if (emulation)
+        rec.verdict = judge_against_emulation(as,
+                                              assess_run(pr.problem, ap.spec, recipe, rec.arith,
+                                                         emulation->run(req), pr.ref, plan.policy),
+                                              plan.policy);
+    }
+    rec.loss_abs_err.resize(out.loss.size());
+    for (std::size_t q = 0; q < out.loss.size(); ++q)
+      rec.loss_abs_err[q] = std::fabs(out.loss[q] - pr.ref.loss[q]);
+  } catch (const std::exception& e) {
+    rec.verdict = verdict_not_run(Disposition::failed, e.what());
+  }
+  return rec;
+}
+
+// Every run of one problem in one input dtype: the reference (its problem record), then each
+// recipe of that input dtype × each chosen strategy.
+void audit_problem_input(AuditPlan& plan, const AuditProblem& ap, DType input, AuditResult& res) {
+  plan.progress(fmt::format("{} {}: reference", ap.name, to_string(input)));
+  std::optional<Prepared> prepared;
+  try {
+    prepared.emplace(prepare(ap, input, plan.cfg));
+  } catch (const NoInputVersion& e) {
+    // E.g. fp32 inputs beyond fp16's range: the problem has no fp16 version. The other dtypes
+    // go on.
+    record_no_input_version(plan, ap, input, e.what(), res);
+    return;
+  }
+  res.problems.push_back(problem_record(ap, input, *prepared));
+  for (const Recipe& recipe : plan.recipes) {
+    if (recipe.input != input) continue;
+    for (const Strategy* st : plan.chosen) {
+      plan.progress(fmt::format("{} {} {}", ap.name, st->name(), recipe.name()));
+      ++plan.done;
+      res.runs.push_back(audit_run(plan, ap, input, *prepared, recipe, *st));
+    }
+  }
+}
+
+void count_dispositions(AuditResult& res) {
+  for (const auto& r : res.runs) {
+    switch (r.verdict.disposition) {
+      case Disposition::passed:
+        ++res.passed;
+        break;
+      case Disposition::incorrect:
+        ++res.incorrect;
+        break;
+      case Disposition::not_supported:
+        ++res.not_supported;
+        break;
+      case Disposition::failed:
+        ++res.failed;
+        break;
+    }
+  }
 }
 
 }  // namespace
@@ -118,44 +337,17 @@ void require_some_run(const AuditResult& res) {
 }
 
 AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& cfg) {
-  if (problems.empty()) throw InputError("audit: no problems to audit");
-  if (cfg.chunk_tokens < 0)
-    throw InputError(fmt::format(
-        "audit: chunk_tokens must be >= 0 token rows per chunk (0 = each strategy's default), "
-        "got {}",
-        cfg.chunk_tokens));
-  if (cfg.upstream != "ones" && cfg.upstream != "random")
-    throw InputError(fmt::format("audit: upstream must be ones or random, got '{}'", cfg.upstream));
-  if (cfg.upstream == "random")
-    for (const AuditProblem& ap : problems)
-      if (ap.spec.reduction != Reduction::none)
-        throw InputError(fmt::format(
-            "audit: upstream random needs reduction none, and problem {} has reduction {} "
-            "(give reduction none for every problem, e.g. xentlab audit --reduction none)",
-            ap.name, to_string(ap.spec.reduction)));
-  auto strategies = make_strategies(cfg.backend);
-  if (strategies.empty())
+  check_config(problems, cfg);
+  AuditPlan plan(cfg);
+  if (plan.registered.empty())
     throw InputError(
         fmt::format("audit: no strategies are registered for backend {}", to_string(cfg.backend)));
-  std::vector<const Strategy*> chosen;
-  for (const auto& s : strategies)
-    if (cfg.strategies.empty() ||
-        std::find(cfg.strategies.begin(), cfg.strategies.end(), s->name()) != cfg.strategies.end())
-      chosen.push_back(s.get());
-  for (const auto& name : cfg.strategies) {
-    bool known = false;
-    for (const auto& s : strategies) known = known || s->name() == name;
-    if (!known) {
-      std::string names;
-      for (const auto& s : strategies) names += (names.empty() ? "" : ", ") + s->name();
-      throw InputError(fmt::format("audit: unknown strategy '{}' (registered: {})", name, names));
-    }
-  }
+  plan.chosen = choose_strategies(plan.registered, cfg);
   // Every GPU run is judged against its emulated twin as well as the bound: refuse, before any
   // work, a strategy whose registry row has no CPU emulation.
   if (cfg.backend != Backend::cpu_emulation) {
     std::vector<std::string> names;
-    for (const Strategy* s : chosen) names.push_back(s->name());
+    for (const Strategy* s : plan.chosen) names.push_back(s->name());
     const std::vector<std::string> orphans = without_emulated_twin(names, strategy_table());
     if (!orphans.empty())
       throw InputError(fmt::format(
@@ -164,172 +356,23 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
           "emulation (gpu/emulation/{}.cpp) or leave it out with --strategies",
           to_string(cfg.backend), orphans.front(), to_string(cfg.backend), orphans.front()));
   }
-  const std::vector<Recipe> recipes = cfg.recipes.empty() ? default_recipe_grid() : cfg.recipes;
-  const Policy policy = policy_by_name(cfg.policy);
-  std::vector<std::unique_ptr<Strategy>> baselines;
-  if (cfg.backend != Backend::cpu_emulation) baselines = make_strategies(Backend::cpu_emulation);
+  plan.recipes = cfg.recipes.empty() ? default_recipe_grid() : cfg.recipes;
+  plan.policy = policy_by_name(cfg.policy);
+  if (cfg.backend != Backend::cpu_emulation)
+    plan.emulations = make_strategies(Backend::cpu_emulation);
+  plan.total = static_cast<std::int64_t>(problems.size()) *
+               static_cast<std::int64_t>(plan.recipes.size()) *
+               static_cast<std::int64_t>(plan.chosen.size());
+  plan.timings = std::getenv("XENTLAB_AUDIT_TIMINGS") != nullptr;
 
   std::set<DType> inputs;
-  for (const Recipe& r : recipes) inputs.insert(r.input);
-  const std::int64_t total = static_cast<std::int64_t>(problems.size()) *
-                             static_cast<std::int64_t>(recipes.size()) *
-                             static_cast<std::int64_t>(chosen.size());
+  for (const Recipe& r : plan.recipes) inputs.insert(r.input);
   AuditResult res;
-  std::int64_t done = 0;
-  // XENTLAB_AUDIT_TIMINGS=1: each run's wall time, split into the strategy and the assessment.
-  const bool timings = std::getenv("XENTLAB_AUDIT_TIMINGS") != nullptr;
-  for (const AuditProblem& ap : problems) {
-    for (DType input : inputs) {
-      if (cfg.progress)
-        cfg.progress(done, total, fmt::format("{} {}: reference", ap.name, to_string(input)));
-      std::optional<Prepared> prepared;
-      try {
-        prepared.emplace(prepare(ap, input, cfg));
-      } catch (const NoInputVersion& e) {
-        // E.g. fp32 inputs beyond fp16's range: the problem has no fp16 version. Every run of
-        // this input dtype is not-supported, with the reason; the other dtypes go on.
-        for (const Recipe& recipe : recipes) {
-          if (recipe.input != input) continue;
-          for (const Strategy* st : chosen) {
-            RunRecord rec = new_record(ap, *st, recipe, input, cfg);
-            rec.verdict = verdict_not_run(Disposition::not_supported,
-                                          fmt::format("the problem's inputs have no {} version: {}",
-                                                      to_string(input), e.what()));
-            res.runs.push_back(std::move(rec));
-            ++done;
-          }
-        }
-        continue;
-      }
-      const Prepared& pr = *prepared;
-      ProblemRecord prec{ap.name,
-                         ap.regime,
-                         std::string(to_string(input)),
-                         ap.spec.describe(),
-                         pr.problem.describe(),
-                         pr.problem.targets_drawn_by,
-                         pr.orig_rows,
-                         pr.ref.loss,
-                         pr.ref.lse,
-                         pr.ref.p_target,
-                         pr.ref.max_logit,
-                         pr.ref.entropy};
-      res.problems.push_back(std::move(prec));
-      for (const Recipe& recipe : recipes) {
-        if (recipe.input != input) continue;
-        for (const Strategy* st : chosen) {
-          RunRecord rec = new_record(ap, *st, recipe, input, cfg);
-          rec.arith = st->arithmetic(recipe);
-          if (cfg.progress)
-            cfg.progress(done, total, fmt::format("{} {} {}", ap.name, st->name(), recipe.name()));
-          ++done;
-          const Status can = st->can_implement(pr.problem, ap.spec, recipe);
-          if (!can.ok()) {
-            rec.verdict =
-                verdict_not_run(can.code == Status::Code::not_supported ? Disposition::not_supported
-                                                                        : Disposition::failed,
-                                can.message);
-            res.runs.push_back(std::move(rec));
-            continue;
-          }
-          try {
-            RunRequest req;
-            req.problem = &pr.problem;
-            req.spec = ap.spec;
-            req.recipe = recipe;
-            req.emulated_sms = cfg.device_sms;
-            req.chunk_tokens = cfg.chunk_tokens;
-            req.upstream = pr.upstream;
-            const auto t0 = std::chrono::steady_clock::now();
-            const StrategyOutputs out = st->run(req);
-            rec.seconds =
-                out.seconds > 0
-                    ? out.seconds
-                    : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            rec.peak_extra_bytes = out.peak_extra_bytes;
-            const auto t_assess = std::chrono::steady_clock::now();
-            const RunAssessment as =
-                assess_run(pr.problem, ap.spec, recipe, rec.arith, out, pr.ref, policy);
-            if (timings)
-              fmt::print(stderr,
-                         "audit timing: {} {} {}: run {:.2f} s (device {:.2f} s), assessment "
-                         "{:.2f} s (bounds {:.2f} s)\n",
-                         ap.name, st->name(), recipe.name(),
-                         std::chrono::duration<double>(t_assess - t0).count(), out.seconds,
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_assess)
-                             .count(),
-                         as.bounds_seconds);
-            rec.c_vocab = as.bounds.c_vocab;
-            rec.bound_meaningful = as.bounds.meaningful;
-            rec.bound_note = as.bounds.note;
-            rec.outputs = outputs_of(as);
-            rec.verdict = as.verdict;
-            // Baseline-relative check against the CPU emulation of the same strategy and recipe.
-            const double macs = static_cast<double>(pr.problem.N) *
-                                static_cast<double>(pr.problem.V) *
-                                static_cast<double>(std::max<std::int64_t>(pr.problem.D, 1));
-            const bool baseline_fits = macs <= cfg.baseline_max_macs;
-            if (cfg.baseline && rec.verdict.disposition == Disposition::passed &&
-                !baselines.empty() && !baseline_fits)
-              rec.baseline_note = fmt::format(
-                  "baseline not run: the CPU emulation of this problem ({:.3g} multiply-adds of "
-                  "logits) is past its limit of {:.3g}; judged by its bound alone",
-                  macs, cfg.baseline_max_macs);
-            if (cfg.baseline && rec.verdict.disposition == Disposition::passed &&
-                !baselines.empty() && baseline_fits) {
-              for (const auto& bs : baselines) {
-                if (bs->name() != st->name()) continue;
-                const RunAssessment ba = assess_run(pr.problem, ap.spec, recipe, rec.arith,
-                                                    bs->run(req), pr.ref, policy);
-                const auto brecs = outputs_of(ba);
-                for (const auto& o : rec.outputs)
-                  for (const auto& b : brecs)
-                    if (b.name == o.name && rec.verdict.disposition == Disposition::passed) {
-                      // Floor: the GPU's elementary functions are not glibc's. The CUDA C++
-                      // Programming Guide bounds expf at 2 ULP and logf at 1 ULP (single precision,
-                      // no fast-math); the emulation's glibc expf/logf are within 1 ULP. A
-                      // per-token value formed from one of each may thus differ by up to
-                      // 2 + 1 + 1 = 4 ULP = 8u between two correct implementations, and a mean
-                      // inherits it: floor = 8·u_out·max|ref| (stats' rel_floor is 2^-20·max|ref|).
-                      // Measured on the H200 (docs/audit.md): the fp32 mean loss of the GPU
-                      // strategies 1.1 ULP from the reference where the emulation was 0.1 ULP away.
-                      const double floor =
-                          8.0 * unit_roundoff(o.stats.out_dtype) * o.stats.rel_floor * 0x1p20;
-                      const Verdict v =
-                          judge_against_baseline(o.name, o.stats, b.stats, floor, policy);
-                      if (v.disposition != Disposition::passed) rec.verdict = v;
-                    }
-              }
-            }
-            rec.loss_abs_err.resize(out.loss.size());
-            for (std::size_t q = 0; q < out.loss.size(); ++q)
-              rec.loss_abs_err[q] = std::fabs(out.loss[q] - pr.ref.loss[q]);
-          } catch (const std::exception& e) {
-            rec.verdict = verdict_not_run(Disposition::failed, e.what());
-          }
-          res.runs.push_back(std::move(rec));
-        }
-      }
-    }
-  }
-  for (const auto& r : res.runs) {
-    switch (r.verdict.disposition) {
-      case Disposition::passed:
-        ++res.passed;
-        break;
-      case Disposition::incorrect:
-        ++res.incorrect;
-        break;
-      case Disposition::not_supported:
-        ++res.not_supported;
-        break;
-      case Disposition::failed:
-        ++res.failed;
-        break;
-    }
-  }
+  for (const AuditProblem& ap : problems)
+    for (DType input : inputs) audit_problem_input(plan, ap, input, res);
+  count_dispositions(res);
   res.verdict = compute_verdict(res.runs);
-  if (cfg.progress) cfg.progress(total, total, "done");
+  if (cfg.progress) cfg.progress(plan.total, plan.total, "done");
   return res;
 }
 

@@ -20,6 +20,7 @@
 #include "datasets/problem.hpp"
 #include "gpu/strategy.hpp"
 #include "numerics/bounds.hpp"
+#include "numerics/recipe.hpp"
 #include "numerics/stats.hpp"
 #include "reference/reference.hpp"
 
@@ -107,8 +108,10 @@ struct OutputRecord {
 };
 
 struct RunRecord {
-  std::string problem, regime, strategy, backend, device, recipe, spec;
-  std::string input_dtype;
+  std::string problem, regime, strategy, backend, device;
+  Recipe recipe;
+  std::string spec;               ///< LossSpec::describe() of the problem's loss options
+  DType input = DType::bf16;      ///< input dtype of the problem's version run (recipe.input)
   std::int64_t chunk_tokens = 0;  ///< as requested (AuditConfig::chunk_tokens; 0 = default)
   std::string upstream = "ones";  ///< reduction none: "ones" or "random" (AuditConfig)
   DeclaredArithmetic arith;
@@ -131,9 +134,13 @@ struct RunRecord {
 
 /// Per-token covariates of a problem's reference (one set per input dtype), for the plots.
 struct ProblemRecord {
-  std::string name, regime, input_dtype, spec, describe;
-  std::string targets_drawn_by;          ///< Problem::targets_drawn_by (empty: not calibrated)
+  std::string name, regime;
+  DType input = DType::bf16;  ///< the input dtype of this version of the problem
+  std::string spec, describe;
+  std::string targets_drawn_by;  ///< Problem::targets_drawn_by (empty: not calibrated)
   std::vector<std::int64_t> token_rows;  ///< rows of the original problem in the sub-batch
+  /// vocabulary rows whose dW/db were compared, sorted (empty: no dW/db, a logits problem)
+  std::vector<std::int64_t> vocab_rows;
   std::vector<double> loss, lse, p_target, max_logit, entropy;
 };
 

@@ -78,7 +78,7 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
   f.set_attr("updated", now_utc());
   h5::Group problems = f.exists("problems") ? f.open_group("problems") : f.create_group("problems");
   for (const ProblemRecord& p : res.problems) {
-    const std::string name = fmt::format("{}.{}", p.name, p.input_dtype);
+    const std::string name = fmt::format("{}.{}", p.name, to_string(p.input));
     if (problems.exists(name)) {  // appended runs of a problem already recorded: the same one?
       const h5::Group old = problems.open_group(name);
       const std::string old_spec = old.attr_string("spec"), old_desc = old.attr_string("describe");
@@ -96,11 +96,12 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     h5::Group g = problems.create_group(name);
     g.set_attr("problem", p.name);
     g.set_attr("regime", p.regime);
-    g.set_attr("input_dtype", p.input_dtype);
+    g.set_attr("input_dtype", std::string(to_string(p.input)));
     g.set_attr("spec", p.spec);
     g.set_attr("describe", p.describe);
     if (!p.targets_drawn_by.empty()) g.set_attr("targets_drawn_by", p.targets_drawn_by);
     g.write("token_rows", p.token_rows);
+    if (!p.vocab_rows.empty()) g.write("vocab_rows", p.vocab_rows);
     g.write("loss", p.loss);
     g.write("lse", p.lse);
     g.write("p_target", p.p_target);
@@ -118,7 +119,7 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     const std::string run_name = fmt::format("{:06d}", id);
     std::string problem = r.problem;
     std::replace(problem.begin(), problem.end(), '/', '|');
-    std::string key = fmt::format("{}/{}/{}", problem, r.recipe, r.strategy);
+    std::string key = fmt::format("{}/{}/{}", problem, r.recipe.name(), r.strategy);
     if (by_key.exists(key)) {
       const std::string base = key + "@" + r.backend;
       key = base;
@@ -128,11 +129,11 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     h5::Group g = runs.create_group(fmt::format("{:06d}", id++));
     g.set_attr("problem", r.problem);
     g.set_attr("regime", r.regime);
-    g.set_attr("input_dtype", r.input_dtype);
+    g.set_attr("input_dtype", std::string(to_string(r.input)));
     g.set_attr("strategy", r.strategy);
     g.set_attr("backend", r.backend);
     g.set_attr("device", r.device);
-    g.set_attr("recipe", r.recipe);
+    g.set_attr("recipe", r.recipe.name());
     g.set_attr("spec", r.spec);
     g.set_attr("seed", static_cast<std::int64_t>(cfg.seed));
     g.set_attr("policy", cfg.policy);

@@ -189,7 +189,8 @@ std::string format_summary(const AuditResult& res, bool md) {
   std::map<std::tuple<std::string, std::string, std::string>, std::vector<const RunRecord*>> groups;
   std::vector<std::tuple<std::string, std::string, std::string>> order;
   for (const auto& r : res.runs) {
-    auto key = std::make_tuple(r.problem + "." + r.input_dtype, r.recipe, std::string());
+    auto key = std::make_tuple(r.problem + "." + std::string(to_string(r.input)), r.recipe.name(),
+                               std::string());
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&r);
   }

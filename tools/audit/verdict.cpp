@@ -30,23 +30,36 @@ struct RecipeRuns {
   int ran = 0;
 };
 
+// The runs of one recipe, per output.
+struct RecipeOutputs {
+  Recipe recipe;
+  std::map<std::string, RecipeRuns> outputs;
+};
+
+// The runs of one problem in one input dtype, by recipe name (the verdict's order of recipes).
+struct InputRuns {
+  DType input = DType::bf16;
+  std::map<std::string, RecipeOutputs> recipes;
+};
+
 }  // namespace
 
 std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
   const double factor = policy_by_name("default").baseline_factor;
-  // (problem, input) → recipe → output → aggregate
-  std::map<std::pair<std::string, std::string>,
-           std::map<std::string, std::map<std::string, RecipeRuns>>>
-      agg;
+  // (problem, input dtype name) → recipe → output → aggregate
+  std::map<std::pair<std::string, std::string>, InputRuns> agg;
   for (const RunRecord& r : runs) {
     if (r.verdict.disposition == Disposition::not_supported ||
         r.verdict.disposition == Disposition::failed)
       continue;
-    auto& per_recipe = agg[{r.problem, r.input_dtype}][r.recipe];
+    InputRuns& per_input = agg[{r.problem, std::string(to_string(r.input))}];
+    per_input.input = r.input;
+    RecipeOutputs& per_recipe = per_input.recipes[r.recipe.name()];
+    per_recipe.recipe = r.recipe;
     for (const char* out : {"loss", "dz", "dH", "dW"}) {
       const double e = r.normwise(out);
       if (std::isnan(e)) continue;
-      RecipeRuns& rr = per_recipe[out];
+      RecipeRuns& rr = per_recipe.outputs[out];
       rr.worst = std::isnan(rr.worst) ? e : std::max(rr.worst, e);
       rr.any_incorrect = rr.any_incorrect || r.verdict.disposition == Disposition::incorrect;
       rr.all_passed = rr.all_passed && r.verdict.disposition == Disposition::passed;
@@ -54,17 +67,18 @@ std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
     }
   }
   std::vector<VerdictRow> rows;
-  for (const auto& [key, per_recipe] : agg) {
+  for (const auto& [key, per_input] : agg) {
     const std::string& X = key.second;
-    const DType xd = parse_dtype(X);
+    const DType xd = per_input.input;
+    const auto& per_recipe = per_input.recipes;
     const std::string A = fmt::format("{0}/fp32/fp32/{0}", X),
                       B = fmt::format("{0}/bf16/fp32/{0}", X);
     for (const char* out : {"loss", "dz", "dH", "dW"}) {
       auto get = [&](const std::string& recipe) -> const RecipeRuns* {
         auto it = per_recipe.find(recipe);
         if (it == per_recipe.end()) return nullptr;
-        auto jt = it->second.find(out);
-        return jt == it->second.end() ? nullptr : &jt->second;
+        auto jt = it->second.outputs.find(out);
+        return jt == it->second.outputs.end() ? nullptr : &jt->second;
       };
       const RecipeRuns* a = get(A);
       const RecipeRuns* b = get(B);
@@ -84,11 +98,11 @@ std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
       // Reduced accumulation recipes and their fp32-accum twins.
       v.accum_fp32_needed = true;
       int compared = 0;
-      for (const auto& [recipe, outs] : per_recipe) {
-        const Recipe r = parse_recipe(recipe);
+      for (const auto& [recipe, runs_of] : per_recipe) {
+        const Recipe& r = runs_of.recipe;
         if (r.input != xd || r.accum == DType::fp32 || r.accum == DType::fp64) continue;
-        auto it = outs.find(out);
-        if (it == outs.end()) continue;
+        auto it = runs_of.outputs.find(out);
+        if (it == runs_of.outputs.end()) continue;
         Recipe twin = r;
         twin.accum = DType::fp32;
         const RecipeRuns* t = get(twin.name());

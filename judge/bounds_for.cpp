@@ -1,5 +1,5 @@
 // Covariates for numerics/bounds from a ReferenceResult, and the comparison of a run's outputs.
-#include "gpu/bounds_for.hpp"
+#include "judge/bounds_for.hpp"
 
 #include <fmt/format.h>
 

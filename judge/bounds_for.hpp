@@ -1,8 +1,9 @@
 #pragma once
-// Adapter between the certified reference and the a-priori bounds / statistics / policy of
-// numerics/: given a Problem, the reference's result for it and a strategy's outputs, forms the
-// covariates that numerics/bounds.hpp needs (numerics/ depends on nothing of ours, reference/ does
-// not depend on strategies, so the adapter lives here, in the host part of gpu/).
+// The judge's adapter between the certified reference and the a-priori bounds / statistics /
+// policy of numerics/: given a Problem, the reference's result for it and a strategy's outputs,
+// forms the covariates that numerics/bounds.hpp needs and judges the outputs. judge/ sits above
+// both reference/ (the oracle) and gpu/ (the code under test): the strategies never link the
+// reference, and the reference never links the strategies (docs/design.md, "Layers").
 #include <cstdint>
 #include <string>
 #include <vector>
