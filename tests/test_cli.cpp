@@ -1,8 +1,8 @@
 // The xentlab program's refusals and file handling, run as a user runs them (the binary, its exit
 // status and its output): verify's number options, --junit on a re-run, --require; golden's and
 // audit's dataset paths and loss-spec checks; the datasets listing's suggestion; and
-// tools/plot_audit.py (bad input, existing plots, --force; skipped where python3 lacks h5py or
-// matplotlib).
+// tools/scripts/plot_audit.py (bad input, existing plots, --force; skipped where python3 lacks
+// h5py or matplotlib).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -486,7 +486,7 @@ TEST_F(DatasetProgram, TheExampleAppliesTheUpstreamGradientAndTheNormaliser) {
   EXPECT_TRUE(contains(other.output, "the candidate declares normalizer 100")) << other.output;
 }
 
-// ---- tools/plot_audit.py ----------------------------------------------------------------------
+// ---- tools/scripts/plot_audit.py ----------------------------------------------------------------
 
 class PlotScript : public testing::TempFolderTest {
  protected:

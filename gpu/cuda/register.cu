@@ -10,7 +10,7 @@ namespace gpu {
 std::unique_ptr<Strategy> make_cuda_naive();         // naive.cu
 std::unique_ptr<Strategy> make_cuda_chunked();       // chunked.cu
 std::unique_ptr<Strategy> make_cuda_checkpointed();  // checkpointed.cu
-std::unique_ptr<Strategy> make_cuda_fused();         // fused.cu
+std::unique_ptr<Strategy> make_cuda_fused();         // fused/strategy.cu
 }  // namespace gpu
 
 void register_cuda_strategies(std::vector<std::unique_ptr<Strategy>>& out) {
