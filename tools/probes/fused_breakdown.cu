@@ -76,8 +76,10 @@ int main(int argc, char** argv) {
   entries.push_back({"fused", registered("fused"), false});
   entries.push_back(
       {"fused-noatomics", fused_with_backward<gpu::fused::FusedBackwardNoReductions>(), false});
-  entries.push_back({"fused-nograd", fused_with_backward<gpu::fused::FusedBackwardDzOnly>(), false});
-  entries.push_back({"fused-group4", fused_with_backward<gpu::fused::FusedBackwardGroup4>(), false});
+  entries.push_back(
+      {"fused-nograd", fused_with_backward<gpu::fused::FusedBackwardDzOnly>(), false});
+  entries.push_back(
+      {"fused-group4", fused_with_backward<gpu::fused::FusedBackwardGroup4>(), false});
   entries.push_back(
       {"fused-group16", fused_with_backward<gpu::fused::FusedBackwardGroup16>(), false});
   entries.push_back(
@@ -121,19 +123,20 @@ int main(int argc, char** argv) {
         const bench::TimedRuns t = bench::time_forward_backward(
             *cs, r, {{H.get(), W.get(), T.as<std::int64_t>()}}, 1, repeats);
         const bool fused = e.label.rfind("fused", 0) == 0;
-        const gpu::FusedKernels kernels = fused ? gpu::last_fused_kernels(*e.s) : gpu::FusedKernels{};
+        const gpu::FusedKernels kernels =
+            fused ? gpu::last_fused_kernels(*e.s) : gpu::FusedKernels{};
         std::vector<double> ms = t.ms;
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
         const double flops = (e.forward_only ? 2.0 : 8.0) * N * V * D;
-        std::printf("N=%lld %-20s median %9.2f ms (min %.2f, max %.2f)  %6.1f TFLOP/s (%s)  "
-                    "peak extra %lld B%s%s%s%s\n",
-                    static_cast<long long>(N), e.label.c_str(), med, ms.front(), ms.back(),
-                    flops / (med * 1e-3) / 1e12, e.forward_only ? "2NVD" : "8NVD",
-                    static_cast<long long>(t.peak_extra_bytes),
-                    fused ? ", forward kernel " : "", fused ? kernels.forward : "",
-                    fused && !e.forward_only ? ", backward " : "",
-                    fused && !e.forward_only ? kernels.backward : "");
+        std::printf(
+            "N=%lld %-20s median %9.2f ms (min %.2f, max %.2f)  %6.1f TFLOP/s (%s)  "
+            "peak extra %lld B%s%s%s%s\n",
+            static_cast<long long>(N), e.label.c_str(), med, ms.front(), ms.back(),
+            flops / (med * 1e-3) / 1e12, e.forward_only ? "2NVD" : "8NVD",
+            static_cast<long long>(t.peak_extra_bytes), fused ? ", forward kernel " : "",
+            fused ? kernels.forward : "", fused && !e.forward_only ? ", backward " : "",
+            fused && !e.forward_only ? kernels.backward : "");
         std::fflush(stdout);
       }
     }
