@@ -21,6 +21,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -809,6 +810,33 @@ TEST(GpuStrategies, FusedShapesAndOptions) {
   const Problem lp = make_gaussian_logits(4, 100, DType::bf16, 1.0, 3);
   EXPECT_EQ(fused->can_implement(lp, {}, parse_recipe("bf16/bf16/fp32/bf16")).code,
             Status::Code::not_supported);
+}
+
+/// The record of the kernels a fused run took belongs to the strategy object (no process-wide
+/// state): empty before any run, refused for a strategy not made by make_cuda_fused, and a run of
+/// one object leaves another's record as it was. The first two need no device.
+TEST(GpuStrategies, FusedKernelRecordIsPerObject) {
+  const auto automatic = gpu::make_cuda_fused(gpu::FusedKernelPath::automatic);
+  const auto mma = gpu::make_cuda_fused(gpu::FusedKernelPath::mma_sync);
+  EXPECT_EQ(fused_kernels_of_last_run(*automatic), "/");
+  EXPECT_EQ(fused_kernels_of_last_run(*mma), "/");
+  const auto emulated = find_strategy(Backend::cpu_emulation, "fused");
+  ASSERT_TRUE(emulated);
+  EXPECT_THROW(gpu::last_fused_kernels(*emulated), std::invalid_argument);
+  XL_REQUIRE_DEVICE();
+  Case c{"fused-record", gaussian(256, 1024, 256, DType::bf16, 4.0, 9, false, true), {}, {}};
+  RunRequest req;
+  req.problem = &c.pb;
+  req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
+  req.want_grads = false;
+  (void)mma->run(req);
+  EXPECT_EQ(fused_kernels_of_last_run(*mma), "mma.sync/");
+  EXPECT_EQ(fused_kernels_of_last_run(*automatic), "/");
+  req.want_grads = true;
+  (void)automatic->run(req);
+  EXPECT_EQ(fused_kernels_of_last_run(*automatic),
+            fused_wgmma_device() ? "wgmma/wgmma" : "mma.sync/mma.sync");
+  EXPECT_EQ(fused_kernels_of_last_run(*mma), "mma.sync/");
 }
 
 /// The fused strategy's two kernel paths — wgmma with TMA (sm_90a) and mma.sync (every device, the
