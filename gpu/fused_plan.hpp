@@ -1,5 +1,5 @@
 #pragma once
-// The launch decomposition of the fused strategy's forward (gpu/cuda/fused.cu), shared with its
+// The launch decomposition of the fused strategy's forward (gpu/cuda/fused/), shared with its
 // CPU emulation (gpu/emulation/fused.cpp) so that both split a row's vocabulary the same way:
 // token blocks of 128 rows; vocabulary tiles of 256 entries; each token block's tiles divided into
 // `ranges` contiguous ranges of ⌈tiles/ranges⌉ tiles, one CTA per (block, range), their partial
@@ -21,7 +21,7 @@ inline constexpr std::int64_t kFusedVocabTile = 256;    ///< BN: vocabulary entr
 inline constexpr std::int64_t kFusedBackwardVocabTile = 256;
 /// SM count the CPU emulation assumes when the caller gives none (NVIDIA H200: 132 SMs).
 inline constexpr int kFusedModelSms = 132;
-/// Warps that share a row's columns in a vocabulary tile (fused.cu's forward: one — a warp holds
+/// Warps that share a row's columns in a vocabulary tile (fused/forward.cu: one — a warp holds
 /// 16 rows × all 256 columns, the wgmma m64n256 fragment, and the mma.sync forward copies that
 /// layout). A row's tile is split among kFusedRowWarps warps of kFusedVocabTile / kFusedRowWarps
 /// consecutive columns each; in a warp, the quad of lanes 4g … 4g + 3 holds the row, lane q the

@@ -20,7 +20,7 @@ namespace gpu {
 std::unique_ptr<Strategy> make_cuda_naive();         // gpu/cuda/naive.cu
 std::unique_ptr<Strategy> make_cuda_chunked();       // gpu/cuda/chunked.cu
 std::unique_ptr<Strategy> make_cuda_checkpointed();  // gpu/cuda/checkpointed.cu
-std::unique_ptr<Strategy> make_cuda_fused();         // gpu/cuda/fused.cu
+std::unique_ptr<Strategy> make_cuda_fused();         // gpu/cuda/fused/strategy.cu
 }  // namespace gpu
 #define XL_CUDA_FACTORY(f) &gpu::f
 #else

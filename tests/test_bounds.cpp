@@ -54,7 +54,7 @@ TEST(Bounds, ReductionConstants) {
   EXPECT_THROW(reduction_constant(ReductionOrder::online_tiles, 10, a), InputError);
 }
 
-/// The fused kernel's actual deepest path for one launch (gpu/cuda/fused.cu): ranges from the
+/// The fused kernel's actual deepest path for one launch (gpu/cuda/fused/): ranges from the
 /// launch rule for this SM count, tiles of each range counted, the binary-counter merge depth of
 /// the ranges simulated. Returns {roundings, rescales} of the deepest term.
 std::pair<double, double> fused_path_by_count(std::int64_t V, std::int64_t N, int sms) {

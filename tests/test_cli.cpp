@@ -2,8 +2,8 @@
 // status and its output): verify's number options, --junit on a re-run, --require; golden's and
 // audit's dataset paths and loss-spec checks; the loss options reference, golden and audit share;
 // audit's, --append's and candidate's refusals; the datasets listing's suggestion; and
-// tools/plot_audit.py (bad input, existing plots, --force; skipped where python3 lacks h5py or
-// matplotlib).
+// tools/scripts/plot_audit.py (bad input, existing plots, --force; skipped where python3
+// lacks h5py or matplotlib).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -643,7 +643,7 @@ TEST_F(DatasetProgram, TheExampleAppliesTheUpstreamGradientAndTheNormaliser) {
   EXPECT_TRUE(contains(other.output, "the candidate declares normalizer 100")) << other.output;
 }
 
-// ---- tools/plot_audit.py ----------------------------------------------------------------------
+// ---- tools/scripts/plot_audit.py ----------------------------------------------------------------
 
 class PlotScript : public testing::TempFolderTest {
  protected:

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@
 #include "datasets/problem_ops.hpp"
 #include "datasets/synthetic.hpp"
 #include "gpu/cuda/device.hpp"
-#include "gpu/cuda/fused.cuh"
+#include "gpu/cuda/fused/fused.hpp"
 #include "gpu/registry.hpp"
 #include "judge/bounds_for.hpp"
 #include "numerics/bounds.hpp"
@@ -671,17 +672,14 @@ TEST(GpuStrategies, IndexingPast2Pow31) {
 
 // ---- fused: the cases in bf16 linear form, unaligned shapes, repeat runs, 64-bit indexing ------
 
-/// Runs `body(path name)` once per fused kernel path this device has: the automatic choice (on
-/// sm_90 the wgmma kernels where the shape allows) and the forced mma.sync kernels; restores the
-/// automatic choice afterwards, also when an assertion returns early.
+/// Runs `body(path name, fused strategy)` once per fused kernel path this device has: the
+/// automatic choice (on sm_90 the wgmma kernels where the shape allows) and the forced mma.sync
+/// kernels, each a fused strategy of its own (gpu/cuda/fused/fused.hpp).
 template <class Body>
 void for_each_fused_kernel_path(Body&& body) {
-  struct Restore {
-    ~Restore() { gpu::set_fused_kernel_path(gpu::FusedKernelPath::automatic); }
-  } restore;
   for (const auto path : {gpu::FusedKernelPath::automatic, gpu::FusedKernelPath::mma_sync}) {
-    gpu::set_fused_kernel_path(path);
-    body(path == gpu::FusedKernelPath::automatic ? "automatic" : "mma.sync");
+    const auto fused = gpu::make_cuda_fused(path);
+    body(path == gpu::FusedKernelPath::automatic ? "automatic" : "mma.sync", *fused);
   }
 }
 
@@ -690,9 +688,11 @@ bool fused_wgmma_device() {
   return device().sm_major == 9 && device().sm_minor == 0;
 }
 
-/// The kernels of the last fused run, "forward/backward": "wgmma/wgmma" or "mma.sync/mma.sync".
-std::string last_fused_kernels() {
-  return std::string(gpu::last_fused_forward_kernel()) + "/" + gpu::last_fused_backward_kernel();
+/// The kernels of the last run of `fused`, "forward/backward": "wgmma/wgmma" or
+/// "mma.sync/mma.sync".
+std::string fused_kernels_of_last_run(const Strategy& fused) {
+  const gpu::FusedKernels k = gpu::last_fused_kernels(fused);
+  return std::string(k.forward) + "/" + k.backward;
 }
 
 /// A logits case as a linear bf16 problem: H = I (N×N), W = the finite logits (V×N), and an fp32
@@ -801,7 +801,7 @@ TEST(GpuStrategies, FusedSharedCasesLinearBf16) {
       SCOPED_TRACE(describe(c, r, "fused", 0));
       check_run(c, ref, *fused, r, 1);
       if (sm90 && wgmma_case && fused->can_implement(c.pb, c.spec, r).ok()) {
-        EXPECT_EQ(last_fused_kernels(), "wgmma/wgmma");
+        EXPECT_EQ(fused_kernels_of_last_run(*fused), "wgmma/wgmma");
       }
     }
   }
@@ -837,6 +837,33 @@ TEST(GpuStrategies, FusedShapesAndOptions) {
             Status::Code::not_supported);
 }
 
+/// The record of the kernels a fused run took belongs to the strategy object (no process-wide
+/// state): empty before any run, refused for a strategy not made by make_cuda_fused, and a run of
+/// one object leaves another's record as it was. The first two need no device.
+TEST(GpuStrategies, FusedKernelRecordIsPerObject) {
+  const auto automatic = gpu::make_cuda_fused(gpu::FusedKernelPath::automatic);
+  const auto mma = gpu::make_cuda_fused(gpu::FusedKernelPath::mma_sync);
+  EXPECT_EQ(fused_kernels_of_last_run(*automatic), "/");
+  EXPECT_EQ(fused_kernels_of_last_run(*mma), "/");
+  const auto emulated = find_strategy(Backend::cpu_emulation, "fused");
+  ASSERT_TRUE(emulated);
+  EXPECT_THROW(gpu::last_fused_kernels(*emulated), std::invalid_argument);
+  XL_REQUIRE_DEVICE();
+  Case c{"fused-record", gaussian(256, 1024, 256, DType::bf16, 4.0, 9, false, true), {}, {}};
+  RunRequest req;
+  req.problem = &c.pb;
+  req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
+  req.want_grads = false;
+  (void)mma->run(req);
+  EXPECT_EQ(fused_kernels_of_last_run(*mma), "mma.sync/");
+  EXPECT_EQ(fused_kernels_of_last_run(*automatic), "/");
+  req.want_grads = true;
+  (void)automatic->run(req);
+  EXPECT_EQ(fused_kernels_of_last_run(*automatic),
+            fused_wgmma_device() ? "wgmma/wgmma" : "mma.sync/mma.sync");
+  EXPECT_EQ(fused_kernels_of_last_run(*mma), "mma.sync/");
+}
+
 /// The fused strategy's two kernel paths — wgmma with TMA (sm_90a) and mma.sync (every device, the
 /// only one for unaligned shapes) — for forward and backward.
 /// Forward: both fold the same tree (gpu/fused_plan.hpp), so loss and lse must agree bit for bit,
@@ -851,13 +878,13 @@ TEST(GpuStrategies, FusedShapesAndOptions) {
 /// upstream gradients. On an sm_90a device the automatic path must have taken wgmma for both.
 /// Case 3 (fp32 accumulator, no bias, no option) takes the wgmma forward's plain fold, which the
 /// mma.sync kernel never does: its equality checks that the plain fold drops only identities.
+/// The automatic path is the registry's fused strategy; the mma.sync one a strategy made with
+/// FusedKernelPath::mma_sync (gpu/cuda/fused/fused.hpp).
 TEST(GpuStrategies, FusedKernelPathsAgree) {
   XL_REQUIRE_DEVICE();
   const auto fused = find_strategy(Backend::cuda, "fused");
   ASSERT_TRUE(fused);
-  struct Restore {
-    ~Restore() { gpu::set_fused_kernel_path(gpu::FusedKernelPath::automatic); }
-  } restore;
+  const auto fused_mma = gpu::make_cuda_fused(gpu::FusedKernelPath::mma_sync);
   const bool sm90 = fused_wgmma_device();
   std::vector<LossSpec> specs(3);
   specs[1].label_smoothing = 0.1;
@@ -883,19 +910,17 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
       req.spec = c.spec;
       req.recipe = r;
       req.upstream = c.upstream;
-      gpu::set_fused_kernel_path(gpu::FusedKernelPath::automatic);
       check_run(c, ref, *fused, r, 1);
       const StrategyOutputs a = fused->run(req);
-      const std::string path = gpu::last_fused_forward_kernel();
+      const std::string path = gpu::last_fused_kernels(*fused).forward;
       if (sm90) {
         EXPECT_EQ(path, "wgmma") << ctx;
-        EXPECT_EQ(std::string(gpu::last_fused_backward_kernel()), "wgmma") << ctx;
+        EXPECT_EQ(std::string(gpu::last_fused_kernels(*fused).backward), "wgmma") << ctx;
       }
-      gpu::set_fused_kernel_path(gpu::FusedKernelPath::mma_sync);
-      check_run(c, ref, *fused, r, 1);
-      const StrategyOutputs b = fused->run(req);
-      EXPECT_EQ(std::string(gpu::last_fused_forward_kernel()), "mma.sync") << ctx;
-      EXPECT_EQ(std::string(gpu::last_fused_backward_kernel()), "mma.sync") << ctx;
+      check_run(c, ref, *fused_mma, r, 1);
+      const StrategyOutputs b = fused_mma->run(req);
+      EXPECT_EQ(std::string(gpu::last_fused_kernels(*fused_mma).forward), "mma.sync") << ctx;
+      EXPECT_EQ(std::string(gpu::last_fused_kernels(*fused_mma).backward), "mma.sync") << ctx;
       // How far apart the two backwards are, relative to the largest reference entry.
       auto rel = [](const std::vector<double>& x, const std::vector<double>& y, const auto& exact) {
         double d = 0.0, m = 0.0;
@@ -958,16 +983,15 @@ TEST(GpuStrategies, FusedIndexingPast2Pow31) {
   const std::int64_t N = p.N, V = p.V, D = p.D;
   double wmax = 0.0;
   for (std::int64_t k = 0; k < V * D; ++k) wmax = std::max(wmax, std::fabs(p.W.get(k)));
-  const auto s = find_strategy(Backend::cuda, "fused");
   const double u = unit_roundoff(DType::fp32);
   const double gamma = V * u / (1.0 - V * u);
   const double tol = 2.0 * gamma * 2.0 * (1.0 / N) * wmax;
-  for_each_fused_kernel_path([&](const char* path) {
+  for_each_fused_kernel_path([&](const char* path, const Strategy& s) {
     RunRequest req;
     req.problem = &p;
     req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
-    const StrategyOutputs o = s->run(req);
-    const std::string kernels = last_fused_kernels();
+    const StrategyOutputs o = s.run(req);
+    const std::string kernels = fused_kernels_of_last_run(s);
     SCOPED_TRACE(std::string("path ") + path + ", kernels " + kernels);
     if (fused_wgmma_device() && std::string(path) == "automatic") {
       EXPECT_EQ(kernels, "wgmma/wgmma");
@@ -1021,7 +1045,7 @@ TEST(GpuStrategies, FusedWeightsPast2Pow31) {
     req.problem = &p;
     req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
     const StrategyOutputs o = s->run(req);
-    const std::string kernels = last_fused_kernels();
+    const std::string kernels = fused_kernels_of_last_run(*s);
     SCOPED_TRACE("N = " + std::to_string(N) + ", kernels " + kernels);
     if (fused_wgmma_device()) {
       EXPECT_EQ(kernels, N >= 128 ? "wgmma/wgmma" : "mma.sync/mma.sync");

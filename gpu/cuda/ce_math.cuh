@@ -1,6 +1,6 @@
 #pragma once
 // Per-element and per-row arithmetic shared by the CUDA loss kernels (ce_kernels.cu, the row
-// kernels of naive/chunked/checkpointed; fused.cu, the GEMM epilogues of the fused strategy), so
+// kernels of naive/chunked/checkpointed; fused/, the GEMM epilogues of the fused strategy), so
 // that every strategy forms the kernel logits, the loss and dz with the very same operations
 // (docs/arithmetic.md §2, §5, §7; the orders are spelled out in ce_kernels.cuh). Every fp32
 // operation is an explicit __f*_rn intrinsic: nothing is contracted into an FMA.

@@ -76,8 +76,8 @@ class Blas {
 };
 
 /// Benchmarks only: turns the preferred tiles of "Algorithm choice" off (they are on by default) so
-/// that one process can alternate the two (tools/bench/gpu_bench --ab-tiles). Call it only while no
-/// GEMM is being issued.
+/// that one process can alternate the two (tools/probes/gpu_bench --ab-tiles). Call it only while
+/// no GEMM is being issued.
 void set_preferred_tiles(bool on);
 
 /// True when cuBLAS writes an output of dtype `out` from operands of dtype `operands` directly.

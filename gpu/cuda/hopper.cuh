@@ -1,8 +1,8 @@
 #pragma once
-// Hopper (sm_90a) building blocks of the fused strategy (gpu/cuda/fused.cu): mbarriers, TMA tensor
+// Hopper (sm_90a) building blocks of the fused strategy (gpu/cuda/fused/): mbarriers, TMA tensor
 // loads into 128-byte-swizzled shared memory, the wgmma shared-memory descriptors (K-major and
 // MN-major) and wgmma.mma_async m64n256k16 / m64n64k16 with fp32 accumulators. First written and
-// measured in tools/bench/wgmma_probe.cu (docs/fused.md). Sources: PTX ISA 8.x, sections
+// measured in tools/probes/wgmma_probe.cu (docs/fused.md). Sources: PTX ISA 8.x, sections
 // "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" (the matrix-descriptor format, the
 // canonical shared-memory layouts and the register fragment layout) and "Tensor Copy"
 // (cp.async.bulk.tensor); CUDA Driver API cuTensorMapEncodeTiled.
@@ -205,7 +205,7 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], std::uint64_t de
 }
 
 /// The shared-memory pipeline of a 128 × 256 output tile over K blocks of 64 (the fused forward,
-/// tools/bench/wgmma_probe): kStages stages, each the A box (128 rows × 64 elements, 128-byte
+/// tools/probes/wgmma_probe): kStages stages, each the A box (128 rows × 64 elements, 128-byte
 /// swizzle) then the B box (256 rows); a TMA producer thread fills stage it % kStages for iteration
 /// it (one K block of one tile), consumer warpgroups c (rows 64c … 64c + 63) drain it with four
 /// wgmma m64n256k16 each, keep one wgmma group in flight, and release a stage one K block later.

@@ -1,6 +1,6 @@
 // CPU emulation of the fused strategy: no logits tensor; the forward's online (max, sum) tree over
 // vocabulary tiles of 256, the backward recomputes tiles (gpu/fused_plan.hpp: the launch
-// decomposition shared with gpu/cuda/fused.cu). Its reduction orders (docs/arithmetic.md, §9;
+// decomposition shared with gpu/cuda/fused/). Its reduction orders (docs/arithmetic.md, §9;
 // docs/fused.md):
 //   vocabulary  the kernel's online states: kFusedThreadColumns columns per thread and tile, the
 //               quad, the warps, then the vocabulary ranges pairwise (the ranges depend on the SM
@@ -26,14 +26,14 @@ namespace {
 
 using emu::rnd;
 
-// §9 as the fused kernel launches it (gpu/cuda/fused.cu forward and finalize): a running
+// §9 as the fused kernel launches it (gpu/cuda/fused/ forward and finalize): a running
 // (max, sum-exp, Σx) state in the accumulator dtype.
 struct FusedState {
   emu::OnlineState st;  // (m, s)
   float sx = 0.0f;
 };
 
-// fused.cu's merge_state (s ← rnd_A(s·e^{m−m'} + s2·e^{m2−m'}), m ← m' = max; nothing when both
+// the fused kernels' merge_state (s ← rnd_A(s·e^{m−m'} + s2·e^{m2−m'}), m ← m' = max; nothing when both
 // are empty) and its Σx merge rnd_A(sx + sx2).
 void fused_merge(FusedState& a, const FusedState& b, DType A) {
   const float mn = std::max(a.st.m, b.st.m);

@@ -1,5 +1,5 @@
 #pragma once
-// The device-level measurement machinery shared by `xentlab bench` and tools/bench/gpu_bench.cu,
+// The device-level measurement machinery shared by `xentlab bench` and tools/probes/gpu_bench.cu,
 // behind a host-only header (no CUDA types: device pointers are void*, streams are the default
 // stream), so plain C++ files can call it. Built only with the CUDA backend (library xl_bench,
 // tools/CMakeLists.txt); the CLI calls it under XENTLAB_HAVE_CUDA.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch baseline for `xentlab bench` and tools/bench/gpu_bench: forward+backward of the LM-head
+"""PyTorch baseline for `xentlab bench` and tools/probes/gpu_bench: forward+backward of the LM-head
 cross-entropy, the way most training code writes it, on the same shapes and input distribution.
 
   python3 tools/bench/torch_baseline.py [--sizes 8192x128256x4096,131072x128256x4096]

@@ -83,7 +83,7 @@ Backend choose_backend(const std::string& b, std::string& device, int& sms) {
 }
 
 /// --plots DIR, before the work: DIR is a folder (created here when missing, its parent must
-/// exist) that takes files, and holds none of tools/plot_audit.py's PNGs unless --force.
+/// exist) that takes files, and holds none of tools/scripts/plot_audit.py's PNGs unless --force.
 void check_plots_folder(const std::string& dir, bool force) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -93,7 +93,8 @@ void check_plots_folder(const std::string& dir, bool force) {
     throw InputError(fmt::format("--plots {}: cannot create the folder: {}", dir, ec.message()));
   AtomicOutput((fs::path(dir) / "error_vs_recipe_loss.png").string(), true).check_writable();
   if (force) return;
-  // Every file tools/plot_audit.py may write (its PLOT_NAMES; it makes the same check itself).
+  // Every file tools/scripts/plot_audit.py may write (its PLOT_NAMES; it makes the same check
+  // itself).
   for (const char* name :
        {"error_vs_recipe_loss.png", "error_vs_recipe_dz.png", "error_vs_recipe_dH.png",
         "error_vs_recipe_dW.png", "ulp_loss.png", "ulp_dz.png", "ulp_dH.png", "ulp_dW.png",
@@ -311,10 +312,10 @@ void write_markdown(const AuditArgs& a, const audit::AuditConfig& cfg,
                     md_path, err != 0 ? std::strerror(err) : "unknown reason", a.out));
 }
 
-// --plots: tools/plot_audit.py on the results file (no shell: the arguments go to python3 as they
+// --plots: tools/scripts/plot_audit.py on the results file (no shell: the arguments go to python3 as they
 // are). 0, or 3 when the plots could not be made.
 int make_plots(const AuditArgs& a) {
-  const std::string script = std::string(XENTLAB_SOURCE_DIR) + "/tools/plot_audit.py";
+  const std::string script = std::string(XENTLAB_SOURCE_DIR) + "/tools/scripts/plot_audit.py";
   std::vector<std::string> args{"python3", script, a.out, a.plots};
   if (a.force) args.push_back("--force");  // the folder was checked before, with the same rule
   std::vector<char*> argv;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots of an xentlab audit results file (schema: docs/audit.md, "Results file").
 
-    python3 tools/plot_audit.py [--force] xentlab-audit.h5 plots/
+    python3 tools/scripts/plot_audit.py [--force] xentlab-audit.h5 plots/
 
 Writes, from the HDF5 file alone:
   error_vs_recipe_<output>.png  normwise relative error of each recipe, one marker per problem

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The nightly GPU correctness suite. On a machine with an NVIDIA GPU (sm_90 for the sm_90a code):
-#   tools/nightly_gpu.sh OUTDIR [BASELINE.h5]
+#   tools/scripts/nightly_gpu.sh OUTDIR [BASELINE.h5]
 # 1. configures and builds (Release, build-nightly/);
 # 2. runs the gpu-labelled and slow tests, JUnit XML in OUTDIR/tests.xml;
 # 3. runs the audit on the GPU: the embedded set (on a GPU it includes the Llama-3-8B head at
@@ -19,9 +19,9 @@
 # AUDIT_TIMEOUT (seconds per audit step, 0 = none), SKIP_TESTS=1 (skip step 2), NO_GPU_CHECK=1
 # (skip the check for a GPU; without one it exits 4 before building).
 set -uo pipefail
-out=${1:?usage: tools/nightly_gpu.sh OUTDIR [BASELINE.h5]}
+out=${1:?usage: tools/scripts/nightly_gpu.sh OUTDIR [BASELINE.h5]}
 baseline=${2:-}
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD_DIR:-$here/build-nightly}
 jobs=${JOBS:-$(nproc)}
 mkdir -p "$out"

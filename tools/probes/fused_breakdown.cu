@@ -1,14 +1,17 @@
 // fused_breakdown: where the fused strategy's time goes (docs/fused.md, "What limits it").
 // Times CudaStrategy::forward_backward of
 //   fused                 forward only, and forward + backward (the real strategy), each also
-//                         with the mma.sync kernels forced (gpu/cuda/fused.cuh);
-//   fused-noatomics       gpu/cuda/fused.cu built with XL_FUSED_EXP_NO_ATOMICS: the gradient
-//                         GEMMs run, their fp32 reductions into dH/dW are dropped;
-//   fused-nograd          built with XL_FUSED_EXP_NO_GRAD: the backward recomputes the logits and
-//                         forms dz, then stops;
+//                         with the mma.sync kernels forced (FusedKernelPath::mma_sync,
+//                         gpu/cuda/fused/fused.hpp);
+//   fused-noatomics       the backward FusedBackwardNoReductions: the gradient GEMMs run, their
+//                         fp32 reductions into dH/dW are dropped;
+//   fused-nograd          the backward FusedBackwardDzOnly: it recomputes the logits and forms
+//                         dz, then stops;
 //   fused-group4, -16, -32  the backward rastered in groups of 4, 16 or 32 token blocks
-//                         (XL_FUSED_GROUP_N; the strategy's wgmma backward takes 8);
-// and chunked for comparison. The variants' gradients are wrong by construction: timing only.
+//                         (FusedBackwardGroup4 …; the strategy's wgmma backward takes 8);
+// and chunked for comparison. The variants (fused_variants/fused_variants.cuh) are template
+// parameters of the backward kernels (gpu/cuda/fused/backward.cuh); their gradients are wrong by
+// construction or differ in reduction order: timing only.
 // Inputs as xentlab bench (tools/bench/bench_lib.hpp): H ~ N(0,1), W ~ N(0, 1/64²) in bf16,
 // uniform targets, reduction mean, recipe bf16/bf16/fp32/bf16; median of `repeats` after one
 // warm-up.
@@ -24,19 +27,23 @@
 #include <vector>
 
 #include "gpu/cuda/cuda_strategy.cuh"
-#include "gpu/cuda/fused.cuh"
+#include "gpu/cuda/fused/fused.hpp"
+#include "gpu/cuda/fused/launch.cuh"
 #include "gpu/registry.hpp"
 #include "tools/bench/bench_lib.hpp"
-
-namespace xentlab::gpu {
-std::unique_ptr<Strategy> make_cuda_fused_noatomics();  // fused_variants/fused_noatomics.cu
-std::unique_ptr<Strategy> make_cuda_fused_nograd();     // fused_variants/fused_nograd.cu
-std::unique_ptr<Strategy> make_cuda_fused_group4();     // fused_variants/fused_group4.cu
-std::unique_ptr<Strategy> make_cuda_fused_group16();    // fused_variants/fused_group16.cu
-std::unique_ptr<Strategy> make_cuda_fused_group32();    // fused_variants/fused_group32.cu
-}  // namespace xentlab::gpu
+#include "tools/probes/fused_variants/fused_variants.cuh"
 
 using namespace xentlab;
+
+namespace {
+/// The fused strategy (automatic kernel path) with the backward variant V, instantiated in
+/// fused_variants/.
+template <class V>
+std::unique_ptr<Strategy> fused_with_backward() {
+  return gpu::fused::make_cuda_fused_variant(gpu::FusedKernelPath::automatic,
+                                             &gpu::fused::launch_fused_backward<V>);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
@@ -58,7 +65,6 @@ int main(int argc, char** argv) {
     std::string label;
     std::unique_ptr<Strategy> s;
     bool forward_only;
-    bool mma_forward = false;  // force the mma.sync kernels (gpu/cuda/fused.cuh)
   };
   auto registered = [](const std::string& name) {
     for (auto& s : make_strategies(Backend::cuda))
@@ -68,13 +74,20 @@ int main(int argc, char** argv) {
   std::vector<Entry> entries;
   entries.push_back({"fused forward only", registered("fused"), true});
   entries.push_back({"fused", registered("fused"), false});
-  entries.push_back({"fused-noatomics", gpu::make_cuda_fused_noatomics(), false});
-  entries.push_back({"fused-nograd", gpu::make_cuda_fused_nograd(), false});
-  entries.push_back({"fused-group4", gpu::make_cuda_fused_group4(), false});
-  entries.push_back({"fused-group16", gpu::make_cuda_fused_group16(), false});
-  entries.push_back({"fused-group32", gpu::make_cuda_fused_group32(), false});
-  entries.push_back({"fused, mma.sync", registered("fused"), false, true});
-  entries.push_back({"fused forward, mma.sync", registered("fused"), true, true});
+  entries.push_back(
+      {"fused-noatomics", fused_with_backward<gpu::fused::FusedBackwardNoReductions>(), false});
+  entries.push_back(
+      {"fused-nograd", fused_with_backward<gpu::fused::FusedBackwardDzOnly>(), false});
+  entries.push_back(
+      {"fused-group4", fused_with_backward<gpu::fused::FusedBackwardGroup4>(), false});
+  entries.push_back(
+      {"fused-group16", fused_with_backward<gpu::fused::FusedBackwardGroup16>(), false});
+  entries.push_back(
+      {"fused-group32", fused_with_backward<gpu::fused::FusedBackwardGroup32>(), false});
+  entries.push_back(
+      {"fused, mma.sync", gpu::make_cuda_fused(gpu::FusedKernelPath::mma_sync), false});
+  entries.push_back(
+      {"fused forward, mma.sync", gpu::make_cuda_fused(gpu::FusedKernelPath::mma_sync), true});
   entries.push_back({"chunked", registered("chunked"), false});
   if (const char* only = std::getenv("XL_BREAKDOWN_ONLY"); only != nullptr && *only != '\0') {
     const std::string list = "," + std::string(only) + ",";
@@ -107,26 +120,23 @@ int main(int argc, char** argv) {
         r.out.lse = E.as<float>();
         r.out.dH = dH.get();
         r.out.dW = dW.get();
-        gpu::set_fused_kernel_path(e.mma_forward ? gpu::FusedKernelPath::mma_sync
-                                                  : gpu::FusedKernelPath::automatic);
         const bench::TimedRuns t = bench::time_forward_backward(
             *cs, r, {{H.get(), W.get(), T.as<std::int64_t>()}}, 1, repeats);
-        gpu::set_fused_kernel_path(gpu::FusedKernelPath::automatic);
+        const bool fused = e.label.rfind("fused", 0) == 0;
+        const gpu::FusedKernels kernels =
+            fused ? gpu::last_fused_kernels(*e.s) : gpu::FusedKernels{};
         std::vector<double> ms = t.ms;
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
         const double flops = (e.forward_only ? 2.0 : 8.0) * N * V * D;
-        std::printf("N=%lld %-20s median %9.2f ms (min %.2f, max %.2f)  %6.1f TFLOP/s (%s)  "
-                    "peak extra %lld B%s%s%s%s\n",
-                    static_cast<long long>(N), e.label.c_str(), med, ms.front(), ms.back(),
-                    flops / (med * 1e-3) / 1e12, e.forward_only ? "2NVD" : "8NVD",
-                    static_cast<long long>(t.peak_extra_bytes),
-                    e.label.rfind("fused", 0) == 0 ? ", forward kernel " : "",
-                    e.label.rfind("fused", 0) == 0 ? gpu::last_fused_forward_kernel() : "",
-                    e.label.rfind("fused", 0) == 0 && !e.forward_only ? ", backward " : "",
-                    e.label.rfind("fused", 0) == 0 && !e.forward_only
-                        ? gpu::last_fused_backward_kernel()
-                        : "");
+        std::printf(
+            "N=%lld %-20s median %9.2f ms (min %.2f, max %.2f)  %6.1f TFLOP/s (%s)  "
+            "peak extra %lld B%s%s%s%s\n",
+            static_cast<long long>(N), e.label.c_str(), med, ms.front(), ms.back(),
+            flops / (med * 1e-3) / 1e12, e.forward_only ? "2NVD" : "8NVD",
+            static_cast<long long>(t.peak_extra_bytes), fused ? ", forward kernel " : "",
+            fused ? kernels.forward : "", fused && !e.forward_only ? ", backward " : "",
+            fused && !e.forward_only ? kernels.backward : "");
         std::fflush(stdout);
       }
     }

@@ -12,7 +12,7 @@
 #include "datasets/synthetic.hpp"
 #include "reference/oracle.hpp"
 #include "reference/reference.hpp"
-#include "tools/bench/certified_rows.hpp"
+#include "tools/probes/certified_rows.hpp"
 
 namespace {
 

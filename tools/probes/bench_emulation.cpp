@@ -15,7 +15,7 @@
 #include "datasets/synthetic.hpp"
 #include "gpu/registry.hpp"
 #include "reference/reference.hpp"
-#include "tools/bench/certified_rows.hpp"
+#include "tools/probes/certified_rows.hpp"
 
 namespace {
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One call on a GPU machine for the CUDA strategies: configure, build, run the gpu-labelled
 # tests, the strategy benchmark and the PyTorch baseline. Logs go to $OUT (default ./out).
-#   tools/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma|fused|reference|real-audit|scale|torch]
+#   tools/scripts/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma|fused|reference|real-audit|
+#                                 scale|torch]
 # preset: `xentlab bench --preset llama3-8b-128k` (the measured table beside the quoted
 # one, $OUT/bench-preset.{md,csv,h5,log}) and the PyTorch baseline appended to the same CSV.
 # fidelity: the embedded audit on the GPU and on the CPU emulation, then `xentlab fidelity` of the
 # two ($OUT/audit-{gpu,cpu}.h5, $OUT/fidelity.txt; docs/audit.md).
-# wgmma: builds the experiments and runs tools/bench/wgmma_probe (validation against cuBLAS, then
+# wgmma: builds the experiments and runs tools/probes/wgmma_probe (validation against cuBLAS, then
 # time; docs/fused.md) and its SASS instruction count ($OUT/wgmma.log).
 # fused: the fused strategy's check in one call — the gpu-labelled tests, the side-by-side table (gpu_bench of
 # naive, chunked and fused at 8K and 128K, then the PyTorch baseline), the fused time breakdown
@@ -142,9 +143,10 @@ if [ "$what" = fused ]; then
     tee "$OUT/fused-torch.log"
   XL_BREAKDOWN_ONLY=${BREAKDOWN_ONLY:-"fused forward only,fused,fused-group4,fused-group16,fused-noatomics,fused-nograd"} \
     timeout 150 build-gpu/tools/fused_breakdown 3 8192 131072 2>&1 | tee "$OUT/fused-breakdown.log"
-  o=build-gpu/gpu/CMakeFiles/xl_gpu_cuda.dir/cuda/fused.cu.o
-  { cuobjdump -res-usage "$o"; cuobjdump -sass "$o" | grep -oE 'HGMMA[.A-Z0-9x]*|HMMA[.A-Z0-9x]*' |
-    sort | uniq -c; } > "$OUT/fused-resources.log" 2>&1
+  o=build-gpu/gpu/CMakeFiles/xl_gpu_cuda.dir/cuda/fused  # the kernels: forward.cu.o, backward.cu.o
+  { for f in "$o/forward.cu.o" "$o/backward.cu.o"; do cuobjdump -res-usage "$f"; done
+    for f in "$o/forward.cu.o" "$o/backward.cu.o"; do cuobjdump -sass "$f"; done |
+      grep -oE 'HGMMA[.A-Z0-9x]*|HMMA[.A-Z0-9x]*' | sort | uniq -c; } > "$OUT/fused-resources.log" 2>&1
   tail -8 "$OUT/fused-resources.log"
 fi
 if [ "$what" = real-audit ]; then

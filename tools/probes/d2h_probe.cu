@@ -1,7 +1,7 @@
 // Device → host copy rates for the reference's large outputs (a 4 GiB fp64 array, the size of
 // the Llama-3-8B head's dW): which way of bringing dW, its bound and its condition to host memory
 // is fastest on this machine. Prints one line per way, in GB/s of fp64 output delivered.
-//   nvcc -O2 -std=c++17 -Xcompiler -fopenmp tools/bench/d2h_probe.cu -o d2h_probe && ./d2h_probe
+//   nvcc -O2 -std=c++17 -Xcompiler -fopenmp tools/probes/d2h_probe.cu -o d2h_probe && ./d2h_probe
 //   [GiB]
 #include <cuda_runtime.h>
 #include <omp.h>

@@ -7,7 +7,8 @@
 // bit-identical to cuBLAS on the validation shape, 520 TFLOP/s against cuBLAS's 646 at 8192 ×
 // 128256 × 4096 (docs/fused.md). The wait_group 1 pipeline and the fold ran at 17:55Z: fold
 // validated (max |lse − ref| 1.69e-7), GEMM 485, fold 511, cuBLAS 643 TFLOP/s in interleaved
-// rounds. The fold is now the fused strategy's forward (gpu/cuda/fused.cu, with every option).
+// rounds. The fold is now the fused strategy's forward (gpu/cuda/fused/forward.cu, with every
+// option).
 //
 //   build-gpu/tools/wgmma_probe [M=8192] [N=128256] [K=4096]
 //
@@ -22,8 +23,8 @@
 // shuffles) and writes one partial per (row, range) plus the target logit; the host merges the
 // ranges. This is the forward of the fused strategy on wgmma, without its options, accumulator
 // dtypes or finalize kernel; its tree (64 columns per thread, 4 threads per row, no cross-warp
-// merge) is the one fused.cu, the CPU emulation and fused_declared_arithmetic use (since
-// 2026-11-30, docs/fused.md).
+// merge) is the one gpu/cuda/fused/forward.cu, the CPU emulation and fused_declared_arithmetic use
+// (since 2026-11-30, docs/fused.md).
 // Output: GEMM max |C − C_cuBLAS| / max |C_cuBLAS| and the count of entries more than 2 bf16
 // spacings apart (1024 × 2048 × K); fold max |lse − ref| and |loss − ref| against lse and loss
 // computed in double from cuBLAS's logits of the same data (256 × 2048 × K, ranges of 3 tiles),
@@ -154,8 +155,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         const float mn = fmaxf(fm[h], tm);
         if (mn == -INFINITY) continue;  // nothing but −inf so far: the state stays empty
-        // docs/arithmetic.md §9 (numerics' online_merge_tile, fused.cu): the tile's own sum
-        // from 0 in column order, then s ← s·e^{m−m'} + tile sum.
+        // docs/arithmetic.md §9 (numerics' online_merge_tile, gpu/cuda/fused/forward.cu): the
+        // tile's own sum from 0 in column order, then s ← s·e^{m−m'} + tile sum.
         float ts = 0.0f;
 #pragma unroll
         for (int j = 0; j < 32; ++j)

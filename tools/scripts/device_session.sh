@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine (the device tool) that records the figures of issues 3 and 7:
-# build, the PyTorch golden→candidate→verify example, an audit of a file dumped by the README's
-# PyTorch snippet, and the nightly suite (gpu tests, embedded audit on the GPU, the 128K-context
-# audit). Each step has its own time limit; everything lands in $OUT (8 files at most come back).
-#   OUT=out tools/device_session.sh
+# One call on a lent GPU machine (the device tool) that records the figures of the README's PyTorch
+# sections and of the nightly suite: build, the PyTorch golden→candidate→verify example, an audit
+# of a file dumped by the README's PyTorch snippet, and the nightly suite (gpu tests, embedded audit
+# on the GPU, the 128K-context audit). Each step has its own time limit; everything lands in $OUT
+# (8 files at most come back).
+#   OUT=out tools/scripts/device_session.sh
 set -u -o pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -50,12 +51,12 @@ timeout 120 $X audit --dataset "$work/mymodel.safetensors" --backend cuda --rows
 say "file audit rc=$?"
 
 say "nightly suite (tests, embedded audit on the GPU, 128K context)"
-BUILD_DIR=$PWD/build-gpu ROWS_128K=${ROWS_128K:-4} timeout ${NIGHTLY_TIMEOUT:-400} tools/nightly_gpu.sh "$work/nightly" >>"$log" 2>&1
+BUILD_DIR=$PWD/build-gpu ROWS_128K=${ROWS_128K:-4} timeout ${NIGHTLY_TIMEOUT:-400} tools/scripts/nightly_gpu.sh "$work/nightly" >>"$log" 2>&1
 say "nightly rc=$?"
 cat "$work/nightly/summary.txt" >>"$log" 2>/dev/null
 
 say "plots"
-timeout 60 python3 tools/plot_audit.py "$work/nightly/audit.h5" "$work/plots" >>"$log" 2>&1
+timeout 60 python3 tools/scripts/plot_audit.py "$work/nightly/audit.h5" "$work/plots" >>"$log" 2>&1
 
 # What comes back (8 files at most).
 cp "$work/nightly/audit-embedded.txt" "$OUT/" 2>/dev/null

@@ -1,0 +1,119 @@
+#pragma once
+// fused: linear + cross-entropy with no logits in device memory (docs/arithmetic.md §9; the
+// kernel design and its measurements: docs/fused.md). The launch interface between the files of
+// this folder:
+//   common.cuh    tile configuration, PTX wrappers, tile loads and epilogue helpers both passes use
+//   forward.cu    1. the forward kernels (wgmma, mma.sync) and 2. finalize
+//   backward.cuh  3. the backward kernels (wgmma, mma.sync), templates on a FusedBackwardVariant
+//   backward.cu   the strategy's backward (FusedStrategyBackward)
+//   strategy.cu   the strategy: plan, kernel choice, launches, refusals
+//   fused.hpp     the public switches (kernel path) and record (kernels of the last run)
+//
+// Three kernels, each a tensor-core GEMM of H (N×D) against W (V×D) with bf16 or fp16 operands and
+// fp32 accumulation over D in increasing k, whose epilogue never stores a logit:
+//   1. forward: a CTA walks a range of vocabulary tiles (128 tokens × 256 entries) for its 128
+//      rows and folds each tile into per-thread running (max, sum-exp) states in the accumulator
+//      dtype (and Σx for label smoothing), 4 threads per row with 64 columns each; the thread that
+//      holds the target column records x_t; the quad's states are merged into one partial per
+//      (row, range). Two kernels with the same tree: wgmma m64n256k16 (HGMMA) fed by TMA on
+//      sm_90a, and mma.sync m16n8k16 (HMMA) through cp.async elsewhere (fused.hpp);
+//   2. finalize: per row, the partials of the vocabulary ranges are merged pairwise → lse, loss;
+//   3. backward: per (token block, vocabulary block) tile the logits are recomputed (the same fp32
+//      dot products over D in the same k order, rounded alike: z equals the forward's), dz is
+//      formed in registers from the stored lse and the upstream gradient, rounded to the logits
+//      dtype (= the operand dtype, see below) and kept in shared memory; then dH[rows, :] +=
+//      dz·W[cols, :] and dW[cols, :] += dzᵀ·H[rows, :] are two more tensor-core GEMMs over D in
+//      slices of 64, added into fp32 accumulators with atomics (red.global.add), and db with fp32
+//      atomics. dz is never written to global memory. Two kernels: wgmma (sm_90a, where the
+//      forward is wgmma: tiles 128 × 256, the forward's TMA mainloop for the recompute, wgmma
+//      m64n64k16 for the gradient GEMMs) and mma.sync (tiles 128 × 128, cp.async; elsewhere).
+// Gradients therefore accumulate in fp32 in an order that depends on scheduling: repeat runs agree
+// within the a-priori bound, not bit for bit (loss and lse are deterministic: no atomics there).
+//
+// Recipes: operands bf16 or fp16 (the problem's input dtype); logits dtype = input dtype (dz is
+// held in the logits dtype and must be an exact tensor-core operand; an fp32 dz would need an fp32
+// GEMM, which this strategy does not have); any accumulator dtype (fp32/bf16/fp16: the online
+// state is rounded to it after every operation) and grad dtype. Others are refused by
+// can_implement. Linear problems only (a logits problem has its logits in memory already).
+// Extra device memory: the fp32 dH and dW accumulators (none when the grad dtype is fp32: the
+// outputs accumulate), the fp32 db accumulator, and < 64 MiB of per-row partial states.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "gpu/cuda/ce_math.cuh"
+#include "gpu/cuda/fused/fused.hpp"
+#include "numerics/recipe.hpp"
+
+namespace xentlab::gpu::fused {
+using namespace cemath;
+
+struct FusedArgs {
+  const std::uint16_t* H = nullptr;  // (N, D)
+  const std::uint16_t* W = nullptr;  // (V, D)
+  const float* bias = nullptr;       // (V) or null
+  const std::int64_t* targets = nullptr;
+  std::int64_t N = 0, V = 0, D = 0;
+  RowLossParams p;
+  int logits_code = 0, acc_code = 0;
+  // forward
+  int splits = 1;  // vocabulary ranges per token block
+  std::int64_t tiles_per_split = 0;
+  float* part_m = nullptr;    // (splits, N)
+  float* part_s = nullptr;    // (splits, N)
+  float* part_sx = nullptr;   // (splits, N), label smoothing only
+  float* x_target = nullptr;  // (N)
+  // backward
+  const float* lse = nullptr;  // (N)
+  RowGradScale g;
+  float* dH = nullptr;  // (N, D) fp32 accumulator
+  float* dW = nullptr;  // (V, D) fp32 accumulator
+  float* db = nullptr;  // (V) fp32 accumulator or null
+};
+
+/// What the backward kernels do once dz is formed. The strategy does all of it; the two others
+/// are timing-only experiments (tools/probes/fused_breakdown.cu) whose gradients are wrong by
+/// construction (docs/fused.md, "What limits it").
+enum class FusedBackwardWork {
+  full,                ///< db, both gradient GEMMs and their fp32 reductions into dH and dW
+  without_reductions,  ///< db and the gradient GEMMs; their reductions into dH and dW dropped
+  dz_only,             ///< the logits recomputed and dz formed, then nothing
+};
+
+/// A compile-time configuration of the backward kernels: token blocks per raster group of the
+/// mma.sync kernel (kMmaGroup) and of the wgmma kernel (kWgmmaGroup), and the work done.
+template <int kMmaGroup, int kWgmmaGroup, FusedBackwardWork kWork>
+struct FusedBackwardVariant {
+  static_assert(kMmaGroup >= 1 && kWgmmaGroup >= 1, "a raster group holds a token block at least");
+  static constexpr int mma_group = kMmaGroup;
+  static constexpr int wgmma_group = kWgmmaGroup;
+  static constexpr FusedBackwardWork work = kWork;
+};
+/// The strategy's backward. Token blocks per raster group (L2 reuse; docs/fused.md): the mma.sync
+/// kernel's 16 was measured against 64 (2026-11-30, docs/benchmarks.md); the wgmma kernel's 8
+/// against 16 and 32 (2026-11-30 20:25 UTC: 119.9, 125.8, 137.2 ms at N = 8192; 1947.6, 2071.6,
+/// 2261.0 ms at N = 131072).
+using FusedStrategyBackward = FusedBackwardVariant<16, 8, FusedBackwardWork::full>;
+
+/// Launches the forward of `a` (input: bf16 or fp16, the dtype of H and W) on `stream`: the wgmma
+/// kernel when `wgmma` (the caller has checked that it applies), else mma.sync with vector loads
+/// when `vec` (D % 8 == 0 and 16-byte-aligned H and W). Throws DeviceError.
+void launch_fused_forward(DType input, bool vec, bool wgmma, const FusedArgs& a,
+                          cudaStream_t stream);
+/// Merges the forward's partial states of each row into lse (N) and loss (N). Throws DeviceError.
+void launch_fused_finalize(const FusedArgs& a, float* loss, float* lse, cudaStream_t stream);
+/// Launches the backward of `a` (dH, dW, db zeroed by the caller) as launch_fused_forward chooses
+/// its kernel. Defined in backward.cuh; backward.cu instantiates FusedStrategyBackward, a timing
+/// probe the variants it measures.
+template <class Variant>
+void launch_fused_backward(DType input, bool vec, bool wgmma, const FusedArgs& a,
+                           cudaStream_t stream);
+using FusedBackwardLaunch = void (*)(DType, bool, bool, const FusedArgs&, cudaStream_t);
+
+/// The fused strategy with kernel path `path` and backward `backward` (make_cuda_fused(path) is
+/// this with launch_fused_backward<FusedStrategyBackward>).
+std::unique_ptr<Strategy> make_cuda_fused_variant(FusedKernelPath path,
+                                                  FusedBackwardLaunch backward);
+
+}  // namespace xentlab::gpu::fused

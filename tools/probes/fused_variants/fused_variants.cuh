@@ -1,0 +1,22 @@
+#pragma once
+// Timing-only variants of the fused strategy's backward for tools/probes/fused_breakdown.cu
+// (docs/fused.md, "What limits it"): FusedBackwardVariant configurations (gpu/cuda/fused/
+// launch.cuh), each instantiated in its own file of this folder so that they compile in parallel.
+// The strategy's own backward (FusedStrategyBackward) rasters the mma.sync kernel in groups of 16
+// token blocks and the wgmma kernel in groups of 8, and does all the work.
+#include "gpu/cuda/fused/launch.cuh"
+
+namespace xentlab::gpu::fused {
+
+/// Both backward kernels rastered in groups of 4, 16 or 32 token blocks: the same results up to
+/// the order of the fp32 reductions.
+using FusedBackwardGroup4 = FusedBackwardVariant<4, 4, FusedBackwardWork::full>;
+using FusedBackwardGroup16 = FusedBackwardVariant<16, 16, FusedBackwardWork::full>;
+using FusedBackwardGroup32 = FusedBackwardVariant<32, 32, FusedBackwardWork::full>;
+/// The gradient GEMMs run, their fp32 reductions into dH and dW dropped (gradients wrong).
+using FusedBackwardNoReductions =
+    FusedBackwardVariant<16, 8, FusedBackwardWork::without_reductions>;
+/// The backward recomputes the logits and forms dz, then stops (gradients wrong).
+using FusedBackwardDzOnly = FusedBackwardVariant<16, 8, FusedBackwardWork::dz_only>;
+
+}  // namespace xentlab::gpu::fused
