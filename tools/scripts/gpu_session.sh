@@ -2,7 +2,7 @@
 # One call on a GPU machine for the CUDA strategies: configure, build, run the gpu-labelled
 # tests, the strategy benchmark and the PyTorch baseline. Logs go to $OUT (default ./out).
 #   tools/scripts/gpu_session.sh [all|tests|bench|preset|fidelity|wgmma|fused|reference|real-audit|
-#                                 scale|torch]
+#                                 scale|torch|proof]
 # preset: `xentlab bench --preset llama3-8b-128k` (the measured table beside the quoted
 # one, $OUT/bench-preset.{md,csv,h5,log}) and the PyTorch baseline appended to the same CSV.
 # fidelity: the embedded audit on the GPU and on the CPU emulation, then `xentlab fidelity` of the
@@ -25,7 +25,11 @@
 # verify of PyTorch's bf16 and fp32-upcast paths on the Llama-3-8B head golden file (256 tokens,
 # sigma 8, 8192 vocabulary rows) under the bf16 and bf16/fp32/fp32/bf16 policies with both checks,
 # the lab's CUDA strategies as candidates of the same file (xentlab candidate --backend cuda), then
-# --explain of the bf16 path ($OUT/torch-*.log).
+# --explain of the bf16 path ($OUT/torch-*.log). SKIP_CHECK=1: the verify table alone.
+# proof: the gpu-labelled tests on the tree as it is, then the differential baseline with the
+# lab's CUDA kernels (verify --baseline-backend cpu and auto) on the Llama-3-8B head golden file,
+# for the fp32-logits naive kernel and PyTorch's bf16 path, and the sign of the kernel's lse error
+# ($OUT/ctest_gpu.log, $OUT/proof-*.log).
 # Each step has its own time limit so that one slow step cannot eat the whole call.
 set -u -o pipefail
 OUT=${OUT:-out}
@@ -53,6 +57,7 @@ targets="test_gpu_strategies test_gpu_kernels test_bench_gpu xentlab gpu_bench"
 [ "$what" = scale ] && targets="xentlab test_reference_cuda test_bench_gpu"
 [ "$what" = torch ] && targets="xentlab _xentlab test_gpu_strategies"
 [ "$what" = torch ] && [ -n "${SKIP_CHECK:-}" ] && targets="xentlab"
+[ "$what" = proof ] && targets="xentlab test_gpu_strategies test_gpu_kernels test_bench_gpu test_reference_cuda"
 [ "$what" = wgmma ] && targets="wgmma_probe"
 [ "$what" = fused ] && targets="test_gpu_strategies test_gpu_kernels test_bench_gpu gpu_bench fused_breakdown"
 if ! timeout 420 cmake --build build-gpu -j16 --target $targets >> "$OUT/build.log" 2>&1; then
@@ -215,4 +220,46 @@ if [ "$what" = torch ]; then
   /usr/bin/time -f "explain wall %e s" timeout ${EXPLAIN_TIMEOUT:-100} build-gpu/tools/xentlab verify "$g" \
     /tmp/xentlab-cand-bf16.h5 --policy bf16 --explain > "$OUT/torch-explain.log" 2>&1
   echo "explain rc=$?"; grep -E "behaves like|wall|^bf16/" "$OUT/torch-explain.log" | head -14
+fi
+if [ "$what" = proof ]; then
+  # The GPU suite on the final tree, then the differential baseline with the lab's CUDA kernels:
+  # the fp32-logits kernels' candidate against the emulation alone and against both backends,
+  # PyTorch's bf16 path against both (it must still fail), and the sign of the kernels' lse error.
+  (cd build-gpu && timeout ${TEST_TIMEOUT:-200} ctest -L gpu --output-on-failure --timeout 190) \
+    > "$OUT/ctest_gpu.log" 2>&1
+  echo "ctest rc=$?"
+  grep -E "tests passed|Failed|FAILED|\*\*\*|Skipped|Total Test" "$OUT/ctest_gpu.log" | tail -30
+  g=/tmp/xentlab-golden-llama-256.h5 c=/tmp/xentlab-cand-naive-fp32.h5 t=/tmp/xentlab-cand-torch-bf16.h5
+  rm -f "$g" "$c" "$t"
+  timeout 90 build-gpu/tools/xentlab golden --dataset llama3-8b --tokens 256 --sigma 8 \
+    --vocab-rows 8192 --out "$g" > "$OUT/proof-golden.log" 2>&1; echo "golden rc=$?"
+  timeout 60 build-gpu/tools/xentlab candidate "$g" "$c" --strategy naive \
+    --recipe bf16/fp32/fp32/bf16 --backend cuda >> "$OUT/proof-golden.log" 2>&1
+  [ -n "${SKIP_TORCH:-}" ] || PYTHONUNBUFFERED=1 timeout 60 python3 tools/examples/torch_candidate.py \
+    "$g" "$t" --dtype bf16 --device cuda >> "$OUT/proof-golden.log" 2>&1
+  for b in cpu auto; do
+    for cand in "$c" "$t"; do
+      echo "== $cand, --baseline-backend $b" >> "$OUT/proof-verify.log"
+      /usr/bin/time -f "verify wall %e s" timeout 90 build-gpu/tools/xentlab verify "$g" "$cand" \
+        --policy bf16/fp32/fp32/bf16 --baseline-backend $b >> "$OUT/proof-verify.log" 2>&1
+      echo "verify rc=$?" >> "$OUT/proof-verify.log"
+    done
+  done
+  grep -E "^== |^baseline|^lse|^loss|^dH|FAILED|PASSED|verify rc|wall" "$OUT/proof-verify.log" | head -80
+  timeout 60 python3 - "$g" "$c" <<'PY' 2>&1 | tee "$OUT/proof-lse-sign.log"
+import sys, h5py, numpy as np
+g, c = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+def ref(name):
+    for k in (name, "reference/" + name, "outputs/" + name):
+        if k in g: return np.asarray(g[k][()], dtype=np.float64)
+    raise KeyError(name)
+def cand(name):
+    for k in (name, "outputs/" + name):
+        if k in c: return np.asarray(c[k][()], dtype=np.float64)
+    raise KeyError(name)
+for name in ("lse", "loss"):
+    e = cand(name) - ref(name)
+    print(f"{name}: mean signed error {e.mean():.3e}, rms {np.sqrt((e**2).mean()):.3e}, "
+          f"negative {np.mean(e < 0):.3f}, mean |ref| {np.abs(ref(name)).mean():.3f}")
+PY
 fi
