@@ -127,6 +127,29 @@ std::string Baseline::describe() const {
   return t;
 }
 
+namespace {
+// The outputs of rows `rows` (ascending indices into the problem's N rows) of a run over all
+// rows: loss, lse (N), dH (N × D) and dz (N × V) are cut to those rows; dW, db and the reduced
+// loss (sums over all tokens) are kept as they are.
+StrategyOutputs rows_of(StrategyOutputs o, const std::vector<std::int64_t>& rows, std::int64_t N,
+                        std::int64_t D, std::int64_t V) {
+  const auto cut = [&](std::vector<double>& v, std::int64_t width) {
+    if (static_cast<std::int64_t>(v.size()) != N * width) return;  // not produced
+    std::vector<double> r;
+    r.reserve(rows.size() * static_cast<std::size_t>(width));
+    for (const std::int64_t i : rows)
+      r.insert(r.end(), v.begin() + i * width, v.begin() + (i + 1) * width);
+    v = std::move(r);
+  };
+  cut(o.loss, 1);
+  cut(o.lse, 1);
+  cut(o.dH, std::max<std::int64_t>(D, 1));
+  cut(o.dz, V);
+  o.token_rows = rows;
+  return o;
+}
+}  // namespace
+
 Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineOptions& opt) {
   if (opt.rows < 0) throw InputError(fmt::format("baseline rows must be ≥ 0, got {}", opt.rows));
   const auto t0 = std::chrono::steady_clock::now();
@@ -219,7 +242,19 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   for (const Strategy* st : runs) {
     StrategyOutputs o;
     try {
-      o = st->run(req);
+      if (st->backend() == Backend::cpu_emulation || !b.sampled) {
+        o = st->run(req);
+      } else {
+        // A device strategy runs the golden problem whole, as the candidate did: its libraries
+        // choose their kernels by shape (measured on the H200: cuBLAS's bf16 GEMM of a 4-row
+        // sub-problem gave the fp32-logits kernels' lse 5× more accurate than the same rows of
+        // the 256-row problem), so a sub-problem's arithmetic is not the candidate's. Then the
+        // sampled rows' outputs are kept.
+        RunRequest whole = req;
+        whole.token_rows.clear();
+        o = st->run(whole);
+        o = rows_of(std::move(o), b.token_rows, P.N, P.D, P.V);
+      }
     } catch (const InputError& e) {  // what the strategy refuses to run
       b.status = fmt::format("{} ({}) failed: {}", st->name(), to_string(st->backend()), e.what());
       b.profiles.clear();
