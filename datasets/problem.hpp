@@ -18,13 +18,13 @@ namespace xentlab {
 
 struct Problem {
   std::string name = "problem";
-  std::int64_t N = 0;  ///< tokens
-  std::int64_t V = 0;  ///< vocabulary size
-  std::int64_t D = 0;  ///< hidden size (0 for a logits problem)
-  Tensor H;            ///< (N, D), linear problems
-  Tensor W;            ///< (V, D), linear problems
-  std::optional<Tensor> bias;  ///< (V), linear problems, optional
-  Tensor logits;       ///< (N, V), logits problems
+  std::int64_t N = 0;                 ///< tokens
+  std::int64_t V = 0;                 ///< vocabulary size
+  std::int64_t D = 0;                 ///< hidden size (0 for a logits problem)
+  Tensor H;                           ///< (N, D), linear problems
+  Tensor W;                           ///< (V, D), linear problems
+  std::optional<Tensor> bias;         ///< (V), linear problems, optional
+  Tensor logits;                      ///< (N, V), logits problems
   std::vector<std::int64_t> targets;  ///< (N)
   /// Calibrated targets (drawn from the softmax of the head's fp64 logits): what drew them, for
   /// provenance — "cpu: <the BLAS>" or the TargetEngine's describe() ("cuda: NVIDIA H200 …").

@@ -38,16 +38,17 @@ Problem select_rows(const Problem& p, const std::vector<std::int64_t>& rows,
   if (rows.empty()) throw InputError("select_rows: no rows selected");
   for (std::size_t q = 0; q < rows.size(); ++q)
     if (rows[q] < 0 || rows[q] >= p.N || (q > 0 && rows[q] <= rows[q - 1]))
-      throw InputError(fmt::format("select_rows: row list must be sorted, unique and in [0, {}); "
-                                   "[{}] = {}",
-                                   p.N, q, rows[q]));
+      throw InputError(
+          fmt::format("select_rows: row list must be sorted, unique and in [0, {}); "
+                      "[{}] = {}",
+                      p.N, q, rows[q]));
   std::vector<std::int64_t> t;
   t.reserve(rows.size());
   for (std::int64_t i : rows) t.push_back(p.targets[static_cast<std::size_t>(i)]);
-  Problem q = p.is_linear() ? Problem::linear(copy_rows(p.H, rows), p.W, p.bias, std::move(t),
-                                              ignore_index, p.name)
-                            : Problem::from_logits(copy_rows(p.logits, rows), std::move(t),
-                                                   ignore_index, p.name);
+  Problem q =
+      p.is_linear()
+          ? Problem::linear(copy_rows(p.H, rows), p.W, p.bias, std::move(t), ignore_index, p.name)
+          : Problem::from_logits(copy_rows(p.logits, rows), std::move(t), ignore_index, p.name);
   q.targets_drawn_by = p.targets_drawn_by;
   return q;
 }
@@ -55,10 +56,10 @@ Problem select_rows(const Problem& p, const std::vector<std::int64_t>& rows,
 Problem with_input_dtype(const Problem& p, DType dtype, std::int64_t ignore_index) {
   const DType from = p.input_dtype();
   if (from == dtype) return p;
-  Problem q = p.is_linear() ? Problem::linear(convert(p.H, dtype), convert(p.W, dtype), p.bias,
-                                              p.targets, ignore_index, p.name)
-                            : Problem::from_logits(convert(p.logits, dtype), p.targets,
-                                                   ignore_index, p.name);
+  Problem q = p.is_linear()
+                  ? Problem::linear(convert(p.H, dtype), convert(p.W, dtype), p.bias, p.targets,
+                                    ignore_index, p.name)
+                  : Problem::from_logits(convert(p.logits, dtype), p.targets, ignore_index, p.name);
   q.targets_drawn_by = p.targets_drawn_by;
   return q;
 }

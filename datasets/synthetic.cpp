@@ -33,7 +33,9 @@ std::uint64_t NormalStream::next_u64() {
   return result;
 }
 
-double NormalStream::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1p-53; }
+double NormalStream::uniform() {
+  return static_cast<double>(next_u64() >> 11) * 0x1p-53;
+}
 
 std::int64_t NormalStream::uniform_int(std::int64_t n) {
   return static_cast<std::int64_t>(uniform() * static_cast<double>(n)) % n;

@@ -55,7 +55,9 @@ void Tensor::set(std::int64_t i, double v) {
       std::memcpy(p, &f, 4);
       return;
     }
-    case DType::fp64: std::memcpy(p, &v, 8); return;
+    case DType::fp64:
+      std::memcpy(p, &v, 8);
+      return;
     case DType::bf16: {
       const std::uint16_t b = bf16_bits_from_double(v);
       std::memcpy(p, &b, 2);

@@ -28,10 +28,10 @@ struct DeclaredArithmetic {
   /// tokens), whose states merge pairwise.
   std::int64_t tree_lane_merges = 0;
   std::int64_t tree_min_ranges = 1;
-  std::int64_t tree_state_rows = 0;  ///< 0: no bound on R from N
+  std::int64_t tree_state_rows = 0;                       ///< 0: no bound on R from N
   ReductionOrder token_order = ReductionOrder::pairwise;  ///< reduction of the loss over tokens
-  std::int64_t gemm_k_split = 1;     ///< GEMM accumulation: fp32 over D in k-blocks
-  std::string note;                  ///< free text (e.g. "cuBLAS GemmEx, fp32 compute")
+  std::int64_t gemm_k_split = 1;  ///< GEMM accumulation: fp32 over D in k-blocks
+  std::string note;               ///< free text (e.g. "cuBLAS GemmEx, fp32 compute")
 };
 
 std::string_view to_string(ReductionOrder o);

@@ -68,14 +68,14 @@ struct OracleReport {
   std::vector<OracleCheck> checks;
   std::vector<std::string> skipped;  ///< what was not checked, and why
   double max_ratio = 0;
-  std::int64_t failures = 0;         ///< checks with ratio > 1
+  std::int64_t failures = 0;  ///< checks with ratio > 1
   bool passed() const { return failures == 0; }
-  std::string summary() const;       ///< one line per output, worst check and failures
+  std::string summary() const;  ///< one line per output, worst check and failures
 };
 
 struct OracleSampleSpec {
-  std::int64_t rows = 4;           ///< token rows (of the fast result's rows) to recompute
-  std::int64_t entries = 16;       ///< sampled entries per gradient output
+  std::int64_t rows = 4;      ///< token rows (of the fast result's rows) to recompute
+  std::int64_t entries = 16;  ///< sampled entries per gradient output
   std::uint64_t seed = 1;
   /// Entries whose bound exceeds this fraction of |value| are ill-conditioned: each is added to
   /// the sample (up to `entries` more per output).

@@ -50,7 +50,6 @@ TEST(EmuCaseC01, LargeCommonOffsetWithinBoundsAndTheCancellingFormReproduced) {
   });
 }
 
-
 TEST(EmuCaseC03, EveryTargetIgnored) {
   const Problem lp = c03_problem(5);
   for (Reduction red : {Reduction::none, Reduction::sum, Reduction::mean}) {
@@ -302,23 +301,24 @@ TEST(EmuCaseC09, ConfidentTokenTrueClassGradientBf16) {
   // enough to contain this answer — the arithmetic permits it, so nothing is caught there.
   std::vector<double> z(static_cast<std::size_t>(V), 0.0);
   z[11] = 14.9375;
-  each_run(logits_problem(DType::bf16, {z}, {11}), spec_of(Reduction::sum),
-           [](const RunCtx& c) {
-             EXPECT_EQ(c.out.loss[0], 0.0) << c.what;
-             EXPECT_EQ(grad_of(c, 0, 11), 0.0) << c.what;
-             const ErrorStats st = compute_error_stats(c.out.loss.data(), c.ref.loss.data(), 1,
-                                                       c.out.loss_dtype, c.b.loss.data());
-             const Disposition d = judge({{"loss", &st, true}}, policy_by_name("default")).disposition;
-             if (c.what.rfind("fused ", 0) == 0) {
-               EXPECT_TRUE(c.b.meaningful) << c.what;
-               EXPECT_LE(std::fabs(c.out.loss[0] - c.ref.loss[0]), loss_bound(c, 0)) << c.what;
-               EXPECT_EQ(d, Disposition::passed) << c.what;
-             } else {
-               EXPECT_FALSE(c.b.meaningful) << c.what;
-               EXPECT_EQ(d, Disposition::incorrect) << c.what;
-             }
-           },
-           {R("bf16/bf16/bf16/fp32")});
+  each_run(
+      logits_problem(DType::bf16, {z}, {11}), spec_of(Reduction::sum),
+      [](const RunCtx& c) {
+        EXPECT_EQ(c.out.loss[0], 0.0) << c.what;
+        EXPECT_EQ(grad_of(c, 0, 11), 0.0) << c.what;
+        const ErrorStats st = compute_error_stats(c.out.loss.data(), c.ref.loss.data(), 1,
+                                                  c.out.loss_dtype, c.b.loss.data());
+        const Disposition d = judge({{"loss", &st, true}}, policy_by_name("default")).disposition;
+        if (c.what.rfind("fused ", 0) == 0) {
+          EXPECT_TRUE(c.b.meaningful) << c.what;
+          EXPECT_LE(std::fabs(c.out.loss[0] - c.ref.loss[0]), loss_bound(c, 0)) << c.what;
+          EXPECT_EQ(d, Disposition::passed) << c.what;
+        } else {
+          EXPECT_FALSE(c.b.meaningful) << c.what;
+          EXPECT_EQ(d, Disposition::incorrect) << c.what;
+        }
+      },
+      {R("bf16/bf16/bf16/fp32")});
 }
 
 // The other listed wrong answer, −0.01171875, comes from a kernel that rounds p_t to bf16 before

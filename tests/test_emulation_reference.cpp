@@ -224,9 +224,9 @@ TEST(EmulationStructure, BitIdenticalForAnyThreadCount) {
 // The fused kernel's vocabulary ranges (gpu/fused_plan.hpp), from the rule in its comment: 4·SMs
 // CTAs in all, at least 16 ranges, at most one tile each, partial states under 32 MiB.
 TEST(EmulationStructure, FusedVocabularyRangesFollowTheLaunchRule) {
-  EXPECT_EQ(gpu::fused_vocab_ranges(8192, 128256, 132), 16);   // 64 blocks: ⌈528/64⌉ = 9 → 16
-  EXPECT_EQ(gpu::fused_vocab_ranges(1, 128256, 132), 501);     // one block: 4·132, capped at 501 tiles
-  EXPECT_EQ(gpu::fused_vocab_ranges(1, 507, 132), 2);          // capped at the 2 tiles of 256
+  EXPECT_EQ(gpu::fused_vocab_ranges(8192, 128256, 132), 16);  // 64 blocks: ⌈528/64⌉ = 9 → 16
+  EXPECT_EQ(gpu::fused_vocab_ranges(1, 128256, 132), 501);  // one block: 4·132, capped at 501 tiles
+  EXPECT_EQ(gpu::fused_vocab_ranges(1, 507, 132), 2);       // capped at the 2 tiles of 256
   EXPECT_EQ(gpu::fused_vocab_ranges(131072, 128256, 132), 16);  // the minimum
   EXPECT_EQ(gpu::fused_vocab_ranges(1 << 20, 128256, 132), 2);  // 32 MiB / (12·2^20) = 2
   EXPECT_EQ(gpu::fused_vocab_ranges(1, 128256, 100), 400);
@@ -235,8 +235,8 @@ TEST(EmulationStructure, FusedVocabularyRangesFollowTheLaunchRule) {
 
 // The fused emulation sums a row's exponentials in the kernel's tree (64 columns per thread and
 // tile, quad, ranges pairwise), not sequentially over the row. All-zero logits, V = 49152
-// (192 tiles of 256), N = 1, bf16 accumulator: every partial sum of the tree is 2^a or 3·2^a, exact in
-// bf16, so lse = rnd_bf16(logf(49152)) = 10.8125. A sequential fold over the tiles in bf16 would
+// (192 tiles of 256), N = 1, bf16 accumulator: every partial sum of the tree is 2^a or 3·2^a, exact
+// in bf16, so lse = rnd_bf16(logf(49152)) = 10.8125. A sequential fold over the tiles in bf16 would
 // stop at 32768 (32768 + 128 ties back to 32768) and give rnd_bf16(logf(32768)) = 10.375.
 TEST(EmulationStructure, FusedSumExpFollowsTheKernelTree) {
   const std::int64_t V = 49152;

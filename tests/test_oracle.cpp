@@ -20,8 +20,9 @@ void expect_oracle_agrees(const Problem& p, const LossSpec& s, ReferenceOptions 
     o.tier = tier;
     const ReferenceResult r = compute_reference(p, s, o);
     const OracleReport rep = check_with_oracle(p, s, o, r, os);
-    EXPECT_TRUE(rep.passed()) << to_string(tier) << " tier: " << p.describe() << " "
-                              << s.describe() << "\n" << rep.summary();
+    EXPECT_TRUE(rep.passed()) << to_string(tier) << " tier: " << p.describe() << " " << s.describe()
+                              << "\n"
+                              << rep.summary();
     EXPECT_GE(rep.checks.size(), 4u) << rep.summary();
   }
 }
@@ -111,11 +112,20 @@ TEST(Oracle, GradientsMatchFiniteDifferences) {
       return ((up - dn) / (2 * h)).convert_to<double>();
     };
     for (std::int64_t k = 0; k < 3 * 5; ++k)
-      EXPECT_LE(std::fabs(r.dH[static_cast<std::size_t>(k)] - fd('H', k)), r.dH_bound[static_cast<std::size_t>(k)] + 0x1p-52 * std::fabs(r.dH[static_cast<std::size_t>(k)])) << "dH " << k;
+      EXPECT_LE(std::fabs(r.dH[static_cast<std::size_t>(k)] - fd('H', k)),
+                r.dH_bound[static_cast<std::size_t>(k)] +
+                    0x1p-52 * std::fabs(r.dH[static_cast<std::size_t>(k)]))
+          << "dH " << k;
     for (std::int64_t k = 0; k < 7 * 5; ++k)
-      EXPECT_LE(std::fabs(r.dW[static_cast<std::size_t>(k)] - fd('W', k)), r.dW_bound[static_cast<std::size_t>(k)] + 0x1p-52 * std::fabs(r.dW[static_cast<std::size_t>(k)])) << "dW " << k;
+      EXPECT_LE(std::fabs(r.dW[static_cast<std::size_t>(k)] - fd('W', k)),
+                r.dW_bound[static_cast<std::size_t>(k)] +
+                    0x1p-52 * std::fabs(r.dW[static_cast<std::size_t>(k)]))
+          << "dW " << k;
     for (std::int64_t j = 0; j < 7; ++j)
-      EXPECT_LE(std::fabs(r.db[static_cast<std::size_t>(j)] - fd('b', j)), r.db_bound[static_cast<std::size_t>(j)] + 0x1p-52 * std::fabs(r.db[static_cast<std::size_t>(j)])) << "db " << j;
+      EXPECT_LE(std::fabs(r.db[static_cast<std::size_t>(j)] - fd('b', j)),
+                r.db_bound[static_cast<std::size_t>(j)] +
+                    0x1p-52 * std::fabs(r.db[static_cast<std::size_t>(j)]))
+          << "db " << j;
   }
 }
 
@@ -136,7 +146,8 @@ TEST(Oracle, LogitGradientsMatchFiniteDifferences) {
     const double g = ((up - dn) / (2 * h)).convert_to<double>();
     // The FD value is rounded to double once (0.5 ulp) after a 1e-60-accurate difference.
     EXPECT_LE(std::fabs(r.dz[static_cast<std::size_t>(k)] - g),
-              r.dz_bound[static_cast<std::size_t>(k)] + 0x1p-53 * std::fabs(g)) << k;
+              r.dz_bound[static_cast<std::size_t>(k)] + 0x1p-53 * std::fabs(g))
+        << k;
   }
 }
 

@@ -1,7 +1,8 @@
 // The known-hard cases of docs/cases.md, on the certified reference: every expected
 // value is the case file's (computed at 40 digits); the tolerance is the reference's own bound plus
 // half a unit of the printed value's last digit (tests/case_support.hpp). Each case runs on the
-// logits path and, where the case allows it, on the linear path (H = I, W = Zᵀ, or the case's H, W).
+// logits path and, where the case allows it, on the linear path (H = I, W = Zᵀ, or the case's H,
+// W).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,8 +15,8 @@
 namespace xentlab {
 namespace {
 
-using testing::linear_from_logits;
 using testing::c03_problem;
+using testing::linear_from_logits;
 using testing::logits_problem;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -104,7 +105,6 @@ TEST(CaseC02, Fp16FlatLogitsTokenReduction) {
                    g.dz_bound[static_cast<std::size_t>(q * V + tt)], "-1.22066587e-4");
   }
 }
-
 
 TEST(CaseC03, EveryTargetIgnored) {
   const Problem lp = c03_problem(5);
@@ -251,8 +251,8 @@ TEST(CaseC07, VocabularyNotAMultipleOfAnyBlock) {
                                                         {129920, "11.7746741554"}};
   for (DType dt : {DType::fp32, DType::bf16})
     for (auto [V, lit] : cases) {
-      const Problem lp = logits_problem(dt, std::vector<std::vector<double>>(3, std::vector<double>(V, -20.0)),
-                                        {5, 0, V - 1});
+      const Problem lp = logits_problem(
+          dt, std::vector<std::vector<double>>(3, std::vector<double>(V, -20.0)), {5, 0, V - 1});
       const ReferenceResult r = compute_reference(lp, spec_of(Reduction::sum), with_dz());
       for (std::size_t q = 0; q < 3; ++q) XL_EXPECT_CASE(r.loss[q], r.loss_bound[q], lit);
       if (V == 130) {
@@ -277,11 +277,13 @@ TEST(CaseC07, LinearHeadDHExactlyZero) {
   const ReferenceResult r = compute_reference(pb, spec_of(Reduction::sum));
   // The exact dH is 0 (Σ_j dz_j = 0 times a constant column); the reference is within its bound.
   for (std::int64_t d = 0; d < D; ++d)
-    EXPECT_LE(std::fabs(r.dH[static_cast<std::size_t>(d)]), r.dH_bound[static_cast<std::size_t>(d)]);
+    EXPECT_LE(std::fabs(r.dH[static_cast<std::size_t>(d)]),
+              r.dH_bound[static_cast<std::size_t>(d)]);
   for (std::int64_t d = 1; d < D; ++d) EXPECT_EQ(r.dH[static_cast<std::size_t>(d)], 0.0);
   for (std::int64_t j = 0; j < V; ++j) {
     const char* lit = j == 5 ? "-0.992307692308" : "0.00769230769231";
-    XL_EXPECT_CASE(r.dW[static_cast<std::size_t>(j * D)], r.dW_bound[static_cast<std::size_t>(j * D)], lit);
+    XL_EXPECT_CASE(r.dW[static_cast<std::size_t>(j * D)],
+                   r.dW_bound[static_cast<std::size_t>(j * D)], lit);
     for (std::int64_t d = 1; d < D; ++d) EXPECT_EQ(r.dW[static_cast<std::size_t>(j * D + d)], 0.0);
   }
 }
@@ -332,8 +334,8 @@ TEST(CaseC09, ConfidentTokenTrueClassGradientBf16) {
   }
   std::vector<double> z(V, 0.0);
   z[42] = 12.5625;
-  const ReferenceResult r =
-      compute_reference(logits_problem(DType::bf16, {z}, {42}), spec_of(Reduction::mean), with_dz());
+  const ReferenceResult r = compute_reference(logits_problem(DType::bf16, {z}, {42}),
+                                              spec_of(Reduction::mean), with_dz());
   EXPECT_EQ(round_to(r.dz[42], DType::bf16), -0.1005859375);
 }
 
@@ -356,7 +358,8 @@ TEST(CaseC10, LossOnTheBf16Grid) {
 
 TEST(CaseC11, ChunkInvariantMean) {
   const std::int64_t N = 4096, V = 8;
-  const Problem lp = Problem::from_logits(Tensor(DType::fp32, {N, V}), std::vector<std::int64_t>(N, 0));
+  const Problem lp =
+      Problem::from_logits(Tensor(DType::fp32, {N, V}), std::vector<std::int64_t>(N, 0));
   const ReferenceResult r = compute_reference(lp, spec_of(Reduction::mean), ReferenceOptions{});
   XL_EXPECT_CASE(r.reduced_loss, r.reduced_loss_bound, "2.07944154168");
   const ReferenceResult none = compute_reference(lp, spec_of(Reduction::none), ReferenceOptions{});
@@ -376,8 +379,9 @@ TEST(CaseC11, UnevenMaskIsNotTheMeanOfChunkMeans) {
   both_paths(lp, spec_of(Reduction::mean), [&](const ReferenceResult& r, bool lin) {
     XL_EXPECT_CASE(r.reduced_loss, r.reduced_loss_bound, "0.0796945446358");
     // Every valid gradient is scaled by 1/33: compare with the sum-reduction gradient / 33.
-    const ReferenceResult s = lin ? compute_reference(linear_from_logits(lp), spec_of(Reduction::sum))
-                                  : compute_reference(lp, spec_of(Reduction::sum), with_dz());
+    const ReferenceResult s =
+        lin ? compute_reference(linear_from_logits(lp), spec_of(Reduction::sum))
+            : compute_reference(lp, spec_of(Reduction::sum), with_dz());
     for (std::int64_t q : {std::int64_t{0}, std::int64_t{40}})
       for (std::int64_t j = 0; j < V; ++j) {
         const double a = grad_entry(r, lin, q, j), b = grad_entry(s, lin, q, j) / 33.0;

@@ -80,7 +80,8 @@ TEST(ReferenceExact, SampledRowsEqualTheFullComputation) {
     EXPECT_EQ(part.loss[q], full.loss[i]);
     EXPECT_EQ(part.lse[q], full.lse[i]);
     for (std::int64_t d = 0; d < p.D; ++d)
-      EXPECT_EQ(part.dH[q * 37 + static_cast<std::size_t>(d)], full.dH[i * 37 + static_cast<std::size_t>(d)]);
+      EXPECT_EQ(part.dH[q * 37 + static_cast<std::size_t>(d)],
+                full.dH[i * 37 + static_cast<std::size_t>(d)]);
   }
   // dW over the sampled token rows = dW of the problem restricted to those rows, with the same
   // per-row gradient scale (sum reduction gives scale 1 in both).
@@ -90,7 +91,8 @@ TEST(ReferenceExact, SampledRowsEqualTheFullComputation) {
   std::vector<std::int64_t> t;
   for (std::size_t q = 0; q < 3; ++q) {
     const std::int64_t i = o.token_rows[q];
-    for (std::int64_t d = 0; d < 37; ++d) H.set(static_cast<std::int64_t>(q) * 37 + d, p.H.get(i * 37 + d));
+    for (std::int64_t d = 0; d < 37; ++d)
+      H.set(static_cast<std::int64_t>(q) * 37 + d, p.H.get(i * 37 + d));
     t.push_back(p.targets[static_cast<std::size_t>(i)]);
   }
   const Problem sub = Problem::linear(H, p.W, std::nullopt, t);

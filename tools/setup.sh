@@ -22,6 +22,7 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev
   libopenblas-openmp-dev  # OpenBLAS (OpenMP threading): the fp64 GEMMs of the reference's BLAS tier
   python3-dev python3-venv  # the Python package's extension: headers, and a venv for its PyPI needs
+  clang-format          # the house style check (tests: house.clang_format)
 )
 
 missing=()

@@ -14,29 +14,30 @@
 namespace xentlab::gpu::detail {
 
 [[noreturn]] inline void throw_cuda(cudaError_t e, const char* expr, const char* file, int line) {
-  throw DeviceError(std::string(file) + ":" + std::to_string(line) + ": " + expr + " failed: " +
-                    cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  throw DeviceError(std::string(file) + ":" + std::to_string(line) + ": " + expr +
+                    " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
 [[noreturn]] inline void throw_cublas(cublasStatus_t s, const char* expr, const char* file,
                                       int line) {
-  throw DeviceError(std::string(file) + ":" + std::to_string(line) + ": " + expr + " failed: " +
-                    cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")");
+  throw DeviceError(std::string(file) + ":" + std::to_string(line) + ": " + expr +
+                    " failed: " + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")");
 }
 
 }  // namespace xentlab::gpu::detail
 
-#define XL_CUDA_CHECK(expr)                                                              \
-  do {                                                                                   \
-    const cudaError_t xl_err_ = (expr);                                                  \
-    if (xl_err_ != cudaSuccess) ::xentlab::gpu::detail::throw_cuda(xl_err_, #expr, __FILE__, __LINE__); \
+#define XL_CUDA_CHECK(expr)                                                   \
+  do {                                                                        \
+    const cudaError_t xl_err_ = (expr);                                       \
+    if (xl_err_ != cudaSuccess)                                               \
+      ::xentlab::gpu::detail::throw_cuda(xl_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
-#define XL_CUBLAS_CHECK(expr)                                                                \
-  do {                                                                                       \
-    const cublasStatus_t xl_st_ = (expr);                                                    \
-    if (xl_st_ != CUBLAS_STATUS_SUCCESS)                                                     \
-      ::xentlab::gpu::detail::throw_cublas(xl_st_, #expr, __FILE__, __LINE__);               \
+#define XL_CUBLAS_CHECK(expr)                                                  \
+  do {                                                                         \
+    const cublasStatus_t xl_st_ = (expr);                                      \
+    if (xl_st_ != CUBLAS_STATUS_SUCCESS)                                       \
+      ::xentlab::gpu::detail::throw_cublas(xl_st_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 /// After a kernel launch: the launch error, if any (does not synchronise).

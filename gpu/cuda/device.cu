@@ -1,6 +1,6 @@
-#include "gpu/cuda/device.hpp"
-
 #include <cuda_runtime.h>
+
+#include "gpu/cuda/device.hpp"
 
 namespace xentlab::gpu {
 

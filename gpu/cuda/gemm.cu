@@ -56,8 +56,7 @@ const Blas::Choice& choose(const Blas& b, cublasLtMatmulDesc_t desc, cublasLtMat
       if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &t,
                                                sizeof t, &w) != CUBLAS_STATUS_SUCCESS ||
           cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                               &splitk, sizeof splitk,
-                                               &w) != CUBLAS_STATUS_SUCCESS)
+                                               &splitk, sizeof splitk, &w) != CUBLAS_STATUS_SUCCESS)
         continue;
       if (t == static_cast<int>(tile) && splitk <= 1) {
         ch.found = true;
@@ -74,8 +73,7 @@ bool gemm_preferred(const Blas& b, cublasOperation_t ta, cublasOperation_t tb, s
                     std::int64_t n, std::int64_t k, const void* A, std::int64_t lda, const void* B,
                     std::int64_t ldb, DType op, float beta, void* C, std::int64_t ldc, DType out,
                     cublasLtMatmulTile_t tile) {
-  const Blas::AlgoKey key{int(ta),  int(tb),  m,         n,          k,        lda,
-                          ldb,      ldc,      int(op),   int(out),   int(tile)};
+  const Blas::AlgoKey key{int(ta), int(tb), m, n, k, lda, ldb, ldc, int(op), int(out), int(tile)};
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   bool ran = false;
@@ -99,9 +97,8 @@ bool gemm_preferred(const Blas& b, cublasOperation_t ta, cublasOperation_t tb, s
     if (ch.found) {
       const float alpha = 1.0f;
       const cublasLtHandle_t lt = b.lt_handle();  // takes the workspace before it is passed
-      XL_CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, C, lc, C,
-                                     lc, &ch.algo, b.workspace(),
-                                     static_cast<std::size_t>(kCublasWorkspaceBytes),
+      XL_CUBLAS_CHECK(cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc, &ch.algo,
+                                     b.workspace(), static_cast<std::size_t>(kCublasWorkspaceBytes),
                                      b.stream()));
       ran = true;
     }

@@ -1,13 +1,12 @@
 // Host side of gpu/cuda/hopper.cuh: tensor maps through the driver's cuTensorMapEncodeTiled
 // (fetched with cudaGetDriverEntryPointByVersion, so no link against libcuda) and the check that
 // the running device executes sm_90a code.
-#include "gpu/cuda/hopper.cuh"
-
 #include <map>
 #include <mutex>
 #include <string>
 
 #include "gpu/cuda/cuda_check.hpp"
+#include "gpu/cuda/hopper.cuh"
 
 namespace xentlab::gpu::hopper {
 namespace {
@@ -42,11 +41,11 @@ CUtensorMap make_tensor_map_2d(const void* base, bool fp16, std::int64_t rows, s
   const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
   const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
   const cuuint32_t estr[2] = {1, 1};
-  const CUresult r = encode_fn()(
-      &m, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-      const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode_fn()(&m, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                  const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw DeviceError("cuTensorMapEncodeTiled refused a " + std::to_string(rows) + "×" +
                       std::to_string(cols) + " map (CUresult " + std::to_string(int(r)) + ")");
@@ -71,7 +70,8 @@ bool hopper_forward_available() {
     has_sm90a_kernel<<<1, 1>>>(d);
     int h = 0;
     const cudaError_t e1 = cudaGetLastError();
-    const cudaError_t e2 = e1 == cudaSuccess ? cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) : e1;
+    const cudaError_t e2 =
+        e1 == cudaSuccess ? cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) : e1;
     cudaFree(d);
     XL_CUDA_CHECK(e2);
     ok = h == 1;

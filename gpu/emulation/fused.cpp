@@ -33,8 +33,8 @@ struct FusedState {
   float sx = 0.0f;
 };
 
-// the fused kernels' merge_state (s ← rnd_A(s·e^{m−m'} + s2·e^{m2−m'}), m ← m' = max; nothing when both
-// are empty) and its Σx merge rnd_A(sx + sx2).
+// the fused kernels' merge_state (s ← rnd_A(s·e^{m−m'} + s2·e^{m2−m'}), m ← m' = max; nothing when
+// both are empty) and its Σx merge rnd_A(sx + sx2).
 void fused_merge(FusedState& a, const FusedState& b, DType A) {
   const float mn = std::max(a.st.m, b.st.m);
   if (mn != -INFINITY) {

@@ -137,7 +137,7 @@ struct ProblemRecord {
   std::string name, regime;
   DType input = DType::bf16;  ///< the input dtype of this version of the problem
   std::string spec, describe;
-  std::string targets_drawn_by;  ///< Problem::targets_drawn_by (empty: not calibrated)
+  std::string targets_drawn_by;          ///< Problem::targets_drawn_by (empty: not calibrated)
   std::vector<std::int64_t> token_rows;  ///< rows of the original problem in the sub-batch
   /// vocabulary rows whose dW/db were compared, sorted (empty: no dW/db, a logits problem)
   std::vector<std::int64_t> vocab_rows;

@@ -312,8 +312,8 @@ void write_markdown(const AuditArgs& a, const audit::AuditConfig& cfg,
                     md_path, err != 0 ? std::strerror(err) : "unknown reason", a.out));
 }
 
-// --plots: tools/scripts/plot_audit.py on the results file (no shell: the arguments go to python3 as they
-// are). 0, or 3 when the plots could not be made.
+// --plots: tools/scripts/plot_audit.py on the results file (no shell: the arguments go to python3
+// as they are). 0, or 3 when the plots could not be made.
 int make_plots(const AuditArgs& a) {
   const std::string script = std::string(XENTLAB_SOURCE_DIR) + "/tools/scripts/plot_audit.py";
   std::vector<std::string> args{"python3", script, a.out, a.plots};

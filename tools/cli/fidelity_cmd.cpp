@@ -21,7 +21,8 @@ void register_fidelity(CLI::App& app) {
       "Compare a CPU-emulation audit with a device audit of the same set run by run: per "
       "strategy and output, device error / emulation error; exit 1 when an output disagrees "
       "beyond --factor (above a rounding floor of 8 units of the output dtype)");
-  c->add_option("emulation", a->model, "results file of the CPU emulation (xentlab audit --backend cpu)")
+  c->add_option("emulation", a->model,
+                "results file of the CPU emulation (xentlab audit --backend cpu)")
       ->required()
       ->check(CLI::ExistingFile);
   c->add_option("device", a->device, "results file of the device (xentlab audit --backend cuda)")
@@ -32,10 +33,10 @@ void register_fidelity(CLI::App& app) {
       ->check(CLI::Range(1.0, 1e6));
   c->callback([a]() {
     const audit::FidelityReport rep = audit::compare_backends(a->model, a->device, a->factor);
-    fmt::print("model {} ({}), device {} ({})\n", rep.model_backend, a->model,
-               rep.device_backend, a->device);
-    fmt::print("{:<13} {:<8} {:>5} {:>10} {:>10} {:>10}\n", "strategy", "output", "n",
-               "median", "min", "max");
+    fmt::print("model {} ({}), device {} ({})\n", rep.model_backend, a->model, rep.device_backend,
+               a->device);
+    fmt::print("{:<13} {:<8} {:>5} {:>10} {:>10} {:>10}\n", "strategy", "output", "n", "median",
+               "min", "max");
     for (const auto& r : rep.rows)
       fmt::print("{:<13} {:<8} {:>5} {:>10.3g} {:>10.3g} {:>10.3g}\n", r.strategy, r.output, r.n,
                  r.median, r.min, r.max);

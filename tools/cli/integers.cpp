@@ -23,8 +23,9 @@ std::string decimal_problem(const std::string& s, bool is_unsigned) {
     return "a leading zero would make it octal; write it without";
   if (negative && is_unsigned && digits != "0") return "it must not be negative";
   // Range: int64 for signed options, uint64 for unsigned ones.
-  const std::string limit = is_unsigned ? "18446744073709551615"
-                                        : (negative ? "9223372036854775808" : "9223372036854775807");
+  const std::string limit = is_unsigned
+                                ? "18446744073709551615"
+                                : (negative ? "9223372036854775808" : "9223372036854775807");
   if (digits.size() > limit.size() || (digits.size() == limit.size() && digits > limit))
     return std::string("it is past the largest ") + (is_unsigned ? "unsigned " : "") +
            "64-bit integer";

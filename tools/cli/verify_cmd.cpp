@@ -49,8 +49,7 @@ std::vector<Backend> baseline_backends(const std::string& b) {
     return b == "cuda" ? std::vector<Backend>{Backend::cuda}
                        : std::vector<Backend>{Backend::cpu_emulation, Backend::cuda};
   }
-  throw InputError(
-      fmt::format("--baseline-backend must be auto, cpu, cuda or all, got '{}'", b));
+  throw InputError(fmt::format("--baseline-backend must be auto, cpu, cuda or all, got '{}'", b));
 }
 
 int run_verify(const VerifyArgs& a) {

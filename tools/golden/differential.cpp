@@ -166,8 +166,7 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   std::string why;
   std::vector<const Strategy*> runs;
   for (const auto& s : strategies) {
-    if (std::find(opt.exclude.begin(), opt.exclude.end(), s->name()) != opt.exclude.end())
-      continue;
+    if (std::find(opt.exclude.begin(), opt.exclude.end(), s->name()) != opt.exclude.end()) continue;
     const Status ok = s->can_implement(P, g.spec, recipe);
     if (ok.ok())
       runs.push_back(s.get());
@@ -197,9 +196,8 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   std::int64_t m =
       opt.rows > 0
           ? opt.rows
-          : std::max<std::int64_t>(
-                kBaselineMinRows,
-                kBaselineWork / std::max<std::int64_t>(1, cpu_runs) / per_row);
+          : std::max<std::int64_t>(kBaselineMinRows,
+                                   kBaselineWork / std::max<std::int64_t>(1, cpu_runs) / per_row);
   m = std::min(m, g.S);
   std::vector<std::int64_t> pos;
   if (m < g.S) {

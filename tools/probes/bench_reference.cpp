@@ -24,8 +24,9 @@ const Problem& llama_head() {
   return p;
 }
 
-
-void BM_CertifiedRow(benchmark::State& st) { certified_rows(st, llama_head()); }
+void BM_CertifiedRow(benchmark::State& st) {
+  certified_rows(st, llama_head());
+}
 
 // Plain double: logits by a double dot product, max-shifted softmax with plain sums, dz, and
 // dH = dz·W by plain multiply-adds. No compensation, no bounds.
@@ -57,7 +58,8 @@ void BM_PlainDoubleRow(benchmark::State& st) {
     benchmark::DoNotOptimize(dH.data());
     benchmark::DoNotOptimize(m + std::log(s));
   }
-  st.counters["rows/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+  st.counters["rows/s"] =
+      benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
 
 void BM_CertifiedRows(benchmark::State& st) {
@@ -67,7 +69,8 @@ void BM_CertifiedRows(benchmark::State& st) {
   o.threads = static_cast<int>(st.range(0));
   o.token_rows = {0, 1, 2, 3};
   for (auto _ : st) benchmark::DoNotOptimize(compute_reference(p, LossSpec{}, o).dH.data());
-  st.counters["rows/s"] = benchmark::Counter(4.0 * static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+  st.counters["rows/s"] =
+      benchmark::Counter(4.0 * static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
 
 void BM_OracleRow(benchmark::State& st) {
@@ -79,9 +82,11 @@ void BM_OracleRow(benchmark::State& st) {
     benchmark::DoNotOptimize(o.row(row).loss);
     benchmark::DoNotOptimize(o.dH(row, 0));
   }
-  st.counters["rows/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
-  st.counters["ns/mp-op"] = benchmark::Counter(
-      static_cast<double>(st.iterations()) * 32000.0 * 65.0, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  st.counters["rows/s"] =
+      benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+  st.counters["ns/mp-op"] =
+      benchmark::Counter(static_cast<double>(st.iterations()) * 32000.0 * 65.0,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 // Same shape as BM_OracleRow through the fast tier, for the oracle/fast cost ratio.
@@ -92,7 +97,12 @@ void BM_CertifiedSmallRow(benchmark::State& st) {
 
 BENCHMARK(BM_CertifiedRow)->Unit(benchmark::kMillisecond)->MinTime(5.0);
 BENCHMARK(BM_PlainDoubleRow)->Unit(benchmark::kMillisecond)->MinTime(5.0);
-BENCHMARK(BM_CertifiedRows)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->MinTime(5.0)->UseRealTime();
+BENCHMARK(BM_CertifiedRows)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(5.0)
+    ->UseRealTime();
 BENCHMARK(BM_OracleRow)->Unit(benchmark::kMillisecond)->MinTime(5.0);
 BENCHMARK(BM_CertifiedSmallRow)->Unit(benchmark::kMillisecond)->MinTime(2.0);
 

@@ -47,8 +47,9 @@ std::unique_ptr<Strategy> fused_with_backward() {
 
 int main(int argc, char** argv) {
   if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
-    std::printf("usage: fused_breakdown [REPEATS=3] [N ...=8192]  (V = 128256, D = 4096; "
-                "XL_BREAKDOWN_ONLY=label,label picks rows; docs/fused.md)\n");
+    std::printf(
+        "usage: fused_breakdown [REPEATS=3] [N ...=8192]  (V = 128256, D = 4096; "
+        "XL_BREAKDOWN_ONLY=label,label picks rows; docs/fused.md)\n");
     return 0;
   }
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
@@ -100,10 +101,10 @@ int main(int argc, char** argv) {
   try {
     for (const std::int64_t N : Ns) {
       gpu::DeviceMemoryTracker io;
-      gpu::DeviceBuffer H(io, N * D * 2, gpu::MemKind::io, "H"), W(io, V * D * 2, gpu::MemKind::io, "W"),
-          T(io, N * 8, gpu::MemKind::io, "targets"), L(io, N * 4, gpu::MemKind::io, "loss"),
-          E(io, N * 4, gpu::MemKind::io, "lse"), dH(io, N * D * 2, gpu::MemKind::io, "dH"),
-          dW(io, V * D * 2, gpu::MemKind::io, "dW");
+      gpu::DeviceBuffer H(io, N * D * 2, gpu::MemKind::io, "H"),
+          W(io, V * D * 2, gpu::MemKind::io, "W"), T(io, N * 8, gpu::MemKind::io, "targets"),
+          L(io, N * 4, gpu::MemKind::io, "loss"), E(io, N * 4, gpu::MemKind::io, "lse"),
+          dH(io, N * D * 2, gpu::MemKind::io, "dH"), dW(io, V * D * 2, gpu::MemKind::io, "dW");
       bench::fill_normal(DType::bf16, H.get(), N * D, 1.0, 1);
       bench::fill_normal(DType::bf16, W.get(), V * D, 1.0 / 64.0, 2);
       bench::fill_targets(T.as<std::int64_t>(), N, V, 3);
@@ -111,8 +112,8 @@ int main(int argc, char** argv) {
         const auto* cs = dynamic_cast<const gpu::CudaStrategy*>(e.s.get());
         if (cs == nullptr) continue;
         gpu::DeviceRun r;
-        r.prob = gpu::DeviceProblem{N, V, D, DType::bf16, H.get(), W.get(), nullptr, nullptr,
-                                    T.as<std::int64_t>(), N};
+        r.prob = gpu::DeviceProblem{N,       V,       D,       DType::bf16,          H.get(),
+                                    W.get(), nullptr, nullptr, T.as<std::int64_t>(), N};
         r.recipe = parse_recipe("bf16/bf16/fp32/bf16");
         r.want_grads = !e.forward_only;
         r.g.g_scalar = 1.0f / static_cast<float>(N);

@@ -85,13 +85,12 @@ int main(int argc, char** argv) {
     XL_CUBLAS_CHECK(cublasLtCreate(&lt));
     std::printf("chunk of %lld tokens, V = %lld, D = %lld, bf16 operands, fp32 compute\n",
                 (long long)rows, (long long)V, (long long)D);
-    const Gemm gs[3] = {
-        {"logits", CUBLAS_OP_T, CUBLAS_OP_N, V, rows, D, W.get(), D, H.get(), D, 0.0f, Z.get(), V,
-         CUDA_R_16BF},
-        {"dH", CUBLAS_OP_N, CUBLAS_OP_N, D, rows, V, W.get(), D, Z.get(), V, 0.0f, dH.get(), D,
-         CUDA_R_16BF},
-        {"dW (fp32, beta 1)", CUBLAS_OP_N, CUBLAS_OP_T, D, V, rows, H.get(), D, Z.get(), V, 1.0f,
-         dW.get(), D, CUDA_R_32F}};
+    const Gemm gs[3] = {{"logits", CUBLAS_OP_T, CUBLAS_OP_N, V, rows, D, W.get(), D, H.get(), D,
+                         0.0f, Z.get(), V, CUDA_R_16BF},
+                        {"dH", CUBLAS_OP_N, CUBLAS_OP_N, D, rows, V, W.get(), D, Z.get(), V, 0.0f,
+                         dH.get(), D, CUDA_R_16BF},
+                        {"dW (fp32, beta 1)", CUBLAS_OP_N, CUBLAS_OP_T, D, V, rows, H.get(), D,
+                         Z.get(), V, 1.0f, dW.get(), D, CUDA_R_32F}};
     const RowLossParams p = make_row_params(LossSpec{}, V, DType::fp32);
     auto ce = [&] {
       launch_ce_rows(DType::bf16, Z.get(), rows, T.as<std::int64_t>(), loss.as<float>(),
@@ -138,13 +137,14 @@ int main(int argc, char** argv) {
         std::size_t w = 0;
         cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
                                              sizeof tile, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-                                             &stages, sizeof stages, &w);
-        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                             &splitk, sizeof splitk, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                             sizeof stages, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                             sizeof splitk, &w);
         char buf[96];
-        std::snprintf(buf, sizeof buf, "cuBLASLt candidate %2d: tile id %3d, stages id %2d, split-K %d",
-                      i, tile, stages, splitk);
+        std::snprintf(buf, sizeof buf,
+                      "cuBLASLt candidate %2d: tile id %3d, stages id %2d, split-K %d", i, tile,
+                      stages, splitk);
         names.push_back(buf);
         calls.push_back([&, i] {
           XL_CUBLAS_CHECK(cublasLtMatmul(lt, md, &alpha, g.A, la, g.B, lb, &g.beta, g.C, lc, g.C,

@@ -145,7 +145,8 @@ int main(int argc, char** argv) {
       if (std::find(known.begin(), known.end(), name) == known.end()) {
         std::string list;
         for (const auto& k : known) list += (list.empty() ? "" : ",") + k;
-        std::fprintf(stderr, "gpu_bench: --strategies: unknown strategy '%s' (this build has: %s)\n",
+        std::fprintf(stderr,
+                     "gpu_bench: --strategies: unknown strategy '%s' (this build has: %s)\n",
                      name.c_str(), list.empty() ? "none" : list.c_str());
         return 2;
       }
