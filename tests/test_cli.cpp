@@ -143,8 +143,15 @@ TEST_F(VerifyProgram, BaselineBackendNamesItsStrategiesOrIsRefused) {
     EXPECT_EQ(cuda.status, 0) << cuda.output;
     EXPECT_TRUE(contains(cuda.output, "(cuda); per output the largest error")) << cuda.output;
   }
+  // The default is the emulation alone: the same verdict on every machine.
+  const Ran plain = xentlab(verify("exact.h5") + "--policy fp32");
+  EXPECT_TRUE(contains(plain.output, "(cpu-emulation); per output the largest error"))
+      << plain.output;
+  EXPECT_FALSE(contains(plain.output, "(cuda)")) << plain.output;
   expect_exit_2_naming({{verify("exact.h5") + "--baseline-backend tpu",
-                         "--baseline-backend must be auto, cpu, cuda or all, got 'tpu'"}});
+                         "--baseline-backend must be cpu, cuda, all or auto, got 'tpu'"},
+                        {verify("exact.h5") + "--baseline-backend ''",
+                         "--baseline-backend must be cpu, cuda, all or auto, got ''"}});
 }
 
 TEST_F(VerifyProgram, NumberOptionsOutOfRangeAreRefusedNamingOptionAndValue) {
@@ -493,6 +500,11 @@ TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
       {small + " --reduction none --append --upstream random",
        "holds runs of --chunk-tokens 0 --upstream ones, this audit's are 0 and random"},
       {small + " --reduction none", "exists"},  // neither --append nor --force
+      // Other compared vocabulary rows: dW of the two audits would be compared as one.
+      {"audit --backend cpu -q --dataset odd-vocab -N 2 --strategies naive "
+       "--recipes fp32/fp32/fp32/fp32 --vocab-rows 16 -o " +
+           shell_quote(path("a.h5")) + " --reduction none --append",
+       "with 8 compared vocabulary rows, this audit compares 16"},
   });
   EXPECT_EQ(slurp(path("a.h5")), before);
 }
@@ -509,6 +521,8 @@ TEST_F(VerifyProgram, CandidateOptionsAreRefusedNamingTheCause) {
        "recipe 'fp32/fp32/fp32'"},
       {"candidate " + shell_quote(path("nowhere.h5")) + out + run, "nowhere.h5: no such file"},
       {"candidate " + g + out + " --recipe fp32/fp32/fp32/fp32", "--strategy is required"},
+      // The golden file is the input: never the output, even with --force.
+      {"candidate " + g + " " + g + run + " --force", "is the golden file"},
   });
   EXPECT_FALSE(fs::exists(path("x.h5")));
 }

@@ -138,7 +138,7 @@ TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBase
   const auto strategies = make_strategies(Backend::cpu_emulation);
   double hi = 0, lo = INFINITY;
   std::string hi_where, lo_where;
-  int compared = 0;
+  int compared = 0, alone = 0;
   for (const std::string& pname : problem_names()) {
     const Golden& g = golden(pname);
     for (const Recipe& r : recipes(g)) {
@@ -147,7 +147,10 @@ TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBase
         BaselineOptions others;
         others.exclude = {s->name()};
         const Baseline b = emulate_baseline(g, r, others);
-        if (b.status != "ok") continue;  // no other strategy implements the recipe
+        if (b.status != "ok") {  // no other strategy implements the recipe
+          ++alone;
+          continue;
+        }
         // Chunk width 5 (7 chunks of the 32 tokens) beside the default (one chunk); strategies
         // without chunks run the same twice.
         for (const std::int64_t chunk : {std::int64_t{0}, std::int64_t{5}}) {
@@ -183,6 +186,10 @@ TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBase
     }
   }
   EXPECT_GT(compared, 300);
+  EXPECT_EQ(alone, 0);  // every recipe of the grid has at least two emulated strategies
+  // The other side of k's premise (requirement 2): the most accurate implementation is still
+  // more than k/4 of the baseline, so a recipe 4× more accurate fails it.
+  EXPECT_GT(4 * lo, kDifferentialK) << lo_where;
   std::printf(
       "normwise error / baseline's over %d implementations × outputs: largest %.3f (%s), "
       "smallest %.3f (%s)\n",

@@ -83,6 +83,23 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
       const h5::Group old = problems.open_group(name);
       const std::string old_spec = old.attr_string("spec"), old_desc = old.attr_string("describe");
       const std::vector<std::int64_t> old_rows = old.open_dataset("token_rows").read_int64();
+      const std::vector<std::int64_t> old_vrows = old.exists("vocab_rows")
+                                                      ? old.open_dataset("vocab_rows").read_int64()
+                                                      : std::vector<std::int64_t>{};
+      const std::string old_drawn =
+          old.has_attr("targets_drawn_by") ? old.attr_string("targets_drawn_by") : std::string();
+      // A results file written before vocab_rows was recorded holds none: nothing to compare.
+      if (old.exists("vocab_rows") && old_vrows != p.vocab_rows)
+        throw InputError(fmt::format(
+            "--append: the file already records problem {} with {} compared vocabulary rows, "
+            "this audit compares {} (--vocab-rows, --seed): write this audit to another file",
+            name, old_vrows.size(), p.vocab_rows.size()));
+      if (old.has_attr("targets_drawn_by") && old_drawn != p.targets_drawn_by)
+        throw InputError(fmt::format(
+            "--append: the file records problem {} with calibrated targets drawn by '{}', this "
+            "audit's by '{}' (the two can differ at rounding boundaries): write this audit to "
+            "another file",
+            name, old_drawn, p.targets_drawn_by));
       if (old_spec != p.spec || old_desc != p.describe || old_rows != p.token_rows)
         throw InputError(fmt::format(
             "--append: the file already records problem {} as another problem ({}); its runs "

@@ -176,6 +176,11 @@ void check_results_file(const AuditArgs& a, const audit::AuditConfig& cfg,
                         const std::string& md_path) {
   if (same_output_file(md_path, a.out))
     throw InputError(fmt::format("--markdown {} is the results file {} itself", md_path, a.out));
+  for (const std::string& d : checked_list("--dataset", a.datasets))  // inputs, not outputs
+    for (const std::string& out : {a.out, md_path})
+      if (same_output_file(out, d))
+        throw InputError(fmt::format(
+            "{} is the problem file --dataset {} itself: write the audit elsewhere", out, d));
   if (a.append && std::filesystem::exists(a.out)) check_append(a, cfg);
   AtomicOutput probe(a.out, a.force || a.append);  // folder exists, not a device, no clobbering
   probe.check_writable();  // permissions, a read-only file system: before the work, with why

@@ -63,6 +63,9 @@ int run_candidate(const CandidateArgs& a) {
                     a.strategy, a.backend, fmt::join(names, ", ")));
   }
   const Strategy& st = **it;
+  if (same_output_file(a.out, a.golden))  // even with --force: the golden file is the input
+    throw InputError(fmt::format("{} is the golden file {} itself: write the candidate elsewhere",
+                                 a.out, a.golden));
   { AtomicOutput probe(a.out, a.force); }  // refuse an existing file before the work
   const Golden g = read_golden(a.golden);
   const Status can = st.can_implement(g.problem, g.spec, recipe);

@@ -18,7 +18,7 @@ namespace {
 
 struct VerifyArgs {
   std::string golden, candidate, policy, strictness = "default", junit, check = "both";
-  std::string baseline_backend = "auto";
+  std::string baseline_backend = "cpu";
   std::int64_t baseline_rows = 0;
   std::uint64_t baseline_seed = 1;
   bool explain = false;
@@ -30,9 +30,13 @@ struct VerifyArgs {
               *o_rtol = nullptr, *o_require = nullptr;
 };
 
-/// --baseline-backend: cpu (the emulation), cuda (the lab's kernels), all (both), auto (all
-/// where this build has the CUDA backend and a GPU is present, else cpu).
+/// --baseline-backend: cpu (the emulation; the default: the same verdict on every machine),
+/// cuda (the lab's CUDA kernels), all (both), auto (all where this build has the CUDA backend and
+/// a GPU is present, else cpu).
 std::vector<Backend> baseline_backends(const std::string& b) {
+  if (b == "cpu") return {Backend::cpu_emulation};
+  if (b != "auto" && b != "cuda" && b != "all")
+    throw InputError(fmt::format("--baseline-backend must be cpu, cuda, all or auto, got '{}'", b));
   bool have_gpu = false;
   std::string why = "this build of xentlab has no CUDA backend";
 #ifdef XENTLAB_HAVE_CUDA
@@ -40,16 +44,12 @@ std::vector<Backend> baseline_backends(const std::string& b) {
   have_gpu = d.available;
   if (!have_gpu) why = "no usable GPU: " + d.reason;
 #endif
-  if (b == "cpu") return {Backend::cpu_emulation};
   if (b == "auto")
     return have_gpu ? std::vector<Backend>{Backend::cpu_emulation, Backend::cuda}
                     : std::vector<Backend>{Backend::cpu_emulation};
-  if (b == "cuda" || b == "all") {
-    if (!have_gpu) throw InputError(fmt::format("--baseline-backend {}: {}", b, why));
-    return b == "cuda" ? std::vector<Backend>{Backend::cuda}
-                       : std::vector<Backend>{Backend::cpu_emulation, Backend::cuda};
-  }
-  throw InputError(fmt::format("--baseline-backend must be auto, cpu, cuda or all, got '{}'", b));
+  if (!have_gpu) throw InputError(fmt::format("--baseline-backend {}: {}", b, why));
+  return b == "cuda" ? std::vector<Backend>{Backend::cuda}
+                     : std::vector<Backend>{Backend::cpu_emulation, Backend::cuda};
 }
 
 int run_verify(const VerifyArgs& a) {
@@ -154,9 +154,10 @@ void register_verify(CLI::App& app) {
   c->add_option("--baseline-seed", a->baseline_seed, "seed of the baseline's row sample")
       ->capture_default_str();
   c->add_option("--baseline-backend", a->baseline_backend,
-                "whose strategies make the differential baseline: cpu (the emulation), cuda (the "
-                "lab's CUDA kernels, tensor-core GEMMs), all (both; per output the largest "
-                "error), auto (all when a GPU is present, else cpu)")
+                "whose strategies make the differential baseline: cpu (the emulation: the same "
+                "verdict on every machine), cuda (the lab's CUDA kernels, tensor-core GEMMs, run "
+                "on the whole problem), all (both; per output the largest error), auto (all when "
+                "a GPU is present, else cpu)")
       ->capture_default_str();
   c->add_option("--junit", a->junit,
                 "write a JUnit XML report here (an existing report of verify is replaced: CI "

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <new>
+#include <stdexcept>
 
 #include "gpu/registry.hpp"
 #include "numerics/error.hpp"
@@ -128,23 +129,30 @@ std::string Baseline::describe() const {
 }
 
 namespace {
-// The outputs of rows `rows` (ascending indices into the problem's N rows) of a run over all
-// rows: loss, lse (N), dH (N × D) and dz (N × V) are cut to those rows; dW, db and the reduced
-// loss (sums over all tokens) are kept as they are.
-StrategyOutputs rows_of(StrategyOutputs o, const std::vector<std::int64_t>& rows, std::int64_t N,
-                        std::int64_t D, std::int64_t V) {
-  const auto cut = [&](std::vector<double>& v, std::int64_t width) {
-    if (static_cast<std::int64_t>(v.size()) != N * width) return;  // not produced
+// The compared part of a run over the whole problem: loss, lse (N), dH (N × D) and dz (N × V)
+// cut to the token rows `rows`, dW (V × D) and db (V) to the vocabulary rows `vrows` (each
+// ascending; dW and db left whole when `vrows` is empty); the reduced loss as it is. An output
+// of another length than the whole problem's is left as it is (the caller's size check names it).
+StrategyOutputs rows_of(StrategyOutputs o, const std::vector<std::int64_t>& rows,
+                        const std::vector<std::int64_t>& vrows, std::int64_t N, std::int64_t D,
+                        std::int64_t V) {
+  const auto cut = [](std::vector<double>& v, const std::vector<std::int64_t>& keep,
+                      std::int64_t count, std::int64_t width) {
+    if (static_cast<std::int64_t>(v.size()) != count * width) return;
     std::vector<double> r;
-    r.reserve(rows.size() * static_cast<std::size_t>(width));
-    for (const std::int64_t i : rows)
+    r.reserve(keep.size() * static_cast<std::size_t>(width));
+    for (const std::int64_t i : keep)
       r.insert(r.end(), v.begin() + i * width, v.begin() + (i + 1) * width);
     v = std::move(r);
   };
-  cut(o.loss, 1);
-  cut(o.lse, 1);
-  cut(o.dH, std::max<std::int64_t>(D, 1));
-  cut(o.dz, V);
+  cut(o.loss, rows, N, 1);
+  cut(o.lse, rows, N, 1);
+  cut(o.dH, rows, N, std::max<std::int64_t>(D, 1));
+  cut(o.dz, rows, N, V);
+  if (!vrows.empty()) {
+    cut(o.dW, vrows, V, std::max<std::int64_t>(D, 1));
+    cut(o.db, vrows, V, 1);
+  }
   o.token_rows = rows;
   return o;
 }
@@ -194,8 +202,9 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   // each strategy's share of the work kBaselineWork.
   const std::int64_t per_row = std::max<std::int64_t>(1, g.V * std::max<std::int64_t>(g.D, 1));
   std::int64_t m =
-      opt.rows > 0
-          ? opt.rows
+      opt.rows > 0 ? opt.rows
+      : cpu_runs == 0
+          ? g.S  // the device runs the whole problem anyway
           : std::max<std::int64_t>(kBaselineMinRows,
                                    kBaselineWork / std::max<std::int64_t>(1, cpu_runs) / per_row);
   m = std::min(m, g.S);
@@ -240,18 +249,16 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   for (const Strategy* st : runs) {
     StrategyOutputs o;
     try {
-      if (st->backend() == Backend::cpu_emulation || !b.sampled) {
+      if (st->backend() == Backend::cpu_emulation) {
         o = st->run(req);
       } else {
-        // A device strategy runs the golden problem whole, as the candidate did: its libraries
-        // choose their kernels by shape (measured on the H200: cuBLAS's bf16 GEMM of a 4-row
-        // sub-problem gave the fp32-logits kernels' lse 5× more accurate than the same rows of
-        // the 256-row problem), so a sub-problem's arithmetic is not the candidate's. Then the
-        // sampled rows' outputs are kept.
+        // A device strategy runs the golden problem whole, as the candidate did (the CUDA
+        // strategies return every row and every vocabulary row whatever the request asks), and
+        // the compared rows are kept.
         RunRequest whole = req;
         whole.token_rows.clear();
-        o = st->run(whole);
-        o = rows_of(std::move(o), b.token_rows, P.N, P.D, P.V);
+        whole.vocab_rows.clear();
+        o = rows_of(st->run(whole), b.token_rows, b.vocab_rows, P.N, P.D, P.V);
       }
     } catch (const InputError& e) {  // what the strategy refuses to run
       b.status = fmt::format("{} ({}) failed: {}", st->name(), to_string(st->backend()), e.what());
@@ -273,7 +280,11 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
       if (name == "reduced_loss") out = {o.reduced_loss};
       if (name == "dW") out = o.dW;
       if (name == "db") out = o.db;
-      if (out.size() != ref.size()) continue;  // not produced (db without a bias)
+      if (out.empty()) continue;     // not produced (db without a bias)
+      if (out.size() != ref.size())  // never dropped without a word: a baseline of fewer runs
+        throw std::logic_error(
+            fmt::format("baseline: {} ({}) returned {} values of {} where the golden file holds {}",
+                        st->name(), to_string(st->backend()), out.size(), name, ref.size()));
       const ErrorProfile p = error_profile(
           out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), b.output_dtype(name));
       // Per output the largest error over the strategies: the profile of the largest normwise

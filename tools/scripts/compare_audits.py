@@ -4,9 +4,9 @@
 Used to show that a change of the code's structure changed no result: every group, dataset
 (bit for bit) and attribute must be equal, except the provenance that differs between any two
 runs (the file's `created`, `updated` and `xentlab_version`; a run's wall time `seconds`).
-Attributes present only in the second file are listed (an additive format change) and fail the
-comparison unless named with --allow-new. The Markdown files (`<file>.md`) must be identical
-line by line, except lines naming the files themselves.
+Attributes and datasets present only in the second file are listed (an additive format change)
+and fail the comparison unless their names are given with --allow-new. The Markdown files (`<file>.md`) must be identical
+line by line, except lines naming the files themselves (not compared when neither file has one).
 
 Usage: compare_audits.py BEFORE.h5 AFTER.h5 [--allow-new NAME ...]
 Exit 0: identical; 1: a difference (each printed); 2: a file cannot be read.
@@ -47,11 +47,17 @@ def compare(before, after, allow_new):
                     diffs.append(f"{path or '/'}: new attribute {k} = {y.attrs[k]!r}")
             elif not attrs_equal(x.attrs[k], y.attrs[k]):
                 diffs.append(f"{path or '/'}: attribute {k}: {x.attrs[k]!r} -> {y.attrs[k]!r}")
+        if isinstance(x, h5py.Dataset) != isinstance(y, h5py.Dataset):
+            before_kind = "a dataset" if isinstance(x, h5py.Dataset) else "a group"
+            after_kind = "a dataset" if isinstance(y, h5py.Dataset) else "a group"
+            diffs.append(f"{path}: {before_kind} before, {after_kind} after")
+            return
         if isinstance(x, h5py.Dataset):
-            if not isinstance(y, h5py.Dataset):
-                diffs.append(f"{path}: a dataset before, a group after")
-            elif x.dtype != y.dtype or x.shape != y.shape:
+            if x.dtype != y.dtype or x.shape != y.shape:
                 diffs.append(f"{path}: {x.dtype}{x.shape} -> {y.dtype}{y.shape}")
+            elif x.dtype.kind == "O" or h5py.check_string_dtype(x.dtype) is not None:
+                if np.array(x.asstr()[()], dtype=object).tolist() != np.array(y.asstr()[()], dtype=object).tolist():
+                    diffs.append(f"{path}: values differ")
             elif x[()].tobytes() != y[()].tobytes():
                 diffs.append(f"{path}: values differ")
             return
@@ -59,7 +65,8 @@ def compare(before, after, allow_new):
             if k not in y:
                 diffs.append(f"{path}/{k}: missing after")
             elif k not in x:
-                diffs.append(f"{path}/{k}: new after")
+                if k not in allow_new:
+                    diffs.append(f"{path}/{k}: new after")
             else:
                 visit(f"{path}/{k}", x[k], y[k])
 
@@ -69,6 +76,14 @@ def compare(before, after, allow_new):
 
 
 def compare_markdown(before, after):
+    import os
+    if not os.path.exists(before) and not os.path.exists(after):
+        print(f"markdown: neither {before} nor {after} exists (not compared)")
+        return []
+    for p in (before, after):
+        if not os.path.exists(p):
+            return [f"{p}: missing (the other file has its Markdown summary)"]
+
     def lines(p):
         with open(p, encoding="utf-8") as f:
             return [l for l in f.read().splitlines() if not l.startswith("results:")]
@@ -83,13 +98,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before")
     ap.add_argument("after")
-    ap.add_argument("--allow-new", nargs="*", default=[], help="attributes the after file may add")
+    ap.add_argument("--allow-new", nargs="*", default=[], help="names of attributes or datasets the after file may add")
     a = ap.parse_args()
     try:
         diffs = compare(a.before, a.after, set(a.allow_new))
         diffs += compare_markdown(a.before + ".md", a.after + ".md")
-    except OSError as e:
-        print(f"compare_audits.py: {e}", file=sys.stderr)
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"compare_audits.py: cannot read: {e}", file=sys.stderr)
         return 2
     for d in diffs[:200]:
         print(d)
