@@ -143,6 +143,10 @@ TEST_F(VerifyProgram, BaselineBackendNamesItsStrategiesOrIsRefused) {
     EXPECT_EQ(cuda.status, 0) << cuda.output;
     EXPECT_TRUE(contains(cuda.output, "(cuda); per output the largest error")) << cuda.output;
   }
+  // Without a baseline to run (the bound check alone) no device is asked for.
+  const Ran bound =
+      xentlab(verify("exact.h5") + "--policy fp32 --check bound --baseline-backend all");
+  EXPECT_EQ(bound.status, 0) << bound.output;
   // The default is the emulation alone: the same verdict on every machine.
   const Ran plain = xentlab(verify("exact.h5") + "--policy fp32");
   EXPECT_TRUE(contains(plain.output, "(cpu-emulation); per output the largest error"))

@@ -33,10 +33,16 @@ struct VerifyArgs {
 /// --baseline-backend: cpu (the emulation; the default: the same verdict on every machine),
 /// cuda (the lab's CUDA kernels), all (both), auto (all where this build has the CUDA backend and
 /// a GPU is present, else cpu).
+/// The value of --baseline-backend checked, no device asked for (where no baseline runs).
+std::vector<Backend> baseline_backends_named(const std::string& b) {
+  if (b != "cpu" && b != "auto" && b != "cuda" && b != "all")
+    throw InputError(fmt::format("--baseline-backend must be cpu, cuda, all or auto, got '{}'", b));
+  return {Backend::cpu_emulation};
+}
+
 std::vector<Backend> baseline_backends(const std::string& b) {
   if (b == "cpu") return {Backend::cpu_emulation};
-  if (b != "auto" && b != "cuda" && b != "all")
-    throw InputError(fmt::format("--baseline-backend must be cpu, cuda, all or auto, got '{}'", b));
+  (void)baseline_backends_named(b);
   bool have_gpu = false;
   std::string why = "this build of xentlab has no CUDA backend";
 #ifdef XENTLAB_HAVE_CUDA
@@ -77,7 +83,12 @@ int run_verify(const VerifyArgs& a) {
         "--baseline-rows must be ≥ 0 (0: by the work of the problem), got {}", a.baseline_rows));
   options.baseline.rows = a.baseline_rows;
   options.baseline.seed = a.baseline_seed;
-  options.baseline.backends = baseline_backends(a.baseline_backend);
+  // The device is asked for only where a baseline runs (not for --check bound or --atol/--rtol
+  // alone); the value is checked always.
+  const bool runs_baseline =
+      !explicit_tol && (options.check != VerifyCheck::bound || options.explain);
+  options.baseline.backends = runs_baseline ? baseline_backends(a.baseline_backend)
+                                            : baseline_backends_named(a.baseline_backend);
   if (explicit_tol && options.check == VerifyCheck::differential)
     throw InputError(
         "--check differential needs a recipe to emulate: --atol/--rtol declare none (give "
