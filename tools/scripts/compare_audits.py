@@ -12,6 +12,7 @@ Usage: compare_audits.py BEFORE.h5 AFTER.h5 [--allow-new NAME ...]
 Exit 0: identical; 1: a difference (each printed); 2: a file cannot be read.
 """
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -56,7 +57,8 @@ def compare(before, after, allow_new):
             if x.dtype != y.dtype or x.shape != y.shape:
                 diffs.append(f"{path}: {x.dtype}{x.shape} -> {y.dtype}{y.shape}")
             elif x.dtype.kind == "O" or h5py.check_string_dtype(x.dtype) is not None:
-                if np.array(x.asstr()[()], dtype=object).tolist() != np.array(y.asstr()[()], dtype=object).tolist():
+                as_text = lambda d: np.array(d.asstr()[()], dtype=object).tolist()  # noqa: E731
+                if as_text(x) != as_text(y):
                     diffs.append(f"{path}: values differ")
             elif x[()].tobytes() != y[()].tobytes():
                 diffs.append(f"{path}: values differ")
@@ -76,7 +78,6 @@ def compare(before, after, allow_new):
 
 
 def compare_markdown(before, after):
-    import os
     if not os.path.exists(before) and not os.path.exists(after):
         print(f"markdown: neither {before} nor {after} exists (not compared)")
         return []
