@@ -48,6 +48,10 @@ struct RunRequest {
   /// splits each row's vocabulary into ranges by it, gpu/fused_plan.hpp); ≤ 0 = kFusedModelSms
   /// (132, an H200). The CUDA strategies use the device's own count.
   int emulated_sms = 0;
+  /// vocab_parallel only: the number P of vocabulary shards (ranks; gpu/vocab_shards.hpp). On the
+  /// CUDA backend one GPU per rank; the emulation models P virtual ranks. ≤ 0 = 1. The other
+  /// strategies ignore it.
+  int ranks = 0;
 };
 
 /// Outputs, as the strategy returned them, each value converted exactly to double from the dtype it

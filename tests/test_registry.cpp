@@ -4,12 +4,14 @@
 // device by test_gpu_strategies).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "datasets/synthetic.hpp"
 #include "gpu/registry.hpp"
+#include "gpu/vocab_shards.hpp"
 #include "numerics/error.hpp"
 #include "numerics/recipe.hpp"
 
@@ -118,6 +120,33 @@ TEST(RegistryTraits, ChunksTokensIsWhetherTheChunkSizeChangesTheGradients) {
     else
       EXPECT_EQ(one.dW, all.dW) << s->name();
   }
+}
+
+// The vocabulary-parallel layout: the shards tile [0, V) in rank order, sizes differ by at most
+// one with the larger ones first (numpy.array_split), vocab_shard_of inverts it, and a rank
+// without a row is refused.
+TEST(VocabShards, TileTheVocabularyWithTheLargerShardsFirst) {
+  for (std::int64_t V : {1, 7, 8, 300, 128256})
+    for (std::int64_t P : {1, 2, 3, 7, 8}) {
+      if (P > V) {
+        EXPECT_THROW(vocab_shards(V, P), InputError) << V << " " << P;
+        continue;
+      }
+      const std::vector<VocabShard> sh = vocab_shards(V, P);
+      ASSERT_EQ(static_cast<std::int64_t>(sh.size()), P);
+      std::int64_t next = 0;
+      for (std::int64_t r = 0; r < P; ++r) {
+        const VocabShard& s = sh[static_cast<std::size_t>(r)];
+        EXPECT_EQ(s.begin, next);
+        EXPECT_EQ(s.size(), V / P + (r < V % P ? 1 : 0)) << V << " " << P << " " << r;
+        for (std::int64_t v = s.begin; v < s.end; v += std::max<std::int64_t>(1, s.size() / 5))
+          EXPECT_EQ(vocab_shard_of(v, V, P), r) << V << " " << P << " " << v;
+        EXPECT_EQ(vocab_shard_of(s.end - 1, V, P), r);
+        next = s.end;
+      }
+      EXPECT_EQ(next, V);
+    }
+  EXPECT_THROW(vocab_shards(10, 0), InputError);
 }
 
 }  // namespace

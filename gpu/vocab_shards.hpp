@@ -1,0 +1,25 @@
+#pragma once
+// The vocabulary-parallel shard layout (tensor parallelism over the LM head's vocabulary): P
+// ranks, rank r owning the contiguous vocabulary rows [begin, end) of W, b and the logits. When P
+// does not divide V the first V mod P shards hold one row more (as numpy.array_split and
+// torch.tensor_split), so shard sizes differ by at most one row.
+#include <cstdint>
+#include <vector>
+
+namespace xentlab {
+
+/// One rank's vocabulary rows [begin, end).
+struct VocabShard {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  std::int64_t size() const { return end - begin; }
+};
+
+/// The P shards of a vocabulary of V rows, in rank order; they tile [0, V) with sizes ⌈V/P⌉ (the
+/// first V mod P) and ⌊V/P⌋. Throws InputError when P < 1 or P > V (a rank would own no row).
+std::vector<VocabShard> vocab_shards(std::int64_t V, std::int64_t P);
+
+/// The rank whose shard holds vocabulary row v (0 ≤ v < V), for the layout vocab_shards(V, P).
+std::int64_t vocab_shard_of(std::int64_t v, std::int64_t V, std::int64_t P);
+
+}  // namespace xentlab
