@@ -5,6 +5,9 @@
 #include <stdexcept>
 
 #include "numerics/error.hpp"
+#ifdef XENTLAB_HAVE_CUDA
+#include "gpu/cuda/device.hpp"
+#endif
 
 namespace xentlab {
 
@@ -106,6 +109,17 @@ bool cuda_backend_built() {
 #ifdef XENTLAB_HAVE_CUDA
   return true;
 #else
+  return false;
+#endif
+}
+
+bool cuda_device_available(std::string* why) {
+#ifdef XENTLAB_HAVE_CUDA
+  const gpu::DeviceInfo d = gpu::query_device();
+  if (!d.available && why != nullptr) *why = "no usable GPU: " + d.reason;
+  return d.available;
+#else
+  if (why != nullptr) *why = "this build of xentlab has no CUDA backend";
   return false;
 #endif
 }

@@ -65,5 +65,8 @@ std::vector<std::string> without_emulated_twin(const std::vector<std::string>& n
                                                const std::vector<StrategyEntry>& table);
 /// True when this build contains the CUDA backend (a device may still be absent at run time).
 bool cuda_backend_built();
+/// True when this build contains the CUDA backend and a usable GPU is present; otherwise false,
+/// with the reason in *why (when given). Never throws.
+bool cuda_device_available(std::string* why = nullptr);
 
 }  // namespace xentlab

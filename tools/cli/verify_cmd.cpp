@@ -9,9 +9,6 @@
 #include "tools/cli/commands.hpp"
 #include "tools/golden/verify.hpp"
 #include "tools/text.hpp"
-#ifdef XENTLAB_HAVE_CUDA
-#include "gpu/cuda/device.hpp"
-#endif
 
 namespace xentlab::cli {
 namespace {
@@ -29,34 +26,6 @@ struct VerifyArgs {
   CLI::Option *o_policy = nullptr, *o_strictness = nullptr, *o_k = nullptr, *o_atol = nullptr,
               *o_rtol = nullptr, *o_require = nullptr;
 };
-
-/// --baseline-backend: cpu (the emulation; the default: the same verdict on every machine),
-/// cuda (the lab's CUDA kernels), all (both), auto (all where this build has the CUDA backend and
-/// a GPU is present, else cpu).
-/// The value of --baseline-backend checked, no device asked for (where no baseline runs).
-std::vector<Backend> baseline_backends_named(const std::string& b) {
-  if (b != "cpu" && b != "auto" && b != "cuda" && b != "all")
-    throw InputError(fmt::format("--baseline-backend must be cpu, cuda, all or auto, got '{}'", b));
-  return {Backend::cpu_emulation};
-}
-
-std::vector<Backend> baseline_backends(const std::string& b) {
-  if (b == "cpu") return {Backend::cpu_emulation};
-  (void)baseline_backends_named(b);
-  bool have_gpu = false;
-  std::string why = "this build of xentlab has no CUDA backend";
-#ifdef XENTLAB_HAVE_CUDA
-  const gpu::DeviceInfo d = gpu::query_device();
-  have_gpu = d.available;
-  if (!have_gpu) why = "no usable GPU: " + d.reason;
-#endif
-  if (b == "auto")
-    return have_gpu ? std::vector<Backend>{Backend::cpu_emulation, Backend::cuda}
-                    : std::vector<Backend>{Backend::cpu_emulation};
-  if (!have_gpu) throw InputError(fmt::format("--baseline-backend {}: {}", b, why));
-  return b == "cuda" ? std::vector<Backend>{Backend::cuda}
-                     : std::vector<Backend>{Backend::cpu_emulation, Backend::cuda};
-}
 
 int run_verify(const VerifyArgs& a) {
   // Every option is checked before any file is read.
@@ -87,8 +56,8 @@ int run_verify(const VerifyArgs& a) {
   // alone); the value is checked always.
   const bool runs_baseline =
       !explicit_tol && (options.check != VerifyCheck::bound || options.explain);
-  options.baseline.backends = runs_baseline ? baseline_backends(a.baseline_backend)
-                                            : baseline_backends_named(a.baseline_backend);
+  options.baseline.backends =
+      baseline_backends(a.baseline_backend, runs_baseline, "--baseline-backend");
   if (explicit_tol && options.check == VerifyCheck::differential)
     throw InputError(
         "--check differential needs a recipe to emulate: --atol/--rtol declare none (give "
