@@ -173,6 +173,11 @@ TEST_F(VerifyProgram, NumberOptionsOutOfRangeAreRefusedNamingOptionAndValue) {
       {v + "--rtol 0 --k 2", "--k does not apply with --atol/--rtol"},
       {v + "--atol 0 --policy bf16", "--policy does not apply with --atol/--rtol"},
       {v + "--atol 0 --strictness strict", "--strictness does not apply with --atol/--rtol"},
+      {v + "--atol 0 --baseline-rows 4", "--baseline-rows does not apply with --atol/--rtol"},
+      {v + "--rtol 0 --baseline-seed 2", "--baseline-seed does not apply with --atol/--rtol"},
+      {v + "--atol 0 --baseline-backend cpu",
+       "--baseline-backend does not apply with --atol/--rtol"},
+      {v + "--policy ''", "--policy '': give a policy"},
   });
   for (const char* bad : {"--atol -1", "--k 0", "--k nan"})
     EXPECT_FALSE(contains(xentlab(v + bad).output, "PASSED")) << bad;
@@ -426,6 +431,11 @@ TEST_F(DatasetProgram, TheLossOptionsAreTheSameInEveryCommand) {
         // 2^24 + 1: the strategies hold the count in fp32.
         {cmd + " --normalizer 16777217", "normalizer = 16777217 is above 2^24"},
         {cmd + " --normalizer 010", "a leading zero would make it octal"},
+        // An empty number is not 0 (CLI11 would read it so).
+        {cmd + " --label-smoothing ''", "--label-smoothing: '' is not a number"},
+        {cmd + " --z-loss ''", "--z-loss: '' is not a number"},
+        {cmd + " --softcap ' '", "--softcap: ' ' is not a number"},
+        {cmd + " --logit-scale ''", "--logit-scale: '' is not a number"},
         {cmd + " --normalizer 4 --reduction sum", "normalizer = 4 is given with reduction sum"},
         {cmd + " --normalizer -1", "--normalizer: must be ≥ 0, got -1"},
     });

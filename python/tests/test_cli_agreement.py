@@ -187,6 +187,8 @@ def test_verify_bad_check_options_raise(cli, tmp_path, cache_dir):
     assert "--baseline-backend must be cpu, cuda, all or auto, got 'gpu'" in r.stderr
     with pytest.raises(TypeError):
         xentlab.verify(g.path, cand, baseline_backend=1)
+    with pytest.raises(ValueError, match="baseline_rows does not apply with atol/rtol"):
+        xentlab.verify(g.path, cand, atol=1e-3, baseline_rows=4)
     if not xentlab._xentlab.cuda_reference_available()[0]:
         # No GPU here: the CUDA baseline is refused with the reason, as by the command.
         r = cli("verify", g.path, cand, "--baseline-backend", "cuda")

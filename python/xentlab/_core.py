@@ -637,6 +637,12 @@ def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str =
     if (atol is not None or rtol is not None) and (check == "differential" or explain):
         raise InputError("check='differential' and explain need a recipe to emulate: atol/rtol "
                          "declare none (give a policy instead)")
+    if atol is not None or rtol is not None:
+        for name, v, default in (("baseline_rows", baseline_rows, 0), ("baseline_seed", baseline_seed, 1),
+                                 ("baseline_backend", baseline_backend, "cpu")):
+            if v != default:
+                raise InputError(f"{name} does not apply with atol/rtol: the explicit tolerance runs no "
+                                 f"differential baseline; leave one of them out")
     if isinstance(baseline_rows, bool) or not isinstance(baseline_rows, int) or baseline_rows < 0:
         raise InputError(f"baseline_rows must be an integer >= 0 (0 = automatic), got {baseline_rows!r}")
     if isinstance(baseline_seed, bool) or not isinstance(baseline_seed, int) or baseline_seed < 0:
