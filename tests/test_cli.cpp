@@ -537,6 +537,9 @@ TEST_F(VerifyProgram, CandidateOptionsAreRefusedNamingTheCause) {
       {"candidate " + g + out + " --recipe fp32/fp32/fp32/fp32", "--strategy is required"},
       // The golden file is the input: never the output, even with --force.
       {"candidate " + g + " " + g + run + " --force", "is the golden file"},
+      // A chunk size for a strategy that does not chunk (the registry's trait) would be ignored.
+      {"candidate " + g + out + run + " --chunk-tokens 4",
+       "--chunk-tokens 4: naive does not work through the tokens in chunks"},
   });
   EXPECT_FALSE(fs::exists(path("x.h5")));
 }
