@@ -50,7 +50,8 @@ int run_candidate(const CandidateArgs& a) {
     throw InputError(
         fmt::format("--chunk-tokens must be ≥ 0 (0: the strategy's own), got {}", a.chunk_tokens));
   const Recipe recipe = parse_recipe(a.recipe);
-  const std::vector<std::unique_ptr<Strategy>> strategies = make_strategies(backend);
+  const std::vector<std::unique_ptr<Strategy>> strategies =
+      make_strategies(backend, StrategySet::all);
   if (strategies.empty())
     throw InputError("--backend cuda: this build of xentlab has no CUDA backend");
   const auto it = std::find_if(strategies.begin(), strategies.end(),
