@@ -491,6 +491,10 @@ TEST_F(DatasetProgram, AuditOptionsAreRefusedBeforeTheWork) {
       {a + "--markdown " + shell_quote(path("a.h5")), "is the results file"},
       {a + "--problems no-such-problem", "unknown problem 'no-such-problem'"},
       {a + "--chunk-tokens 010", "a leading zero would make it octal"},
+      {a + "--ranks 2",
+       "--ranks 2 applies to the strategies that shard the vocabulary "
+       "(vocab_parallel), and --strategies names none"},
+      {a + "--strategies chunked --ranks 2", "and --strategies names none"},
   });
   EXPECT_FALSE(fs::exists(path("a.h5")));
   EXPECT_FALSE(fs::exists(path("a.h5.md")));
@@ -519,6 +523,31 @@ TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
        "--recipes fp32/fp32/fp32/fp32 --vocab-rows 16 -o " +
            shell_quote(path("a.h5")) + " --reduction none --append",
        "with 8 compared vocabulary rows, this audit compares 16"},
+  });
+  EXPECT_EQ(slurp(path("a.h5")), before);
+}
+
+// --ranks of vocab_parallel: at least 1 and at most V (odd-vocab: V = 507), refused before any
+// run; --append refuses vocab_parallel runs of another number of ranks and leaves the file.
+TEST_F(DatasetProgram, AuditRanksAreCheckedAndOnePerResultsFile) {
+  const std::string small =
+      "audit --backend cpu -q --dataset odd-vocab -N 2 --strategies vocab_parallel "
+      "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +
+      shell_quote(path("a.h5"));
+  expect_exit_2_naming({
+      {small + " --ranks 0", "vocabulary-parallel ranks must be at least 1 (got 0)"},
+      {small + " --ranks 508",
+       "vocab_parallel on problem odd-vocab: vocabulary-parallel ranks (508) exceed the "
+       "vocabulary (507 rows)"},
+  });
+  EXPECT_FALSE(fs::exists(path("a.h5")));
+  const Ran first = xentlab(small + " --ranks 2");
+  ASSERT_TRUE(first.status == 0 || first.status == 1) << first.output;
+  const std::string before = slurp(path("a.h5"));
+  ASSERT_FALSE(before.empty());
+  expect_exit_2_naming({
+      {small + " --ranks 3 --append",
+       "holds vocab_parallel runs of --ranks 2, this audit's are of --ranks 3"},
   });
   EXPECT_EQ(slurp(path("a.h5")), before);
 }
