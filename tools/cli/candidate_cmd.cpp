@@ -64,11 +64,15 @@ int run_candidate(const CandidateArgs& a) {
                     a.strategy, a.backend, fmt::join(names, ", ")));
   }
   const Strategy& st = **it;
-  if (a.chunk_tokens > 0 && !strategy_traits(st.name()).chunks_tokens)
-    throw InputError(
-        fmt::format("--chunk-tokens {}: {} does not work through the tokens in chunks (chunked and "
-                    "checkpointed do); leave the option out",
-                    a.chunk_tokens, st.name()));
+  if (a.chunk_tokens > 0 && !strategy_traits(st.name()).chunks_tokens) {
+    std::vector<std::string> chunking;
+    for (const StrategyEntry& e : strategy_table())
+      if (e.traits.chunks_tokens) chunking.emplace_back(e.name);
+    throw InputError(fmt::format(
+        "--chunk-tokens {}: {} does not work through the tokens in chunks ({} do); leave the "
+        "option out",
+        a.chunk_tokens, st.name(), fmt::join(chunking, ", ")));
+  }
   if (same_output_file(a.out, a.golden))  // even with --force: the golden file is the input
     throw InputError(fmt::format("{} is the golden file {} itself: write the candidate elsewhere",
                                  a.out, a.golden));
