@@ -78,9 +78,7 @@ std::unique_ptr<Strategy> make_entry(const StrategyEntry& e, Backend backend) {
         s ? "'" + s->name() + "'" : std::string("nothing"), s ? to_string(s->backend()) : "-"));
   return s;
 }
-}  // namespace
 
-namespace {
 bool in_set(const StrategyEntry& e, StrategySet set) {
   return set == StrategySet::all || e.traits.in_default_set;
 }

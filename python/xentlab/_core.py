@@ -746,7 +746,8 @@ def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = ()
 
 
 def strategies() -> list:
-    """The registered strategies (CPU emulation)."""
+    """The strategies of the default set (CPU emulation): those an audit without `strategies`
+    runs. vocab_parallel is registered outside it and runs when named (with one rank here)."""
     return _x.strategy_names()
 
 
