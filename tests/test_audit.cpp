@@ -482,5 +482,31 @@ TEST(Audit, RegressRefusesDifferentProblemsAndBackends) {
   std::filesystem::remove(other);
 }
 
+// vocab_parallel runs of another number of ranks are another arithmetic: regress refuses to
+// compare them, naming both numbers.
+TEST(Audit, RegressRefusesVocabParallelRunsOfOtherRanks) {
+  const std::string base = temp_path("rvp.h5"), other = temp_path("rvp-other.h5");
+  std::filesystem::remove(base);
+  auto cfg = small_config();
+  cfg.recipes = {parse_recipe("bf16/fp32/fp32/bf16")};
+  cfg.strategies = {"vocab_parallel"};
+  cfg.ranks = 2;
+  audit::write_results(base, audit::run_audit(small_set(), cfg), cfg, true, false);
+  EXPECT_EQ(audit::regress(base, base).regressions, 0);
+  copy_as_backend(base, other, "cpu-emulation", [&](h5::File& f) {
+    for (const auto& id : f.open_group("runs").children())
+      f.open_group("runs/" + id).set_attr("ranks", std::int64_t{3});
+  });
+  try {
+    (void)audit::regress(base, other);
+    ADD_FAILURE() << "runs of another number of ranks compared";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks 2 against 3 (--ranks)"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(base);
+  std::filesystem::remove(other);
+}
+
 }  // namespace
 }  // namespace xentlab
