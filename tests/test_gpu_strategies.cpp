@@ -131,6 +131,17 @@ bool chunks_tokens(const std::string& strategy) {
   return (e != nullptr ? e : find_strategy_entry("chunked"))->traits.chunks_tokens;
 }
 
+/// The CPU emulation a CUDA strategy is compared with: its registry row's. A vocab_parallel
+/// strategy built without a row of its own has, with one rank, chunked's declared arithmetic
+/// operation for operation (docs/vocab_parallel_cuda.md), so chunked's emulation is its twin
+/// there; with several ranks it has none (the bound alone then judges it).
+std::unique_ptr<Strategy> emulated_twin(const std::string& strategy, int ranks) {
+  if (auto e = find_strategy(Backend::cpu_emulation, strategy)) return e;
+  if (strategy == "vocab_parallel" && find_strategy_entry(strategy) == nullptr && ranks <= 1)
+    return find_strategy(Backend::cpu_emulation, "chunked");
+  return nullptr;
+}
+
 /// Runs one strategy on one case and recipe; checks bound, finiteness and the emulation baseline.
 /// Where the CPU emulation of the same declared arithmetic does not meet the a-priori bound
 /// either (the recipe itself leaves the bound's validity: 16-bit lse at large offsets, outputs in
@@ -171,7 +182,7 @@ void check_run(const Case& c, const ReferenceResult& ref, const Strategy& s, con
   }
 
   // Baseline: the CPU emulation of the same strategy and recipe (same chunking).
-  const auto emu = find_strategy(Backend::cpu_emulation, s.name());
+  const auto emu = emulated_twin(s.name(), ranks);
   const bool have_emu = emu && emu->can_implement(c.pb, c.spec, r).ok();
   RunAssessment ea;
   if (have_emu) {
