@@ -30,6 +30,15 @@ std::unique_ptr<Strategy> make_cuda_fused();         // gpu/cuda/fused/strategy.
 #else
 #define XL_CUDA_FACTORY(f) nullptr
 #endif
+// The strategies on NCCL: present when the CUDA backend found NCCL (XENTLAB_HAVE_NCCL).
+#if defined(XENTLAB_HAVE_CUDA) && defined(XENTLAB_HAVE_NCCL)
+namespace gpu {
+std::unique_ptr<Strategy> make_cuda_vocab_parallel();  // gpu/cuda/vocab_parallel.cu
+}  // namespace gpu
+#define XL_NCCL_FACTORY(f) &gpu::f
+#else
+#define XL_NCCL_FACTORY(f) nullptr
+#endif
 
 const std::vector<StrategyEntry>& strategy_table() {
   // Traits: {deterministic, chunks_tokens, every_recipe, vocab_order, in_default_set,
@@ -52,6 +61,7 @@ const std::vector<StrategyEntry>& strategy_table() {
   return table;
 }
 #undef XL_CUDA_FACTORY
+#undef XL_NCCL_FACTORY
 
 const StrategyEntry* find_strategy_entry(std::string_view name) {
   for (const StrategyEntry& e : strategy_table())
