@@ -55,7 +55,7 @@ const std::vector<StrategyEntry>& strategy_table() {
        &emulation::make_fused,          XL_CUDA_FACTORY(make_cuda_fused)},
       // Runs only when named (xentlab audit --strategies vocab_parallel --ranks P).
       {"vocab_parallel", {true,  true,  true,  ReductionOrder::blocked,     false, true},
-       &emulation::make_vocab_parallel, nullptr},
+       &emulation::make_vocab_parallel, XL_NCCL_FACTORY(make_cuda_vocab_parallel)},
   };
   // clang-format on
   return table;

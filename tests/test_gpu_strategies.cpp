@@ -124,22 +124,14 @@ bool every_recipe(const std::string& strategy) {
   return strategy_traits(strategy).every_recipe;
 }
 
-/// Whether the strategy works through the tokens in chunks (the registry's trait). vocab_parallel,
-/// whose CUDA strategy this build may hold without a registry row, chunks them as chunked.
+/// Whether the strategy works through the tokens in chunks (the registry's trait).
 bool chunks_tokens(const std::string& strategy) {
-  const StrategyEntry* e = find_strategy_entry(strategy);
-  return (e != nullptr ? e : find_strategy_entry("chunked"))->traits.chunks_tokens;
+  return strategy_traits(strategy).chunks_tokens;
 }
 
-/// The CPU emulation a CUDA strategy is compared with: its registry row's. A vocab_parallel
-/// strategy built without a row of its own has, with one rank, chunked's declared arithmetic
-/// operation for operation (docs/vocab_parallel_cuda.md), so chunked's emulation is its twin
-/// there; with several ranks it has none (the bound alone then judges it).
-std::unique_ptr<Strategy> emulated_twin(const std::string& strategy, int ranks) {
-  if (auto e = find_strategy(Backend::cpu_emulation, strategy)) return e;
-  if (strategy == "vocab_parallel" && find_strategy_entry(strategy) == nullptr && ranks <= 1)
-    return find_strategy(Backend::cpu_emulation, "chunked");
-  return nullptr;
+/// The CPU emulation a CUDA strategy is compared with: its registry row's.
+std::unique_ptr<Strategy> emulated_twin(const std::string& strategy) {
+  return find_strategy(Backend::cpu_emulation, strategy);
 }
 
 /// Runs one strategy on one case and recipe; checks bound, finiteness and the emulation baseline.
@@ -175,20 +167,20 @@ void check_run(const Case& c, const ReferenceResult& ref, const Strategy& s, con
   const Policy policy = policy_by_name("default");
   RunAssessment a;
   try {
-    a = assess_run(c.pb, c.spec, r, s.arithmetic(r), out, ref, policy, n_chunks);
+    a = assess_run(c.pb, c.spec, r, s.run_arithmetic(req), out, ref, policy, n_chunks);
   } catch (const std::exception& e) {
     ADD_FAILURE() << ctx << ": assess_run failed: " << e.what();
     return;
   }
 
   // Baseline: the CPU emulation of the same strategy and recipe (same chunking).
-  const auto emu = emulated_twin(s.name(), ranks);
+  const auto emu = emulated_twin(s.name());
   const bool have_emu = emu && emu->can_implement(c.pb, c.spec, r).ok();
   RunAssessment ea;
   if (have_emu) {
     try {
       const StrategyOutputs eo = emu->run(req);
-      ea = assess_run(c.pb, c.spec, r, emu->arithmetic(r), eo, ref, policy, n_chunks);
+      ea = assess_run(c.pb, c.spec, r, emu->run_arithmetic(req), eo, ref, policy, n_chunks);
     } catch (const std::exception& e) {
       ADD_FAILURE() << ctx << ": CPU emulation baseline failed: " << e.what();
       return;

@@ -206,6 +206,13 @@ class VocabParallelStrategy final : public CudaStrategy {
         "(accum dtype) and of dH (fp32)";
     return a;
   }
+  /// The declaration of one run: the ranks' P charged by the bound (vocab_ranks; the cross-rank
+  /// additions in NCCL's order, any order declared).
+  DeclaredArithmetic run_arithmetic(const RunRequest& req) const override {
+    DeclaredArithmetic a = arithmetic(req.recipe);
+    a.vocab_ranks = req.ranks > 0 ? req.ranks : 1;
+    return a;
+  }
 
   /// One rank on the current device (the device-level entry point: the benchmark's timing).
   void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
