@@ -5,15 +5,19 @@
 #include <stdexcept>
 
 #include "numerics/error.hpp"
+#ifdef XENTLAB_HAVE_CUDA
+#include "gpu/cuda/device.hpp"
+#endif
 
 namespace xentlab {
 
 // Each strategy's factory lives in the strategy's own file of each backend.
 namespace emulation {
-std::unique_ptr<Strategy> make_naive();         // gpu/emulation/naive.cpp
-std::unique_ptr<Strategy> make_chunked();       // gpu/emulation/chunked.cpp
-std::unique_ptr<Strategy> make_checkpointed();  // gpu/emulation/checkpointed.cpp
-std::unique_ptr<Strategy> make_fused();         // gpu/emulation/fused.cpp
+std::unique_ptr<Strategy> make_naive();           // gpu/emulation/naive.cpp
+std::unique_ptr<Strategy> make_chunked();         // gpu/emulation/chunked.cpp
+std::unique_ptr<Strategy> make_checkpointed();    // gpu/emulation/checkpointed.cpp
+std::unique_ptr<Strategy> make_fused();           // gpu/emulation/fused.cpp
+std::unique_ptr<Strategy> make_vocab_parallel();  // gpu/emulation/vocab_parallel.cpp
 }  // namespace emulation
 #ifdef XENTLAB_HAVE_CUDA
 namespace gpu {
@@ -26,24 +30,38 @@ std::unique_ptr<Strategy> make_cuda_fused();         // gpu/cuda/fused/strategy.
 #else
 #define XL_CUDA_FACTORY(f) nullptr
 #endif
+// The strategies on NCCL: present when the CUDA backend found NCCL (XENTLAB_HAVE_NCCL).
+#if defined(XENTLAB_HAVE_CUDA) && defined(XENTLAB_HAVE_NCCL)
+namespace gpu {
+std::unique_ptr<Strategy> make_cuda_vocab_parallel();  // gpu/cuda/vocab_parallel.cu
+}  // namespace gpu
+#define XL_NCCL_FACTORY(f) &gpu::f
+#else
+#define XL_NCCL_FACTORY(f) nullptr
+#endif
 
 const std::vector<StrategyEntry>& strategy_table() {
-  // Traits: {deterministic, chunks_tokens, every_recipe, vocab_order} (gpu/registry.hpp).
+  // Traits: {deterministic, chunks_tokens, every_recipe, vocab_order, in_default_set,
+  // shards_vocabulary} (gpu/registry.hpp).
   // clang-format off
   static const std::vector<StrategyEntry> table = {
-      {"naive",        {true,  false, true,  ReductionOrder::blocked},
-       &emulation::make_naive,        XL_CUDA_FACTORY(make_cuda_naive)},
-      {"chunked",      {true,  true,  true,  ReductionOrder::blocked},
-       &emulation::make_chunked,      XL_CUDA_FACTORY(make_cuda_chunked)},
-      {"checkpointed", {true,  true,  true,  ReductionOrder::blocked},
-       &emulation::make_checkpointed, XL_CUDA_FACTORY(make_cuda_checkpointed)},
-      {"fused",        {false, false, false, ReductionOrder::online_tree},
-       &emulation::make_fused,        XL_CUDA_FACTORY(make_cuda_fused)},
+      {"naive",          {true,  false, true,  ReductionOrder::blocked,     true,  false},
+       &emulation::make_naive,          XL_CUDA_FACTORY(make_cuda_naive)},
+      {"chunked",        {true,  true,  true,  ReductionOrder::blocked,     true,  false},
+       &emulation::make_chunked,        XL_CUDA_FACTORY(make_cuda_chunked)},
+      {"checkpointed",   {true,  true,  true,  ReductionOrder::blocked,     true,  false},
+       &emulation::make_checkpointed,   XL_CUDA_FACTORY(make_cuda_checkpointed)},
+      {"fused",          {false, false, false, ReductionOrder::online_tree, true,  false},
+       &emulation::make_fused,          XL_CUDA_FACTORY(make_cuda_fused)},
+      // Runs only when named (xentlab audit --strategies vocab_parallel --ranks P).
+      {"vocab_parallel", {true,  true,  true,  ReductionOrder::blocked,     false, true},
+       &emulation::make_vocab_parallel, nullptr},
   };
   // clang-format on
   return table;
 }
 #undef XL_CUDA_FACTORY
+#undef XL_NCCL_FACTORY
 
 const StrategyEntry* find_strategy_entry(std::string_view name) {
   for (const StrategyEntry& e : strategy_table())
@@ -70,12 +88,18 @@ std::unique_ptr<Strategy> make_entry(const StrategyEntry& e, Backend backend) {
         s ? "'" + s->name() + "'" : std::string("nothing"), s ? to_string(s->backend()) : "-"));
   return s;
 }
+
+bool in_set(const StrategyEntry& e, StrategySet set) {
+  return set == StrategySet::all || e.traits.in_default_set;
+}
 }  // namespace
 
-std::vector<std::unique_ptr<Strategy>> make_strategies(Backend backend) {
+std::vector<std::unique_ptr<Strategy>> make_strategies(Backend backend, StrategySet set) {
   std::vector<std::unique_ptr<Strategy>> out;
-  for (const StrategyEntry& e : strategy_table())
+  for (const StrategyEntry& e : strategy_table()) {
+    if (!in_set(e, set)) continue;
     if (auto s = make_entry(e, backend)) out.push_back(std::move(s));
+  }
   return out;
 }
 
@@ -84,10 +108,11 @@ std::unique_ptr<Strategy> make_strategy(Backend backend, std::string_view name) 
   return e == nullptr ? nullptr : make_entry(*e, backend);
 }
 
-std::vector<std::string> strategy_names(Backend backend) {
+std::vector<std::string> strategy_names(Backend backend, StrategySet set) {
   std::vector<std::string> names;
   for (const StrategyEntry& e : strategy_table())
-    if ((backend == Backend::cuda ? e.cuda : e.emulated) != nullptr) names.emplace_back(e.name);
+    if (in_set(e, set) && (backend == Backend::cuda ? e.cuda : e.emulated) != nullptr)
+      names.emplace_back(e.name);
   return names;
 }
 
@@ -106,6 +131,17 @@ bool cuda_backend_built() {
 #ifdef XENTLAB_HAVE_CUDA
   return true;
 #else
+  return false;
+#endif
+}
+
+bool cuda_device_available(std::string* why) {
+#ifdef XENTLAB_HAVE_CUDA
+  const gpu::DeviceInfo d = gpu::query_device();
+  if (!d.available && why != nullptr) *why = "no usable GPU: " + d.reason;
+  return d.available;
+#else
+  if (why != nullptr) *why = "this build of xentlab has no CUDA backend";
   return false;
 #endif
 }

@@ -1,9 +1,11 @@
 #pragma once
 // The one registry of strategies: one table (gpu/registry.cpp) with a row per strategy — its name,
 // its traits, and a factory per backend (CPU emulation, CUDA) — listed explicitly, in the order
-// naive, chunked, checkpointed, fused. No static self-registration. Tests, benchmarks, the audit
-// and the CLI read the table: none lists strategy names by hand or infers a trait from a name.
-// A CUDA factory is present only when this build contains the CUDA backend (gpu/cuda).
+// naive, chunked, checkpointed, fused, vocab_parallel. No static self-registration. Tests,
+// benchmarks, the audit and the CLI read the table: none lists strategy names by hand or infers a
+// trait from a name. A CUDA factory is present only when this build contains the CUDA backend
+// (gpu/cuda).
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,6 +33,21 @@ struct StrategyTraits {
   /// The reduction over the vocabulary that both backends declare
   /// (Strategy::arithmetic(r).vocab_order for every recipe r).
   ReductionOrder vocab_order = ReductionOrder::blocked;
+  /// Part of the default strategy set: the strategies the audit (without --strategies), the
+  /// benchmarks and the tests that iterate every strategy run (make_strategies with
+  /// StrategySet::default_set). False for a strategy that runs only when named (vocab_parallel:
+  /// with one rank its outputs are chunked's bit for bit, so it adds nothing to a default audit).
+  bool in_default_set = true;
+  /// Shards the vocabulary over RunRequest::ranks ranks (vocab_parallel; gpu/vocab_shards.hpp):
+  /// its run_arithmetic declares them (DeclaredArithmetic::vocab_ranks) and the audit records
+  /// them. The other strategies ignore RunRequest::ranks.
+  bool shards_vocabulary = false;
+};
+
+/// Which rows make_strategies and strategy_names take.
+enum class StrategySet : std::uint8_t {
+  default_set,  ///< the rows with StrategyTraits::in_default_set
+  all,          ///< every row (for looking a named strategy up)
 };
 
 /// One row of the registry.
@@ -44,20 +61,23 @@ struct StrategyEntry {
   std::unique_ptr<Strategy> (*cuda)() = nullptr;
 };
 
-/// The registry: every strategy, in the order naive, chunked, checkpointed, fused.
+/// The registry: every strategy, in the order naive, chunked, checkpointed, fused, vocab_parallel.
 const std::vector<StrategyEntry>& strategy_table();
 /// The row named `name`, or nullptr.
 const StrategyEntry* find_strategy_entry(std::string_view name);
 /// The traits of `name`. Throws InputError naming the registered strategies when unknown.
 const StrategyTraits& strategy_traits(std::string_view name);
 
-/// Every strategy of the backend, in table order (empty when the backend is not built). Throws
-/// std::logic_error when a factory's object is not of its row's name and backend.
-std::vector<std::unique_ptr<Strategy>> make_strategies(Backend backend);
+/// The strategies of the backend in `set` (by default those of the default set), in table order
+/// (empty when the backend is not built). Throws std::logic_error when a factory's object is not
+/// of its row's name and backend.
+std::vector<std::unique_ptr<Strategy>> make_strategies(Backend backend,
+                                                       StrategySet set = StrategySet::default_set);
 /// The strategy `name` of the backend, or nullptr when it has none there.
 std::unique_ptr<Strategy> make_strategy(Backend backend, std::string_view name);
-/// The names of make_strategies(backend), in its order (empty when the backend is not built).
-std::vector<std::string> strategy_names(Backend backend);
+/// The names of make_strategies(backend, set), in its order (empty when the backend is not built).
+std::vector<std::string> strategy_names(Backend backend,
+                                        StrategySet set = StrategySet::default_set);
 /// The names in `names` whose row has no CPU emulation in `table` (an unknown name counts as
 /// none), in the order given. The audit judges every CUDA run against its emulated twin and
 /// refuses a strategy listed here.
@@ -65,5 +85,8 @@ std::vector<std::string> without_emulated_twin(const std::vector<std::string>& n
                                                const std::vector<StrategyEntry>& table);
 /// True when this build contains the CUDA backend (a device may still be absent at run time).
 bool cuda_backend_built();
+/// True when this build contains the CUDA backend and a usable GPU is present; otherwise false,
+/// with the reason in *why (when given). Never throws.
+bool cuda_device_available(std::string* why = nullptr);
 
 }  // namespace xentlab

@@ -74,13 +74,19 @@ struct StrategyOutputs {
 class Strategy {
  public:
   virtual ~Strategy() = default;
-  virtual std::string name() const = 0;  ///< "naive", "chunked", "checkpointed", "fused"
+  virtual std::string name() const = 0;  ///< a registry row's name (gpu/registry.cpp)
   virtual Backend backend() const = 0;
   /// ok, or not_supported with the reason (e.g. a recipe it cannot honour). Never throws.
   virtual Status can_implement(const Problem& p, const LossSpec& s, const Recipe& r) const = 0;
   /// Extra device (or host) bytes run() will need beyond inputs and outputs.
   virtual std::int64_t workspace_size(const RunRequest& req) const = 0;
   virtual DeclaredArithmetic arithmetic(const Recipe& r) const = 0;
+  /// The declaration for one run of `req`: arithmetic(req.recipe), with what the run's parameters
+  /// add to it (vocab_parallel: DeclaredArithmetic::vocab_ranks = the request's ranks). The bounds
+  /// of a run are formed from this.
+  virtual DeclaredArithmetic run_arithmetic(const RunRequest& req) const {
+    return arithmetic(req.recipe);
+  }
   /// Runs forward and (if asked) backward. Throws InputError / DeviceError on failure;
   /// returns outputs otherwise.
   virtual StrategyOutputs run(const RunRequest& req) const = 0;

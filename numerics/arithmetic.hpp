@@ -31,7 +31,13 @@ struct DeclaredArithmetic {
   std::int64_t tree_state_rows = 0;                       ///< 0: no bound on R from N
   ReductionOrder token_order = ReductionOrder::pairwise;  ///< reduction of the loss over tokens
   std::int64_t gemm_k_split = 1;  ///< GEMM accumulation: fp32 over D in k-blocks
-  std::string note;               ///< free text (e.g. "cuBLAS GemmEx, fp32 compute")
+  /// Vocabulary-parallel ranks P (docs/arithmetic.md §10): each rank reduces its shard of at most
+  /// ⌈V/P⌉ vocabulary entries in vocab_order (sum-exp, Σx) or in one fp32 sum (dH), and the P
+  /// partials are added in the accum dtype (sum-exp, Σx) or fp32 (dH) in any order: P − 1 further
+  /// additions on every term's path. 1 = no sharding (every other strategy). P > 1 is defined for
+  /// the plain-sum orders (sequential, pairwise, blocked) only.
+  std::int64_t vocab_ranks = 1;
+  std::string note;  ///< free text (e.g. "cuBLAS GemmEx, fp32 compute")
 };
 
 std::string_view to_string(ReductionOrder o);

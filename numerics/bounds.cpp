@@ -139,6 +139,41 @@ double reduction_constant(ReductionOrder order, std::int64_t n, const DeclaredAr
 
 namespace {
 
+// ⌈V/P⌉ for the declaration's ranks P (V when P ≤ 1). Throws InputError when P > V.
+std::int64_t largest_shard(const DeclaredArithmetic& a, std::int64_t V) {
+  const std::int64_t P = a.vocab_ranks;
+  if (P <= 1) return V;
+  if (P > V)
+    throw InputError(
+        fmt::format("bounds: {} vocabulary-parallel ranks exceed the vocabulary ({} rows)", P, V));
+  return (V + P - 1) / P;
+}
+
+}  // namespace
+
+double vocab_reduction_constant(const DeclaredArithmetic& a, std::int64_t V, std::int64_t N) {
+  if (V <= 0) return 0.0;
+  if (a.vocab_ranks <= 1) return reduction_constant(a.vocab_order, V, a, N);
+  if (a.vocab_order == ReductionOrder::online_tiles || a.vocab_order == ReductionOrder::online_tree)
+    throw InputError(fmt::format(
+        "bounds: vocabulary-parallel ranks ({}) with the online order {} are not defined (the "
+        "cross-shard merge of online states rescales)",
+        a.vocab_ranks, to_string(a.vocab_order)));
+  return reduction_constant(a.vocab_order, largest_shard(a, V), a, N) +
+         static_cast<double>(a.vocab_ranks - 1);
+}
+
+double dH_vocab_constant(const DeclaredArithmetic& a, std::int64_t V) {
+  const std::int64_t n = largest_shard(a, V);
+  const double c = a.gemm_k_split > 1
+                       ? std::ceil(static_cast<double>(n) / static_cast<double>(a.gemm_k_split)) +
+                             ceil_log2(a.gemm_k_split)
+                       : static_cast<double>(n);
+  return a.vocab_ranks > 1 ? c + static_cast<double>(a.vocab_ranks - 1) : c;
+}
+
+namespace {
+
 // What every output's bound shares: the recipe's unit roundoffs, the error coefficients of a
 // loss-kernel logit, and the constants of the GEMM and of the sum-exp over V (docs/bounds.md).
 struct Terms {
@@ -199,7 +234,7 @@ Terms terms_of(const BoundInputs& in, Bounds& b) {
   // within γ_{D+1}; Higham §3.1).
   k.gD = gamma_bound(static_cast<double>(in.D + 1), kU32);
 
-  b.c_vocab = reduction_constant(in.arith.vocab_order, in.V, in.arith, in.N);
+  b.c_vocab = vocab_reduction_constant(in.arith, in.V, in.N);
   k.gV = gamma_bound(b.c_vocab, k.uA);
   k.log_sum_term = k.gV >= 1.0 ? kInf : -std::log1p(-k.gV);
   k.logV = std::max(1.0, std::log(static_cast<double>(std::max<std::int64_t>(in.V, 1))));
@@ -207,8 +242,10 @@ Terms terms_of(const BoundInputs& in, Bounds& b) {
   if (!std::isfinite(k.log_sum_term)) {
     b.meaningful = false;
     b.note = fmt::format(
-        "sum-exp: {} over V={} has c={} and u_accum={:.3g}: c·u ≥ 1, no meaningful bound",
-        to_string(in.arith.vocab_order), in.V, b.c_vocab, k.uA);
+        "sum-exp: {} over V={}{} has c={} and u_accum={:.3g}: c·u ≥ 1, no meaningful bound",
+        to_string(in.arith.vocab_order), in.V,
+        in.arith.vocab_ranks > 1 ? fmt::format(" in {} ranks", in.arith.vocab_ranks) : "",
+        b.c_vocab, k.uA);
   }
   k.lam = sp.z_loss;
   k.eps = sp.label_smoothing;
@@ -408,12 +445,7 @@ void dz_bounds(const BoundInputs& in, const Terms& k, Bounds& b) {
 // GEMM accumulation γ(u_32)·|dz|·|W|, and the output rounding.
 void dH_bounds(const BoundInputs& in, const Terms& k, const RowCoefficients& c, Bounds& b) {
   const std::int64_t S = in.S;
-  const double cGemmV =
-      in.arith.gemm_k_split > 1
-          ? std::ceil(static_cast<double>(in.V) / static_cast<double>(in.arith.gemm_k_split)) +
-                ceil_log2(in.arith.gemm_k_split)
-          : static_cast<double>(in.V);
-  const double gGemmV = gamma_bound(cGemmV, kU32);
+  const double gGemmV = gamma_bound(dH_vocab_constant(in.arith, in.V), kU32);
   const std::int64_t D = in.D;
   b.dH.assign(static_cast<std::size_t>(S * D), 0.0);
   const double dH_max = max_finite(in.recipe.grad);

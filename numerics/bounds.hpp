@@ -43,6 +43,23 @@ namespace xentlab {
 double reduction_constant(ReductionOrder order, std::int64_t n, const DeclaredArithmetic& a,
                           std::int64_t N = 0);
 
+/// Constant c of a row's sum over the vocabulary (sum-exp, and Σx for label smoothing) of n = V
+/// terms under the declaration a: reduction_constant(a.vocab_order, V, a, N) when a.vocab_ranks
+/// ≤ 1; with P = a.vocab_ranks > 1 (vocabulary-parallel, docs/arithmetic.md §10) each rank reduces
+/// its shard of at most ⌈V/P⌉ terms in a.vocab_order and the P partials are added in any order,
+/// which puts at most P − 1 further additions on a term's path:
+///   c = reduction_constant(a.vocab_order, ⌈V/P⌉, a, N) + (P − 1)
+/// (the constants are non-decreasing in n, so the largest shard bounds every shard; docs/bounds.md,
+/// "Vocabulary-parallel sums"). V ≤ 0 gives 0. Throws InputError when P > V, or when P > 1 with an
+/// online order (their cross-shard merge rescales, which this constant does not count).
+double vocab_reduction_constant(const DeclaredArithmetic& a, std::int64_t V, std::int64_t N = 0);
+
+/// Roundings on a term's path in dH's fp32 sum over the vocabulary (dH = dz·W, docs/bounds.md
+/// "dH"): V (one fma per term) for one sum over the row; ⌈V/k⌉ + ⌈log2 k⌉ with a GEMM k-split of
+/// k = a.gemm_k_split; with P = a.vocab_ranks > 1 ranks the count of the largest shard ⌈V/P⌉ plus
+/// P − 1 cross-rank additions in any order. Throws InputError when P > V.
+double dH_vocab_constant(const DeclaredArithmetic& a, std::int64_t V);
+
 /// The most rescaling merges (s·expf(m_old − m_new)) a term of an online reduction of n terms
 /// passes: ⌈n/tile⌉ for online_tiles; (⌈T/R⌉ − 1) + tree_lane_merges + 2⌈log2 T⌉ for online_tree
 /// (as reduction_constant); 0 for the other orders.

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers of the emulated-strategy case tests (test_emulation_cases.cpp, test_emulation_c02.cpp):
-// run every emulated strategy × recipe on a case problem with the a-priori bounds of each run.
+// run every emulated strategy × recipe on a case problem with the a-priori bounds of each run
+// (vocab_parallel on several rank counts: the cases sharded).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,7 +45,12 @@ struct RunCtx {
   bool linear;
 };
 
-/// Runs every emulated strategy × recipe on pb and calls check for each.
+/// Vocabulary-parallel rank counts each case also runs on (those ≤ V): the cases sharded.
+inline constexpr int kCaseRanks[] = {2, 3, 8};
+
+/// Runs every emulated strategy × recipe on pb and calls check for each; every strategy of the
+/// registry, those that shard the vocabulary (vocab_parallel) once per rank count of kCaseRanks
+/// that V allows, each judged by the bound of its run's declaration (Strategy::run_arithmetic).
 inline void each_run(const Problem& pb, const LossSpec& spec,
                      const std::function<void(const RunCtx&)>& check,
                      std::vector<Recipe> recipes = {}, std::vector<std::int64_t> rows = {},
@@ -55,17 +61,27 @@ inline void each_run(const Problem& pb, const LossSpec& spec,
   ro.token_rows = rows;
   const ReferenceResult ref = compute_reference(pb, spec, ro);
   for (const Recipe& rc : recipes)
-    for (const auto& s : make_strategies(Backend::cpu_emulation)) {
-      RunRequest req;
-      req.problem = &pb;
-      req.spec = spec;
-      req.recipe = rc;
-      req.token_rows = rows;
-      req.chunk_tokens = chunk;
-      const StrategyOutputs out = s->run(req);
-      const Bounds b = bounds_for_reference(pb, spec, rc, s->arithmetic(rc), ref);
-      check(RunCtx{s->name() + " " + rc.name() + (pb.is_linear() ? " linear" : " logits"), rc, out,
-                   b, ref, pb.is_linear()});
+    for (const auto& s : make_strategies(Backend::cpu_emulation, StrategySet::all)) {
+      std::vector<int> ranks{0};
+      if (strategy_traits(s->name()).shards_vocabulary) {
+        ranks.clear();
+        for (const int P : kCaseRanks)
+          if (P <= pb.V) ranks.push_back(P);
+      }
+      for (const int P : ranks) {
+        RunRequest req;
+        req.problem = &pb;
+        req.spec = spec;
+        req.recipe = rc;
+        req.token_rows = rows;
+        req.chunk_tokens = chunk;
+        req.ranks = P;
+        const StrategyOutputs out = s->run(req);
+        const Bounds b = bounds_for_reference(pb, spec, rc, s->run_arithmetic(req), ref);
+        check(RunCtx{s->name() + (P > 0 ? " P=" + std::to_string(P) : std::string()) + " " +
+                         rc.name() + (pb.is_linear() ? " linear" : " logits"),
+                     rc, out, b, ref, pb.is_linear()});
+      }
     }
 }
 

@@ -186,6 +186,56 @@ TEST(Audit, SummaryCountsUnboundedRunsApartAndAnswersInPlainLanguage) {
   }
 }
 
+// vocab_parallel runs only when named: the default audit leaves it out and records no ranks;
+// named with 8 ranks over V = 507 (shards of 64 ×3 and 63 ×5) its runs pass, record the ranks and
+// the shards' first rows, also in the results file; 0 ranks and more ranks than rows are refused.
+TEST(Audit, VocabParallelRunsWhenNamedAndRecordsItsShards) {
+  auto cfg = small_config();
+  cfg.recipes = {parse_recipe("bf16/fp32/fp32/bf16")};
+  const auto def = audit::run_audit(small_set(), cfg);
+  ASSERT_FALSE(def.runs.empty());
+  for (const auto& r : def.runs) {
+    EXPECT_NE(r.strategy, "vocab_parallel");
+    EXPECT_EQ(r.ranks, 0) << r.strategy;
+    EXPECT_TRUE(r.shard_begins.empty()) << r.strategy;
+  }
+  cfg.strategies = {"vocab_parallel"};
+  cfg.ranks = 8;
+  const auto res = audit::run_audit(small_set(), cfg);
+  ASSERT_EQ(res.runs.size(), 2u);
+  const std::vector<std::int64_t> begins{0, 64, 128, 192, 255, 318, 381, 444};
+  for (const auto& r : res.runs) {
+    EXPECT_EQ(r.strategy, "vocab_parallel");
+    EXPECT_EQ(r.verdict.disposition, Disposition::passed) << r.problem << ": " << r.verdict.reason;
+    EXPECT_EQ(r.ranks, 8);
+    EXPECT_EQ(r.shard_begins, begins);
+    EXPECT_EQ(r.arith.vocab_ranks, 8);
+  }
+  const std::string path = temp_path("vocab-parallel.h5");
+  std::filesystem::remove(path);
+  audit::write_results(path, res, cfg, false, false);
+  {
+    const h5::File f = h5::File::open_read(path);
+    for (const auto& id : f.open_group("runs").children()) {
+      const h5::Group g = f.open_group("runs/" + id);
+      EXPECT_EQ(g.attr_int("ranks"), 8);
+      EXPECT_EQ(g.open_dataset("shard_begins").read_int64(), begins);
+    }
+  }
+  std::filesystem::remove(path);
+  for (const auto& [ranks, why] : std::vector<std::pair<std::int64_t, std::string>>{
+           {0, "ranks must be at least 1 (got 0)"},
+           {508, "ranks (508) exceed the vocabulary (507 rows)"}}) {
+    cfg.ranks = ranks;
+    try {
+      (void)audit::run_audit(small_set(), cfg);
+      ADD_FAILURE() << "ranks " << ranks << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Audit, UnknownStrategyIsNamed) {
   auto cfg = small_config();
   cfg.strategies = {"warp-speed"};
@@ -427,6 +477,32 @@ TEST(Audit, RegressRefusesDifferentProblemsAndBackends) {
     ADD_FAILURE() << "files of two backends compared";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("share no run"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(base);
+  std::filesystem::remove(other);
+}
+
+// vocab_parallel runs of another number of ranks are another arithmetic: regress refuses to
+// compare them, naming both numbers.
+TEST(Audit, RegressRefusesVocabParallelRunsOfOtherRanks) {
+  const std::string base = temp_path("rvp.h5"), other = temp_path("rvp-other.h5");
+  std::filesystem::remove(base);
+  auto cfg = small_config();
+  cfg.recipes = {parse_recipe("bf16/fp32/fp32/bf16")};
+  cfg.strategies = {"vocab_parallel"};
+  cfg.ranks = 2;
+  audit::write_results(base, audit::run_audit(small_set(), cfg), cfg, true, false);
+  EXPECT_EQ(audit::regress(base, base).regressions, 0);
+  copy_as_backend(base, other, "cpu-emulation", [&](h5::File& f) {
+    for (const auto& id : f.open_group("runs").children())
+      f.open_group("runs/" + id).set_attr("ranks", std::int64_t{3});
+  });
+  try {
+    (void)audit::regress(base, other);
+    ADD_FAILURE() << "runs of another number of ranks compared";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks 2 against 3 (--ranks)"), std::string::npos)
+        << e.what();
   }
   std::filesystem::remove(base);
   std::filesystem::remove(other);

@@ -173,6 +173,11 @@ TEST_F(VerifyProgram, NumberOptionsOutOfRangeAreRefusedNamingOptionAndValue) {
       {v + "--rtol 0 --k 2", "--k does not apply with --atol/--rtol"},
       {v + "--atol 0 --policy bf16", "--policy does not apply with --atol/--rtol"},
       {v + "--atol 0 --strictness strict", "--strictness does not apply with --atol/--rtol"},
+      {v + "--atol 0 --baseline-rows 4", "--baseline-rows does not apply with --atol/--rtol"},
+      {v + "--rtol 0 --baseline-seed 2", "--baseline-seed does not apply with --atol/--rtol"},
+      {v + "--atol 0 --baseline-backend cpu",
+       "--baseline-backend does not apply with --atol/--rtol"},
+      {v + "--policy ''", "--policy '': give a policy"},
   });
   for (const char* bad : {"--atol -1", "--k 0", "--k nan"})
     EXPECT_FALSE(contains(xentlab(v + bad).output, "PASSED")) << bad;
@@ -426,6 +431,11 @@ TEST_F(DatasetProgram, TheLossOptionsAreTheSameInEveryCommand) {
         // 2^24 + 1: the strategies hold the count in fp32.
         {cmd + " --normalizer 16777217", "normalizer = 16777217 is above 2^24"},
         {cmd + " --normalizer 010", "a leading zero would make it octal"},
+        // An empty number is not 0 (CLI11 would read it so).
+        {cmd + " --label-smoothing ''", "--label-smoothing: '' is not a number"},
+        {cmd + " --z-loss ''", "--z-loss: '' is not a number"},
+        {cmd + " --softcap ' '", "--softcap: ' ' is not a number"},
+        {cmd + " --logit-scale ''", "--logit-scale: '' is not a number"},
         {cmd + " --normalizer 4 --reduction sum", "normalizer = 4 is given with reduction sum"},
         {cmd + " --normalizer -1", "--normalizer: must be ≥ 0, got -1"},
     });
@@ -481,6 +491,10 @@ TEST_F(DatasetProgram, AuditOptionsAreRefusedBeforeTheWork) {
       {a + "--markdown " + shell_quote(path("a.h5")), "is the results file"},
       {a + "--problems no-such-problem", "unknown problem 'no-such-problem'"},
       {a + "--chunk-tokens 010", "a leading zero would make it octal"},
+      {a + "--ranks 2",
+       "--ranks 2 applies to the strategies that shard the vocabulary "
+       "(vocab_parallel), and --strategies names none"},
+      {a + "--strategies chunked --ranks 2", "and --strategies names none"},
   });
   EXPECT_FALSE(fs::exists(path("a.h5")));
   EXPECT_FALSE(fs::exists(path("a.h5.md")));
@@ -513,6 +527,31 @@ TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
   EXPECT_EQ(slurp(path("a.h5")), before);
 }
 
+// --ranks of vocab_parallel: at least 1 and at most V (odd-vocab: V = 507), refused before any
+// run; --append refuses vocab_parallel runs of another number of ranks and leaves the file.
+TEST_F(DatasetProgram, AuditRanksAreCheckedAndOnePerResultsFile) {
+  const std::string small =
+      "audit --backend cpu -q --dataset odd-vocab -N 2 --strategies vocab_parallel "
+      "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +
+      shell_quote(path("a.h5"));
+  expect_exit_2_naming({
+      {small + " --ranks 0", "vocabulary-parallel ranks must be at least 1 (got 0)"},
+      {small + " --ranks 508",
+       "vocab_parallel on problem odd-vocab: vocabulary-parallel ranks (508) exceed the "
+       "vocabulary (507 rows)"},
+  });
+  EXPECT_FALSE(fs::exists(path("a.h5")));
+  const Ran first = xentlab(small + " --ranks 2");
+  ASSERT_TRUE(first.status == 0 || first.status == 1) << first.output;
+  const std::string before = slurp(path("a.h5"));
+  ASSERT_FALSE(before.empty());
+  expect_exit_2_naming({
+      {small + " --ranks 3 --append",
+       "holds vocab_parallel runs of --ranks 2, this audit's are of --ranks 3"},
+  });
+  EXPECT_EQ(slurp(path("a.h5")), before);
+}
+
 // `xentlab candidate`: option refusals come before the golden file is read or a strategy runs.
 TEST_F(VerifyProgram, CandidateOptionsAreRefusedNamingTheCause) {
   const std::string g = shell_quote(path("g.h5"));
@@ -527,6 +566,9 @@ TEST_F(VerifyProgram, CandidateOptionsAreRefusedNamingTheCause) {
       {"candidate " + g + out + " --recipe fp32/fp32/fp32/fp32", "--strategy is required"},
       // The golden file is the input: never the output, even with --force.
       {"candidate " + g + " " + g + run + " --force", "is the golden file"},
+      // A chunk size for a strategy that does not chunk (the registry's trait) would be ignored.
+      {"candidate " + g + out + run + " --chunk-tokens 4",
+       "--chunk-tokens 4: naive does not work through the tokens in chunks"},
   });
   EXPECT_FALSE(fs::exists(path("x.h5")));
 }

@@ -298,7 +298,9 @@ TEST(EmuCaseC09, ConfidentTokenTrueClassGradientBf16) {
   // meaningful a-priori bound (c = 133, c·u ≥ 1/2): the policy reports the run as incorrect. The
   // fused tree is shallower (numerics/bounds.hpp online_tree, N = 1: at least 16 ranges of ≤ 16
   // tiles, c = 7 + 1 + 2·15 + 2·(5 + 16) = 80): γ_80(2^-8) ≈ 0.45 is a finite bound, and one loose
-  // enough to contain this answer — the arithmetic permits it, so nothing is caught there.
+  // enough to contain this answer — the arithmetic permits it, so nothing is caught there. So are
+  // vocab_parallel's shorter shard sums (docs/bounds.md): P = 2, shards of 16000, c = 63 + 8 + 1 =
+  // 72; P = 3, 10667, c = 47 + 8 + 2 = 57; P = 8, 4000, c = 15 + 8 + 7 = 30.
   std::vector<double> z(static_cast<std::size_t>(V), 0.0);
   z[11] = 14.9375;
   each_run(
@@ -309,7 +311,7 @@ TEST(EmuCaseC09, ConfidentTokenTrueClassGradientBf16) {
         const ErrorStats st = compute_error_stats(c.out.loss.data(), c.ref.loss.data(), 1,
                                                   c.out.loss_dtype, c.b.loss.data());
         const Disposition d = judge({{"loss", &st, true}}, policy_by_name("default")).disposition;
-        if (c.what.rfind("fused ", 0) == 0) {
+        if (c.what.rfind("fused ", 0) == 0 || c.what.rfind("vocab_parallel ", 0) == 0) {
           EXPECT_TRUE(c.b.meaningful) << c.what;
           EXPECT_LE(std::fabs(c.out.loss[0] - c.ref.loss[0]), loss_bound(c, 0)) << c.what;
           EXPECT_EQ(d, Disposition::passed) << c.what;

@@ -24,6 +24,14 @@ std::vector<std::string> table_names() {
   return names;
 }
 
+// The rows of the default strategy set (StrategyTraits::in_default_set), in table order.
+std::vector<std::string> default_names() {
+  std::vector<std::string> names;
+  for (const StrategyEntry& e : strategy_table())
+    if (e.traits.in_default_set) names.emplace_back(e.name);
+  return names;
+}
+
 TEST(Registry, EveryRowHasAUniqueNameAndACpuEmulation) {
   ASSERT_FALSE(strategy_table().empty());
   std::set<std::string> seen;
@@ -38,27 +46,33 @@ TEST(Registry, EveryRowHasAUniqueNameAndACpuEmulation) {
 }
 
 TEST(Registry, BackendsBuildTheTableInOrderUnderTheRowsNames) {
-  std::vector<std::string> built;
-  for (const auto& s : make_strategies(Backend::cpu_emulation)) {
-    EXPECT_EQ(s->backend(), Backend::cpu_emulation) << s->name();
-    built.push_back(s->name());
+  for (const StrategySet set : {StrategySet::default_set, StrategySet::all}) {
+    const bool all = set == StrategySet::all;
+    std::vector<std::string> built;
+    for (const auto& s : make_strategies(Backend::cpu_emulation, set)) {
+      EXPECT_EQ(s->backend(), Backend::cpu_emulation) << s->name();
+      built.push_back(s->name());
+    }
+    EXPECT_EQ(built, all ? table_names() : default_names());
+    EXPECT_EQ(strategy_names(Backend::cpu_emulation, set), built);
+    // CUDA: the rows of the set with a CUDA factory, in table order; none without the backend.
+    std::vector<std::string> cuda_rows;
+    for (const StrategyEntry& e : strategy_table())
+      if (e.cuda != nullptr && (all || e.traits.in_default_set)) cuda_rows.emplace_back(e.name);
+    if (!cuda_backend_built()) {
+      EXPECT_TRUE(cuda_rows.empty());
+    }
+    std::vector<std::string> cuda_built;
+    for (const auto& s : make_strategies(Backend::cuda, set)) {
+      EXPECT_EQ(s->backend(), Backend::cuda) << s->name();
+      cuda_built.push_back(s->name());
+    }
+    EXPECT_EQ(cuda_built, cuda_rows);
+    EXPECT_EQ(strategy_names(Backend::cuda, set), cuda_rows);
   }
-  EXPECT_EQ(built, table_names());
-  EXPECT_EQ(strategy_names(Backend::cpu_emulation), table_names());
-  // CUDA: the rows with a CUDA factory, in table order; none without the backend.
-  std::vector<std::string> cuda_rows;
-  for (const StrategyEntry& e : strategy_table())
-    if (e.cuda != nullptr) cuda_rows.emplace_back(e.name);
-  if (!cuda_backend_built()) {
-    EXPECT_TRUE(cuda_rows.empty());
-  }
-  std::vector<std::string> cuda_built;
-  for (const auto& s : make_strategies(Backend::cuda)) {
-    EXPECT_EQ(s->backend(), Backend::cuda) << s->name();
-    cuda_built.push_back(s->name());
-  }
-  EXPECT_EQ(cuda_built, cuda_rows);
-  EXPECT_EQ(strategy_names(Backend::cuda), cuda_rows);
+  // The default arguments are the default set.
+  EXPECT_EQ(strategy_names(Backend::cpu_emulation), default_names());
+  EXPECT_EQ(make_strategies(Backend::cpu_emulation).size(), default_names().size());
   for (const StrategyEntry& e : strategy_table()) {
     const auto s = make_strategy(Backend::cpu_emulation, e.name);
     ASSERT_NE(s, nullptr) << e.name;
@@ -94,7 +108,7 @@ TEST(Registry, StrategiesWithoutAnEmulatedTwinAreFound) {
 // vocab_order: what every backend's strategy declares for every recipe of the audit's grid.
 TEST(RegistryTraits, VocabOrderIsWhatEveryBackendDeclares) {
   for (const Backend b : {Backend::cpu_emulation, Backend::cuda})
-    for (const auto& s : make_strategies(b))
+    for (const auto& s : make_strategies(b, StrategySet::all))
       for (const Recipe& r : default_recipe_grid())
         EXPECT_EQ(s->arithmetic(r).vocab_order, strategy_traits(s->name()).vocab_order)
             << to_string(b) << " " << s->name() << " " << r.name();
@@ -108,7 +122,7 @@ TEST(RegistryTraits, ChunksTokensIsWhetherTheChunkSizeChangesTheGradients) {
   RunRequest req;
   req.problem = &pb;
   req.recipe = parse_recipe("bf16/bf16/bf16/bf16");
-  for (const auto& s : make_strategies(Backend::cpu_emulation)) {
+  for (const auto& s : make_strategies(Backend::cpu_emulation, StrategySet::all)) {
     req.chunk_tokens = 1;
     const StrategyOutputs one = s->run(req);
     req.chunk_tokens = pb.N;
@@ -120,6 +134,53 @@ TEST(RegistryTraits, ChunksTokensIsWhetherTheChunkSizeChangesTheGradients) {
     else
       EXPECT_EQ(one.dW, all.dW) << s->name();
   }
+}
+
+// shards_vocabulary, on the emulation: a strategy that shards the vocabulary declares the
+// request's ranks and its outputs change with them (3 shards of 100 rows: other partial sums of
+// the sum-exp in bf16 and of dH in fp32, returned unrounded); every other strategy ignores
+// RunRequest::ranks, bit for bit, and declares one rank.
+TEST(RegistryTraits, ShardsVocabularyIsWhetherTheRanksChangeTheRun) {
+  const Problem pb = make_gaussian_linear(24, 300, 16, DType::bf16, 3.0, 9);
+  RunRequest req;
+  req.problem = &pb;
+  req.recipe = parse_recipe("bf16/bf16/bf16/fp32");
+  req.chunk_tokens = 8;
+  int sharding = 0;
+  for (const auto& s : make_strategies(Backend::cpu_emulation, StrategySet::all)) {
+    const bool shards = strategy_traits(s->name()).shards_vocabulary;
+    sharding += shards ? 1 : 0;
+    req.ranks = 1;
+    const StrategyOutputs one = s->run(req);
+    EXPECT_EQ(s->run_arithmetic(req).vocab_ranks, 1) << s->name();
+    req.ranks = 3;
+    const StrategyOutputs three = s->run(req);
+    EXPECT_EQ(s->run_arithmetic(req).vocab_ranks, shards ? 3 : 1) << s->name();
+    if (shards) {
+      EXPECT_NE(one.dH, three.dH) << s->name();
+      EXPECT_NE(one.lse, three.lse) << s->name();
+    } else {
+      EXPECT_EQ(one.dH, three.dH) << s->name();
+      EXPECT_EQ(one.lse, three.lse) << s->name();
+      EXPECT_EQ(one.dW, three.dW) << s->name();
+    }
+  }
+  EXPECT_GT(sharding, 0);
+}
+
+// in_default_set: the default set leaves out exactly the rows so marked, which run when named;
+// a row left out shards the vocabulary (its one-rank runs are chunked's, test_vocab_parallel).
+TEST(RegistryTraits, TheDefaultSetLeavesOutTheRowsThatRunWhenNamed) {
+  std::vector<std::string> named_only;
+  for (const StrategyEntry& e : strategy_table())
+    if (!e.traits.in_default_set) {
+      named_only.emplace_back(e.name);
+      EXPECT_TRUE(e.traits.shards_vocabulary) << e.name;
+      EXPECT_NE(make_strategy(Backend::cpu_emulation, e.name), nullptr) << e.name;
+    }
+  EXPECT_EQ(named_only, std::vector<std::string>{"vocab_parallel"});
+  for (const std::string& n : strategy_names(Backend::cpu_emulation))
+    EXPECT_TRUE(strategy_traits(n).in_default_set) << n;
 }
 
 // The vocabulary-parallel layout: the shards tile [0, V) in rank order, sizes differ by at most

@@ -226,14 +226,17 @@ __global__ void __launch_bounds__(kThreads, 8)
   }
 }
 
+/// dz of rows whose columns [col0, col0 + cols) the buffers hold (col0 = 0, cols = p.V: whole
+/// rows); the target is a full-row index.
 template <class Z, class O>
 __global__ void __launch_bounds__(kThreads)
-    dz_rows_kernel(const Z* z /* (rows, V) */, O* dz /* (rows, V) */, const std::int64_t* targets,
-                   const float* lse_in, RowLossParams p, RowGradScale g, int logits_code) {
+    dz_rows_kernel(const Z* z /* (rows, cols) */, O* dz /* (rows, cols) */,
+                   const std::int64_t* targets, const float* lse_in, RowLossParams p,
+                   RowGradScale g, int logits_code, std::int64_t col0, std::int64_t cols) {
   const std::int64_t row = blockIdx.x;
   const std::int64_t V = p.V;
-  const Z* zr = z + row * V;
-  O* dr = dz + row * V;
+  const Z* zr = z + row * cols;
+  O* dr = dz + row * cols;
   const bool aligned =
       ((reinterpret_cast<std::uintptr_t>(zr) | reinterpret_cast<std::uintptr_t>(dr)) & 15) == 0;
   const std::int64_t t = targets[row];
@@ -241,20 +244,112 @@ __global__ void __launch_bounds__(kThreads)
   const bool bad_target = t != p.ignore_index && !valid;
   const float lse = lse_in[row];
   const float gi = g.g_rows != nullptr ? g.g_rows[row] : g.g_scalar;
-  for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < V;
+  const std::int64_t t_local = t - col0;  // the target's column in these buffers, if it is one
+  for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols;
        j0 += std::int64_t(kThreads) * kGroup) {
     float v[kGroup];
-    load8(zr, j0, V, aligned, v);
+    load8(zr, j0, cols, aligned, v);
 #pragma unroll
     for (int k = 0; k < kGroup; ++k) {
       float th;
       const float x = transform(v[k], p, th);
       // rnd_logits first (dz is held in the logits dtype, docs/arithmetic.md §7), then the store
       // rounds to the output dtype (a no-op when it is the logits dtype).
-      v[k] = valid ? rnd_rt(dz_value(x, th, j0 + k == t, lse, gi, p), logits_code)
+      v[k] = valid ? rnd_rt(dz_value(x, th, j0 + k == t_local, lse, gi, p), logits_code)
                    : (bad_target ? NAN : 0.0f);
     }
-    store8(dr, j0, V, aligned, v);
+    store8(dr, j0, cols, aligned, v);
+  }
+}
+
+/// One block per row of a vocabulary shard: the shard's maximum and the owned target logit (the
+/// first pass of ce_row over the shard's columns).
+template <class L>
+__global__ void __launch_bounds__(kThreads)
+    shard_row_max_kernel(const L* z, std::int64_t rows, std::int64_t col0, std::int64_t cols,
+                         const std::int64_t* targets, RowLossParams p, float* m_out,
+                         float* xt_out) {
+  __shared__ float red[kThreads];
+  const int tid = threadIdx.x;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const L* zr = z + row * cols;
+    const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
+    float m = -INFINITY;
+    for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < cols; j0 += kStride) {
+      float v[kGroup];
+      load8(zr, j0, cols, aligned, v);
+      float th;
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k)
+        if (j0 + k < cols) m = fmaxf(m, transform(v[k], p, th));
+    }
+    m = block_max(m, red);
+    if (tid == 0) {
+      const std::int64_t t = targets[row];
+      const bool valid = t != p.ignore_index && t >= 0 && t < p.V;
+      float x_t = 0.0f;
+      if (valid && t >= col0 && t < col0 + cols) {
+        float th;
+        x_t = transform(to_f(zr[t - col0]), p, th);
+      }
+      m_out[row] = m;
+      xt_out[row] = x_t;
+    }
+  }
+}
+
+/// One block per row of a vocabulary shard: sum-exp (and Σx) with the row's global maximum, in
+/// ce_row's order over the shard's columns (its second pass), stored as A values.
+template <class L, class A>
+__global__ void __launch_bounds__(kThreads)
+    shard_row_sums_kernel(const L* z, std::int64_t rows, std::int64_t cols, const float* m_in,
+                          RowLossParams p, A* sums) {
+  __shared__ float red[kThreads];
+  const int tid = threadIdx.x;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const L* zr = z + row * cols;
+    const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
+    const float m = m_in[row];
+    float s = 0.0f, sx = 0.0f;
+    if (m != -INFINITY) {
+      for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < cols; j0 += kStride) {
+        float v[kGroup];
+        load8(zr, j0, cols, aligned, v);
+        const int n = j0 + kGroup <= cols ? kGroup : static_cast<int>(cols - j0);
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k) {
+          if (n == kGroup || k < n) {
+            float th;
+            const float x = transform(v[k], p, th);
+            s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
+            if (p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
+          }
+        }
+      }
+    }
+    s = block_tree_sum<A>(s, red);
+    if (p.smoothing) sx = block_tree_sum<A>(sx, red);
+    if (tid == 0) {
+      sums[row] = from_f<A>(s);
+      sums[rows + row] = from_f<A>(p.smoothing ? sx : 0.0f);
+    }
+  }
+}
+
+/// Grid-stride over rows, a thread per row: lse and loss from the all-reduced statistics.
+template <class A>
+__global__ void shard_row_loss_kernel(std::int64_t rows, const std::int64_t* targets,
+                                      const float* m_in, const A* sums, const float* xt_in,
+                                      RowLossParams p, float* loss, float* lse_out) {
+  for (std::int64_t row = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; row < rows;
+       row += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t t = targets[row];
+    const bool valid = t != p.ignore_index && t >= 0 && t < p.V;
+    const bool bad_target = t != p.ignore_index && !valid;
+    const float s = to_f(sums[row]), sx = to_f(sums[rows + row]);
+    const float lse = row_lse(m_in[row], s, RoundTo<A>{});
+    loss[row] = row_loss(lse, xt_in[row], sx, valid, bad_target, p, RoundTo<A>{});
+    lse_out[row] = lse;
   }
 }
 
@@ -356,8 +451,67 @@ void launch_dz_rows(DType z_dtype, const void* z, DType logits_dtype, DType dz_d
     with_type(dz_dtype, [&](auto ot) {
       using O = decltype(ot);
       dz_rows_kernel<Z, O><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-          static_cast<const Z*>(z), static_cast<O*>(dz), targets, lse, p, g,
-          acc_code(logits_dtype));
+          static_cast<const Z*>(z), static_cast<O*>(dz), targets, lse, p, g, acc_code(logits_dtype),
+          0, p.V);
+      XL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_shard_row_max(DType z_dtype, const void* z, std::int64_t rows, ShardColumns sh,
+                          const std::int64_t* targets, const RowLossParams& p, float* m, float* x_t,
+                          cudaStream_t stream) {
+  if (rows <= 0) return;
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(rows, 0x7fffffffLL));
+  with_type(z_dtype, [&](auto zt) {
+    using L = decltype(zt);
+    shard_row_max_kernel<L><<<grid, kThreads, 0, stream>>>(static_cast<const L*>(z), rows, sh.col0,
+                                                           sh.cols, targets, p, m, x_t);
+    XL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_shard_row_sums(DType z_dtype, const void* z, std::int64_t rows, ShardColumns sh,
+                           const float* m, const RowLossParams& p, void* sums,
+                           cudaStream_t stream) {
+  if (rows <= 0) return;
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(rows, 0x7fffffffLL));
+  with_type(z_dtype, [&](auto zt) {
+    using L = decltype(zt);
+    with_type(p.accum, [&](auto at) {
+      using A = decltype(at);
+      shard_row_sums_kernel<L, A><<<grid, kThreads, 0, stream>>>(
+          static_cast<const L*>(z), rows, sh.cols, m, p, static_cast<A*>(sums));
+      XL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_shard_row_loss(std::int64_t rows, const std::int64_t* targets, const float* m,
+                           const void* sums, const float* x_t, const RowLossParams& p, float* loss,
+                           float* lse, cudaStream_t stream) {
+  if (rows <= 0) return;
+  with_type(p.accum, [&](auto at) {
+    using A = decltype(at);
+    shard_row_loss_kernel<A><<<grid_for(rows), 256, 0, stream>>>(
+        rows, targets, m, static_cast<const A*>(sums), x_t, p, loss, lse);
+    XL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_shard_dz_rows(DType z_dtype, const void* z, DType logits_dtype, DType dz_dtype,
+                          void* dz, std::int64_t rows, ShardColumns sh, const std::int64_t* targets,
+                          const float* lse, const RowLossParams& p, RowGradScale g,
+                          cudaStream_t stream) {
+  if (rows <= 0 || sh.cols <= 0) return;
+  check_rows(rows, "shard dz_rows");
+  with_type(z_dtype, [&](auto zt) {
+    using Z = decltype(zt);
+    with_type(dz_dtype, [&](auto ot) {
+      using O = decltype(ot);
+      dz_rows_kernel<Z, O><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+          static_cast<const Z*>(z), static_cast<O*>(dz), targets, lse, p, g, acc_code(logits_dtype),
+          sh.col0, sh.cols);
       XL_CUDA_CHECK_LAUNCH();
     });
   });

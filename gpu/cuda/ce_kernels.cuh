@@ -79,6 +79,53 @@ void launch_dz_rows(DType z_dtype, const void* z /* (rows, V) */, DType logits_d
                     const std::int64_t* targets /* (rows) */, const float* lse /* (rows) */,
                     const RowLossParams& p, RowGradScale g, cudaStream_t stream);
 
+// ---- one rank's vocabulary shard (vocab_parallel) ---------------------------------------------
+// A rank holds the columns [col0, col0 + cols) of rows whose full length is p.V; targets are
+// full-vocabulary indices, valid as in the row kernels (t ≠ ignore_index, 0 ≤ t < p.V), and
+// p.eps_over_V is ε over the full vocabulary. The shard's logits z are (rows, cols) in z_dtype.
+// Element j of the shard belongs to thread (j/8) mod 256, as in the row kernels over their
+// columns, so with one shard (col0 = 0, cols = p.V) every value below is launch_ce_rows' bit for
+// bit.
+
+/// The shard's columns of the full rows.
+struct ShardColumns {
+  std::int64_t col0 = 0;
+  std::int64_t cols = 0;
+};
+
+/// Per row: m[i] = max_j x_j over the shard's kernel logits (§2; −inf for none finite), and
+/// x_t[i] = the target's kernel logit when the row is valid and the shard holds its target, 0
+/// otherwise (so that a sum over the shards is the target logit exactly).
+void launch_shard_row_max(DType z_dtype, const void* z /* (rows, cols) */, std::int64_t rows,
+                          ShardColumns sh, const std::int64_t* targets /* (rows) */,
+                          const RowLossParams& p, float* m /* (rows) */, float* x_t /* (rows) */,
+                          cudaStream_t stream);
+
+/// Per row, with the row's maximum over the whole vocabulary m[i]: the shard's sum-exp
+/// s = Σ_j rnd_A(expf(x_j − m)) and (label smoothing) Σx = Σ_j rnd_A(x_j), each in the row
+/// kernels' order over the shard's columns and rounded to the accumulator dtype A = p.accum,
+/// stored as A values: sums[i] = s, sums[rows + i] = Σx (0 without label smoothing); s = 0 when
+/// m = −inf. sums (2·rows) in the storage of A (fp32, fp16 or bf16).
+void launch_shard_row_sums(DType z_dtype, const void* z /* (rows, cols) */, std::int64_t rows,
+                           ShardColumns sh, const float* m /* (rows) */, const RowLossParams& p,
+                           void* sums /* (2·rows) of A */, cudaStream_t stream);
+
+/// Per row, from the whole vocabulary's m, (s, Σx) (sums as written by launch_shard_row_sums and
+/// summed over the shards) and target logit x_t: lse = rnd_A(m + logf(s)) and the loss, as
+/// launch_ce_rows forms them (ce_math.cuh row_lse, row_loss).
+void launch_shard_row_loss(std::int64_t rows, const std::int64_t* targets /* (rows) */,
+                           const float* m, const void* sums /* (2·rows) of A */, const float* x_t,
+                           const RowLossParams& p, float* loss /* (rows) */,
+                           float* lse /* (rows) */, cudaStream_t stream);
+
+/// dz of the shard's columns from the row's lse, as launch_dz_rows (dz may alias z when the dtypes
+/// are equal; the target is the full-vocabulary index).
+void launch_shard_dz_rows(DType z_dtype, const void* z /* (rows, cols) */, DType logits_dtype,
+                          DType dz_dtype, void* dz /* (rows, cols) */, std::int64_t rows,
+                          ShardColumns sh, const std::int64_t* targets /* (rows) */,
+                          const float* lse /* (rows) */, const RowLossParams& p, RowGradScale g,
+                          cudaStream_t stream);
+
 /// dst[i, j] = rnd_dst(src[i, j] + bias[j]) in fp32 (bias may be null: plain rounding). dst may
 /// alias src when dst_dtype is fp32. src (rows, cols) fp32, bias (cols) fp32.
 void launch_round_rows(const float* src, const float* bias, std::int64_t rows, std::int64_t cols,

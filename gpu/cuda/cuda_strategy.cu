@@ -29,8 +29,10 @@ DType backward_operand(const Recipe& r) {
   return r.logits == r.input ? r.input : DType::fp32;
 }
 
-/// Device value of the given dtype → exact double.
-void to_doubles(const std::vector<unsigned char>& raw, DType t, std::vector<double>& out) {
+}  // namespace
+
+void device_values_to_doubles(const std::vector<unsigned char>& raw, DType t,
+                              std::vector<double>& out) {
   const auto n = static_cast<std::int64_t>(raw.size() / static_cast<std::size_t>(size_of(t)));
   out.resize(static_cast<std::size_t>(n));
 #pragma omp parallel for schedule(static)
@@ -48,6 +50,8 @@ void to_doubles(const std::vector<unsigned char>& raw, DType t, std::vector<doub
   }
 }
 
+namespace {
+
 /// RAII stream.
 struct Stream {
   cudaStream_t s = nullptr;
@@ -64,7 +68,7 @@ struct Event {
 
 // ---- workspace --------------------------------------------------------------------------------
 
-WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows) {
+WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows, bool vocab_sharded) {
   WorkspacePlan p;
   p.rows = rows;
   p.n_chunks = rows > 0 ? (q.N + rows - 1) / rows : 0;
@@ -95,16 +99,20 @@ WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows) {
       p.dW_tmp = q.V * q.D * 4;
     }
     if (q.has_bias) p.db_acc = q.V * 4;
+    if (vocab_sharded) p.dH_f32 = rows * q.D * 4;  // all-reduced in fp32, then rounded
   }
+  if (vocab_sharded) p.row_states = rows * 16;
   return p;
 }
 
 WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t memory_budget,
-                          std::int64_t chunk_tokens, const std::string& strategy) {
+                          std::int64_t chunk_tokens, const std::string& strategy,
+                          bool vocab_sharded) {
   const bool budget_given = memory_budget > 0;
   // Multi-chunk plans are affine in rows: fixed + rows·per_row (plan_workspace(q, 1) is
   // multi-chunk whenever N > 1, as is every plan below N).
-  const WorkspacePlan p1 = plan_workspace(q, 1), p2 = plan_workspace(q, 2);
+  const WorkspacePlan p1 = plan_workspace(q, 1, vocab_sharded),
+                      p2 = plan_workspace(q, 2, vocab_sharded);
   const std::int64_t per_row = p2.total() - p1.total();
   const std::int64_t fixed = p1.total() - per_row;
   // The default bounds the chunk buffers; what every multi-chunk plan needs whatever its chunk
@@ -112,7 +120,7 @@ WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t memory_budget,
   const std::int64_t budget =
       budget_given ? memory_budget : kDefaultChunkBudget + std::max<std::int64_t>(0, fixed);
   if (chunk_tokens > 0) {
-    const WorkspacePlan p = plan_workspace(q, std::min(chunk_tokens, q.N));
+    const WorkspacePlan p = plan_workspace(q, std::min(chunk_tokens, q.N), vocab_sharded);
     if (budget_given && p.total() > budget)
       throw InputError(strategy + ": chunks of " + std::to_string(p.rows) + " tokens need " +
                        std::to_string(p.total()) + " bytes, past the memory budget of " +
@@ -122,7 +130,7 @@ WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t memory_budget,
   }
   const std::int64_t cap =
       std::max<std::int64_t>(1, kMaxChunkLogits / std::max<std::int64_t>(1, q.V));
-  const WorkspacePlan whole = plan_workspace(q, q.N);
+  const WorkspacePlan whole = plan_workspace(q, q.N, vocab_sharded);
   if (q.N <= cap && whole.total() <= budget) return whole;
   std::int64_t rows = per_row > 0 ? (budget - fixed) / per_row : q.N;
   // The cap never makes a plan fail or shrink below what one chunk of the whole batch gives:
@@ -140,7 +148,7 @@ WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t memory_budget,
   std::int64_t balanced = (q.N + n_chunks - 1) / n_chunks;
   const std::int64_t rounded = (balanced + 127) / 128 * 128;
   if (rounded <= rows) balanced = rounded;
-  return plan_workspace(q, std::min(balanced, q.N));
+  return plan_workspace(q, std::min(balanced, q.N), vocab_sharded);
 }
 
 Workspace::Workspace(DeviceMemoryTracker& mem, const WorkspacePlan& p)
@@ -213,49 +221,70 @@ void* chunk_logits(const DeviceRun& r, const DeviceContext& c, Workspace& ws, st
   return ws.logits.get();
 }
 
-void chunk_backward(const DeviceRun& r, const DeviceContext& c, Workspace& ws, const void* dz,
-                    std::int64_t r0, std::int64_t rows, std::int64_t chunk_index) {
+BackwardOperands backward_operands(const DeviceRun& r, const DeviceContext& c, Workspace& ws,
+                                   const void* dz, std::int64_t r0, std::int64_t rows) {
   const DeviceProblem& P = r.prob;
-  const DType L = r.recipe.logits, grad = r.recipe.grad, accum = r.recipe.accum;
-  const DType op = backward_operand(r.recipe);
-  const std::int64_t V = P.V, D = P.D;
-  const void* dz_op = dz;
-  if (op == DType::fp32 && L != DType::fp32) {
-    launch_convert(L, dz, DType::fp32, ws.dz_f32.get(), rows * V, c.stream);
-    dz_op = ws.dz_f32.get();
+  const DType L = r.recipe.logits;
+  BackwardOperands o;
+  o.op = backward_operand(r.recipe);
+  o.dz = dz;
+  if (o.op == DType::fp32 && L != DType::fp32) {
+    launch_convert(L, dz, DType::fp32, ws.dz_f32.get(), rows * P.V, c.stream);
+    o.dz = ws.dz_f32.get();
   }
-  const void* H_op = byte_ptr(P.H, r0 * D * sz(P.input));
-  const void* W_op = P.W;
+  o.H = byte_ptr(P.H, r0 * P.D * sz(P.input));
+  o.W = P.W;
   if (ws.plan.W_f32 > 0) {
-    launch_convert(P.input, H_op, DType::fp32, ws.H_f32.get(), rows * D, c.stream);
-    H_op = ws.H_f32.get();
-    W_op = ws.W_f32.get();
+    launch_convert(P.input, o.H, DType::fp32, ws.H_f32.get(), rows * P.D, c.stream);
+    o.H = ws.H_f32.get();
+    o.W = ws.W_f32.get();
   }
+  return o;
+}
+
+void chunk_dH(const DeviceRun& r, const DeviceContext& c, Workspace& ws, const BackwardOperands& o,
+              std::int64_t r0, std::int64_t rows) {
+  const DType grad = r.recipe.grad;
+  const std::int64_t V = r.prob.V, D = r.prob.D;
   // dH rows: complete over V in one GEMM, one rounding to grad.
   void* dH_rows = byte_ptr(r.out.dH, r0 * D * sz(grad));
-  if (gemm_output_direct(op, grad)) {
-    gemm_dH(c.blas, op, dz_op, W_op, rows, V, D, grad, dH_rows);
+  if (gemm_output_direct(o.op, grad)) {
+    gemm_dH(c.blas, o.op, o.dz, o.W, rows, V, D, grad, dH_rows);
   } else {
-    gemm_dH(c.blas, op, dz_op, W_op, rows, V, D, DType::fp32, ws.dH_f32.get());
+    gemm_dH(c.blas, o.op, o.dz, o.W, rows, V, D, DType::fp32, ws.dH_f32.get());
     launch_round_rows(ws.dH_f32.as<float>(), nullptr, rows, D, grad, dH_rows, c.stream);
   }
-  // dW.
+}
+
+void chunk_dW_db(const DeviceRun& r, const DeviceContext& c, Workspace& ws,
+                 const BackwardOperands& o, const void* dz, std::int64_t rows,
+                 std::int64_t chunk_index) {
+  const DeviceProblem& P = r.prob;
+  const DType L = r.recipe.logits, grad = r.recipe.grad, accum = r.recipe.accum;
+  const std::int64_t V = P.V, D = P.D;
   if (ws.plan.n_chunks <= 1) {
-    if (gemm_output_direct(op, grad)) {
-      gemm_dW(c.blas, op, dz_op, H_op, rows, V, D, grad, r.out.dW, 0.0f);
+    if (gemm_output_direct(o.op, grad)) {
+      gemm_dW(c.blas, o.op, o.dz, o.H, rows, V, D, grad, r.out.dW, 0.0f);
     } else {
-      gemm_dW(c.blas, op, dz_op, H_op, rows, V, D, DType::fp32, ws.dW_tmp.get(), 0.0f);
+      gemm_dW(c.blas, o.op, o.dz, o.H, rows, V, D, DType::fp32, ws.dW_tmp.get(), 0.0f);
       launch_round_rows(ws.dW_tmp.as<float>(), nullptr, V, D, grad, r.out.dW, c.stream);
     }
   } else if (accum == DType::fp32) {
     void* acc = ws.plan.dW_acc > 0 ? ws.dW_acc.get() : r.out.dW;
-    gemm_dW(c.blas, op, dz_op, H_op, rows, V, D, DType::fp32, acc, chunk_index == 0 ? 0.0f : 1.0f);
+    gemm_dW(c.blas, o.op, o.dz, o.H, rows, V, D, DType::fp32, acc, chunk_index == 0 ? 0.0f : 1.0f);
   } else {
-    gemm_dW(c.blas, op, dz_op, H_op, rows, V, D, DType::fp32, ws.dW_tmp.get(), 0.0f);
+    gemm_dW(c.blas, o.op, o.dz, o.H, rows, V, D, DType::fp32, ws.dW_tmp.get(), 0.0f);
     launch_accumulate(ws.dW_acc.as<float>(), ws.dW_tmp.as<float>(), V * D, accum, c.stream);
   }
   if (P.bias != nullptr && ws.plan.db_acc > 0)
     launch_db_accumulate(L, dz, rows, V, accum, ws.db_acc.as<float>(), c.stream);
+}
+
+void chunk_backward(const DeviceRun& r, const DeviceContext& c, Workspace& ws, const void* dz,
+                    std::int64_t r0, std::int64_t rows, std::int64_t chunk_index) {
+  const BackwardOperands o = backward_operands(r, c, ws, dz, r0, rows);
+  chunk_dH(r, c, ws, o, r0, rows);
+  chunk_dW_db(r, c, ws, o, dz, rows, chunk_index);
 }
 
 void finish(const DeviceRun& r, const DeviceContext& c, Workspace& ws) {
@@ -462,7 +491,7 @@ StrategyOutputs CudaStrategy::run(const RunRequest& req) const {
     std::vector<unsigned char> raw(static_cast<std::size_t>(b.bytes()));
     if (b.bytes() > 0)
       XL_CUDA_CHECK(cudaMemcpy(raw.data(), b.get(), raw.size(), cudaMemcpyDeviceToHost));
-    to_doubles(raw, t, out);
+    device_values_to_doubles(raw, t, out);
   };
   std::vector<float> loss_f(static_cast<std::size_t>(P.N));
   XL_CUDA_CHECK(cudaMemcpy(loss_f.data(), o_loss.get(), loss_f.size() * 4, cudaMemcpyDeviceToHost));

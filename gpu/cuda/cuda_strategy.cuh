@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gpu/cuda/ce_kernels.cuh"
 #include "gpu/cuda/device_buffer.cuh"
@@ -92,7 +93,9 @@ struct WorkspacePlan {
   std::int64_t dW_acc = 0;      ///< fp32 dW accumulator (V, D) holding accum-dtype values
   std::int64_t dW_tmp = 0;      ///< fp32 per-chunk dW for a 16-bit accumulator (V, D)
   std::int64_t db_acc = 0;      ///< db accumulator (V)
-  std::int64_t row_states = 0;  ///< fused: per-row online (max, sum) partials and x_t, fp32
+  /// fused: per-row online (max, sum) partials and x_t, fp32; vocab_parallel: per-row max, target
+  /// logit (fp32) and the shard's sum-exp and Σx (accum dtype, 4 bytes reserved each).
+  std::int64_t row_states = 0;
   std::int64_t cublas = kCublasWorkspaceBytes;
   std::int64_t total() const {
     return logits + logits_f32 + dz_f32 + H_f32 + W_f32 + dH_f32 + dW_acc + dW_tmp + db_acc +
@@ -100,8 +103,12 @@ struct WorkspacePlan {
   }
 };
 
-/// Workspace for `rows` tokens per chunk (n_chunks = ⌈N/rows⌉).
-WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows);
+/// Workspace for `rows` tokens per chunk (n_chunks = ⌈N/rows⌉). With `vocab_sharded` (one rank
+/// of vocab_parallel, q.V its shard's rows): also the fp32 dH chunk that is all-reduced before its
+/// one rounding to grad (always, linear problems with gradients), and the per-row statistics of
+/// the collectives (16 bytes per token row).
+WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows,
+                             bool vocab_sharded = false);
 /// Largest chunk whose plan fits the memory budget and holds at most kMaxChunkLogits logits (at
 /// least one token: a row of V > 2^30 entries is one chunk by itself), balanced over the chunks
 /// and rounded to a multiple of 128 tokens where that still fits; or the whole batch as one chunk
@@ -112,8 +119,9 @@ WorkspacePlan plan_workspace(const WorkspaceQuery& q, std::int64_t rows);
 /// multi-chunk plan needs whatever its chunk size, and a given chunk_tokens overrides it;
 /// a budget > 0 bounds a given chunk_tokens too (InputError naming both byte counts and the chunk
 /// size). Throws InputError naming the bytes needed for one token when even that does not fit.
+/// `vocab_sharded`: the plans of plan_workspace(q, rows, true).
 WorkspacePlan plan_chunks(const WorkspaceQuery& q, std::int64_t budget, std::int64_t chunk_tokens,
-                          const std::string& strategy);
+                          const std::string& strategy, bool vocab_sharded = false);
 
 /// Kernel parameters of a LossSpec for rows of length V with accumulator `accum`.
 RowLossParams make_row_params(const LossSpec& s, std::int64_t V, DType accum);
@@ -143,9 +151,29 @@ void begin(const DeviceRun& r, const DeviceContext& c, Workspace& ws);
 void* chunk_logits(const DeviceRun& r, const DeviceContext& c, Workspace& ws, std::int64_t r0,
                    std::int64_t rows);
 /// Backward GEMMs of rows [r0, r0+rows) from their dz (rows, V) in the logits dtype: dH rows
-/// (rounded to grad), dW into the accumulator (or the output directly with one chunk), db.
+/// (rounded to grad), dW into the accumulator (or the output directly with one chunk), db. The
+/// same operations as backward_operands, chunk_dH, chunk_dW_db in this order.
 void chunk_backward(const DeviceRun& r, const DeviceContext& c, Workspace& ws, const void* dz,
                     std::int64_t r0, std::int64_t rows, std::int64_t chunk_index);
+/// The operands of a chunk's backward GEMMs, all of dtype `op`: dz (rows, V), the H chunk
+/// (rows, D) and W (V, D), widened exactly to fp32 into the workspace where op is fp32 and they
+/// are not.
+struct BackwardOperands {
+  DType op = DType::fp32;
+  const void* dz = nullptr;
+  const void* H = nullptr;
+  const void* W = nullptr;
+};
+BackwardOperands backward_operands(const DeviceRun& r, const DeviceContext& c, Workspace& ws,
+                                   const void* dz, std::int64_t r0, std::int64_t rows);
+/// dH rows [r0, r0+rows) = dz·W, complete over V, rounded once to grad into r.out.dH.
+void chunk_dH(const DeviceRun& r, const DeviceContext& c, Workspace& ws, const BackwardOperands& o,
+              std::int64_t r0, std::int64_t rows);
+/// dW += dzᵀ·H_chunk (into the accumulator, or the output directly with one chunk) and db from dz
+/// (rows, V) in the logits dtype.
+void chunk_dW_db(const DeviceRun& r, const DeviceContext& c, Workspace& ws,
+                 const BackwardOperands& o, const void* dz, std::int64_t rows,
+                 std::int64_t chunk_index);
 /// After the last chunk: rounds the dW and db accumulators into the outputs.
 void finish(const DeviceRun& r, const DeviceContext& c, Workspace& ws);
 }  // namespace steps
@@ -175,6 +203,10 @@ class CudaStrategy : public Strategy {
  protected:
   virtual Status check_specific(const Problem& p, const LossSpec& s, const Recipe& r) const;
 };
+
+/// Device values of dtype t (fp32, fp16 or bf16 bytes, as downloaded) → exact doubles.
+void device_values_to_doubles(const std::vector<unsigned char>& raw, DType t,
+                              std::vector<double>& out);
 
 /// Reduced loss from the per-token losses (fp32 values in the accum dtype), docs/arithmetic.md §6:
 /// terms g_i·loss_i (reduction none, product in fp32, rounded to accum) or loss_i; a pairwise tree

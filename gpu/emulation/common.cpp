@@ -83,31 +83,33 @@ void block_linear_logits(const Ctx& c, const float* Hs, std::int64_t R, float* Z
 }
 
 // §8 dH = dz·W for a block of R rows: fp32 with exact products, per (r, k) sequential over j —
-// over all of V (vocab_tile = 0: one GEMM over the row), or (fused, vocab_tile > 0) within each
-// vocabulary tile into a fresh fp32 partial that is then added to the running sum, as the fused
-// kernel's per-tile tensor-core sums added into its fp32 dH accumulator. The hidden dimension is
-// split over threads; each reads its slice of every W row.
+// over all of V (begins empty: one GEMM over the row), or within each vocabulary range
+// [begins[q], begins[q+1]) into a fresh fp32 partial that is then added to the running sum in
+// range order (fused: the kernel's per-tile tensor-core sums added into its fp32 dH accumulator;
+// vocab_parallel: each rank's partial over its shard, then the cross-rank sum). The hidden
+// dimension is split over threads; each reads its slice of every W row.
 void block_dH(const Ctx& c, const float* dz, std::int64_t R, float* acc, bool par,
-              std::int64_t vocab_tile) {
+              const std::vector<std::int64_t>& begins) {
   const std::int64_t V = c.V, D = c.D;
   std::fill(acc, acc + R * D, 0.0f);
   const std::int64_t slices = par ? std::max<std::int64_t>(1, std::min<std::int64_t>(D, 64)) : 1;
   const std::int64_t width = (D + slices - 1) / slices;
-  const std::int64_t tile = vocab_tile > 0 ? vocab_tile : V;
+  const bool ranges = !begins.empty();
+  const std::vector<std::int64_t> starts = ranges ? begins : std::vector<std::int64_t>{0};
 #pragma omp parallel if (par)
   {
     std::vector<double> wbuf(static_cast<std::size_t>(width));
     std::vector<float> w(static_cast<std::size_t>(width));
-    std::vector<float> part(vocab_tile > 0 ? static_cast<std::size_t>(R * width) : 0);
+    std::vector<float> part(ranges ? static_cast<std::size_t>(R * width) : 0);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t sl = 0; sl < slices; ++sl) {
       const std::int64_t k0 = sl * width, k1 = std::min(D, k0 + width);
       if (k0 >= k1) continue;
-      for (std::int64_t j0 = 0; j0 < V; j0 += tile) {
-        const std::int64_t j1 = std::min(V, j0 + tile);
-        // Sums of this tile: straight into acc (one tile = the whole row), or into part.
-        float* dst = vocab_tile > 0 ? part.data() : nullptr;
-        const std::int64_t ld = vocab_tile > 0 ? width : D;
+      for (std::size_t q = 0; q < starts.size(); ++q) {
+        const std::int64_t j0 = starts[q], j1 = q + 1 < starts.size() ? starts[q + 1] : V;
+        // Sums of this range: straight into acc (one range = the whole row), or into part.
+        float* dst = ranges ? part.data() : nullptr;
+        const std::int64_t ld = ranges ? width : D;
         if (dst != nullptr) std::fill(part.begin(), part.end(), 0.0f);
         for (std::int64_t j = j0; j < j1; ++j) {
           bool any = false;
@@ -290,7 +292,7 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   c.pb = &pb;
   c.sp = req.spec;
   c.rc = req.recipe;
-  c.ar = arithmetic(req.recipe);
+  c.ar = run_arithmetic(req);
   c.N = pb.N;
   c.V = pb.V;
   c.D = pb.D;
@@ -373,6 +375,7 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   }
 
   const bool grads = req.want_grads;
+  const std::vector<std::int64_t> dH_begins = dH_vocab_begins(c);
   const std::int64_t threads = omp_get_max_threads();
   // Rows are processed in blocks of the strategy's size (block_rows); each block's dW and db are
   // added into the accumulators by the strategy (add_block_grads).
@@ -438,7 +441,7 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
     }
     if (!grads || !c.linear) continue;
     const float* dz = zbuf.data();
-    block_dH(c, dz, R, dHacc.data(), par, dH_vocab_tile());
+    block_dH(c, dz, R, dHacc.data(), par, dH_begins);
     for (std::int64_t r = 0; r < R; ++r)
       for (std::int64_t d = 0; d < D; ++d)
         out.dH[sz((q0 + r) * D + d)] = rnd(dHacc[sz(r * D + d)], G);

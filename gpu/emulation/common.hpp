@@ -20,6 +20,11 @@
 //                    SM count: gpu/fused_plan.hpp;
 //                    declared online_tree, as
 //                    the CUDA kernel)
+//   vocab_parallel   per rank blocked over its  as chunked (each rank's own       a chunk
+//   .cpp             shard with the global max, vocabulary rows)
+//                    the P partials added in
+//                    rank order; dH per shard,
+//                    added in rank order
 //
 // Host memory is the emulator's own (a block of rows' logits/dz, the dW accumulator), reported in
 // peak_extra_bytes; W is read on demand in panels, never copied whole. OpenMP over token rows
@@ -97,9 +102,11 @@ class EmulatedStrategy : public Strategy {
   /// Token rows whose logits (then dz) the engine holds at once, ≥ 1 (clamped to the S rows): the
   /// unit of the strategy's dW/db accumulation (add_block_grads).
   virtual std::int64_t block_rows(const RunRequest& req, std::int64_t V, std::int64_t S) const = 0;
-  /// §8 dH = dz·W: 0 for one fp32 GEMM over the whole row, or a vocabulary tile whose fp32
-  /// partial sums are added into the fp32 dH accumulator tile by tile.
-  virtual std::int64_t dH_vocab_tile() const { return 0; }
+  /// §8 dH = dz·W: empty for one fp32 GEMM over the whole row straight into the dH accumulator;
+  /// otherwise the begins of contiguous vocabulary ranges (ascending, the first 0, the last range
+  /// ending at V) whose fp32 partial sums are added into the fp32 accumulator range by range, in
+  /// this order (fused: tiles of 256; vocab_parallel: the ranks' shards).
+  virtual std::vector<std::int64_t> dH_vocab_begins(const EngineContext&) const { return {}; }
   /// §8 dW += dzᵀ·H (and db += Σ_rows dz) of one block, in this strategy's order.
   virtual void add_block_grads(const BlockGrads& b) const = 0;
 };

@@ -141,7 +141,11 @@ class FusedEmulation final : public EmulatedStrategy {
   std::int64_t block_rows(const RunRequest&, std::int64_t, std::int64_t) const override {
     return gpu::kFusedBlockTokens;
   }
-  std::int64_t dH_vocab_tile() const override { return gpu::kFusedBackwardVocabTile; }
+  std::vector<std::int64_t> dH_vocab_begins(const EngineContext& c) const override {
+    std::vector<std::int64_t> begins;
+    for (std::int64_t j0 = 0; j0 < c.V; j0 += gpu::kFusedBackwardVocabTile) begins.push_back(j0);
+    return begins;
+  }
   void add_block_grads(const BlockGrads& b) const override {
     for_each_vocab_row(b, [&](std::int64_t k, std::int64_t j, float* part) {
       std::fill(part, part + b.D, 0.0f);  // the block's fp32 partial

@@ -600,13 +600,17 @@ VerifyPolicy policy_of(std::optional<std::string> name, const std::string& stric
 
 nb::dict verify(const Golden& g, const std::string& candidate, const VerifyPolicy& pol,
                 const std::vector<std::string>& required, const std::string& check, bool explain,
-                std::int64_t baseline_rows, std::uint64_t baseline_seed) {
+                std::int64_t baseline_rows, std::uint64_t baseline_seed,
+                const std::string& baseline_backend) {
   VerifyOptions opt;
   opt.required = required;
   opt.check = parse_verify_check(check);  // InputError naming the value, as the command's
   opt.explain = explain;
   opt.baseline.rows = baseline_rows;
   opt.baseline.seed = baseline_seed;
+  // The device is asked for only where a baseline runs, as the command asks.
+  const bool runs_baseline = !pol.explicit_tol && (opt.check != VerifyCheck::bound || explain);
+  opt.baseline.backends = baseline_backends(baseline_backend, runs_baseline, "baseline_backend");
   VerifyReport r;
   {
     nb::gil_scoped_release release;
@@ -881,7 +885,7 @@ NB_MODULE(_xentlab, m) {
   m.def("parse_required_outputs", &parse_required_outputs);
   m.def("candidate_output_names", &candidate_output_names);
   m.def("verify", &verify, "golden"_a, "candidate"_a, "policy"_a, "required"_a, "check"_a,
-        "explain"_a, "baseline_rows"_a, "baseline_seed"_a);
+        "explain"_a, "baseline_rows"_a, "baseline_seed"_a, "baseline_backend"_a);
   m.def("check_junit_output", &check_junit_output, "path"_a, "force"_a);
   m.def("write_junit", [](const std::string& path, bool force, const VerifyReport& r) {
     write_junit(path, force, r);

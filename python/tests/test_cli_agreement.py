@@ -177,6 +177,30 @@ def test_verify_bad_check_options_raise(cli, tmp_path, cache_dir):
         xentlab.verify(g.path, cand, rtol=1e-3, check="differential")
     with pytest.raises(ValueError, match="baseline_rows"):
         xentlab.verify(g.path, cand, baseline_rows=-1)
+    # baseline_backend: the command's values and message, with the keyword's name; checked even
+    # where no baseline runs (check='bound').
+    r = cli("verify", g.path, cand, "--baseline-backend", "gpu")
+    with pytest.raises(ValueError, match="baseline_backend must be cpu, cuda, all or auto, got 'gpu'"):
+        xentlab.verify(g.path, cand, baseline_backend="gpu")
+    with pytest.raises(ValueError, match="baseline_backend must be"):
+        xentlab.verify(g.path, cand, baseline_backend="gpu", check="bound")
+    assert "--baseline-backend must be cpu, cuda, all or auto, got 'gpu'" in r.stderr
+    with pytest.raises(TypeError):
+        xentlab.verify(g.path, cand, baseline_backend=1)
+    with pytest.raises(ValueError, match="baseline_rows does not apply with atol/rtol"):
+        xentlab.verify(g.path, cand, atol=1e-3, baseline_rows=4)
+    if not xentlab._xentlab.cuda_reference_available()[0]:
+        # No GPU here: the CUDA baseline is refused with the reason, as by the command.
+        r = cli("verify", g.path, cand, "--baseline-backend", "cuda")
+        with pytest.raises(ValueError, match="baseline_backend cuda: "):
+            xentlab.verify(g.path, cand, baseline_backend="cuda")
+        assert "--baseline-backend cuda: " in r.stderr and r.returncode == 2
+        # auto falls back to the emulation: the same verdicts and baselines as the default.
+        def verdicts(rep):
+            return [(o.name, o.status, o.differential["status"], o.differential["baseline_normwise"])
+                    for o in rep.outputs]
+        assert verdicts(xentlab.verify(g.path, cand, baseline_backend="auto")) == verdicts(
+            xentlab.verify(g.path, cand))
     # A JUnit report is never written over the files it reports on, even with force.
     before = cand.read_bytes()
     with pytest.raises(ValueError, match="is the candidate file itself"):

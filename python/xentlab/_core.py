@@ -605,7 +605,8 @@ def _policy(g: Golden, policy, strictness, k, atol, rtol):
 def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str = "default",
            k: Optional[float] = None, atol: Optional[float] = None, rtol: Optional[float] = None,
            require: Iterable[str] = (), junit=None, force: bool = False, check: str = "both",
-           explain: bool = False, baseline_rows: int = 0, baseline_seed: int = 1) -> VerifyReport:
+           explain: bool = False, baseline_rows: int = 0, baseline_seed: int = 1,
+           baseline_backend: str = "cpu") -> VerifyReport:
     """Scores a candidate file against a golden file, as ``xentlab verify`` does (the same
     policies, tolerances, report and JUnit file; docs/verify.md).
 
@@ -618,8 +619,12 @@ def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str =
     differential check compares the candidate's error with the CPU emulation of the policy's recipe
     on the same problem; each output's ``differential`` dict holds both errors and the limits);
     explain: also rank the recipes of the grid by how well they explain the candidate's errors
-    (in ``text``); baseline_rows (0 = automatic) and baseline_seed: the baseline's token sample.
-    Raises InputError (ValueError) for invalid options (the command's messages, with the
+    (in ``text``); baseline_rows (0 = automatic) and baseline_seed: the baseline's token sample;
+    baseline_backend: whose strategies make the baseline — "cpu" (the default: the CPU emulation,
+    the same verdict on every machine), "cuda" (the lab's CUDA kernels), "all" (both) or "auto"
+    (all where a GPU is present, else cpu); docs/verify.md, "Tensor-core accumulation".
+    Raises InputError (ValueError) for invalid options (and for "cuda"/"all" without a usable GPU,
+    naming why) (the command's messages, with the
     keyword's name), FormatError (ValueError) for unreadable files."""
     # the options' types first, before any file is read
     for name, v in (("k", k), ("atol", atol), ("rtol", rtol)):
@@ -628,9 +633,16 @@ def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str =
     _text("strictness", strictness)
     required = _x.parse_required_outputs(_names("require", require))
     check = _text("check", check)
+    baseline_backend = _text("baseline_backend", baseline_backend)
     if (atol is not None or rtol is not None) and (check == "differential" or explain):
         raise InputError("check='differential' and explain need a recipe to emulate: atol/rtol "
                          "declare none (give a policy instead)")
+    if atol is not None or rtol is not None:
+        for name, v, default in (("baseline_rows", baseline_rows, 0), ("baseline_seed", baseline_seed, 1),
+                                 ("baseline_backend", baseline_backend, "cpu")):
+            if v != default:
+                raise InputError(f"{name} does not apply with atol/rtol: the explicit tolerance runs no "
+                                 f"differential baseline; leave one of them out")
     if isinstance(baseline_rows, bool) or not isinstance(baseline_rows, int) or baseline_rows < 0:
         raise InputError(f"baseline_rows must be an integer >= 0 (0 = automatic), got {baseline_rows!r}")
     if isinstance(baseline_seed, bool) or not isinstance(baseline_seed, int) or baseline_seed < 0:
@@ -644,7 +656,7 @@ def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str =
     g = golden if isinstance(golden, Golden) else read_golden(golden)
     pol = _policy(g, policy, strictness, k, atol, rtol)
     d = _x.verify(g._c, _path(candidate, "candidate"), pol, required, check, bool(explain), baseline_rows,
-                  baseline_seed)
+                  baseline_seed, baseline_backend)
     d["outputs"] = [VerifyOutput(**o) for o in d["outputs"]]
     d["k"] = pol.k
     rep = VerifyReport(**d)
@@ -734,7 +746,8 @@ def audit(problems: Optional[Sequence[str]] = None, datasets: Sequence[Any] = ()
 
 
 def strategies() -> list:
-    """The registered strategies (CPU emulation)."""
+    """The strategies of the default set (CPU emulation): those an audit without `strategies`
+    runs. vocab_parallel is registered outside it and runs when named (with one rank here)."""
     return _x.strategy_names()
 
 

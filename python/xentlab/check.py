@@ -323,7 +323,8 @@ def _worst(g: Golden, name: str, stats: dict, cand, shape: list) -> Optional[dic
 def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str] = None, *, framework: str = "numpy",
           device=None, strictness: str = "default", k: Optional[float] = None, atol: Optional[float] = None,
           rtol: Optional[float] = None, require=None, cache_dir=None, tier: str = "auto",
-          implementation: Optional[str] = None, check: str = "both") -> CheckReport:
+          implementation: Optional[str] = None, check: str = "both",
+          baseline_backend: str = "cpu") -> CheckReport:
     """Runs ``loss_fn`` on a golden problem and scores its outputs against the certified
     reference with verify (docs/verify.md; see this module's docstring for the calling
     convention and what loss_fn may return).
@@ -331,9 +332,10 @@ def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str]
     problem: a catalog name (its golden file is cached, :func:`cached_golden`), a golden file
     path, a :class:`Golden` or a :class:`Problem`. policy: the arithmetic the function is allowed
     ("bf16", "fp16", "fp32" or a recipe "in/logits/accum/grad"; default: the problem's input
-    dtype); strictness, k, atol, rtol and check ("bound", "differential" or "both": the
+    dtype); strictness, k, atol, rtol, check ("bound", "differential" or "both": the
     differential check holds the function's errors to twice the CPU emulation of the policy's
-    recipe) as :func:`xentlab.verify`. framework: "numpy" (the inputs
+    recipe) and baseline_backend ("cpu", "cuda", "all" or "auto": "all" adds the lab's CUDA
+    kernels to the baseline, for a function on tensor cores) as :func:`xentlab.verify`. framework: "numpy" (the inputs
     are numpy arrays, bf16 as ml_dtypes.bfloat16) or "torch" (torch tensors on ``device``,
     requiring grad). require: outputs that must be present (default: the loss, and for a torch
     loss every gradient autograd can give — of these, those the golden file holds a reference
@@ -373,7 +375,7 @@ def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str]
                                 "every token row" if g.partial else ""))
         required = [n for n in returned if n in judged] if asked is None else asked
         rep = verify(g, cand, policy=policy, strictness=strictness, k=k, atol=atol, rtol=rtol,
-                     require=required, check=check)
+                     require=required, check=check, baseline_backend=baseline_backend)
     checks = []
     for o in rep.outputs:
         stats = o.stats

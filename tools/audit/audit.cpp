@@ -12,6 +12,7 @@
 
 #include "datasets/problem_ops.hpp"
 #include "gpu/registry.hpp"
+#include "gpu/vocab_shards.hpp"
 #include "judge/bounds_for.hpp"
 #include "judge/emulation_check.hpp"
 #include "numerics/error.hpp"
@@ -94,12 +95,30 @@ RunRecord new_record(const AuditProblem& ap, const Strategy& st, const Recipe& r
   rec.input = input;
   rec.chunk_tokens = cfg.chunk_tokens;
   rec.upstream = cfg.upstream;
+  if (strategy_traits(st.name()).shards_vocabulary) {
+    rec.ranks = cfg.ranks;
+    for (const VocabShard& s : vocab_shards(ap.problem.V, cfg.ranks))
+      rec.shard_begins.push_back(s.begin);
+  }
   return rec;
 }
 
-// Throws InputError for a configuration the audit cannot run (see run_audit).
-void check_config(const std::vector<AuditProblem>& problems, const AuditConfig& cfg) {
+// Throws InputError for a configuration the audit cannot run (see run_audit); `chosen`, the
+// strategies it runs.
+void check_config(const std::vector<AuditProblem>& problems, const AuditConfig& cfg,
+                  const std::vector<const Strategy*>& chosen) {
   if (problems.empty()) throw InputError("audit: no problems to audit");
+  if (cfg.ranks < 1)
+    throw InputError(
+        fmt::format("audit: vocabulary-parallel ranks must be at least 1 (got {})", cfg.ranks));
+  for (const Strategy* st : chosen) {
+    if (!strategy_traits(st->name()).shards_vocabulary) continue;
+    for (const AuditProblem& ap : problems) try {
+        (void)vocab_shards(ap.problem.V, cfg.ranks);
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("audit: {} on problem {}: {}", st->name(), ap.name, e.what()));
+      }
+  }
   if (cfg.chunk_tokens < 0)
     throw InputError(fmt::format(
         "audit: chunk_tokens must be >= 0 token rows per chunk (0 = each strategy's default), "
@@ -116,14 +135,15 @@ void check_config(const std::vector<AuditProblem>& problems, const AuditConfig& 
             ap.name, to_string(ap.spec.reduction)));
 }
 
-// The strategies of `registered` that cfg.strategies names (all when it is empty), in registry
-// order. Throws InputError for a name that is not registered.
+// The strategies of `registered` that cfg.strategies names (those of the default set when it is
+// empty), in registry order. Throws InputError for a name that is not registered.
 std::vector<const Strategy*> choose_strategies(
     const std::vector<std::unique_ptr<Strategy>>& registered, const AuditConfig& cfg) {
   std::vector<const Strategy*> chosen;
   for (const auto& s : registered)
-    if (cfg.strategies.empty() ||
-        std::find(cfg.strategies.begin(), cfg.strategies.end(), s->name()) != cfg.strategies.end())
+    if (cfg.strategies.empty() ? strategy_traits(s->name()).in_default_set
+                               : std::find(cfg.strategies.begin(), cfg.strategies.end(),
+                                           s->name()) != cfg.strategies.end())
       chosen.push_back(s.get());
   for (const auto& name : cfg.strategies) {
     bool known = false;
@@ -140,7 +160,8 @@ std::vector<const Strategy*> choose_strategies(
 // What every run of an audit shares: the configuration, the strategies, the recipes, the policy
 // and the CPU emulations a device run is held to.
 struct AuditPlan {
-  explicit AuditPlan(const AuditConfig& c) : cfg(c), registered(make_strategies(c.backend)) {}
+  explicit AuditPlan(const AuditConfig& c)
+      : cfg(c), registered(make_strategies(c.backend, StrategySet::all)) {}
   const AuditConfig& cfg;
   std::vector<std::unique_ptr<Strategy>> registered;
   std::vector<const Strategy*> chosen;
@@ -211,7 +232,15 @@ RunRecord audit_run(const AuditPlan& plan, const AuditProblem& ap, DType input, 
                     const Recipe& recipe, const Strategy& st) {
   const AuditConfig& cfg = plan.cfg;
   RunRecord rec = new_record(ap, st, recipe, input, cfg);
-  rec.arith = st.arithmetic(recipe);
+  RunRequest req;
+  req.problem = &pr.problem;
+  req.spec = ap.spec;
+  req.recipe = recipe;
+  req.emulated_sms = cfg.device_sms;
+  req.chunk_tokens = cfg.chunk_tokens;
+  req.ranks = static_cast<int>(cfg.ranks);
+  req.upstream = pr.upstream;
+  rec.arith = st.run_arithmetic(req);
   const Status can = st.can_implement(pr.problem, ap.spec, recipe);
   if (!can.ok()) {
     rec.verdict = verdict_not_run(
@@ -220,13 +249,6 @@ RunRecord audit_run(const AuditPlan& plan, const AuditProblem& ap, DType input, 
     return rec;
   }
   try {
-    RunRequest req;
-    req.problem = &pr.problem;
-    req.spec = ap.spec;
-    req.recipe = recipe;
-    req.emulated_sms = cfg.device_sms;
-    req.chunk_tokens = cfg.chunk_tokens;
-    req.upstream = pr.upstream;
     const auto t0 = std::chrono::steady_clock::now();
     const StrategyOutputs out = st.run(req);
     rec.seconds =
@@ -337,12 +359,12 @@ void require_some_run(const AuditResult& res) {
 }
 
 AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& cfg) {
-  check_config(problems, cfg);
   AuditPlan plan(cfg);
   if (plan.registered.empty())
     throw InputError(
         fmt::format("audit: no strategies are registered for backend {}", to_string(cfg.backend)));
   plan.chosen = choose_strategies(plan.registered, cfg);
+  check_config(problems, cfg, plan.chosen);
   // Every GPU run is judged against its emulated twin as well as the bound: refuse, before any
   // work, a strategy whose registry row has no CPU emulation.
   if (cfg.backend != Backend::cpu_emulation) {
@@ -359,7 +381,7 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
   plan.recipes = cfg.recipes.empty() ? default_recipe_grid() : cfg.recipes;
   plan.policy = policy_by_name(cfg.policy);
   if (cfg.backend != Backend::cpu_emulation)
-    plan.emulations = make_strategies(Backend::cpu_emulation);
+    plan.emulations = make_strategies(Backend::cpu_emulation, StrategySet::all);
   plan.total = static_cast<std::int64_t>(problems.size()) *
                static_cast<std::int64_t>(plan.recipes.size()) *
                static_cast<std::int64_t>(plan.chosen.size());

@@ -90,6 +90,10 @@ struct AuditConfig {
   /// do not chunk tokens and ignore it); 0 = their default. Must be ≥ 0. The bounds hold for
   /// any chunk width (bounds_for_reference takes the worst case, one chunk per token row).
   std::int64_t chunk_tokens = 0;
+  /// Vocabulary-parallel ranks P of the strategies that shard the vocabulary
+  /// (StrategyTraits::shards_vocabulary: vocab_parallel; RunRequest::ranks); the others ignore
+  /// it. Must be ≥ 1 and, when such a strategy is chosen, ≤ every problem's V.
+  std::int64_t ranks = 1;
   /// Reduction none: the upstream gradient of every run and of the reference, "ones" (empty) or
   /// "random" (random_upstream over the sub-batch's rows, seed `seed` + 2). "random" with a
   /// problem whose reduction is not none is refused.
@@ -113,6 +117,10 @@ struct RunRecord {
   std::string spec;               ///< LossSpec::describe() of the problem's loss options
   DType input = DType::bf16;      ///< input dtype of the problem's version run (recipe.input)
   std::int64_t chunk_tokens = 0;  ///< as requested (AuditConfig::chunk_tokens; 0 = default)
+  /// A strategy that shards the vocabulary: its ranks P (AuditConfig::ranks) and the first
+  /// vocabulary row of each rank's shard (vocab_shards); 0 and empty for the other strategies.
+  std::int64_t ranks = 0;
+  std::vector<std::int64_t> shard_begins;
   std::string upstream = "ones";  ///< reduction none: "ones" or "random" (AuditConfig)
   DeclaredArithmetic arith;
   Verdict verdict;
@@ -180,9 +188,11 @@ struct AuditResult {
   std::int64_t incorrect = 0, failed = 0, not_supported = 0, passed = 0;
 };
 
-/// Runs the audit over the problems. Throws InputError for unknown strategy names or an empty set,
-/// a negative chunk_tokens, an upstream other than ones or random, or upstream random beside a
-/// problem whose reduction is not none.
+/// Runs the audit over the problems: the strategies named by AuditConfig::strategies (any row of
+/// the registry), or without names those of the default set (StrategyTraits::in_default_set).
+/// Throws InputError for unknown strategy names or an empty set, a negative chunk_tokens, ranks
+/// < 1 or (with a strategy that shards the vocabulary) > a problem's V, an upstream other than ones
+/// or random, or upstream random beside a problem whose reduction is not none.
 AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& config);
 
 /// Throws InputError when no run of the result was audited (every one not supported): nothing

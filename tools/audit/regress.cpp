@@ -26,8 +26,9 @@ struct RunSummary {
   std::string problem, input_dtype, strategy, backend, recipe;
   std::string disposition, reason, spec;
   std::int64_t seed = 0;
-  std::int64_t chunk_tokens = 0;                 ///< 0 = default (and in version 1 files)
-  std::string upstream = "ones";                 ///< "ones" in version 1 files
+  std::int64_t chunk_tokens = 0;  ///< 0 = default (and in version 1 files)
+  std::string upstream = "ones";  ///< "ones" in version 1 files
+  std::int64_t ranks = 0;         ///< vocabulary-parallel ranks (vocab_parallel runs), else 0
   std::vector<std::int64_t> token_rows;          ///< the problem's audited rows (empty when absent)
   std::map<std::string, OutputSummary> outputs;  // by output name
 };
@@ -61,12 +62,14 @@ std::vector<RunSummary> load_runs(const std::string& path) {
     // Version 2 attributes; a version 1 run had the defaults.
     if (g.has_attr("chunk_tokens")) r.chunk_tokens = g.attr_int("chunk_tokens");
     if (g.has_attr("upstream")) r.upstream = g.attr_string("upstream");
+    if (g.has_attr("ranks")) r.ranks = g.attr_int("ranks");
     const std::string pg = "problems/" + r.problem + "." + r.input_dtype;
     if (rows_of.count(pg) == 0 && f.exists(pg + "/token_rows"))
       rows_of[pg] = f.open_dataset(pg + "/token_rows").read_int64();
     r.token_rows = rows_of[pg];
     for (const auto& child : g.children()) {
-      if (child == "loss_abs_err") continue;
+      // The run's datasets (docs/audit.md); every other child is an output's group.
+      if (child == "loss_abs_err" || child == "shard_begins") continue;
       const h5::Group og = g.open_group(child);
       r.outputs[child] = {og.attr_double("max_ratio"), og.attr_double("normwise_rel_err"),
                           og.attr_string("out_dtype"), og.where()};
@@ -84,12 +87,13 @@ std::vector<RunSummary> load_runs(const std::string& path) {
 using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
 
 /// InputError when two runs of one name audited different problems (spec, seed, upstream
-/// gradient or audited token rows differ) or in another chunk width (another arithmetic):
+/// gradient or audited token rows differ) or in another chunk width or number of
+/// vocabulary-parallel ranks (another arithmetic):
 /// comparing their errors would compare nothing. `what` names the command.
 void require_same_problem(const char* what, const std::string& path_a, const std::string& path_b,
                           const std::string& name, const RunSummary& a, const RunSummary& b) {
   if (a.spec == b.spec && a.seed == b.seed && a.token_rows == b.token_rows &&
-      a.upstream == b.upstream && a.chunk_tokens == b.chunk_tokens)
+      a.upstream == b.upstream && a.chunk_tokens == b.chunk_tokens && a.ranks == b.ranks)
     return;
   throw InputError(fmt::format(
       "{}: {} and {} audited different problems under one name ({}: {}); audit both with the "
@@ -102,7 +106,8 @@ void require_same_problem(const char* what, const std::string& path_a, const std
       : a.chunk_tokens != b.chunk_tokens
           ? fmt::format("chunk_tokens {} against {} (--chunk-tokens)", a.chunk_tokens,
                         b.chunk_tokens)
-          : std::string("different audited token rows (--rows, --tokens)")));
+      : a.ranks != b.ranks ? fmt::format("ranks {} against {} (--ranks)", a.ranks, b.ranks)
+                           : std::string("different audited token rows (--rows, --tokens)")));
 }
 
 /// Runs keyed by (problem, input dtype, strategy, backend, recipe); a later run of the same key

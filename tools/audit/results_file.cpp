@@ -156,6 +156,10 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     g.set_attr("policy", cfg.policy);
     g.set_attr("chunk_tokens", r.chunk_tokens);
     g.set_attr("upstream", r.upstream);
+    if (r.ranks > 0) {  // a strategy that shards the vocabulary (vocab_parallel)
+      g.set_attr("ranks", r.ranks);
+      g.write("shard_begins", r.shard_begins);
+    }
     g.set_attr("disposition", std::string(to_string(r.verdict.disposition)));
     g.set_attr("decided_by", r.verdict.output);
     g.set_attr("reason", r.verdict.reason);

@@ -3,6 +3,7 @@
 // "logits may be bf16 while accumulation must be fp32". Exit status 1 when any run is incorrect or
 // failed.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <spawn.h>  // posix_spawnp, environ
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,6 +52,8 @@ struct AuditArgs {
   bool force = false, append = false, quiet = false;
   LossOptions loss;  ///< LossDefaults::problem: overrides applied to every problem when given
   std::int64_t chunk_tokens = 0;
+  std::int64_t ranks = 1;
+  bool ranks_given = false;
 };
 
 Backend choose_backend(const std::string& b, std::string& device, int& sms) {
@@ -143,15 +146,47 @@ audit::AuditConfig config_of(const AuditArgs& a) {
   cfg.policy = a.policy;
   policy_by_name(cfg.policy);  // unknown policy: fail before any work
   cfg.chunk_tokens = a.chunk_tokens;
+  cfg.ranks = a.ranks;
+  if (a.ranks_given) {
+    // --ranks is a parameter of the strategies that shard the vocabulary only: given without one,
+    // it would be silently ignored.
+    bool sharding = false;
+    for (const std::string& s : cfg.strategies)
+      if (const StrategyEntry* e = find_strategy_entry(s))
+        sharding = sharding || e->traits.shards_vocabulary;
+    if (!sharding) {
+      std::vector<std::string> names;
+      for (const StrategyEntry& e : strategy_table())
+        if (e.traits.shards_vocabulary) names.emplace_back(e.name);
+      throw InputError(fmt::format(
+          "--ranks {} applies to the strategies that shard the vocabulary ({}), and --strategies "
+          "names none (e.g. --strategies {} --ranks {})",
+          a.ranks, fmt::join(names, ", "), names.empty() ? "" : names.front(), a.ranks));
+    }
+  }
   cfg.upstream = a.loss.upstream_kind();
   return cfg;
 }
 
 // --append: one seed per file (runs of another seed would be compared as runs of the same
-// problems), likewise one chunk width and one upstream gradient (absent in version 1: 0, ones).
+// problems), likewise one chunk width and one upstream gradient (absent in version 1: 0, ones),
+// and one number of vocabulary-parallel ranks among the runs that record one.
 void check_append(const AuditArgs& a, const audit::AuditConfig& cfg) {
   const h5::File f = audit::open_results_file(a.out);
   if (!f.exists("runs")) return;
+  bool sharding = false;  // this audit runs a strategy that shards the vocabulary
+  for (const std::string& s : cfg.strategies)
+    if (const StrategyEntry* e = find_strategy_entry(s))
+      sharding = sharding || e->traits.shards_vocabulary;
+  if (sharding)
+    for (const auto& id : f.open_group("runs").children()) {
+      const h5::Group run = f.open_group("runs/" + id);
+      if (run.has_attr("ranks") && run.attr_int("ranks") != cfg.ranks)
+        throw InputError(fmt::format(
+            "--append: {} holds {} runs of --ranks {}, this audit's are of --ranks {}; write "
+            "it to another file",
+            a.out, run.attr_string("strategy"), run.attr_int("ranks"), cfg.ranks));
+    }
   for (const auto& id : f.open_group("runs").children()) {
     const h5::Group run = f.open_group("runs/" + id);
     const std::int64_t s = run.attr_int("seed");
@@ -385,7 +420,9 @@ void register_audit(CLI::App& app) {
       "--dataset,-d", a->datasets,
       "catalog datasets (xentlab datasets) or problem files (HDF5, .safetensors, a folder of "
       ".npy) to audit instead of the embedded set (repeatable, comma list)");
-  c->add_option("--strategies", a->strategies, "strategies (comma list); default all registered");
+  c->add_option("--strategies", a->strategies,
+                "strategies (comma list); default all registered but vocab_parallel, which runs "
+                "when named");
   c->add_option(
       "--recipes", a->recipes,
       "recipes input/logits/accum/grad (comma list); default: the grid of logits x accum in "
@@ -425,10 +462,15 @@ void register_audit(CLI::App& app) {
                 "fused do not chunk tokens)")
       ->check(non_negative())
       ->capture_default_str();
+  auto* ranks = c->add_option("--ranks", a->ranks,
+                              "vocabulary-parallel ranks P of vocab_parallel (its shards: "
+                              "docs/vocab_parallel.md), 1 to V; only with --strategies naming it")
+                    ->capture_default_str();
   add_reference_options(c, a->reference);
-  c->callback([a, tok, hid]() {
+  c->callback([a, tok, hid, ranks]() {
     a->tokens_given = tok->count() > 0;
     a->hidden_given = hid->count() > 0;
+    a->ranks_given = ranks->count() > 0;
     const int rc = run_audit_command(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -50,7 +50,8 @@ int run_candidate(const CandidateArgs& a) {
     throw InputError(
         fmt::format("--chunk-tokens must be ≥ 0 (0: the strategy's own), got {}", a.chunk_tokens));
   const Recipe recipe = parse_recipe(a.recipe);
-  const std::vector<std::unique_ptr<Strategy>> strategies = make_strategies(backend);
+  const std::vector<std::unique_ptr<Strategy>> strategies =
+      make_strategies(backend, StrategySet::all);
   if (strategies.empty())
     throw InputError("--backend cuda: this build of xentlab has no CUDA backend");
   const auto it = std::find_if(strategies.begin(), strategies.end(),
@@ -63,6 +64,15 @@ int run_candidate(const CandidateArgs& a) {
                     a.strategy, a.backend, fmt::join(names, ", ")));
   }
   const Strategy& st = **it;
+  if (a.chunk_tokens > 0 && !strategy_traits(st.name()).chunks_tokens) {
+    std::vector<std::string> chunking;
+    for (const StrategyEntry& e : strategy_table())
+      if (e.traits.chunks_tokens) chunking.emplace_back(e.name);
+    throw InputError(fmt::format(
+        "--chunk-tokens {}: {} does not work through the tokens in chunks ({} do); leave the "
+        "option out",
+        a.chunk_tokens, st.name(), fmt::join(chunking, ", ")));
+  }
   if (same_output_file(a.out, a.golden))  // even with --force: the golden file is the input
     throw InputError(fmt::format("{} is the golden file {} itself: write the candidate elsewhere",
                                  a.out, a.golden));
@@ -91,7 +101,8 @@ int run_candidate(const CandidateArgs& a) {
   if (!o.db.empty()) outputs.emplace_back("db", tensor_of(o.db, o.grad_dtype, {V}, "db"));
   if (!o.dz.empty()) outputs.emplace_back("dz", tensor_of(o.dz, o.grad_dtype, {N, V}, "dz"));
   const std::string impl =
-      fmt::format("xentlab {} {} {}", to_string(st.backend()), st.name(), recipe.name());
+      fmt::format("xentlab {} {} {}{}", to_string(st.backend()), st.name(), recipe.name(),
+                  a.chunk_tokens > 0 ? fmt::format(" chunk_tokens={}", a.chunk_tokens) : "");
   write_candidate(a.out, a.force, outputs, impl);
   std::vector<std::string> names;
   for (const auto& [n, t] : outputs) names.push_back(n);

@@ -27,6 +27,7 @@ void register_bench(CLI::App& app);
 /// the range of a 64-bit integer (CLI11 would read "010" as octal 8, "0x10" as hexadecimal, "-1"
 /// as 2^64 − 1 for an unsigned option, and clamp past the range without a word). Call after
 /// every subcommand is registered; a rejected value is a parse error (exit 2) naming the value.
+/// Floating-point options likewise refuse an empty value (CLI11 would read '' as 0).
 void require_decimal_integers(CLI::App& app);
 /// Validators with plain messages ("must be ≥ 0, got -1"; CLI11's NonNegativeNumber and
 /// PositiveNumber print a range with a 300-digit bound). A value that is not a number is left to

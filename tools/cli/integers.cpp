@@ -1,4 +1,5 @@
-// Plain decimal integers on the command line (see commands.hpp: require_decimal_integers).
+// Plain decimal integers, and numbers that are not empty, on the command line (see commands.hpp:
+// require_decimal_integers).
 // CLI11 2.1 converts integers with strtoll/strtoull in base 0: "010" is read as 8 (octal),
 // "0x10" as 16, "-1" as 2^64 − 1 for an unsigned option, and a value past the type's range is
 // clamped without a word. This check runs on the text before that conversion.
@@ -35,6 +36,17 @@ std::string decimal_problem(const std::string& s, bool is_unsigned) {
 void add_checks(CLI::App& app) {
   for (CLI::Option* o : app.get_options()) {
     const std::string type = o->get_type_name();
+    if (type.rfind("FLOAT", 0) == 0) {
+      // CLI11 converts an empty value to 0 without a word: refuse it, as the integers refuse it.
+      o->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            return s.find_first_not_of(" \t") == std::string::npos
+                       ? "'" + s + "' is not a number: give a value, or leave the option out"
+                       : std::string();
+          },
+          "", "nonempty"));
+      continue;
+    }
     const bool is_unsigned = type.rfind("UINT", 0) == 0;
     if (!is_unsigned && type.rfind("INT", 0) != 0) continue;
     o->check(CLI::Validator(

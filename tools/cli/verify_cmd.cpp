@@ -9,9 +9,6 @@
 #include "tools/cli/commands.hpp"
 #include "tools/golden/verify.hpp"
 #include "tools/text.hpp"
-#ifdef XENTLAB_HAVE_CUDA
-#include "gpu/cuda/device.hpp"
-#endif
 
 namespace xentlab::cli {
 namespace {
@@ -27,36 +24,9 @@ struct VerifyArgs {
   bool force = false;
   // Which options were given: every given value is checked and used, none is a silent default.
   CLI::Option *o_policy = nullptr, *o_strictness = nullptr, *o_k = nullptr, *o_atol = nullptr,
-              *o_rtol = nullptr, *o_require = nullptr;
+              *o_rtol = nullptr, *o_require = nullptr, *o_baseline_rows = nullptr,
+              *o_baseline_seed = nullptr, *o_baseline_backend = nullptr;
 };
-
-/// --baseline-backend: cpu (the emulation; the default: the same verdict on every machine),
-/// cuda (the lab's CUDA kernels), all (both), auto (all where this build has the CUDA backend and
-/// a GPU is present, else cpu).
-/// The value of --baseline-backend checked, no device asked for (where no baseline runs).
-std::vector<Backend> baseline_backends_named(const std::string& b) {
-  if (b != "cpu" && b != "auto" && b != "cuda" && b != "all")
-    throw InputError(fmt::format("--baseline-backend must be cpu, cuda, all or auto, got '{}'", b));
-  return {Backend::cpu_emulation};
-}
-
-std::vector<Backend> baseline_backends(const std::string& b) {
-  if (b == "cpu") return {Backend::cpu_emulation};
-  (void)baseline_backends_named(b);
-  bool have_gpu = false;
-  std::string why = "this build of xentlab has no CUDA backend";
-#ifdef XENTLAB_HAVE_CUDA
-  const gpu::DeviceInfo d = gpu::query_device();
-  have_gpu = d.available;
-  if (!have_gpu) why = "no usable GPU: " + d.reason;
-#endif
-  if (b == "auto")
-    return have_gpu ? std::vector<Backend>{Backend::cpu_emulation, Backend::cuda}
-                    : std::vector<Backend>{Backend::cpu_emulation};
-  if (!have_gpu) throw InputError(fmt::format("--baseline-backend {}: {}", b, why));
-  return b == "cuda" ? std::vector<Backend>{Backend::cuda}
-                     : std::vector<Backend>{Backend::cpu_emulation, Backend::cuda};
-}
 
 int run_verify(const VerifyArgs& a) {
   // Every option is checked before any file is read.
@@ -64,6 +34,11 @@ int run_verify(const VerifyArgs& a) {
   if (a.o_atol->count()) check_tolerance_number("--atol", a.atol, true);
   if (a.o_rtol->count()) check_tolerance_number("--rtol", a.rtol, true);
   if (a.o_k->count()) check_tolerance_number("--k", a.k, false);
+  if (a.o_policy->count() && a.policy.find_first_not_of(" \t") == std::string::npos)
+    throw InputError(
+        "--policy '" + a.policy +
+        "': give a policy (bf16, fp16, fp32 or a recipe in/logits/accum/grad), or leave the "
+        "option out for the golden problem's input dtype");
   if (explicit_tol)
     for (const CLI::Option* o : {a.o_policy, a.o_strictness, a.o_k})
       if (o->count())
@@ -87,8 +62,16 @@ int run_verify(const VerifyArgs& a) {
   // alone); the value is checked always.
   const bool runs_baseline =
       !explicit_tol && (options.check != VerifyCheck::bound || options.explain);
-  options.baseline.backends = runs_baseline ? baseline_backends(a.baseline_backend)
-                                            : baseline_backends_named(a.baseline_backend);
+  options.baseline.backends =
+      baseline_backends(a.baseline_backend, runs_baseline, "--baseline-backend");
+  // With --atol/--rtol no baseline runs: a baseline option given there would be ignored.
+  if (explicit_tol)
+    for (const CLI::Option* o : {a.o_baseline_rows, a.o_baseline_seed, a.o_baseline_backend})
+      if (o->count())
+        throw InputError(fmt::format(
+            "{} does not apply with --atol/--rtol: the explicit tolerance runs no differential "
+            "baseline; leave one of them out",
+            o->get_name()));
   if (explicit_tol && options.check == VerifyCheck::differential)
     throw InputError(
         "--check differential needs a recipe to emulate: --atol/--rtol declare none (give "
@@ -158,18 +141,22 @@ void register_verify(CLI::App& app) {
   c->add_flag("--explain", a->explain,
               "also run the emulation of every recipe of the default grid and report which ones "
               "the candidate's error profile is consistent with");
-  c->add_option("--baseline-rows", a->baseline_rows,
-                "token rows the emulated baseline runs on (0: all when S·V·D ≤ 2^32, else a "
-                "seeded sample of that work)")
-      ->capture_default_str();
-  c->add_option("--baseline-seed", a->baseline_seed, "seed of the baseline's row sample")
-      ->capture_default_str();
-  c->add_option("--baseline-backend", a->baseline_backend,
-                "whose strategies make the differential baseline: cpu (the emulation: the same "
-                "verdict on every machine), cuda (the lab's CUDA kernels, tensor-core GEMMs, run "
-                "on the whole problem), all (both; per output the largest error), auto (all when "
-                "a GPU is present, else cpu)")
-      ->capture_default_str();
+  a->o_baseline_rows =
+      c->add_option("--baseline-rows", a->baseline_rows,
+                    "token rows the emulated baseline runs on (0: all when S·V·D ≤ 2^32, else a "
+                    "seeded sample of that work)")
+          ->capture_default_str();
+  a->o_baseline_seed =
+      c->add_option("--baseline-seed", a->baseline_seed, "seed of the baseline's row sample")
+          ->capture_default_str();
+  a->o_baseline_backend =
+      c->add_option(
+           "--baseline-backend", a->baseline_backend,
+           "whose strategies make the differential baseline: cpu (the emulation: the same "
+           "verdict on every machine), cuda (the lab's CUDA kernels, tensor-core GEMMs, run "
+           "on the whole problem), all (both; per output the largest error), auto (all when "
+           "a GPU is present, else cpu)")
+          ->capture_default_str();
   c->add_option("--junit", a->junit,
                 "write a JUnit XML report here (an existing report of verify is replaced: CI "
                 "re-runs write to the same path)");

@@ -13,6 +13,7 @@
 
 #include "datasets/atomic_file.hpp"
 #include "datasets/h5.hpp"
+#include "gpu/registry.hpp"
 #include "judge/bounds_for.hpp"
 #include "judge/output_verdict.hpp"
 #include "numerics/error.hpp"
@@ -996,6 +997,21 @@ void write_candidate(const std::string& path, bool force,
   for (const auto& [name, t] : outputs) f.write_tensor(name, t);
   f.close();
   out.commit();
+}
+
+std::vector<Backend> baseline_backends(const std::string& value, bool ask_device,
+                                       const std::string& option) {
+  if (value != "cpu" && value != "auto" && value != "cuda" && value != "all")
+    throw InputError(fmt::format("{} must be cpu, cuda, all or auto, got '{}'", option, value));
+  if (value == "cpu" || !ask_device) return {Backend::cpu_emulation};
+  std::string why;
+  const bool have_gpu = cuda_device_available(&why);
+  if (value == "auto")
+    return have_gpu ? std::vector<Backend>{Backend::cpu_emulation, Backend::cuda}
+                    : std::vector<Backend>{Backend::cpu_emulation};
+  if (!have_gpu) throw InputError(fmt::format("{} {}: {}", option, value, why));
+  return value == "cuda" ? std::vector<Backend>{Backend::cuda}
+                         : std::vector<Backend>{Backend::cpu_emulation, Backend::cuda};
 }
 
 }  // namespace xentlab

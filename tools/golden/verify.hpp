@@ -123,6 +123,16 @@ struct BaselineOptions {
   std::vector<std::string> exclude;
 };
 
+/// The backends named by a baseline-backend value (`option` names it in messages, e.g.
+/// "--baseline-backend" or "baseline_backend"): "cpu" the CPU emulation (the default of verify:
+/// the same verdict on every machine), "cuda" the lab's CUDA kernels, "all" both, "auto" both
+/// where this build has the CUDA backend and a GPU is present, else the emulation. With
+/// `ask_device` false (no baseline will run) the value is checked and no device is asked for: the
+/// emulation is returned. Throws InputError for another value, and for "cuda"/"all" without a
+/// usable GPU (naming why).
+std::vector<Backend> baseline_backends(const std::string& value, bool ask_device,
+                                       const std::string& option);
+
 /// The emulated baseline of one recipe on a golden problem: the CPU emulation of every strategy of
 /// the registry that implements the recipe (their reduction orders and chunked accumulations are
 /// all correct implementations of it), run on the golden file's problem, and per output the

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The nightly GPU correctness suite. On a machine with an NVIDIA GPU (sm_90 for the sm_90a code):
 #   tools/scripts/nightly_gpu.sh OUTDIR [BASELINE.h5]
-# 1. configures and builds (Release, build-nightly/);
-# 2. runs the gpu-labelled and slow tests, JUnit XML in OUTDIR/tests.xml;
+# 1. configures and builds what it runs (Release, build-nightly/);
+# 2. runs the gpu-labelled and slow tests (TEST_JOBS at a time, 3), JUnit XML in OUTDIR/tests.xml;
 # 3. runs the audit on the GPU: the embedded set (on a GPU it includes the Llama-3-8B head at
 #    N = 8192, every row, full dW: minutes of the suite), then the 128K-context problem (the
 #    Llama-3-8B head at N = 131072, V = 128256, D = 4096, calibrated targets drawn on the GPU in
 #    seconds) audited on a seeded sub-batch of rows (ROWS_128K=0 VOCAB_ROWS_128K=0: every row and
 #    full dW, about a minute a run); results in
 #    OUTDIR/audit.h5 (+ .md), summary in OUTDIR/summary.txt; the embedded set also on the CPU
-#    emulation (OUTDIR/audit-cpu.h5) and `xentlab fidelity` of the two (OUTDIR/fidelity.txt:
+#    emulation (OUTDIR/audit-cpu.h5, run beside the tests and the GPU audit: it needs no GPU) and
+#    `xentlab fidelity` of the two (OUTDIR/fidelity.txt:
 #    where the emulation does not model the GPU within 2×; reported, not failing);
 # 4. with BASELINE.h5 (a previous OUTDIR/audit.h5): xentlab regress BASELINE.h5 OUTDIR/audit.h5.
 # Exit status: non-zero when a test failed, a run was incorrect or failed, or a regression was found.
@@ -36,33 +37,50 @@ if [ -z "${NO_GPU_CHECK:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
   exit 4
 fi
 step "build"
-cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DXENTLAB_CUDA=ON >"$out/configure.log" 2>&1 &&
-  cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1 || { step "build FAILED (see build.log)"; exit 1; }
+# Only what the suite runs: the command line and the executables of the gpu- and slow-labelled
+# tests (their names from CTest, which knows each test's command before it is built).
+cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DXENTLAB_CUDA=ON >"$out/configure.log" 2>&1 ||
+  { step "configure FAILED (see configure.log)"; exit 1; }
+targets=$(ctest --test-dir "$build" -N -L 'gpu|slow' --show-only=json-v1 2>/dev/null | python3 -c '
+import json, os, sys
+print(" ".join(sorted({os.path.basename(t["command"][0]) for t in json.load(sys.stdin)["tests"] if t.get("command")})))')
+cmake --build "$build" -j "$jobs" --target xentlab $targets >"$out/build.log" 2>&1 ||
+  { step "build FAILED (see build.log)"; exit 1; }
+echo "built xentlab $targets in ${SECONDS} s" | tee -a "$out/summary.txt"
+limit=${AUDIT_TIMEOUT:-0}
+
+# The CPU emulation's audit of the embedded set (for the fidelity step) needs no GPU: it runs
+# beside the tests and the GPU audit.
+timeout "$limit" "$build/tools/xentlab" audit --backend cpu --out "$out/audit-cpu.h5" --force ${AUDIT_ARGS:-} \
+  >"$out/audit-cpu.txt" 2>&1 &
+cpu_audit=$!
 
 if [ -z "${SKIP_TESTS:-}" ]; then
-  step "tests: gpu and slow labels"
-  ctest --test-dir "$build" -L 'gpu|slow' -j 1 --output-on-failure --output-junit "$out/tests.xml" \
-    >"$out/tests.log" 2>&1 || status=1
+  step "tests: gpu and slow labels (${TEST_JOBS:-3} at a time)"
+  ctest --test-dir "$build" -L 'gpu|slow' -j "${TEST_JOBS:-3}" --output-on-failure \
+    --output-junit "$out/tests.xml" >"$out/tests.log" 2>&1 || status=1
   tail -n 3 "$out/tests.log" | tee -a "$out/summary.txt"
+  echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
 fi
-limit=${AUDIT_TIMEOUT:-0}
 
 step "audit: embedded set on the GPU"
 timeout "$limit" "$build/tools/xentlab" audit --backend cuda --out "$out/audit.h5" --force ${AUDIT_ARGS:-} \
   >"$out/audit-embedded.txt" 2>&1 || status=1
 grep -E '^runs:|HOLDS|REFUTED' "$out/audit-embedded.txt" | tee -a "$out/summary.txt"
-
-step "fidelity: the CPU emulation of the same set against the GPU runs (reported, not failing)"
-timeout "$limit" "$build/tools/xentlab" audit --backend cpu --out "$out/audit-cpu.h5" --force ${AUDIT_ARGS:-} \
-  >"$out/audit-cpu.txt" 2>&1 &&
-  "$build/tools/xentlab" fidelity "$out/audit-cpu.h5" "$out/audit.h5" >"$out/fidelity.txt" 2>&1
-tail -n 1 "$out/fidelity.txt" 2>/dev/null | tee -a "$out/summary.txt"
+echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
 
 step "audit: the Llama-3-8B head at N=131072, calibrated targets (sub-batch of ${ROWS_128K:-8} rows)"
 timeout "$limit" "$build/tools/xentlab" audit --backend cuda --dataset llama3-8b --tokens 131072 \
   --rows "${ROWS_128K:-8}" --vocab-rows "${VOCAB_ROWS_128K:-256}" --recipes "${RECIPES_128K:-bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16,bf16/bf16/bf16/bf16}" \
   --out "$out/audit.h5" --append >"$out/audit-128k.txt" 2>&1 || status=1
 grep -E '^runs:' "$out/audit-128k.txt" | tee -a "$out/summary.txt"
+echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
+
+step "fidelity: the CPU emulation of the same set against the GPU runs (reported, not failing)"
+wait "$cpu_audit" &&
+  "$build/tools/xentlab" fidelity "$out/audit-cpu.h5" "$out/audit.h5" >"$out/fidelity.txt" 2>&1
+tail -n 1 "$out/fidelity.txt" 2>/dev/null | tee -a "$out/summary.txt"
+echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
 
 if [ -n "$baseline" ]; then
   step "regression check against $baseline"

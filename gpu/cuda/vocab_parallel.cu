@@ -1,0 +1,512 @@
+// vocab_parallel: tensor parallelism over the LM head's vocabulary on NCCL. P = RunRequest::ranks
+// ranks (≤ 0: 1), one GPU each (rank r on device r) driven by one host thread with its own stream,
+// cuBLAS handle and workspace; the communicators come from ncclCommInitAll over devices 0 … P−1.
+// Rank r holds H (replicated), the targets, and its shard [begin, end) of vocab_shards(V, P)
+// (gpu/vocab_shards.hpp) of W and b (or of the given logits' columns, logits problems). Token rows
+// go in chunks as chunked's (plan_chunks on rank 0's shard, the largest: the memory budget is per
+// rank; RunRequest::chunk_tokens when given), every rank with the same chunks. Per chunk:
+//   1. the shard's logits (rows, |shard|) as chunked's chunk logits (GEMM, + bias, one rounding);
+//   2. per row the maximum m_r of the kernel logits (ce_math.cuh: logit scale, softcap) over the
+//      shard, and the target logit x_t from the rank that holds the target (0 elsewhere);
+//      m = ncclAllReduce MAX of m_r in fp32 (exact);
+//   3. per row s_r = Σ rnd_A(expf(x_j − m)) over the shard with the global m, and Σx for label
+//      smoothing, in the row kernels' blocked order over the shard's columns (256 threads, groups
+//      of 8, then the tree) in the accum dtype A; (s, Σx) = ncclAllReduce SUM in A (ncclFloat,
+//      ncclHalf or ncclBfloat16: NCCL's order over ranks, exact for P ≤ 2 up to the one rounding
+//      of the sum), and x_t = ncclAllReduce SUM in fp32 (exact: one rank contributes);
+//   4. lse = rnd_A(m + logf(s)) and the loss as the row kernels form them; dz of the shard's
+//      columns (launch_shard_dz_rows), in place of the logits;
+//   5. dH_r = dz[:, shard]·W[shard] by cuBLAS into fp32, ncclAllReduce SUM in fp32, rounded to the
+//      grad dtype once;
+//   6. dW[shard], db[shard] from dz and the H chunk, accumulated across chunks exactly as chunked
+//      (steps::chunk_dW_db, steps::finish on the shard); they never cross ranks.
+// With P = 1 steps 1–4 and 6 are chunked's operations, so loss, lse, dz, dW and db equal chunked's
+// bit for bit; dH too where chunked's dH GEMM writes fp32 (grad fp32, or an fp32 operand GEMM).
+// Outputs: loss, lse and dH of rank 0 (every rank holds the same after the all-reduces), dW and db
+// (and dz of logits problems) gathered from the shards in vocabulary order.
+// peak_extra_bytes is per rank: the largest of the ranks' measured extra device bytes.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/cuda/cuda_check.hpp"
+#include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/cuda/vocab_parallel.hpp"
+#include "gpu/vocab_shards.hpp"
+
+#define XL_NCCL_CHECK(expr)                                                                 \
+  do {                                                                                      \
+    const ncclResult_t xl_nr_ = (expr);                                                     \
+    if (xl_nr_ != ncclSuccess)                                                              \
+      throw ::xentlab::DeviceError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
+                                   ": " #expr " failed: " + ncclGetErrorString(xl_nr_));    \
+  } while (0)
+
+namespace xentlab::gpu {
+namespace {
+
+const char* const kName = "vocab_parallel";
+
+std::int64_t sz(DType t) {
+  return size_of(t);
+}
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::fp32:
+      return ncclFloat;
+    case DType::fp16:
+      return ncclHalf;
+    case DType::bf16:
+      return ncclBfloat16;
+    default:
+      break;
+  }
+  throw InputError(std::string(kName) + " (cuda): no NCCL type for " + std::string(to_string(t)));
+}
+
+/// Communicators of the ranks on `devices` (ncclCommInitAll): destroyed, or aborted after a run
+/// that failed (which may leave a collective waiting for a rank that never joins it).
+class Comms {
+ public:
+  explicit Comms(const std::vector<int>& devices) : comms_(devices.size(), nullptr) {
+    XL_NCCL_CHECK(ncclCommInitAll(comms_.data(), static_cast<int>(devices.size()), devices.data()));
+  }
+  Comms(const Comms&) = delete;
+  Comms& operator=(const Comms&) = delete;
+  ~Comms() {
+    for (ncclComm_t c : comms_)
+      if (c != nullptr) (void)ncclCommDestroy(c);
+  }
+  /// Aborts every communicator (unblocking any collective in flight). Never throws.
+  void abort() noexcept {
+    for (ncclComm_t& c : comms_) {
+      if (c != nullptr) (void)ncclCommAbort(c);
+      c = nullptr;
+    }
+  }
+  ncclComm_t operator[](std::size_t r) const { return comms_[r]; }
+
+ private:
+  std::vector<ncclComm_t> comms_;
+};
+
+struct RankStream {
+  cudaStream_t s = nullptr;
+  RankStream() { XL_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~RankStream() { (void)cudaStreamDestroy(s); }
+};
+struct RankEvent {
+  cudaEvent_t e = nullptr;
+  RankEvent() { XL_CUDA_CHECK(cudaEventCreate(&e)); }
+  ~RankEvent() { (void)cudaEventDestroy(e); }
+};
+
+/// One rank's chunk loop (steps 1–6 of the file comment) on c.stream with communicator `comm`.
+/// r.prob is the rank's shard as a problem of sh.cols vocabulary rows (targets full-vocabulary
+/// indices); V the full vocabulary; `plan` the rank's workspace with the chunk size of every rank.
+void rank_forward_backward(const DeviceRun& r, const DeviceContext& c, ncclComm_t comm,
+                           std::int64_t V, ShardColumns sh, const WorkspacePlan& plan) {
+  const DeviceProblem& P = r.prob;
+  const DType L = r.recipe.logits, A = r.recipe.accum, grad = r.recipe.grad;
+  Workspace ws(c.mem, plan);
+  steps::begin(r, c, ws);
+  // p.V is the full vocabulary: the targets' validity and ε/V of label smoothing.
+  const RowLossParams rp = make_row_params(r.spec, V, A);
+  const std::int64_t step = plan.rows;
+  float* const m = ws.row_states.as<float>();  // (step) fp32
+  float* const x_t = m + step;                 // (step) fp32
+  void* const sums = x_t + step;               // (2·step) of A: s, then Σx
+  for (std::int64_t k = 0, r0 = 0; r0 < P.N; ++k, r0 += step) {
+    const std::int64_t rows = std::min(step, P.N - r0);
+    RowGradScale g = r.g;
+    if (g.g_rows != nullptr) g.g_rows += r0;
+    const std::int64_t* targets = P.targets + r0;
+    void* z = steps::chunk_logits(r, c, ws, r0, rows);  // (rows, sh.cols) logits dtype
+    launch_shard_row_max(L, z, rows, sh, targets, rp, m, x_t, c.stream);
+    XL_NCCL_CHECK(
+        ncclAllReduce(m, m, static_cast<std::size_t>(rows), ncclFloat, ncclMax, comm, c.stream));
+    launch_shard_row_sums(L, z, rows, sh, m, rp, sums, c.stream);
+    XL_NCCL_CHECK(ncclGroupStart());
+    XL_NCCL_CHECK(ncclAllReduce(sums, sums, static_cast<std::size_t>(2 * rows), nccl_type(A),
+                                ncclSum, comm, c.stream));
+    XL_NCCL_CHECK(ncclAllReduce(x_t, x_t, static_cast<std::size_t>(rows), ncclFloat, ncclSum, comm,
+                                c.stream));
+    XL_NCCL_CHECK(ncclGroupEnd());
+    float* const lse = r.out.lse + r0;
+    launch_shard_row_loss(rows, targets, m, sums, x_t, rp, r.out.loss + r0, lse, c.stream);
+    if (!r.want_grads) continue;
+    if (!P.linear()) {
+      launch_shard_dz_rows(L, z, L, grad, static_cast<char*>(r.out.dz) + r0 * sh.cols * sz(grad),
+                           rows, sh, targets, lse, rp, g, c.stream);
+      continue;
+    }
+    launch_shard_dz_rows(L, z, L, L, z, rows, sh, targets, lse, rp, g, c.stream);
+    const steps::BackwardOperands o = steps::backward_operands(r, c, ws, z, r0, rows);
+    float* const dH = ws.dH_f32.as<float>();
+    gemm_dH(c.blas, o.op, o.dz, o.W, rows, P.V, P.D, DType::fp32, dH);
+    XL_NCCL_CHECK(ncclAllReduce(dH, dH, static_cast<std::size_t>(rows * P.D), ncclFloat, ncclSum,
+                                comm, c.stream));
+    launch_round_rows(dH, nullptr, rows, P.D, grad,
+                      static_cast<char*>(r.out.dH) + r0 * P.D * sz(grad), c.stream);
+    steps::chunk_dW_db(r, c, ws, o, z, rows, k);
+  }
+  if (r.want_grads && P.linear()) steps::finish(r, c, ws);
+}
+
+/// What one rank hands back: raw device bytes of its outputs, its measurements, or its error.
+struct RankResult {
+  std::vector<unsigned char> loss, lse, dH, dW, db, dz;
+  std::int64_t peak_extra = 0;
+  float ms = 0.0f;
+  std::exception_ptr error;
+};
+
+class VocabParallelStrategy final : public CudaStrategy {
+ public:
+  std::string name() const override { return kName; }
+
+  /// The plan of one rank whose shard is q.V vocabulary rows (the budget is per rank).
+  WorkspacePlan plan(const WorkspaceQuery& q, std::int64_t budget,
+                     std::int64_t chunk_tokens) const override {
+    return plan_chunks(q, budget, chunk_tokens, name(), true);
+  }
+
+  /// Extra device bytes of the largest rank (rank 0's shard).
+  std::int64_t workspace_size(const RunRequest& req) const override {
+    const Problem& P = *req.problem;
+    const std::vector<VocabShard> shards = vocab_shards(P.V, req.ranks > 0 ? req.ranks : 1);
+    const WorkspaceQuery q{P.N,
+                           shards[0].size(),
+                           P.is_linear() ? P.D : 0,
+                           P.input_dtype(),
+                           P.is_linear() && P.bias.has_value(),
+                           req.recipe,
+                           req.want_grads};
+    return plan(q, req.memory_budget, req.chunk_tokens).total();
+  }
+
+  DeclaredArithmetic arithmetic(const Recipe& r) const override {
+    DeclaredArithmetic a = CudaStrategy::arithmetic(r);
+    a.note =
+        "cuBLAS GemmEx_64, fp32 compute (no TF32); per vocabulary shard: CE rows 256 threads, "
+        "groups of 8, tree; NCCL all-reduce MAX (fp32) of the row max, SUM of sum-exp and Σx "
+        "(accum dtype) and of dH (fp32)";
+    return a;
+  }
+
+  /// One rank on the current device (the device-level entry point: the benchmark's timing).
+  void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
+    int dev = 0;
+    XL_CUDA_CHECK(cudaGetDevice(&dev));
+    const DeviceProblem& P = r.prob;
+    const WorkspaceQuery q{P.N, P.V, P.D, P.input, P.bias != nullptr, r.recipe, r.want_grads};
+    const WorkspacePlan p = plan(q, r.memory_budget, r.chunk_tokens);
+    std::lock_guard<std::mutex> lock(mu_);
+    Comms& comms = comms_for({dev});
+    rank_forward_backward(r, c, comms[0], P.V, ShardColumns{0, P.V}, p);
+  }
+
+  StrategyOutputs run(const RunRequest& req) const override;
+
+ private:
+  /// The communicators of `devices`, made at the first use and kept (mu_ held).
+  Comms& comms_for(const std::vector<int>& devices) const {
+    auto it = comms_.find(devices);
+    if (it == comms_.end()) it = comms_.emplace(devices, std::make_unique<Comms>(devices)).first;
+    return *it->second;
+  }
+  /// One run at a time per object: the communicators are shared by its runs.
+  mutable std::mutex mu_;
+  mutable std::map<std::vector<int>, std::unique_ptr<Comms>> comms_;
+};
+
+StrategyOutputs VocabParallelStrategy::run(const RunRequest& req) const {
+  const std::string who = name() + " (cuda)";
+  if (req.problem == nullptr) throw InputError(who + ": RunRequest without a problem");
+  const Problem& Pb = *req.problem;
+  req.spec.validate();
+  Pb.validate(req.spec.ignore_index);
+  const Status st = can_implement(Pb, req.spec, req.recipe);
+  if (!st.ok()) throw InputError(who + " cannot run " + Pb.describe() + ": " + st.message);
+  const int P = req.ranks > 0 ? req.ranks : 1;
+  const Status ranks_ok = vocab_parallel_ranks_supported(P);
+  if (!ranks_ok.ok()) throw InputError(who + " cannot run: " + ranks_ok.message);
+  std::vector<VocabShard> shards;
+  try {
+    shards = vocab_shards(Pb.V, P);
+  } catch (const InputError& e) {
+    throw InputError(who + ": " + e.what());
+  }
+  if (req.spec.reduction == Reduction::none && !req.upstream.empty()) {
+    if (static_cast<std::int64_t>(req.upstream.size()) != Pb.N)
+      throw InputError(who + ": upstream gradient has " + std::to_string(req.upstream.size()) +
+                       " entries, expected N = " + std::to_string(Pb.N));
+    for (std::size_t i = 0; i < req.upstream.size(); ++i)
+      if (!std::isfinite(req.upstream[i]))
+        throw InputError(who + ": upstream gradient [" + std::to_string(i) + "] is not finite");
+  }
+  const std::int64_t N = Pb.N, V = Pb.V;
+  const bool linear = Pb.is_linear();
+  const std::int64_t D = linear ? Pb.D : 0;
+  const DType input = Pb.input_dtype(), grad = req.recipe.grad;
+  const std::int64_t n_valid = Pb.count_valid(req.spec.ignore_index);
+  const bool has_bias = linear && Pb.bias.has_value();
+
+  // Every rank processes the chunks of rank 0's plan (its shard is the largest): InputError here,
+  // before any device work, when the budget cannot hold one token.
+  const auto query = [&](const VocabShard& sh) {
+    return WorkspaceQuery{N, sh.size(), D, input, has_bias, req.recipe, req.want_grads};
+  };
+  const std::int64_t rows = plan(query(shards[0]), req.memory_budget, req.chunk_tokens).rows;
+
+  std::vector<float> bias_f;
+  if (has_bias) {
+    bias_f.resize(static_cast<std::size_t>(V));
+    for (std::int64_t j = 0; j < V; ++j)
+      bias_f[static_cast<std::size_t>(j)] = static_cast<float>(Pb.bias->get(j));
+  }
+  std::vector<float> g_host;
+  RowGradScale g_scalar;
+  if (req.spec.reduction == Reduction::none && !req.upstream.empty()) {
+    g_host.resize(req.upstream.size());
+    for (std::size_t i = 0; i < g_host.size(); ++i) g_host[i] = static_cast<float>(req.upstream[i]);
+  } else if (req.spec.reduction == Reduction::mean) {
+    const std::int64_t n = req.spec.mean_count(n_valid);  // the caller's normaliser, when given
+    g_scalar.g_scalar = n > 0 ? static_cast<float>(1.0 / static_cast<double>(n)) : 0.0f;
+  } else {
+    g_scalar.g_scalar = 1.0f;
+  }
+
+  std::lock_guard<std::mutex> run_lock(mu_);
+  std::vector<int> devices(static_cast<std::size_t>(P));
+  std::iota(devices.begin(), devices.end(), 0);
+  Comms& comms = comms_for(devices);
+
+  std::vector<RankResult> res(static_cast<std::size_t>(P));
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  int finished = 0;
+  bool failed = false;
+
+  const auto rank_main = [&](int rank) {
+    RankResult& out = res[static_cast<std::size_t>(rank)];
+    try {
+      XL_CUDA_CHECK(cudaSetDevice(rank));
+      const VocabShard sh = shards[static_cast<std::size_t>(rank)];
+      const std::int64_t Vs = sh.size();
+      DeviceMemoryTracker mem;
+      RankStream stream;
+      Blas blas(mem, stream.s);
+      const DeviceContext ctx{mem, blas, stream.s};
+      const auto upload = [&](const void* src, std::int64_t bytes, const char* what) {
+        DeviceBuffer b(mem, bytes, MemKind::io, what);
+        if (bytes > 0)
+          XL_CUDA_CHECK(cudaMemcpyAsync(b.get(), src, static_cast<std::size_t>(bytes),
+                                        cudaMemcpyHostToDevice, stream.s));
+        return b;
+      };
+      DeviceRun r;
+      r.spec = req.spec;
+      r.recipe = req.recipe;
+      r.want_grads = req.want_grads;
+      r.memory_budget = req.memory_budget;
+      r.chunk_tokens = rows;
+      r.prob.N = N;
+      r.prob.V = Vs;
+      r.prob.D = D;
+      r.prob.input = input;
+      r.prob.n_valid = n_valid;
+      DeviceBuffer dH_in, dW_in, dbias, dlogits;
+      if (linear) {
+        dH_in = upload(Pb.H.data(), static_cast<std::int64_t>(Pb.H.nbytes()), "H");
+        dW_in = upload(static_cast<const char*>(Pb.W.data()) + sh.begin * D * sz(input),
+                       Vs * D * sz(input), "W shard");
+        r.prob.H = dH_in.get();
+        r.prob.W = dW_in.get();
+        if (has_bias) {
+          dbias = upload(bias_f.data() + sh.begin, Vs * 4, "bias shard");
+          r.prob.bias = dbias.as<float>();
+        }
+      } else {
+        // The shard's columns of the given logits, (N, Vs).
+        dlogits = DeviceBuffer(mem, N * Vs * sz(input), MemKind::io, "logits shard");
+        XL_CUDA_CHECK(cudaMemcpy2DAsync(
+            dlogits.get(), static_cast<std::size_t>(Vs * sz(input)),
+            static_cast<const char*>(Pb.logits.data()) + sh.begin * sz(input),
+            static_cast<std::size_t>(V * sz(input)), static_cast<std::size_t>(Vs * sz(input)),
+            static_cast<std::size_t>(N), cudaMemcpyHostToDevice, stream.s));
+        r.prob.logits = dlogits.get();
+      }
+      DeviceBuffer dtargets = upload(Pb.targets.data(), N * 8, "targets");
+      r.prob.targets = static_cast<const std::int64_t*>(dtargets.get());
+      DeviceBuffer dg;
+      r.g = g_scalar;
+      if (!g_host.empty()) {
+        dg = upload(g_host.data(), N * 4, "upstream gradient");
+        r.g.g_rows = dg.as<float>();
+      }
+      // Outputs, poisoned with NaN (all-ones bytes are NaN in fp32, fp16 and bf16).
+      const auto output = [&](std::int64_t bytes, const char* what) {
+        DeviceBuffer b(mem, bytes, MemKind::io, what);
+        if (bytes > 0)
+          XL_CUDA_CHECK(cudaMemsetAsync(b.get(), 0xFF, static_cast<std::size_t>(bytes), stream.s));
+        return b;
+      };
+      DeviceBuffer o_loss = output(N * 4, "loss"), o_lse = output(N * 4, "lse");
+      DeviceBuffer o_dH, o_dW, o_db, o_dz;
+      r.out.loss = o_loss.as<float>();
+      r.out.lse = o_lse.as<float>();
+      if (req.want_grads) {
+        if (linear) {
+          o_dH = output(N * D * sz(grad), "dH");
+          o_dW = output(Vs * D * sz(grad), "dW shard");
+          r.out.dH = o_dH.get();
+          r.out.dW = o_dW.get();
+          if (has_bias) {
+            o_db = output(Vs * sz(grad), "db shard");
+            r.out.db = o_db.get();
+          }
+        } else {
+          o_dz = output(N * Vs * sz(grad), "dz shard");
+          r.out.dz = o_dz.get();
+        }
+      }
+      const WorkspacePlan rank_plan = plan_workspace(query(sh), rows, true);
+
+      RankEvent start, stop;
+      XL_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+      mem.reset_peak();
+      XL_CUDA_CHECK(cudaEventRecord(start.e, stream.s));
+      rank_forward_backward(r, ctx, comms[static_cast<std::size_t>(rank)], V,
+                            ShardColumns{sh.begin, Vs}, rank_plan);
+      XL_CUDA_CHECK(cudaEventRecord(stop.e, stream.s));
+      XL_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+      XL_CUDA_CHECK(cudaEventElapsedTime(&out.ms, start.e, stop.e));
+      out.peak_extra = mem.peak_extra();
+      const auto download = [](const DeviceBuffer& b, std::vector<unsigned char>& raw) {
+        raw.resize(static_cast<std::size_t>(b.bytes()));
+        if (b.bytes() > 0)
+          XL_CUDA_CHECK(cudaMemcpy(raw.data(), b.get(), raw.size(), cudaMemcpyDeviceToHost));
+      };
+      if (rank == 0) {
+        download(o_loss, out.loss);
+        download(o_lse, out.lse);
+        download(o_dH, out.dH);
+      }
+      download(o_dW, out.dW);
+      download(o_db, out.db);
+      download(o_dz, out.dz);
+    } catch (...) {
+      out.error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lk(done_mu);
+      ++finished;
+      failed = failed || out.error != nullptr;
+    }
+    done_cv.notify_all();
+  };
+
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(P));
+  for (int rank = 0; rank < P; ++rank) threads.emplace_back(rank_main, rank);
+  {
+    // A rank that fails may leave the others waiting in a collective: abort the communicators
+    // to release them.
+    std::unique_lock<std::mutex> lk(done_mu);
+    done_cv.wait(lk, [&] { return finished == P || failed; });
+    if (failed) comms.abort();
+  }
+  for (std::thread& t : threads) t.join();
+  for (const RankResult& rr : res)
+    if (rr.error != nullptr) {
+      comms_.erase(devices);  // aborted, or in an unknown state
+      std::rethrow_exception(rr.error);
+    }
+
+  StrategyOutputs o;
+  o.token_rows.resize(static_cast<std::size_t>(N));
+  std::iota(o.token_rows.begin(), o.token_rows.end(), std::int64_t{0});
+  o.loss_dtype = req.recipe.accum;
+  o.grad_dtype = grad;
+  for (const RankResult& rr : res) {
+    o.seconds = std::max(o.seconds, rr.ms / 1000.0);
+    o.peak_extra_bytes = std::max(o.peak_extra_bytes, rr.peak_extra);  // per rank
+  }
+  const RankResult& r0 = res[0];
+  device_values_to_doubles(r0.loss, DType::fp32, o.loss);
+  device_values_to_doubles(r0.lse, DType::fp32, o.lse);
+  if (req.want_grads) {
+    if (linear) {
+      device_values_to_doubles(r0.dH, grad, o.dH);
+      // The shards are contiguous in rank order: dW and db are their concatenation.
+      std::vector<unsigned char> dW, db;
+      for (const RankResult& rr : res) {
+        dW.insert(dW.end(), rr.dW.begin(), rr.dW.end());
+        db.insert(db.end(), rr.db.begin(), rr.db.end());
+      }
+      device_values_to_doubles(dW, grad, o.dW);
+      if (has_bias) device_values_to_doubles(db, grad, o.db);
+    } else {
+      const std::size_t e = static_cast<std::size_t>(sz(grad));
+      std::vector<unsigned char> dz(static_cast<std::size_t>(N * V) * e);
+      for (int rank = 0; rank < P; ++rank) {
+        const VocabShard& sh = shards[static_cast<std::size_t>(rank)];
+        const auto cols = static_cast<std::size_t>(sh.size());
+        const std::vector<unsigned char>& part = res[static_cast<std::size_t>(rank)].dz;
+        for (std::int64_t i = 0; i < N; ++i)
+          std::memcpy(dz.data() + (static_cast<std::size_t>(i * V + sh.begin)) * e,
+                      part.data() + static_cast<std::size_t>(i) * cols * e, cols * e);
+      }
+      device_values_to_doubles(dz, grad, o.dz);
+    }
+  }
+  std::vector<float> loss_f(static_cast<std::size_t>(N));
+  std::memcpy(loss_f.data(), r0.loss.data(), loss_f.size() * 4);
+  o.reduced_loss = reduce_tokens(loss_f, g_host, req.spec, req.recipe.accum, n_valid);
+  return o;
+}
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_cuda_vocab_parallel() {
+  return std::make_unique<VocabParallelStrategy>();
+}
+
+Status vocab_parallel_ranks_supported(int ranks) {
+  const int P = ranks > 0 ? ranks : 1;
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::NotSupported(std::string(kName) + " (cuda): " + std::to_string(P) +
+                                " ranks need " + std::to_string(P) +
+                                " CUDA devices, none is usable: " + cudaGetErrorString(e));
+  }
+  if (P > count)
+    return Status::NotSupported(
+        std::string(kName) + " (cuda): " + std::to_string(P) + " ranks need " + std::to_string(P) +
+        " CUDA devices (one per rank), this machine has " + std::to_string(count));
+  return Status::Ok();
+}
+
+int nccl_version() {
+  int v = 0;
+  XL_NCCL_CHECK(ncclGetVersion(&v));
+  return v;
+}
+
+}  // namespace xentlab::gpu
