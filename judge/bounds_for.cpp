@@ -27,11 +27,14 @@ double kernel(const LossSpec& sp, double r) {
 
 }  // namespace
 
-Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe& recipe,
-                            const DeclaredArithmetic& arith, const ReferenceResult& ref,
-                            std::int64_t n_chunks) {
-  const auto S = static_cast<std::int64_t>(ref.token_rows.size());
-  const auto J = static_cast<std::int64_t>(ref.vocab_rows.size());
+Bounds bounds_for_covariates(const Problem& pb, const LossSpec& sp, const Recipe& recipe,
+                             const DeclaredArithmetic& arith, const RowCovariates& cov,
+                             std::int64_t n_chunks) {
+  static const std::vector<std::int64_t> kNone;
+  const std::vector<std::int64_t>& rows = cov.token_rows ? *cov.token_rows : kNone;
+  const std::vector<std::int64_t>& vrows = cov.vocab_rows ? *cov.vocab_rows : kNone;
+  const auto S = static_cast<std::int64_t>(rows.size());
+  const auto J = static_cast<std::int64_t>(vrows.size());
   const std::int64_t V = pb.V, D = pb.D;
   const bool linear = pb.is_linear();
   BoundInputs in;
@@ -44,8 +47,96 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
   in.V = V;
   in.D = D;
   in.N = pb.N;
-  in.n_chunks = n_chunks > 0 ? n_chunks : std::max<std::int64_t>(1, S);
+  in.n_chunks = n_chunks;
+  // Each row's target and its position among the vocabulary rows (−1: ignored, or not sampled).
   std::vector<std::int64_t> valid(sz(S)), target(sz(S)), tpos(sz(S), -1);
+  for (std::int64_t q = 0; q < S; ++q) {
+    const std::int64_t t = pb.targets[sz(rows[sz(q)])];
+    valid[sz(q)] = t != sp.ignore_index;
+    target[sz(q)] = valid[sz(q)] ? t : -1;
+    if (!valid[sz(q)]) continue;
+    const auto it = std::lower_bound(vrows.begin(), vrows.end(), t);
+    if (it != vrows.end() && *it == t) tpos[sz(q)] = it - vrows.begin();
+  }
+  // The problem's magnitudes, where the caller has not formed them.
+  std::vector<double> h_abs, w_t_abs, w_colmax, raw;
+  const double *H_abs = cov.H_abs, *W_target_abs = cov.W_target_abs,
+               *W_colmax_abs = cov.W_colmax_abs, *raw_logits = cov.raw_logits;
+  if (linear) {
+    if (!H_abs) {
+      h_abs.resize(sz(S * D));
+      for (std::int64_t q = 0; q < S; ++q) pb.H.read(rows[sz(q)] * D, D, h_abs.data() + q * D);
+      for (double& v : h_abs) v = std::fabs(v);
+      H_abs = h_abs.data();
+    }
+    if (!W_target_abs) {
+      w_t_abs.assign(sz(S * D), 0.0);
+      for (std::int64_t q = 0; q < S; ++q)
+        if (valid[sz(q)]) pb.W.read(target[sz(q)] * D, D, w_t_abs.data() + q * D);
+      for (double& v : w_t_abs) v = std::fabs(v);
+      W_target_abs = w_t_abs.data();
+    }
+    if (!W_colmax_abs) {
+      w_colmax.assign(sz(D), 0.0);
+      std::vector<double> w(sz(D));
+      for (std::int64_t j = 0; j < V; ++j) {
+        pb.W.read(j * D, D, w.data());
+        for (std::int64_t d = 0; d < D; ++d)
+          w_colmax[sz(d)] = std::max(w_colmax[sz(d)], std::fabs(w[sz(d)]));
+      }
+      W_colmax_abs = w_colmax.data();
+    }
+  } else if (cov.dz && !raw_logits) {
+    raw.resize(sz(S * V));
+    for (std::int64_t q = 0; q < S; ++q) pb.logits.read(rows[sz(q)] * V, V, raw.data() + q * V);
+    raw_logits = raw.data();
+  }
+  in.valid = valid.data();
+  in.target = target.data();
+  in.lse = cov.lse;
+  in.loss = cov.loss;
+  in.sum_p_abs_z = cov.sum_p_abs_z;
+  in.max_logit = cov.max_logit;
+  in.max_abs_logit = cov.max_abs_logit;
+  in.max_abs_raw = cov.max_abs_raw;
+  in.mean_abs_logit = cov.mean_abs_logit;
+  in.target_logit = cov.target_logit;
+  in.p_target = cov.p_target;
+  in.grad_scale = cov.grad_scale;
+  in.gemm_abs = cov.gemm_abs;
+  in.reduced_loss_ref = cov.reduced_loss;
+  if (!linear && cov.dz) {
+    in.dz_ref = cov.dz;
+    in.raw_logits = raw_logits;
+  }
+  if (linear && cov.dH) {
+    in.dH_ref = cov.dH;
+    in.dH_cond = cov.dH_cond;
+    in.W_target_abs = W_target_abs;
+    in.W_colmax_abs = W_colmax_abs;
+  }
+  if (linear) in.J = J;
+  if (linear && cov.dW) {
+    in.dW_ref = cov.dW;
+    in.dW_cond = cov.dW_cond;
+    in.H_abs = H_abs;
+    in.target_vocab_pos = tpos.data();
+  }
+  if (linear && cov.db && cov.db_cond) {
+    in.db_ref = cov.db;
+    in.db_cond = cov.db_cond;
+    in.target_vocab_pos = tpos.data();
+  }
+  return compute_bounds(in);
+}
+
+Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe& recipe,
+                            const DeclaredArithmetic& arith, const ReferenceResult& ref,
+                            std::int64_t n_chunks) {
+  const auto S = static_cast<std::int64_t>(ref.token_rows.size());
+  const std::int64_t V = pb.V, D = pb.D;
+  const bool linear = pb.is_linear();
+  std::vector<std::int64_t> valid(sz(S)), target(sz(S));
   std::vector<double> max_raw(sz(S), 0.0);
   std::vector<double> max_abs(sz(S), 0.0), mean_abs(sz(S), 0.0), xt(sz(S), 0.0), gemm(sz(S), 0.0);
   std::vector<double> raw;  // (S, V) logits problems
@@ -119,8 +210,6 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
           w_t_abs[sz(q * D + d)] = std::fabs(wrow[sz(d)]);
         }
         xt[sz(q)] = kernel(sp, zt);
-        auto it = std::lower_bound(ref.vocab_rows.begin(), ref.vocab_rows.end(), t);
-        if (it != ref.vocab_rows.end() && *it == t) tpos[sz(q)] = it - ref.vocab_rows.begin();
       }
     }
   } else {
@@ -148,38 +237,40 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
       if (valid[sz(q)]) xt[sz(q)] = kernel(sp, rr[t]);
     }
   }
-  in.valid = valid.data();
-  in.target = target.data();
-  in.lse = ref.lse.data();
-  in.loss = ref.loss.data();
-  in.sum_p_abs_z = ref.sum_p_abs_z.data();
-  in.max_logit = ref.max_logit.data();
-  in.max_abs_logit = max_abs.data();
-  in.max_abs_raw = max_raw.data();
-  in.mean_abs_logit = mean_abs.data();
-  in.target_logit = xt.data();
-  in.p_target = ref.p_target.data();
-  in.grad_scale = ref.grad_scale.data();
-  in.gemm_abs = linear ? gemm.data() : nullptr;
-  in.reduced_loss_ref = ref.reduced_loss;
+  RowCovariates cov;
+  cov.token_rows = &ref.token_rows;
+  cov.vocab_rows = &ref.vocab_rows;
+  cov.lse = ref.lse.data();
+  cov.loss = ref.loss.data();
+  cov.sum_p_abs_z = ref.sum_p_abs_z.data();
+  cov.max_logit = ref.max_logit.data();
+  cov.max_abs_logit = max_abs.data();
+  cov.max_abs_raw = max_raw.data();
+  cov.mean_abs_logit = mean_abs.data();
+  cov.target_logit = xt.data();
+  cov.p_target = ref.p_target.data();
+  cov.grad_scale = ref.grad_scale.data();
+  cov.gemm_abs = linear ? gemm.data() : nullptr;
+  cov.reduced_loss = ref.reduced_loss;
   if (!linear && !ref.dz.empty()) {
-    in.dz_ref = ref.dz.data();
-    in.raw_logits = raw.data();
+    cov.dz = ref.dz.data();
+    cov.raw_logits = raw.data();
   }
-  if (linear && !ref.dH.empty()) {
-    in.dH_ref = ref.dH.data();
-    in.dH_cond = ref.dH_cond.data();
-    in.W_target_abs = w_t_abs.data();
-    in.W_colmax_abs = w_colmax.data();
+  if (linear) {
+    cov.H_abs = h_abs.data();
+    cov.W_target_abs = w_t_abs.data();
+    cov.W_colmax_abs = w_colmax.data();
+    if (!ref.dH.empty()) {
+      cov.dH = ref.dH.data();
+      cov.dH_cond = ref.dH_cond.data();
+    }
+    if (!ref.dW.empty()) {
+      cov.dW = ref.dW.data();
+      cov.dW_cond = ref.dW_cond.data();
+    }
   }
-  if (linear && !ref.dW.empty()) {
-    in.J = J;
-    in.dW_ref = ref.dW.data();
-    in.dW_cond = ref.dW_cond.data();
-    in.H_abs = h_abs.data();
-    in.target_vocab_pos = tpos.data();
-  }
-  Bounds b = compute_bounds(in);
+  Bounds b = bounds_for_covariates(pb, sp, recipe, arith, cov,
+                                   n_chunks > 0 ? n_chunks : std::max<std::int64_t>(1, S));
   // A bound is NaN only where its formula met a non-finite covariate (an all −inf row: lse = −inf;
   // the mean of an all-ignored batch: NaN). Where the reference value itself is non-finite the
   // value is exact (NaN, ±inf must be reproduced as such): bound 0. Anywhere else no meaningful

@@ -15,6 +15,40 @@
 
 namespace xentlab {
 
+/// The covariates of the a-priori bounds on S token rows and J vocabulary rows of a problem: the
+/// per-row quantities of the exact result and the reference gradients with their conditions, as
+/// a ReferenceResult holds them (bounds_for_reference) or as a golden file stores them (`xentlab
+/// verify`). Arrays of the sizes given (numerics/bounds.hpp BoundInputs); null where absent.
+struct RowCovariates {
+  const std::vector<std::int64_t>* token_rows = nullptr;  ///< (S) sorted rows of the problem
+  const std::vector<std::int64_t>* vocab_rows = nullptr;  ///< (J) sorted vocabulary rows
+  const double *lse = nullptr, *loss = nullptr, *sum_p_abs_z = nullptr;  ///< (S)
+  const double *max_logit = nullptr, *max_abs_logit = nullptr;           ///< (S)
+  const double* max_abs_raw = nullptr;                                   ///< (S), optional
+  const double *mean_abs_logit = nullptr, *target_logit = nullptr;       ///< (S)
+  const double *p_target = nullptr, *grad_scale = nullptr;               ///< (S)
+  const double* gemm_abs = nullptr;  ///< (S) linear problems (optional)
+  double reduced_loss = 0.0;
+  const double* dz = nullptr;                      ///< (S, V) logits problems
+  const double *dH = nullptr, *dH_cond = nullptr;  ///< (S, D) linear problems
+  const double *dW = nullptr, *dW_cond = nullptr;  ///< (J, D) linear problems
+  const double *db = nullptr, *db_cond = nullptr;  ///< (J) linear problems
+  /// The problem's magnitudes the bounds need, when the caller already has them (else read from
+  /// the problem here): |H| of the token rows (S, D), |W_t| of each valid row's target (S, D),
+  /// max_j |W_jk| (D), and the raw logits of the token rows (S, V) of a logits problem.
+  const double *H_abs = nullptr, *W_target_abs = nullptr, *W_colmax_abs = nullptr;
+  const double* raw_logits = nullptr;
+};
+
+/// The a-priori bounds (numerics/bounds.hpp compute_bounds) of a strategy that declares `arith`
+/// running `recipe` on `pb` with `spec`, from the covariates `cov`: the one place where the
+/// judge's callers turn covariates into bounds. n_chunks: the token chunks whose dW/db are added
+/// in the accum dtype, as given (BoundInputs::n_chunks). A bound whose arrays are absent is left
+/// empty; non-finite covariates give NaN bounds (bounds_for_reference sanitizes them).
+Bounds bounds_for_covariates(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
+                             const DeclaredArithmetic& arith, const RowCovariates& cov,
+                             std::int64_t n_chunks);
+
 /// Per-element a-priori bounds (numerics/bounds.hpp, docs/bounds.md) for a strategy that declares
 /// `arith` running `recipe` on `pb` with `spec`, on the rows of `ref` (its token_rows and
 /// vocab_rows). ref must come from compute_reference(pb, spec, …) with want_dz for dz bounds.

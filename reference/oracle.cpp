@@ -219,6 +219,13 @@ std::string OracleReport::summary() const {
 OracleReport check_with_oracle(const Problem& pb, const LossSpec& sp, const ReferenceOptions& opt,
                                const ReferenceResult& fast, const OracleSampleSpec& spec) {
   Oracle oracle(pb, sp, opt.upstream);
+  return check_with_oracle(oracle, pb, sp, opt, fast, spec);
+}
+
+OracleReport check_with_oracle(Oracle& oracle, const Problem& pb, const LossSpec& sp,
+                               const ReferenceOptions& opt, const ReferenceResult& fast,
+                               const OracleSampleSpec& spec) {
+  (void)opt;  // the oracle was made with options.upstream
   OracleReport rep;
   std::mt19937_64 rng(spec.seed);
   auto add = [&](const char* name, std::vector<std::int64_t> idx, double f, double b,

@@ -91,5 +91,11 @@ struct OracleSampleSpec {
 OracleReport check_with_oracle(const Problem& problem, const LossSpec& spec,
                                const ReferenceOptions& options, const ReferenceResult& fast,
                                const OracleSampleSpec& sample = {});
+/// The same check with a given oracle, which must be of (problem, spec, options.upstream) and
+/// unperturbed: its cached rows serve every fast result checked with it (e.g. each tier's), so the
+/// multiprecision rows are computed once.
+OracleReport check_with_oracle(Oracle& oracle, const Problem& problem, const LossSpec& spec,
+                               const ReferenceOptions& options, const ReferenceResult& fast,
+                               const OracleSampleSpec& sample = {});
 
 }  // namespace xentlab

@@ -478,6 +478,52 @@ class BenchFiles : public testing::TempFolderTest {
   BenchFiles() : TempFolderTest("bench") {}
 };
 
+// A row the judge found beyond its bound is measured (its times and errors are shown) and
+// incorrect in every output; the exit status is 1 for an incorrect or failed row, as the audit's,
+// and 0 for refusals.
+TEST_F(BenchFiles, IncorrectRowsAreMeasuredAndExit1) {
+  EXPECT_EQ(row_status(Disposition::passed), RowStatus::ok);
+  EXPECT_EQ(row_status(Disposition::incorrect), RowStatus::incorrect);
+  EXPECT_EQ(row_status(Disposition::not_supported), RowStatus::not_supported);
+  EXPECT_EQ(row_status(Disposition::failed), RowStatus::failed);
+  EXPECT_EQ(to_string(RowStatus::incorrect), "incorrect");
+  EXPECT_TRUE(measured(RowStatus::incorrect));
+  EXPECT_FALSE(measured(RowStatus::does_not_fit));
+  BenchReport r = synthetic_report();
+  EXPECT_EQ(exit_status(r, {}), 0);  // ok rows and a does-not-fit row
+  r.rows[1].status = RowStatus::incorrect;
+  r.rows[1].message = "dH: |e| = 0.5 > k·bound = 1·0.01 at element 3";
+  fill_relative_throughput(r.rows);
+  EXPECT_DOUBLE_EQ(r.rows[1].rel_to_naive, 680.0 / 670.0);
+  EXPECT_EQ(exit_status(r, {}), 1);
+  const std::string t = format_table(r);
+  EXPECT_NE(t.find("chunked       bf16/bf16/fp32/bf16  incorrect"), std::string::npos) << t;
+  EXPECT_NE(t.find("670.00"), std::string::npos) << t;
+  EXPECT_NE(t.find("|e| = 0.5 > k·bound"), std::string::npos) << t;
+  const auto header = parse_csv(csv_header());
+  const auto f = parse_csv(csv_row(r, r.rows[1]));
+  const auto col = std::find(header.begin(), header.end(), "status") - header.begin();
+  EXPECT_EQ(f[static_cast<std::size_t>(col)], "incorrect");
+  const auto med = std::find(header.begin(), header.end(), "median_ms") - header.begin();
+  EXPECT_EQ(std::stod(f[static_cast<std::size_t>(med)]), 670.0);
+  EXPECT_NE(format_markdown(r).find("| chunked | bf16/bf16/fp32/bf16 | incorrect | 670.00"),
+            std::string::npos);
+  r.options.csv.clear();
+  r.options.markdown.clear();
+  r.options.h5 = path("b.h5");
+  const OutputReport out = write_outputs(r, false);
+  EXPECT_TRUE(out.failures.empty());
+  EXPECT_EQ(exit_status(r, out), 1);
+  const h5::File file = h5::File::open_read(r.options.h5);
+  EXPECT_EQ(file.open_group("sessions/000000/rows/0001").attr_string("status"), "incorrect");
+  r.rows[1].status = RowStatus::failed;
+  EXPECT_EQ(exit_status(r, {}), 1);
+  r.rows[1].status = RowStatus::ok;
+  OutputReport failed_output;
+  failed_output.failures.push_back("--csv x.csv: not written");
+  EXPECT_EQ(exit_status(r, failed_output), 1);
+}
+
 TEST_F(BenchFiles, CsvAppends) {
   const BenchReport r = synthetic_report();
   append_csv(path("b.csv"), r);

@@ -1,9 +1,11 @@
-// Case C02 of docs/cases.md at its full size on the emulated strategies (see
-// test_emulation_cases.cpp for the method). Its own executable because it is the longest test of
-// the suite: N·V = 2^28 logits through the certified reference and the emulation take 15–20 s on
-// 2 cores; the fault it shows (an fp16 token sum past 65504) needs the full batch.
+// Case C02 of docs/cases.md on the emulated strategies (see test_emulation_cases.cpp for the
+// method). The fault it shows (an fp16 token sum past 65504) needs a whole batch: built twice,
+// test_emulation_c02 checks the case at a quarter of its logits (tests/c02_case.hpp: the same
+// faults, N·V = 2^26), test_emulation_c02_full (XL_C02_FULL_SIZE, labelled slow) at its own size,
+// N·V = 2^28 logits through the certified reference and the emulation.
 #include <gtest/gtest.h>
 
+#include "c02_case.hpp"
 #include "emulation_case_support.hpp"
 
 namespace xentlab {
@@ -11,15 +13,12 @@ namespace {
 
 using namespace ::xentlab::testing;
 
-// C02, full size (N = 8192, V = 32768, fp16 logits all 0): the token sum of one strategy per
-// accumulation dtype (the token reduction is the same pairwise tree in every strategy); the mean
-// of flat rows is covered by C11; gradients on sampled rows for every strategy and recipe.
-TEST(EmuCaseC02, Fp16TokenReductionOverflowsOnlyInFp16) {
-  const std::int64_t N = 8192, V = 32768;
-  Tensor Z(DType::fp16, {N, V}, "logits");
-  std::vector<std::int64_t> t(N);
-  for (std::int64_t i = 0; i < N; ++i) t[static_cast<std::size_t>(i)] = (7 * i) % V;
-  const Problem pb = Problem::from_logits(std::move(Z), t);
+// The token sum of one strategy per accumulation dtype (the token reduction is the same pairwise
+// tree in every strategy); the mean of flat rows is covered by C11; gradients on sampled rows for
+// every strategy and recipe.
+void check_emulation(const C02Size& c) {
+  const std::int64_t N = c.N, V = c.V;
+  const Problem pb = c02_problem(c);
   const auto strategies = make_strategies(Backend::cpu_emulation);
   ReferenceOptions no_grad;
   const ReferenceResult ref_sum = compute_reference(pb, spec_of(Reduction::sum), no_grad);
@@ -33,39 +32,47 @@ TEST(EmuCaseC02, Fp16TokenReductionOverflowsOnlyInFp16) {
     const Bounds b = bounds_for_reference(pb, req.spec, req.recipe,
                                           strategies[0]->arithmetic(req.recipe), ref_sum);
     if (req.recipe.accum == DType::fp32) {
-      XL_EXPECT_CASE(out.reduced_loss, b.reduced_loss + ref_sum.reduced_loss_bound,
-                     "85173.9255472");
+      XL_EXPECT_CASE(out.reduced_loss, b.reduced_loss + ref_sum.reduced_loss_bound, c.sum);
     } else {
-      // Σ 8192·ln 32768 = 85173.9 > 65504: the fp16 token sum overflows (docs/arithmetic.md §6),
-      // and the policy reports it as incorrect (non-finite where the reference is finite).
+      // Σ N·ln V > 65504: the fp16 token sum overflows (docs/arithmetic.md §6), and the policy
+      // reports it as incorrect (non-finite where the reference is finite).
       EXPECT_EQ(out.reduced_loss, kInf);
       const ErrorStats st = compute_error_stats(&out.reduced_loss, &ref_sum.reduced_loss, 1,
                                                 DType::fp16, &b.reduced_loss);
       EXPECT_EQ(judge({{"reduced_loss", &st, false}}, policy_by_name("default")).disposition,
                 Disposition::incorrect);
     }
-    // Per token ln 32768 in both recipes (fp16 loss: within u_fp16·|loss| of it).
-    XL_EXPECT_CASE(out.loss[100], b.loss[100] + ref_sum.loss_bound[100], "10.3972077084");
+    // Per token ln V in both recipes (fp16 loss: within u_fp16·|loss| of it).
+    XL_EXPECT_CASE(out.loss[100], b.loss[100] + ref_sum.loss_bound[100], c.row_loss);
   }
-  // Mean gradient on sampled rows: off-target 3.7252903e-9 in the fp32-logits recipe, 0 (the
-  // correctly rounded fp16 value, below the smallest fp16 subnormal) when dz is held in fp16.
-  each_run(pb, spec_of(Reduction::mean),
-           [&](const RunCtx& c) {
-             for (std::int64_t q = 0; q < 3; ++q) {
-               const std::int64_t tt =
-                   t[static_cast<std::size_t>(c.out.token_rows[static_cast<std::size_t>(q)])];
-               const std::int64_t off = (tt + 1) % V;
-               EXPECT_TRUE(within(c, grad_of(c, q, off), grad_bound(c, q, off), "3.7252903e-9"))
-                   << c.what;
-               EXPECT_TRUE(within(c, grad_of(c, q, tt), grad_bound(c, q, tt), "-1.22066587e-4"))
-                   << c.what;
-               if (c.recipe.logits == DType::fp16) {
-                 EXPECT_EQ(grad_of(c, q, off), 0.0) << c.what;
-               }
-             }
-           },
-           {R("fp16/fp32/fp32/fp32"), R("fp16/fp16/fp32/fp32")}, {0, 1, 8191});
+  // Mean gradient on sampled rows: off-target 1/(N·V) in the fp32-logits recipe, 0 (the correctly
+  // rounded fp16 value, below half the smallest fp16 subnormal) when dz is held in fp16.
+  each_run(
+      pb, spec_of(Reduction::mean),
+      [&](const RunCtx& r) {
+        for (std::int64_t q = 0; q < 3; ++q) {
+          const std::int64_t tt =
+              pb.targets[static_cast<std::size_t>(r.out.token_rows[static_cast<std::size_t>(q)])];
+          const std::int64_t off = (tt + 1) % V;
+          EXPECT_TRUE(within(r, grad_of(r, q, off), grad_bound(r, q, off), c.off_target)) << r.what;
+          EXPECT_TRUE(within(r, grad_of(r, q, tt), grad_bound(r, q, tt), c.target)) << r.what;
+          if (r.recipe.logits == DType::fp16) {
+            EXPECT_EQ(grad_of(r, q, off), 0.0) << r.what;
+          }
+        }
+      },
+      {R("fp16/fp32/fp32/fp32"), R("fp16/fp16/fp32/fp32")}, {0, 1, N - 1});
 }
+
+#ifdef XL_C02_FULL_SIZE
+TEST(EmuCaseC02, Fp16TokenReductionOverflowsOnlyInFp16) {
+  check_emulation(kC02Case);
+}
+#else
+TEST(EmuCaseC02, Fp16TokenReductionOverflowsOnlyInFp16QuarterSize) {
+  check_emulation(kC02Quarter);
+}
+#endif
 
 }  // namespace
 }  // namespace xentlab

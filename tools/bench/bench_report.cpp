@@ -316,6 +316,8 @@ std::string_view to_string(RowStatus s) {
   switch (s) {
     case RowStatus::ok:
       return "ok";
+    case RowStatus::incorrect:
+      return to_string(Disposition::incorrect);
     case RowStatus::does_not_fit:
       return "does-not-fit";
     case RowStatus::not_supported:
@@ -326,12 +328,30 @@ std::string_view to_string(RowStatus s) {
   return "?";
 }
 
+bool measured(RowStatus s) {
+  return s == RowStatus::ok || s == RowStatus::incorrect;
+}
+
+RowStatus row_status(Disposition d) {
+  switch (d) {
+    case Disposition::passed:
+      return RowStatus::ok;
+    case Disposition::incorrect:
+      return RowStatus::incorrect;
+    case Disposition::not_supported:
+      return RowStatus::not_supported;
+    case Disposition::failed:
+      return RowStatus::failed;
+  }
+  return RowStatus::failed;
+}
+
 void fill_relative_throughput(std::vector<BenchRow>& rows) {
   for (BenchRow& r : rows) {
     r.rel_to_naive = kNaN;
-    if (r.status != RowStatus::ok) continue;
+    if (!measured(r.status)) continue;
     for (const BenchRow& b : rows)
-      if (b.strategy == kBaselineStrategy && b.recipe == r.recipe && b.status == RowStatus::ok &&
+      if (b.strategy == kBaselineStrategy && b.recipe == r.recipe && measured(b.status) &&
           b.time.median > 0 && r.time.median > 0)
         r.rel_to_naive = b.time.median / r.time.median;
   }
@@ -363,7 +383,7 @@ std::string format_table(const BenchReport& r) {
       "strategy", "recipe", "status", "median ms", "min–max ms", "TFLOP/s", "extra GiB", "vs nv",
       "loss", "lse", "red.loss", "dH", "dW(sub)");
   for (const BenchRow& row : r.rows) {
-    const bool ok = row.status == RowStatus::ok;
+    const bool ok = measured(row.status);
     const std::string spread =
         ok ? fmt::format("{:.2f}–{:.2f}", row.time.min, row.time.max) : std::string("—");
     s += fmt::format(
@@ -401,7 +421,7 @@ std::string format_markdown(const BenchReport& r) {
        "chunk | vs naive | loss err | lse err | mean-loss err | dH err | dW err (sub-problem) |\n";
   s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& row : r.rows) {
-    const bool ok = row.status == RowStatus::ok;
+    const bool ok = measured(row.status);
     s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                      row.strategy, row.recipe, to_string(row.status),
                      ok ? ms_cell(row.time.median) : "—",
@@ -444,7 +464,7 @@ std::string format_markdown(const BenchReport& r) {
           for (const BenchRow& row : r.rows)
             if (row.strategy == q.strategy && row.recipe == rc.name()) m = &row;
           std::string mem = "not measured (not in this build or filtered out)", rel = "—";
-          if (m != nullptr && m->status == RowStatus::ok) {
+          if (m != nullptr && measured(m->status)) {
             mem = fmt::format("{} ({})", format_bytes(m->peak_extra_bytes),
                               format_bytes(m->peak_extra_bytes + m->io_bytes));
             rel = num_cell(m->rel_to_naive, "{:.2f}×");
@@ -474,7 +494,7 @@ std::string csv_header() {
 std::string csv_row(const BenchReport& r, const BenchRow& row) {
   const BenchMeta& m = r.meta;
   const BenchOptions& o = r.options;
-  const bool ok = row.status == RowStatus::ok;
+  const bool ok = measured(row.status);
   std::vector<std::string> f = {
       m.date_utc,
       m.xentlab_version,
@@ -654,6 +674,13 @@ OutputReport write_outputs(const BenchReport& r, bool force) {
   if (!o.h5.empty() && attempt("--h5", o.h5, [&] { append_h5(o.h5, r); }))
     rep.stdout_text += fmt::format("h5: {} (one session, {} rows)\n", o.h5, r.rows.size());
   return rep;
+}
+
+int exit_status(const BenchReport& r, const OutputReport& out) {
+  if (!out.failures.empty()) return 1;
+  for (const BenchRow& row : r.rows)
+    if (row.status == RowStatus::incorrect || row.status == RowStatus::failed) return 1;
+  return 0;
 }
 
 // ---- HDF5 --------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "numerics/bounds.hpp"
 #include "numerics/recipe.hpp"
 
 namespace xentlab::bench {
@@ -99,22 +100,32 @@ inline constexpr const char* kDefaultRecipes = "bf16/bf16/fp32/bf16";
 BenchOptions resolve_options(const BenchArgs& args,
                              const std::vector<std::string>& known_strategies);
 
-/// What happened to one strategy × recipe.
-enum class RowStatus : std::uint8_t { ok, does_not_fit, not_supported, failed };
+/// What happened to one strategy × recipe. A measured row is ok, or incorrect when the judge
+/// (judge/sampled_check.hpp assess_sampled_run, the audit's bounds and policy) finds its checked
+/// outputs beyond their a-priori bounds: the dispositions of numerics/bounds.hpp (passed is "ok",
+/// a run without a reference check is ok too), plus does-not-fit, a refusal for memory.
+enum class RowStatus : std::uint8_t { ok, incorrect, does_not_fit, not_supported, failed };
+/// "ok", "incorrect", "does-not-fit", "not-supported", "failed".
 std::string_view to_string(RowStatus s);
+/// ok or incorrect: the row was run and timed (its times, memory and errors are measured).
+bool measured(RowStatus s);
+/// The row status of a measured run judged `d` (ok for passed, incorrect for incorrect; the
+/// others as named).
+RowStatus row_status(Disposition d);
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 /// One strategy × recipe. Errors are normwise relative (‖out − ref‖₂/‖ref‖₂, ErrorStats::
-/// normwise_rel_err) over the sampled token rows; NaN where not measured.
+/// normwise_rel_err, as the judge computed them) over the sampled token rows; NaN where not
+/// measured.
 struct BenchRow {
   std::string strategy, recipe;
   RowStatus status = RowStatus::ok;
-  std::string message;                    ///< why it did not run, or a note on a check
-  TimingStats time;                       ///< forward + backward, ms, warm-up excluded
-  std::vector<double> times_ms;           ///< every timed run, in order
-  double tflops = kNaN;                   ///< 6·N·V·D / median
-  double rel_to_naive = kNaN;             ///< naive's median / this median, same recipe
+  std::string message;           ///< why it did not run, why it is incorrect, or a note on a check
+  TimingStats time;              ///< forward + backward, ms, warm-up excluded
+  std::vector<double> times_ms;  ///< every timed run, in order
+  double tflops = kNaN;          ///< 6·N·V·D / median
+  double rel_to_naive = kNaN;    ///< naive's median / this median, same recipe
   std::int64_t peak_extra_bytes = -1;     ///< measured: the tracker's peak beyond inputs/outputs
   std::int64_t planned_extra_bytes = -1;  ///< the workspace plan (for a refusal: what it needs)
   std::int64_t chunk_rows = 0;            ///< tokens per chunk of the plan
@@ -194,6 +205,10 @@ struct OutputReport {
 /// when another one failed, and a Markdown file that cannot be written is replaced by the Markdown
 /// in stdout_text, so that a measurement is never lost to an output error.
 OutputReport write_outputs(const BenchReport& r, bool force);
+
+/// The exit status of `xentlab bench` for a finished run (the audit's convention): 1 when an
+/// output failed (out.failures) or a row is incorrect or failed, else 0 (refusals are rows).
+int exit_status(const BenchReport& r, const OutputReport& out);
 
 /// Writes text to path through a temporary file + rename (an existing file only with force).
 void write_text_atomic(const std::string& path, const std::string& text, bool force);

@@ -16,7 +16,10 @@
 //  - dW: a second run of the same strategy and recipe on the sub-problem (scale fp32(1/S)), with as
 //    many chunks as the full-size run had, up to one per row, so that the cross-chunk accumulation
 //    is exercised; compared on the J vocabulary rows. Labelled "dW (sub-problem)" everywhere.
-// Every error is ErrorStats::normwise_rel_err (‖out − ref‖₂/‖ref‖₂) except the mean loss.
+// The judge (judge/sampled_check.hpp assess_sampled_run) forms every error — normwise relative,
+// ErrorStats::normwise_rel_err (‖out − ref‖₂/‖ref‖₂; for the mean loss |out − ref|/|ref|) — and
+// holds each output to the a-priori bound of the strategy's declared arithmetic with the audit's
+// policy: a run beyond a bound is an `incorrect` row.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -32,8 +35,8 @@
 #include "gpu/cuda/cuda_check.hpp"
 #include "gpu/cuda/cuda_strategy.cuh"
 #include "gpu/registry.hpp"
+#include "judge/sampled_check.hpp"
 #include "numerics/error.hpp"
-#include "numerics/stats.hpp"
 #include "numerics/version.hpp"
 #include "reference/reference.hpp"
 #include "tools/bench/bench_lib.hpp"
@@ -83,15 +86,6 @@ std::vector<float> download_floats(const float* p, std::int64_t n) {
   return v;
 }
 
-template <class Ref>
-double normwise(const std::vector<double>& out, const Ref& ref, DType t) {
-  StatsOptions so;
-  so.keep_histograms = false;
-  return compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(out.size()), t,
-                             nullptr, so)
-      .normwise_rel_err;
-}
-
 /// The inputs of one input dtype on the device (copy 0 generated, the others copied from it).
 struct Inputs {
   DeviceMemoryTracker mem;
@@ -103,6 +97,7 @@ struct Inputs {
 struct SampleCheck {
   std::vector<std::int64_t> rows;  ///< sampled token rows, sorted
   DeviceBuffer H, targets;         ///< the sub-problem's inputs on the device
+  Problem sub;                     ///< the sub-problem on the host (the judge's bounds read it)
   ReferenceResult ref;
   bool ok = false;
   std::string why;  ///< when !ok
@@ -301,8 +296,8 @@ class Runner {
       XL_CUDA_CHECK(cudaMemcpy(W.data(), in.W, W.nbytes(), cudaMemcpyDeviceToHost));
       std::vector<std::int64_t> t(static_cast<std::size_t>(S));
       XL_CUDA_CHECK(cudaMemcpy(t.data(), chk.targets.get(), t.size() * 8, cudaMemcpyDeviceToHost));
-      const Problem sub = Problem::linear(std::move(H), std::move(W), std::nullopt, std::move(t),
-                                          spec_.ignore_index, "bench sub-problem");
+      chk.sub = Problem::linear(std::move(H), std::move(W), std::nullopt, std::move(t),
+                                spec_.ignore_index, "bench sub-problem");
       ReferenceOptions ro;
       if (o_.vocab_rows < V) ro.vocab_rows = sample_rows(V, o_.vocab_rows, o_.seed + 1);
       ro.want_db = false;
@@ -311,7 +306,7 @@ class Runner {
                       "rows) on the CPU",
                       S, V, D, o_.vocab_rows));
       const auto t0 = std::chrono::steady_clock::now();
-      chk.ref = compute_reference(sub, spec_, ro);
+      chk.ref = compute_reference(chk.sub, spec_, ro);
       say(fmt::format(
           "reference done in {:.1f} s",
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
@@ -463,23 +458,19 @@ class Runner {
     }
     const ReferenceResult& ref = chk.ref;
     const std::int64_t S = static_cast<std::int64_t>(chk.rows.size()), D = o_.D;
-    std::vector<double> l, e;
+    SampledOutputs so;
     std::vector<float> lf;
     const std::vector<float> lse = download_floats(out.lse->as<float>(), o_.N);
     for (std::int64_t i : chk.rows) {
       lf.push_back(loss[static_cast<std::size_t>(i)]);
-      l.push_back(loss[static_cast<std::size_t>(i)]);
-      e.push_back(lse[static_cast<std::size_t>(i)]);
+      so.loss.push_back(loss[static_cast<std::size_t>(i)]);
+      so.lse.push_back(lse[static_cast<std::size_t>(i)]);
     }
-    row.err_loss = normwise(l, ref.loss, recipe.accum);
-    row.err_lse = normwise(e, ref.lse, recipe.accum);
-    const double red = gpu::reduce_tokens(lf, {}, spec_, recipe.accum, S);
-    row.err_reduced_loss = std::fabs(red - ref.reduced_loss) / std::fabs(ref.reduced_loss);
-    const std::vector<double> dH = download_rows(out.dH->get(), chk.rows, D, recipe.grad);
-    std::vector<double> ref_dH(ref.dH.begin(), ref.dH.end());
-    const double rescale = double(S) / double(o_.N);  // reference scale 1/S → the run's 1/N
-    for (double& x : ref_dH) x *= rescale;
-    row.err_dH = normwise(dH, ref_dH, recipe.grad);
+    so.loss_dtype = recipe.accum;
+    so.reduced_loss = gpu::reduce_tokens(lf, {}, spec_, recipe.accum, S);
+    so.dH = download_rows(out.dH->get(), chk.rows, D, recipe.grad);
+    so.dH_scale = double(S) / double(o_.N);  // reference scale 1/S → the run's 1/N
+    so.grad_dtype = recipe.grad;
 
     // dW: the same strategy and recipe on the sub-problem of the sampled rows.
     gpu::DeviceRun sub = full;
@@ -491,19 +482,27 @@ class Runner {
     poison(out);
     BenchRow sub_row;
     TimedRuns t;
-    if (!timed(cs, sub, {{chk.H.get(), in.copies[0].W, chk.targets.as<std::int64_t>()}}, 0, 1,
-               sub_row, t)) {
+    if (timed(cs, sub, {{chk.H.get(), in.copies[0].W, chk.targets.as<std::int64_t>()}}, 0, 1,
+              sub_row, t))
+      so.dW = download_rows(out.dW->get(), ref.vocab_rows, D, recipe.grad);
+    else
       note("dW (sub-problem) run: " + sub_row.message);
-      return;
-    }
-    const std::vector<double> dW = download_rows(out.dW->get(), ref.vocab_rows, D, recipe.grad);
-    row.err_dW_sub = normwise(dW, ref.dW, recipe.grad);
+
+    const RunAssessment ra = assess_sampled_run(chk.sub, spec_, recipe, cs.arithmetic(recipe), so,
+                                                ref, policy_by_name("audit"));
+    row.err_loss = ra.loss.normwise_rel_err;
+    row.err_lse = ra.lse.normwise_rel_err;
+    row.err_reduced_loss = ra.reduced_loss.normwise_rel_err;
+    if (ra.has_dH) row.err_dH = ra.dH.normwise_rel_err;
+    if (ra.has_dW) row.err_dW_sub = ra.dW.normwise_rel_err;
+    row.status = row_status(ra.verdict.disposition);
+    if (row.status != RowStatus::ok) note(ra.verdict.reason);
     say(fmt::format(
         "[{}/{}] {} {}: errors on {} sampled rows: loss {}, lse {}, mean loss {}, dH {}, "
-        "dW (sub-problem) {}",
+        "dW (sub-problem) {}; {}",
         done_, total_, row.strategy, row.recipe, S, format_error(row.err_loss),
         format_error(row.err_lse), format_error(row.err_reduced_loss), format_error(row.err_dH),
-        format_error(row.err_dW_sub)));
+        format_error(row.err_dW_sub), ra.verdict.reason));
   }
 
   const BenchOptions& o_;

@@ -3,10 +3,11 @@
 // relative to naive, and the error against the certified reference on sampled rows, for every
 // registered strategy × recipe. Terminal table, Markdown, CSV and HDF5 rows
 // (tools/bench/bench_report.hpp); the measurement is tools/bench/bench_lib.hpp (CUDA builds only).
-// Exit status: 0 table produced (refusals are rows), 1 a run or an output failed after measuring
-// (every output is still attempted; the Markdown goes to stdout when its file fails) or a device
-// error, 2 invalid options (before any measurement), 4 no CUDA device (or no CUDA backend in this
-// build).
+// Exit status (as the audit's: 1 when a run is incorrect or failed): 0 table produced, every
+// checked run within its a-priori bounds (refusals are rows), 1 a run incorrect (judge/: an output
+// beyond its bound) or failed, an output failed after measuring (every output is still attempted;
+// the Markdown goes to stdout when its file fails) or a device error, 2 invalid options (before
+// any measurement), 4 no CUDA device (or no CUDA backend in this build).
 #include <fmt/core.h>
 
 #include <chrono>
@@ -86,10 +87,7 @@ int run_bench_command(const BenchCliArgs& c) {
   fmt::print("{}", out.stdout_text);
   std::fflush(stdout);
   for (const std::string& f : out.failures) fmt::print(stderr, "xentlab bench: {}\n", f);
-  if (!out.failures.empty()) return 1;
-  for (const auto& row : rep.rows)
-    if (row.status == bench::RowStatus::failed) return 1;
-  return 0;
+  return bench::exit_status(rep, out);
 #endif
 }
 
@@ -132,8 +130,10 @@ void register_bench(CLI::App& app) {
       "bench",
       "The memory/throughput table of the CUDA strategies, measured: forward+backward time, "
       "TFLOP/s, peak extra device memory, throughput vs naive, and the error against the "
-      "certified reference on sampled rows, per strategy x recipe. Needs a CUDA device (exit 4 "
-      "without one).");
+      "certified reference on sampled rows, per strategy x recipe, each judged against its "
+      "a-priori "
+      "bound (exit 1 when a run is incorrect or failed). Needs a CUDA device (exit 4 without "
+      "one).");
   cmd->add_option("--tokens,-N", a.tokens, "tokens N");
   cmd->add_option("--vocab,-V", a.vocab, "vocabulary V");
   cmd->add_option("--hidden,-D", a.hidden, "hidden size D");

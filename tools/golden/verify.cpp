@@ -14,6 +14,8 @@
 #include "datasets/atomic_file.hpp"
 #include "datasets/h5.hpp"
 #include "gpu/registry.hpp"
+#include "judge/bounds_for.hpp"
+#include "judge/output_verdict.hpp"
 #include "numerics/error.hpp"
 #include "numerics/version.hpp"
 
@@ -90,11 +92,12 @@ std::vector<double> select(const std::vector<double>& full, std::int64_t cols,
   return out;
 }
 
-// a-priori bounds of the policy's recipe on the golden's covariates (numerics/bounds.hpp).
+// a-priori bounds of the policy's recipe on the golden file's covariates: the quantities it
+// stores of its certified reference (not a ReferenceResult recomputed here), through the judge's
+// one function from covariates to bounds (judge/bounds_for.hpp bounds_for_covariates). One token
+// chunk: the golden bound of dW is that of a candidate that adds its token rows in one fp32 GEMM.
 struct PolicyBounds {
   Bounds b;
-  std::vector<std::int64_t> valid, target, target_pos;
-  std::vector<double> raw, w_target_abs, w_colmax, h_abs;
 };
 
 Recipe recipe_of(const VerifyPolicy& p, DType input) {
@@ -107,91 +110,40 @@ Recipe recipe_of(const VerifyPolicy& p, DType input) {
   return r;
 }
 
+const double* data_or_null(const std::vector<double>& v) {
+  return v.empty() ? nullptr : v.data();
+}
+
 void policy_bounds(const Golden& g, const VerifyPolicy& pol, PolicyBounds& pb) {
-  const Problem& P = g.problem;
-  const std::int64_t S = g.S, D = g.D, V = g.V;
-  BoundInputs in;
-  in.recipe = recipe_of(pol, P.input_dtype());
-  in.arith = pol.arith;
-  in.spec = g.spec;
-  in.linear = P.is_linear();
-  if (!in.linear) in.stored_logits_dtype = P.logits.dtype();
-  in.S = S;
-  in.V = V;
-  in.D = D;
-  in.N = g.N;
-  pb.valid.resize(static_cast<std::size_t>(S));
-  pb.target.resize(static_cast<std::size_t>(S));
-  pb.target_pos.assign(static_cast<std::size_t>(S), -1);
-  for (std::int64_t q = 0; q < S; ++q) {
-    const std::int64_t t =
-        P.targets[static_cast<std::size_t>(g.token_rows[static_cast<std::size_t>(q)])];
-    pb.valid[static_cast<std::size_t>(q)] = t != g.spec.ignore_index;
-    pb.target[static_cast<std::size_t>(q)] = t;
-    if (t != g.spec.ignore_index) {
-      const auto it = std::lower_bound(g.vocab_rows.begin(), g.vocab_rows.end(), t);
-      if (it != g.vocab_rows.end() && *it == t)
-        pb.target_pos[static_cast<std::size_t>(q)] = it - g.vocab_rows.begin();
-    }
+  RowCovariates cov;
+  cov.token_rows = &g.token_rows;
+  cov.vocab_rows = &g.vocab_rows;
+  cov.lse = g.lse.data();
+  cov.loss = g.loss.data();
+  cov.sum_p_abs_z = g.sum_p_abs_z.data();
+  cov.max_logit = g.max_logit.data();
+  cov.max_abs_logit = g.max_abs_logit.data();
+  cov.mean_abs_logit = g.mean_abs_logit.data();
+  cov.target_logit = g.target_logit.data();
+  cov.p_target = g.p_target.data();
+  cov.grad_scale = g.grad_scale.data();
+  cov.gemm_abs = data_or_null(g.gemm_abs);
+  cov.reduced_loss = g.reduced_loss.value_or(0.0);
+  cov.dz = data_or_null(g.dz);
+  if (!g.dH.empty()) {
+    cov.dH = g.dH.data();
+    cov.dH_cond = g.dH_cond.data();
   }
-  in.valid = pb.valid.data();
-  in.target = pb.target.data();
-  in.lse = g.lse.data();
-  in.loss = g.loss.data();
-  in.sum_p_abs_z = g.sum_p_abs_z.data();
-  in.max_logit = g.max_logit.data();
-  in.max_abs_logit = g.max_abs_logit.data();
-  in.mean_abs_logit = g.mean_abs_logit.data();
-  in.target_logit = g.target_logit.data();
-  in.p_target = g.p_target.data();
-  in.grad_scale = g.grad_scale.data();
-  in.gemm_abs = g.gemm_abs.empty() ? nullptr : g.gemm_abs.data();
-  in.reduced_loss_ref = g.reduced_loss.value_or(0.0);
-  if (!in.linear && !g.dz.empty()) {
-    pb.raw.resize(static_cast<std::size_t>(S * V));
-    for (std::int64_t q = 0; q < S; ++q)
-      P.logits.read(g.token_rows[static_cast<std::size_t>(q)] * V, V, pb.raw.data() + q * V);
-    in.dz_ref = g.dz.data();
-    in.raw_logits = pb.raw.data();
+  if (!g.dW.empty()) {
+    cov.dW = g.dW.data();
+    cov.dW_cond = g.dW_cond.data();
   }
-  if (in.linear) {
-    pb.w_target_abs.assign(static_cast<std::size_t>(S * D), 0.0);
-    pb.h_abs.resize(static_cast<std::size_t>(S * D));
-    pb.w_colmax.assign(static_cast<std::size_t>(D), 0.0);
-    for (std::int64_t q = 0; q < S; ++q) {
-      P.H.read(g.token_rows[static_cast<std::size_t>(q)] * D, D, pb.h_abs.data() + q * D);
-      if (pb.valid[static_cast<std::size_t>(q)])
-        P.W.read(pb.target[static_cast<std::size_t>(q)] * D, D, pb.w_target_abs.data() + q * D);
-    }
-    std::vector<double> w(static_cast<std::size_t>(D));
-    for (std::int64_t j = 0; j < V; ++j) {
-      P.W.read(j * D, D, w.data());
-      for (std::int64_t d = 0; d < D; ++d)
-        pb.w_colmax[static_cast<std::size_t>(d)] = std::max(
-            pb.w_colmax[static_cast<std::size_t>(d)], std::fabs(w[static_cast<std::size_t>(d)]));
-    }
-    for (auto& v : pb.h_abs) v = std::fabs(v);
-    for (auto& v : pb.w_target_abs) v = std::fabs(v);
-    if (!g.dH.empty()) {
-      in.dH_ref = g.dH.data();
-      in.dH_cond = g.dH_cond.data();
-      in.W_target_abs = pb.w_target_abs.data();
-      in.W_colmax_abs = pb.w_colmax.data();
-    }
-    in.J = g.J;
-    if (!g.dW.empty()) {
-      in.dW_ref = g.dW.data();
-      in.dW_cond = g.dW_cond.data();
-      in.H_abs = pb.h_abs.data();
-      in.target_vocab_pos = pb.target_pos.data();
-    }
-    if (!g.db.empty() && !g.db_cond.empty()) {
-      in.db_ref = g.db.data();
-      in.db_cond = g.db_cond.data();
-      in.target_vocab_pos = pb.target_pos.data();
-    }
+  if (!g.db.empty() && !g.db_cond.empty()) {
+    cov.db = g.db.data();
+    cov.db_cond = g.db_cond.data();
   }
-  pb.b = compute_bounds(in);
+  pb.b = bounds_for_covariates(g.problem, g.spec, recipe_of(pol, g.problem.input_dtype()),
+                               pol.arith, cov, 1);
 }
 
 const std::vector<double>* bound_of(const PolicyBounds& pb, const std::string& name,
@@ -710,10 +662,14 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
                                                             : "passed";
     const bool bound_ok = v.disposition == Disposition::passed;
     o.differential_only = bound_ok && diff_judges && (infinite || !bound_check);
-    o.status = !bound_ok                                          ? "incorrect"
-               : diff_judges && o.differential.status != "passed" ? "incorrect"
-               : !bound_check && !diff_judges                     ? "skipped"
-                                                                  : "passed";
+    OutputChecks checks;
+    checks.bound = v;
+    checks.bound_checked = bound_check;
+    checks.baseline_judged = diff_judges;
+    checks.baseline =
+        o.differential.status == "passed" ? Disposition::passed : Disposition::incorrect;
+    const std::optional<Disposition> judged = judge_output(checks);
+    o.status = judged ? std::string(to_string(*judged)) : "skipped";
     if (o.status == "skipped")
       o.message = fmt::format("the differential check cannot judge it: {}", o.differential.message);
     if (bound_ok && o.status == "incorrect") o.message = "differential: " + o.differential.message;
