@@ -84,6 +84,13 @@ class Strategy {
   /// The declaration for one run of `req`: arithmetic(req.recipe), with what the run's parameters
   /// add to it (vocab_parallel: DeclaredArithmetic::vocab_ranks = the request's ranks). The bounds
   /// of a run are formed from this.
+  /// ok when this backend can run RunRequest::ranks = `ranks` (vocab_parallel: one device per
+  /// rank on CUDA), else not_supported naming why; the other strategies ignore ranks. Checked
+  /// before any work. Never throws.
+  virtual Status can_run_ranks(std::int64_t ranks) const {
+    (void)ranks;
+    return Status::Ok();
+  }
   virtual DeclaredArithmetic run_arithmetic(const RunRequest& req) const {
     return arithmetic(req.recipe);
   }

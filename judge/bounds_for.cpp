@@ -29,7 +29,7 @@ double kernel(const LossSpec& sp, double r) {
 
 Bounds bounds_for_covariates(const Problem& pb, const LossSpec& sp, const Recipe& recipe,
                              const DeclaredArithmetic& arith, const RowCovariates& cov,
-                             std::int64_t n_chunks) {
+                             std::int64_t n_chunks, std::int64_t run_tokens) {
   static const std::vector<std::int64_t> kNone;
   const std::vector<std::int64_t>& rows = cov.token_rows ? *cov.token_rows : kNone;
   const std::vector<std::int64_t>& vrows = cov.vocab_rows ? *cov.vocab_rows : kNone;
@@ -46,7 +46,7 @@ Bounds bounds_for_covariates(const Problem& pb, const LossSpec& sp, const Recipe
   in.S = S;
   in.V = V;
   in.D = D;
-  in.N = pb.N;
+  in.N = run_tokens > 0 ? run_tokens : pb.N;
   in.n_chunks = n_chunks;
   // Each row's target and its position among the vocabulary rows (−1: ignored, or not sampled).
   std::vector<std::int64_t> valid(sz(S)), target(sz(S)), tpos(sz(S), -1);
@@ -132,7 +132,7 @@ Bounds bounds_for_covariates(const Problem& pb, const LossSpec& sp, const Recipe
 
 Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe& recipe,
                             const DeclaredArithmetic& arith, const ReferenceResult& ref,
-                            std::int64_t n_chunks) {
+                            std::int64_t n_chunks, std::int64_t run_tokens) {
   const auto S = static_cast<std::int64_t>(ref.token_rows.size());
   const std::int64_t V = pb.V, D = pb.D;
   const bool linear = pb.is_linear();
@@ -269,8 +269,9 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
       cov.dW_cond = ref.dW_cond.data();
     }
   }
-  Bounds b = bounds_for_covariates(pb, sp, recipe, arith, cov,
-                                   n_chunks > 0 ? n_chunks : std::max<std::int64_t>(1, S));
+  Bounds b =
+      bounds_for_covariates(pb, sp, recipe, arith, cov,
+                            n_chunks > 0 ? n_chunks : std::max<std::int64_t>(1, S), run_tokens);
   // A bound is NaN only where its formula met a non-finite covariate (an all −inf row: lse = −inf;
   // the mean of an all-ignored batch: NaN). Where the reference value itself is non-finite the
   // value is exact (NaN, ±inf must be reproduced as such): bound 0. Anywhere else no meaningful

@@ -45,9 +45,12 @@ struct RowCovariates {
 /// judge's callers turn covariates into bounds. n_chunks: the token chunks whose dW/db are added
 /// in the accum dtype, as given (BoundInputs::n_chunks). A bound whose arrays are absent is left
 /// empty; non-finite covariates give NaN bounds (bounds_for_reference sanitizes them).
+/// run_tokens: the token count of the run whose kernel planned its vocabulary reduction (the
+/// fused kernel's ranges depend on N, gpu/fused_plan.hpp); 0 = pb.N. It differs from pb.N where
+/// a run on N tokens is judged on a sub-problem of its rows (`xentlab bench`).
 Bounds bounds_for_covariates(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
                              const DeclaredArithmetic& arith, const RowCovariates& cov,
-                             std::int64_t n_chunks);
+                             std::int64_t n_chunks, std::int64_t run_tokens = 0);
 
 /// Per-element a-priori bounds (numerics/bounds.hpp, docs/bounds.md) for a strategy that declares
 /// `arith` running `recipe` on `pb` with `spec`, on the rows of `ref` (its token_rows and
@@ -55,9 +58,10 @@ Bounds bounds_for_covariates(const Problem& pb, const LossSpec& spec, const Reci
 /// n_chunks: number of token chunks whose dW are added in the accum dtype; 0 = assume one chunk
 /// per row (the worst case). db bounds are not formed (the reference records no Σ_i|dz_ij|).
 /// Cost O(S·(V + D) + V·D) for linear problems, O(S·V) for logits problems.
+/// run_tokens: as bounds_for_covariates's.
 Bounds bounds_for_reference(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
                             const DeclaredArithmetic& arith, const ReferenceResult& ref,
-                            std::int64_t n_chunks = 0);
+                            std::int64_t n_chunks = 0, std::int64_t run_tokens = 0);
 
 /// Statistics of every output of a run against the reference, the bounds, and the verdict.
 struct RunAssessment {

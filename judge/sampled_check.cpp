@@ -38,7 +38,10 @@ RunAssessment assess_sampled_run(const Problem& sub, const LossSpec& spec, const
 
   RunAssessment ra;
   const auto t_bounds = std::chrono::steady_clock::now();
-  ra.bounds = bounds_for_reference(sub, spec, recipe, arith, ref);
+  ra.bounds = bounds_for_reference(sub, spec, recipe, arith, ref, 0, out.run_tokens);
+  // dW comes from the run on the sub-problem's own S tokens.
+  if (!out.dW.empty() && out.run_tokens > 0 && out.run_tokens != sub.N)
+    ra.bounds.dW = bounds_for_reference(sub, spec, recipe, arith, ref).dW;
   // dH of a run whose gradient scale is dH_scale times the reference's: the reference's gradient
   // quantities rescaled, and the bounds of that run.
   ReferenceResult scaled;
@@ -51,7 +54,7 @@ RunAssessment assess_sampled_run(const Problem& sub, const LossSpec& spec, const
     for (double& x : scaled.grad_scale) x *= out.dH_scale;
     for (double& x : scaled.dH) x *= out.dH_scale;
     for (double& x : scaled.dH_cond) x *= out.dH_scale;
-    ra.bounds.dH = bounds_for_reference(sub, spec, recipe, arith, scaled).dH;
+    ra.bounds.dH = bounds_for_reference(sub, spec, recipe, arith, scaled, 0, out.run_tokens).dH;
   }
   ra.bounds_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_bounds).count();

@@ -27,6 +27,10 @@ struct SampledOutputs {
   /// scale are multiplied by it (each a relative perturbation ≤ 2^-53, below every term of the
   /// bound) and dH is judged with the bound of a run of that scale.
   double dH_scale = 1.0;
+  /// N of the full run (its kernel's vocabulary plan may depend on it: fused's ranges): the
+  /// bounds of loss, lse, the reduced loss and dH are those of a run on run_tokens tokens, dW's
+  /// those of the sub-problem's run. 0 = the sub-problem's N.
+  std::int64_t run_tokens = 0;
   /// (J, D) dW of the run on the sub-problem, at the reference's vocab_rows; empty: not judged.
   std::vector<double> dW;
   DType grad_dtype = DType::fp32;

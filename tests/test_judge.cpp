@@ -97,6 +97,31 @@ TEST(Judge, OutputDispositionFromBoundAndBaseline) {
   EXPECT_EQ(judge_output(c), Disposition::incorrect);  // the bound fails, the baseline passes
 }
 
+// The fused kernel splits each row's vocabulary into ranges by its token count
+// (gpu/fused_plan.hpp): a run on N tokens judged on a sub-problem of its rows is bounded with the
+// run's N (run_tokens), which changes the declared vocabulary constant where N is large enough to
+// shrink the ranges; a blocked declaration does not depend on N.
+TEST(SampledCheck, RunTokensReachTheVocabularyConstant) {
+  const Problem pb = make_gaussian_linear(8, 4096, 16, DType::bf16, 2.0, 3);
+  LossSpec spec;
+  ReferenceOptions ro;
+  ro.want_dW = false;
+  const ReferenceResult ref = compute_reference(pb, spec, ro);
+  const Recipe recipe = parse_recipe("bf16/bf16/fp32/bf16");
+  const DeclaredArithmetic fused =
+      make_strategy(Backend::cpu_emulation, "fused")->arithmetic(recipe);
+  const DeclaredArithmetic blocked =
+      make_strategy(Backend::cpu_emulation, "chunked")->arithmetic(recipe);
+  const std::int64_t big = std::int64_t{1} << 22;  // ranges limited by the kernel's row states
+  EXPECT_NE(bounds_for_reference(pb, spec, recipe, fused, ref, 0, big).c_vocab,
+            bounds_for_reference(pb, spec, recipe, fused, ref).c_vocab);
+  EXPECT_EQ(bounds_for_reference(pb, spec, recipe, blocked, ref, 0, big).c_vocab,
+            bounds_for_reference(pb, spec, recipe, blocked, ref).c_vocab);
+  // 0 means the problem's own N.
+  EXPECT_EQ(bounds_for_reference(pb, spec, recipe, fused, ref, 0, pb.N).c_vocab,
+            bounds_for_reference(pb, spec, recipe, fused, ref).c_vocab);
+}
+
 // The bench's check (judge/sampled_check.hpp): a full run of N tokens judged on S sampled rows
 // against the reference of the sub-problem of those rows, dH at the full run's gradient scale 1/N,
 // dW from a second run on the sub-problem. Every emulated strategy passes; the errors are the

@@ -33,6 +33,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -83,6 +84,12 @@ class Comms {
  public:
   explicit Comms(const std::vector<int>& devices) : comms_(devices.size(), nullptr) {
     XL_NCCL_CHECK(ncclCommInitAll(comms_.data(), static_cast<int>(devices.size()), devices.data()));
+    try {
+      connect(devices);
+    } catch (...) {
+      abort();
+      throw;
+    }
   }
   Comms(const Comms&) = delete;
   Comms& operator=(const Comms&) = delete;
@@ -100,8 +107,46 @@ class Comms {
   ncclComm_t operator[](std::size_t r) const { return comms_[r]; }
 
  private:
+  /// NCCL sets up a communicator's connections at its first collective, where a rank can block
+  /// waiting for its peers: one all-reduce of one float on every rank here, from this thread in
+  /// one group, so that no run's first collective waits on a peer that failed before joining.
+  void connect(const std::vector<int>& devices) {
+    int current = 0;
+    XL_CUDA_CHECK(cudaGetDevice(&current));
+    std::vector<float*> buf(devices.size(), nullptr);
+    const auto release = [&] {
+      for (std::size_t i = 0; i < buf.size(); ++i)
+        if (buf[i] != nullptr) {
+          (void)cudaSetDevice(devices[i]);
+          (void)cudaFree(buf[i]);
+        }
+      (void)cudaSetDevice(current);
+    };
+    try {
+      for (std::size_t i = 0; i < devices.size(); ++i) {
+        XL_CUDA_CHECK(cudaSetDevice(devices[i]));
+        XL_CUDA_CHECK(cudaMalloc(&buf[i], sizeof(float)));
+        XL_CUDA_CHECK(cudaMemset(buf[i], 0, sizeof(float)));
+      }
+      XL_NCCL_CHECK(ncclGroupStart());
+      for (std::size_t i = 0; i < devices.size(); ++i)
+        XL_NCCL_CHECK(ncclAllReduce(buf[i], buf[i], 1, ncclFloat, ncclSum, comms_[i], nullptr));
+      XL_NCCL_CHECK(ncclGroupEnd());
+      for (std::size_t i = 0; i < devices.size(); ++i) {
+        XL_CUDA_CHECK(cudaSetDevice(devices[i]));
+        XL_CUDA_CHECK(cudaDeviceSynchronize());
+      }
+    } catch (...) {
+      release();
+      throw;
+    }
+    release();
+  }
   std::vector<ncclComm_t> comms_;
 };
+
+/// Thrown inside a rank's thread when another rank failed before the collectives began.
+struct SetupAbandoned {};
 
 struct RankStream {
   cudaStream_t s = nullptr;
@@ -116,16 +161,16 @@ struct RankEvent {
 
 /// One rank's chunk loop (steps 1–6 of the file comment) on c.stream with communicator `comm`.
 /// r.prob is the rank's shard as a problem of sh.cols vocabulary rows (targets full-vocabulary
-/// indices); V the full vocabulary; `plan` the rank's workspace with the chunk size of every rank.
+/// indices); V the full vocabulary; `ws` the rank's workspace (made before the setup barrier) with
+/// the chunk size of every rank.
 void rank_forward_backward(const DeviceRun& r, const DeviceContext& c, ncclComm_t comm,
-                           std::int64_t V, ShardColumns sh, const WorkspacePlan& plan) {
+                           std::int64_t V, ShardColumns sh, Workspace& ws) {
   const DeviceProblem& P = r.prob;
   const DType L = r.recipe.logits, A = r.recipe.accum, grad = r.recipe.grad;
-  Workspace ws(c.mem, plan);
   steps::begin(r, c, ws);
   // p.V is the full vocabulary: the targets' validity and ε/V of label smoothing.
   const RowLossParams rp = make_row_params(r.spec, V, A);
-  const std::int64_t step = plan.rows;
+  const std::int64_t step = ws.plan.rows;
   float* const m = ws.row_states.as<float>();  // (step) fp32
   float* const x_t = m + step;                 // (step) fp32
   void* const sums = x_t + step;               // (2·step) of A: s, then Σx
@@ -206,6 +251,11 @@ class VocabParallelStrategy final : public CudaStrategy {
         "(accum dtype) and of dH (fp32)";
     return a;
   }
+  Status can_run_ranks(std::int64_t ranks) const override {
+    if (ranks > std::numeric_limits<int>::max())
+      return Status::NotSupported("ranks " + std::to_string(ranks) + " is past the int range");
+    return vocab_parallel_ranks_supported(static_cast<int>(ranks));
+  }
   /// The declaration of one run: the ranks' P charged by the bound (vocab_ranks; the cross-rank
   /// additions in NCCL's order, any order declared).
   DeclaredArithmetic run_arithmetic(const RunRequest& req) const override {
@@ -223,7 +273,8 @@ class VocabParallelStrategy final : public CudaStrategy {
     const WorkspacePlan p = plan(q, r.memory_budget, r.chunk_tokens);
     std::lock_guard<std::mutex> lock(mu_);
     Comms& comms = comms_for({dev});
-    rank_forward_backward(r, c, comms[0], P.V, ShardColumns{0, P.V}, p);
+    Workspace ws(c.mem, p);
+    rank_forward_backward(r, c, comms[0], P.V, ShardColumns{0, P.V}, ws);
   }
 
   StrategyOutputs run(const RunRequest& req) const override;
@@ -307,9 +358,16 @@ StrategyOutputs VocabParallelStrategy::run(const RunRequest& req) const {
   std::condition_variable done_cv;
   int finished = 0;
   bool failed = false;
+  // The setup barrier: every rank allocates and uploads before any of them enters a collective;
+  // when one fails there, none enters, so no collective waits for a rank that never joins it.
+  int set_up = 0, setup_failed = 0;
+  // The first failure in time (its rank), the error reported: the others may only be its echo
+  // (a collective aborted because of it).
+  int first_failed_rank = -1;
 
   const auto rank_main = [&](int rank) {
     RankResult& out = res[static_cast<std::size_t>(rank)];
+    bool past_barrier = false;
     try {
       XL_CUDA_CHECK(cudaSetDevice(rank));
       const VocabShard sh = shards[static_cast<std::size_t>(rank)];
@@ -392,13 +450,23 @@ StrategyOutputs VocabParallelStrategy::run(const RunRequest& req) const {
         }
       }
       const WorkspacePlan rank_plan = plan_workspace(query(sh), rows, true);
+      Workspace ws(mem, rank_plan);
 
       RankEvent start, stop;
       XL_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+      {
+        std::unique_lock<std::mutex> lk(done_mu);
+        ++set_up;
+        past_barrier = true;
+        done_cv.notify_all();
+        done_cv.wait(lk, [&] { return set_up + setup_failed == P; });
+        // Another rank failed before any collective: none is entered.
+        if (setup_failed > 0) throw SetupAbandoned{};
+      }
       mem.reset_peak();
       XL_CUDA_CHECK(cudaEventRecord(start.e, stream.s));
       rank_forward_backward(r, ctx, comms[static_cast<std::size_t>(rank)], V,
-                            ShardColumns{sh.begin, Vs}, rank_plan);
+                            ShardColumns{sh.begin, Vs}, ws);
       XL_CUDA_CHECK(cudaEventRecord(stop.e, stream.s));
       XL_CUDA_CHECK(cudaStreamSynchronize(stream.s));
       XL_CUDA_CHECK(cudaEventElapsedTime(&out.ms, start.e, stop.e));
@@ -416,33 +484,60 @@ StrategyOutputs VocabParallelStrategy::run(const RunRequest& req) const {
       download(o_dW, out.dW);
       download(o_db, out.db);
       download(o_dz, out.dz);
+    } catch (const SetupAbandoned&) {
+      // Not a failure of this rank: the one that failed is reported.
     } catch (...) {
       out.error = std::current_exception();
     }
     {
       std::lock_guard<std::mutex> lk(done_mu);
+      if (out.error != nullptr) {
+        if (first_failed_rank < 0) first_failed_rank = rank;
+        if (!past_barrier) ++setup_failed;  // releases the ranks waiting at the barrier
+        failed = failed || past_barrier;    // a failure among the collectives
+      }
       ++finished;
-      failed = failed || out.error != nullptr;
     }
     done_cv.notify_all();
   };
 
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(P));
-  for (int rank = 0; rank < P; ++rank) threads.emplace_back(rank_main, rank);
+  try {
+    for (int rank = 0; rank < P; ++rank) threads.emplace_back(rank_main, rank);
+  } catch (...) {
+    // A thread that could not start never reaches the barrier: count it as failed in setup, so
+    // the started ranks return without a collective, then join them.
+    {
+      std::lock_guard<std::mutex> lk(done_mu);
+      setup_failed += P - static_cast<int>(threads.size());
+      finished += P - static_cast<int>(threads.size());
+      if (first_failed_rank < 0) first_failed_rank = static_cast<int>(threads.size());
+    }
+    done_cv.notify_all();
+    for (std::thread& t : threads) t.join();
+    throw DeviceError(who + ": could not start the host thread of rank " +
+                      std::to_string(threads.size()));
+  }
   {
-    // A rank that fails may leave the others waiting in a collective: abort the communicators
-    // to release them.
+    // A rank that fails after the barrier may leave the others waiting in a collective (in
+    // their stream): abort the communicators to release them.
     std::unique_lock<std::mutex> lk(done_mu);
     done_cv.wait(lk, [&] { return finished == P || failed; });
     if (failed) comms.abort();
   }
   for (std::thread& t : threads) t.join();
-  for (const RankResult& rr : res)
-    if (rr.error != nullptr) {
-      comms_.erase(devices);  // aborted, or in an unknown state
-      std::rethrow_exception(rr.error);
+  if (first_failed_rank >= 0) {
+    if (failed) comms_.erase(devices);  // aborted: made anew at the next run
+    const RankResult& first = res[static_cast<std::size_t>(first_failed_rank)];
+    try {
+      std::rethrow_exception(first.error);
+    } catch (const InputError& e) {
+      throw InputError(who + ", rank " + std::to_string(first_failed_rank) + ": " + e.what());
+    } catch (const DeviceError& e) {
+      throw DeviceError(who + ", rank " + std::to_string(first_failed_rank) + ": " + e.what());
     }
+  }
 
   StrategyOutputs o;
   o.token_rows.resize(static_cast<std::size_t>(N));

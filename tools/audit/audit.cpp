@@ -111,8 +111,16 @@ void check_config(const std::vector<AuditProblem>& problems, const AuditConfig& 
   if (cfg.ranks < 1)
     throw InputError(
         fmt::format("audit: vocabulary-parallel ranks must be at least 1 (got {})", cfg.ranks));
+  if (cfg.ranks > std::numeric_limits<int>::max())
+    throw InputError(fmt::format(
+        "audit: vocabulary-parallel ranks {} is past the largest int (each rank is a device)",
+        cfg.ranks));
   for (const Strategy* st : chosen) {
     if (!strategy_traits(st->name()).shards_vocabulary) continue;
+    const Status ranks_ok = st->can_run_ranks(cfg.ranks);
+    if (!ranks_ok.ok())
+      throw InputError(fmt::format("audit: {} ({}) with --ranks {}: {}", st->name(),
+                                   to_string(st->backend()), cfg.ranks, ranks_ok.message));
     for (const AuditProblem& ap : problems) try {
         (void)vocab_shards(ap.problem.V, cfg.ranks);
       } catch (const InputError& e) {

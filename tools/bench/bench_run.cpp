@@ -470,6 +470,7 @@ class Runner {
     so.reduced_loss = gpu::reduce_tokens(lf, {}, spec_, recipe.accum, S);
     so.dH = download_rows(out.dH->get(), chk.rows, D, recipe.grad);
     so.dH_scale = double(S) / double(o_.N);  // reference scale 1/S → the run's 1/N
+    so.run_tokens = o_.N;                    // the full run's vocabulary plan (fused's ranges)
     so.grad_dtype = recipe.grad;
 
     // dW: the same strategy and recipe on the sub-problem of the sampled rows.

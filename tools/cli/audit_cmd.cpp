@@ -163,6 +163,17 @@ audit::AuditConfig config_of(const AuditArgs& a) {
           "names none (e.g. --strategies {} --ranks {})",
           a.ranks, fmt::join(names, ", "), names.empty() ? "" : names.front(), a.ranks));
     }
+    // Before the problems are generated: a backend that cannot give every rank a device.
+    for (const std::string& s : cfg.strategies) {
+      const StrategyEntry* e = find_strategy_entry(s);
+      if (e == nullptr || !e->traits.shards_vocabulary) continue;
+      if (const auto st = make_strategy(cfg.backend, s)) {
+        const Status ok = st->can_run_ranks(a.ranks);
+        if (!ok.ok())
+          throw InputError(fmt::format("--ranks {}: {} on the {} backend: {}", a.ranks, s,
+                                       to_string(cfg.backend), ok.message));
+      }
+    }
   }
   cfg.upstream = a.loss.upstream_kind();
   return cfg;
