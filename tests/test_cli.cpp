@@ -143,10 +143,14 @@ TEST_F(VerifyProgram, BaselineBackendNamesItsStrategiesOrIsRefused) {
     EXPECT_EQ(cuda.status, 0) << cuda.output;
     EXPECT_TRUE(contains(cuda.output, "(cuda); per output the largest error")) << cuda.output;
   }
-  // Without a baseline to run (the bound check alone) no device is asked for.
+  // Without a baseline to run (the bound check alone) the option would be ignored: refused for
+  // that reason (not for a missing device), and the bound check alone runs without it.
   const Ran bound =
       xentlab(verify("exact.h5") + "--policy fp32 --check bound --baseline-backend all");
-  EXPECT_EQ(bound.status, 0) << bound.output;
+  EXPECT_EQ(bound.status, 2) << bound.output;
+  EXPECT_TRUE(contains(bound.output, "--baseline-backend does not apply with --check bound"))
+      << bound.output;
+  EXPECT_EQ(xentlab(verify("exact.h5") + "--policy fp32 --check bound").status, 0);
   // The default is the emulation alone: the same verdict on every machine.
   const Ran plain = xentlab(verify("exact.h5") + "--policy fp32");
   EXPECT_TRUE(contains(plain.output, "(cpu-emulation); per output the largest error"))
@@ -178,6 +182,7 @@ TEST_F(VerifyProgram, NumberOptionsOutOfRangeAreRefusedNamingOptionAndValue) {
       {v + "--atol 0 --baseline-backend cpu",
        "--baseline-backend does not apply with --atol/--rtol"},
       {v + "--policy ''", "--policy '': give a policy"},
+      {v + "--check bound --baseline-rows 4", "--baseline-rows does not apply with --check bound"},
   });
   for (const char* bad : {"--atol -1", "--k 0", "--k nan"})
     EXPECT_FALSE(contains(xentlab(v + bad).output, "PASSED")) << bad;
@@ -828,6 +833,7 @@ TEST(ReferenceOptionsProgram, BadTierAndBudgetAreRefused) {
   testing::expect_exit_2_naming({
       {ref + "--reference fast", "--reference: unknown reference tier 'fast'"},
       {ref + "--memory-budget 12Q", "--memory-budget: memory size '12Q'"},
+      {ref + "--memory-budget ''", "--memory-budget: '' is not a memory size"},
       {ref + "--memory-budget -1", "--memory-budget: memory size '-1'"},
       {ref + "--memory-budget 1K", "needs 48208 bytes"},
       {"golden --dataset gaussian -N 8 -V 100 -D 8 --out " + ::testing::TempDir() +

@@ -177,13 +177,13 @@ def test_verify_bad_check_options_raise(cli, tmp_path, cache_dir):
         xentlab.verify(g.path, cand, rtol=1e-3, check="differential")
     with pytest.raises(ValueError, match="baseline_rows"):
         xentlab.verify(g.path, cand, baseline_rows=-1)
-    # baseline_backend: the command's values and message, with the keyword's name; checked even
-    # where no baseline runs (check='bound').
+    # baseline_backend: the command's values and message, with the keyword's name; refused where
+    # no baseline runs (check='bound'), as by the command.
     r = cli("verify", g.path, cand, "--baseline-backend", "gpu")
     with pytest.raises(ValueError, match="baseline_backend must be cpu, cuda, all or auto, got 'gpu'"):
         xentlab.verify(g.path, cand, baseline_backend="gpu")
-    with pytest.raises(ValueError, match="baseline_backend must be"):
-        xentlab.verify(g.path, cand, baseline_backend="gpu", check="bound")
+    with pytest.raises(ValueError, match="baseline_backend does not apply with check='bound'"):
+        xentlab.verify(g.path, cand, baseline_backend="cpu", check="bound")
     assert "--baseline-backend must be cpu, cuda, all or auto, got 'gpu'" in r.stderr
     with pytest.raises(TypeError):
         xentlab.verify(g.path, cand, baseline_backend=1)

@@ -605,8 +605,8 @@ def _policy(g: Golden, policy, strictness, k, atol, rtol):
 def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str = "default",
            k: Optional[float] = None, atol: Optional[float] = None, rtol: Optional[float] = None,
            require: Iterable[str] = (), junit=None, force: bool = False, check: str = "both",
-           explain: bool = False, baseline_rows: int = 0, baseline_seed: int = 1,
-           baseline_backend: str = "cpu") -> VerifyReport:
+           explain: bool = False, baseline_rows: Optional[int] = None, baseline_seed: Optional[int] = None,
+           baseline_backend: Optional[str] = None) -> VerifyReport:
     """Scores a candidate file against a golden file, as ``xentlab verify`` does (the same
     policies, tolerances, report and JUnit file; docs/verify.md).
 
@@ -619,10 +619,13 @@ def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str =
     differential check compares the candidate's error with the CPU emulation of the policy's recipe
     on the same problem; each output's ``differential`` dict holds both errors and the limits);
     explain: also rank the recipes of the grid by how well they explain the candidate's errors
-    (in ``text``); baseline_rows (0 = automatic) and baseline_seed: the baseline's token sample;
-    baseline_backend: whose strategies make the baseline — "cpu" (the default: the CPU emulation,
+    (in ``text``); baseline_rows (0, the default = automatic) and baseline_seed (default 1): the
+    baseline's token sample; baseline_backend: whose strategies make the baseline — "cpu" (the
+    default: the CPU emulation,
     the same verdict on every machine), "cuda" (the lab's CUDA kernels), "all" (both) or "auto"
-    (all where a GPU is present, else cpu); docs/verify.md, "Tensor-core accumulation".
+    (all where a GPU is present, else cpu); docs/verify.md, "Tensor-core accumulation". The three
+    baseline options are refused where no baseline runs (atol/rtol; check="bound" without
+    explain).
     Raises InputError (ValueError) for invalid options (and for "cuda"/"all" without a usable GPU,
     naming why) (the command's messages, with the
     keyword's name), FormatError (ValueError) for unreadable files."""
@@ -633,16 +636,24 @@ def verify(golden, candidate, *, policy: Optional[str] = None, strictness: str =
     _text("strictness", strictness)
     required = _x.parse_required_outputs(_names("require", require))
     check = _text("check", check)
-    baseline_backend = _text("baseline_backend", baseline_backend)
+    _text("baseline_backend", baseline_backend, optional=True)
     if (atol is not None or rtol is not None) and (check == "differential" or explain):
         raise InputError("check='differential' and explain need a recipe to emulate: atol/rtol "
                          "declare none (give a policy instead)")
-    if atol is not None or rtol is not None:
-        for name, v, default in (("baseline_rows", baseline_rows, 0), ("baseline_seed", baseline_seed, 1),
-                                 ("baseline_backend", baseline_backend, "cpu")):
-            if v != default:
+    # Where no baseline runs (atol/rtol, or check='bound' without explain), a baseline option
+    # given would be ignored: refused, as by the command.
+    explicit = atol is not None or rtol is not None
+    if explicit or (check == "bound" and not explain):
+        for name, v in (("baseline_rows", baseline_rows), ("baseline_seed", baseline_seed),
+                        ("baseline_backend", baseline_backend)):
+            if v is not None:
                 raise InputError(f"{name} does not apply with atol/rtol: the explicit tolerance runs no "
-                                 f"differential baseline; leave one of them out")
+                                 f"differential baseline; leave one of them out" if explicit else
+                                 f"{name} does not apply with check='bound': no differential baseline "
+                                 f"runs; leave it out, or use check='both'")
+    baseline_rows = 0 if baseline_rows is None else baseline_rows
+    baseline_seed = 1 if baseline_seed is None else baseline_seed
+    baseline_backend = "cpu" if baseline_backend is None else _text("baseline_backend", baseline_backend)
     if isinstance(baseline_rows, bool) or not isinstance(baseline_rows, int) or baseline_rows < 0:
         raise InputError(f"baseline_rows must be an integer >= 0 (0 = automatic), got {baseline_rows!r}")
     if isinstance(baseline_seed, bool) or not isinstance(baseline_seed, int) or baseline_seed < 0:

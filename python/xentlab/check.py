@@ -324,7 +324,7 @@ def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str]
           device=None, strictness: str = "default", k: Optional[float] = None, atol: Optional[float] = None,
           rtol: Optional[float] = None, require=None, cache_dir=None, tier: str = "auto",
           implementation: Optional[str] = None, check: str = "both",
-          baseline_backend: str = "cpu") -> CheckReport:
+          baseline_backend: Optional[str] = None) -> CheckReport:
     """Runs ``loss_fn`` on a golden problem and scores its outputs against the certified
     reference with verify (docs/verify.md; see this module's docstring for the calling
     convention and what loss_fn may return).

@@ -96,8 +96,8 @@ void require_same_problem(const char* what, const std::string& path_a, const std
       a.upstream == b.upstream && a.chunk_tokens == b.chunk_tokens && a.ranks == b.ranks)
     return;
   throw InputError(fmt::format(
-      "{}: {} and {} audited different problems under one name ({}: {}); audit both with the "
-      "same options",
+      "{}: {} and {} hold runs of one name that differ in their problem or their run "
+      "parameters ({}: {}); audit both with the same options",
       what, path_a, path_b, name,
       a.spec != b.spec   ? fmt::format("spec '{}' against '{}'", a.spec, b.spec)
       : a.seed != b.seed ? fmt::format("seed {} against {}", a.seed, b.seed)

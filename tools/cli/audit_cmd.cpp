@@ -152,8 +152,7 @@ audit::AuditConfig config_of(const AuditArgs& a) {
     // it would be silently ignored.
     bool sharding = false;
     for (const std::string& s : cfg.strategies)
-      if (const StrategyEntry* e = find_strategy_entry(s))
-        sharding = sharding || e->traits.shards_vocabulary;
+      sharding = sharding || strategy_traits(s).shards_vocabulary;  // an unknown name: its error
     if (!sharding) {
       std::vector<std::string> names;
       for (const StrategyEntry& e : strategy_table())
@@ -173,6 +172,21 @@ audit::AuditConfig config_of(const AuditArgs& a) {
           throw InputError(fmt::format("--ranks {}: {} on the {} backend: {}", a.ranks, s,
                                        to_string(cfg.backend), ok.message));
       }
+    }
+  }
+  if (a.chunk_tokens > 0 && !cfg.strategies.empty()) {
+    // A chunk width for strategies none of which chunks tokens would be recorded, not used.
+    bool chunking = false;
+    for (const std::string& s : cfg.strategies)
+      chunking = chunking || strategy_traits(s).chunks_tokens;
+    if (!chunking) {
+      std::vector<std::string> chunkers;
+      for (const StrategyEntry& e : strategy_table())
+        if (e.traits.chunks_tokens) chunkers.emplace_back(e.name);
+      throw InputError(fmt::format(
+          "--chunk-tokens {}: none of the strategies named ({}) works through the tokens in "
+          "chunks; leave the option out, or name one that does ({})",
+          a.chunk_tokens, fmt::join(cfg.strategies, ", "), fmt::join(chunkers, ", ")));
     }
   }
   cfg.upstream = a.loss.upstream_kind();

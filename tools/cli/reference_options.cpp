@@ -20,7 +20,14 @@ void add_reference_options(CLI::App* cmd, ReferenceChoice& choice) {
   cmd->add_option("--memory-budget", choice.memory_budget,
                   "memory the reference may use: bytes, or with a unit as for bench (K/M/G/T and "
                   "KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000); default or 0: the "
-                  "memory available now. A problem that needs more is refused before any work");
+                  "memory available now. A problem that needs more is refused before any work")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return v.find_first_not_of(" \t") == std::string::npos
+                       ? "'" + v + "' is not a memory size: give one, or leave the option out"
+                       : std::string();
+          },
+          "", "nonempty"));
 }
 
 void apply_reference_choice(const ReferenceChoice& choice, ReferenceOptions& options) {

@@ -64,14 +64,20 @@ int run_verify(const VerifyArgs& a) {
       !explicit_tol && (options.check != VerifyCheck::bound || options.explain);
   options.baseline.backends =
       baseline_backends(a.baseline_backend, runs_baseline, "--baseline-backend");
-  // With --atol/--rtol no baseline runs: a baseline option given there would be ignored.
-  if (explicit_tol)
+  // Where no baseline runs (--atol/--rtol, or --check bound without --explain), a baseline
+  // option given would be ignored.
+  if (!runs_baseline)
     for (const CLI::Option* o : {a.o_baseline_rows, a.o_baseline_seed, a.o_baseline_backend})
       if (o->count())
-        throw InputError(fmt::format(
-            "{} does not apply with --atol/--rtol: the explicit tolerance runs no differential "
-            "baseline; leave one of them out",
-            o->get_name()));
+        throw InputError(
+            explicit_tol
+                ? fmt::format(
+                      "{} does not apply with --atol/--rtol: the explicit tolerance runs no "
+                      "differential baseline; leave one of them out",
+                      o->get_name())
+                : fmt::format("{} does not apply with --check bound: no differential baseline "
+                              "runs; leave it out, or use --check both",
+                              o->get_name()));
   if (explicit_tol && options.check == VerifyCheck::differential)
     throw InputError(
         "--check differential needs a recipe to emulate: --atol/--rtol declare none (give "
