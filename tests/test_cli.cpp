@@ -508,8 +508,9 @@ TEST_F(DatasetProgram, AuditOptionsAreRefusedBeforeTheWork) {
 // One seed, one chunk width and one upstream gradient per results file: --append refuses runs of
 // another, naming both, before the work, and leaves the file as it was.
 TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
+  // chunked: a strategy that takes a chunk width (--chunk-tokens is refused for one that does not).
   const std::string small =
-      "audit --backend cpu -q --dataset odd-vocab -N 2 --strategies naive "
+      "audit --backend cpu -q --dataset odd-vocab -N 2 --strategies chunked "
       "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +
       shell_quote(path("a.h5"));
   const Ran first = xentlab(small + " --reduction none");
@@ -524,10 +525,15 @@ TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
        "holds runs of --chunk-tokens 0 --upstream ones, this audit's are 0 and random"},
       {small + " --reduction none", "exists"},  // neither --append nor --force
       // Other compared vocabulary rows: dW of the two audits would be compared as one.
-      {"audit --backend cpu -q --dataset odd-vocab -N 2 --strategies naive "
+      {"audit --backend cpu -q --dataset odd-vocab -N 2 --strategies chunked "
        "--recipes fp32/fp32/fp32/fp32 --vocab-rows 16 -o " +
            shell_quote(path("a.h5")) + " --reduction none --append",
        "with 8 compared vocabulary rows, this audit compares 16"},
+      // A chunk width for strategies that do not chunk would be recorded, not used.
+      {"audit --backend cpu -q --dataset odd-vocab -N 2 --strategies naive,fused "
+       "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +
+           shell_quote(path("b.h5")) + " --chunk-tokens 4",
+       "none of the strategies named (naive, fused) works through the tokens in chunks"},
   });
   EXPECT_EQ(slurp(path("a.h5")), before);
 }
