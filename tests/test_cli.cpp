@@ -556,6 +556,9 @@ TEST_F(DatasetProgram, AuditRanksAreCheckedAndOnePerResultsFile) {
   ASSERT_TRUE(first.status == 0 || first.status == 1) << first.output;
   const std::string before = slurp(path("a.h5"));
   ASSERT_FALSE(before.empty());
+  // The Markdown names the ranks of the strategy that shards the vocabulary.
+  EXPECT_TRUE(contains(slurp(path("a.h5.md")), "; vocab_parallel: 2 vocabulary-parallel ranks"))
+      << slurp(path("a.h5.md"));
   expect_exit_2_naming({
       {small + " --ranks 3 --append",
        "holds vocab_parallel runs of --ranks 2, this audit's are of --ranks 3"},

@@ -365,8 +365,14 @@ void write_markdown(const AuditArgs& a, const audit::AuditConfig& cfg,
       own += fmt::format("; {}: {} token rows, {} vocabulary rows of dW", p.name,
                          count(p.rows >= 0 ? p.rows : cfg.rows, "every"),
                          count(p.vocab_rows >= 0 ? p.vocab_rows : cfg.vocab_rows, "all"));
+  // The strategies that shard the vocabulary name their ranks (the results file records each
+  // run's ranks and shards).
+  std::string ranks;
+  for (const std::string& s : cfg.strategies)
+    if (strategy_traits(s).shards_vocabulary)
+      ranks += fmt::format("; {}: {} vocabulary-parallel ranks", s, cfg.ranks);
   md << "# xentlab audit\n\nbackend: " << cfg.device << ", seed " << cfg.seed << ", policy "
-     << cfg.policy << ", sub-batch rows " << cfg.rows << own << "\n\n"
+     << cfg.policy << ", sub-batch rows " << cfg.rows << own << ranks << "\n\n"
      << audit::format_summary(res, true);
   md.close();
   const int err = errno;
