@@ -272,8 +272,9 @@ TEST(GpuStrategies, RecipeGridLogits) {
 
 // ---- every LossSpec option on every strategy --------------------------------------------------
 
-TEST(GpuStrategies, LossOptions) {
-  XL_REQUIRE_DEVICE();
+/// The loss settings of the option tests: mean, sum, none, label smoothing, z-loss, softcap with
+/// a logit scale, all of them at once with ignore_index and reduction none, and a normaliser.
+std::vector<LossSpec> loss_option_specs() {
   std::vector<LossSpec> specs;
   LossSpec s;
   specs.push_back(s);  // mean
@@ -303,6 +304,12 @@ TEST(GpuStrategies, LossOptions) {
   s = LossSpec{};
   s.normalizer = 200;  // the mean over the valid tokens of several micro-batches
   specs.push_back(s);
+  return specs;
+}
+
+TEST(GpuStrategies, LossOptions) {
+  XL_REQUIRE_DEVICE();
+  const std::vector<LossSpec> specs = loss_option_specs();
   const std::vector<Recipe> recipes = {parse_recipe("bf16/fp32/fp32/bf16"),
                                        parse_recipe("bf16/bf16/fp32/bf16"),
                                        parse_recipe("bf16/bf16/bf16/bf16")};
@@ -1251,35 +1258,7 @@ TEST(GpuVocabParallel, OneRankEqualsChunked) {
 TEST(GpuVocabParallel, LossOptionsWithinBound) {
   XL_REQUIRE_DEVICE();
   const auto vp = vocab_parallel();
-  std::vector<LossSpec> specs;
-  LossSpec s;
-  specs.push_back(s);  // mean
-  s.reduction = Reduction::sum;
-  specs.push_back(s);
-  s = LossSpec{};
-  s.reduction = Reduction::none;
-  specs.push_back(s);
-  s = LossSpec{};
-  s.label_smoothing = 0.1;
-  specs.push_back(s);
-  s = LossSpec{};
-  s.z_loss = 1e-3;
-  specs.push_back(s);
-  s = LossSpec{};
-  s.softcap = 30.0;
-  s.logit_scale = 0.5;
-  specs.push_back(s);
-  s = LossSpec{};
-  s.ignore_index = -1;
-  s.label_smoothing = 0.2;
-  s.z_loss = 1e-4;
-  s.softcap = 20.0;
-  s.logit_scale = 1.25;
-  s.reduction = Reduction::none;
-  specs.push_back(s);
-  s = LossSpec{};
-  s.normalizer = 200;
-  specs.push_back(s);
+  const std::vector<LossSpec> specs = loss_option_specs();
   const std::vector<Recipe> recipes = {parse_recipe("bf16/fp32/fp32/bf16"),
                                        parse_recipe("bf16/bf16/fp32/bf16"),
                                        parse_recipe("bf16/bf16/bf16/bf16")};
