@@ -11,6 +11,7 @@
 
 #include "datasets/problem.hpp"
 #include "numerics/arithmetic.hpp"
+#include "numerics/host_array.hpp"
 #include "numerics/loss_spec.hpp"
 #include "numerics/recipe.hpp"
 
@@ -62,9 +63,9 @@ struct StrategyOutputs {
   std::vector<double> lse;               ///< (S)
   double reduced_loss = 0.0;             ///< mean/sum (or Σ g·loss for none)
   DType loss_dtype = DType::fp32;
-  std::vector<double> dz;  ///< (S, V) logits problems
-  std::vector<double> dH;  ///< (S, D)
-  std::vector<double> dW;  ///< (V, D), or (J, D) for RunRequest::vocab_rows
+  HostArray<double> dz;    ///< (S, V) logits problems
+  HostArray<double> dH;    ///< (S, D)
+  HostArray<double> dW;    ///< (V, D), or (J, D) for RunRequest::vocab_rows
   std::vector<double> db;  ///< (V) when the problem has a bias, or (J)
   DType grad_dtype = DType::fp32;
   std::int64_t peak_extra_bytes = 0;  ///< measured device (or host working) memory beyond I/O

@@ -25,6 +25,14 @@ double kernel(const LossSpec& sp, double r) {
   return x;
 }
 
+// Whether rows = 0, 1, …, n − 1.
+bool identity(const std::vector<std::int64_t>& rows, std::int64_t n) {
+  if (static_cast<std::int64_t>(rows.size()) != n) return false;
+  for (std::int64_t q = 0; q < n; ++q)
+    if (rows[sz(q)] != q) return false;
+  return true;
+}
+
 }  // namespace
 
 Bounds bounds_for_covariates(const Problem& pb, const LossSpec& sp, const Recipe& recipe,
@@ -276,7 +284,7 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
   // the mean of an all-ignored batch: NaN). Where the reference value itself is non-finite the
   // value is exact (NaN, ±inf must be reproduced as such): bound 0. Anywhere else no meaningful
   // bound exists: +inf (the policy decides whether that is acceptable).
-  auto sanitize = [](std::vector<double>& bound, const auto& value) {
+  auto sanitize = [](auto& bound, const auto& value) {
     const auto n = static_cast<std::int64_t>(bound.size());
     const auto nv = static_cast<std::int64_t>(value.size());
 #pragma omp parallel for schedule(static)
@@ -334,21 +342,32 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
   std::vector<JudgedOutput> judged{
       {"loss", &ra.loss, true}, {"lse", &ra.lse, false}, {"reduced_loss", &ra.reduced_loss, false}};
   if (!out.dz.empty() && !ref.dz.empty()) {
-    std::vector<double> g(sz(S * V));
+    HostArray<double> g;
+    const double* dz = out.dz.data();
+    if (!identity(pos, static_cast<std::int64_t>(out.token_rows.size()))) {
+      g.resize(sz(S * V));
 #pragma omp parallel for schedule(static)
-    for (std::int64_t q = 0; q < S; ++q)
-      std::copy_n(out.dz.begin() + pos[sz(q)] * V, V, g.begin() + q * V);
-    ra.dz = compute_error_stats(g.data(), ref.dz.data(), S * V, out.grad_dtype,
+      for (std::int64_t q = 0; q < S; ++q)
+        std::copy_n(out.dz.begin() + pos[sz(q)] * V, V, g.begin() + q * V);
+      dz = g.data();
+    }
+    ra.dz = compute_error_stats(dz, ref.dz.data(), S * V, out.grad_dtype,
                                 b.dz.empty() ? nullptr : b.dz.data());
     ra.has_dz = true;
     judged.push_back({"dz", &ra.dz, false});
   }
   if (!out.dH.empty() && !ref.dH.empty()) {
-    std::vector<double> g(sz(S * D));
+    // The run's rows in the reference's order; where they are the same rows, the run's array.
+    HostArray<double> g;
+    const double* dH = out.dH.data();
+    if (!identity(pos, static_cast<std::int64_t>(out.token_rows.size()))) {
+      g.resize(sz(S * D));
 #pragma omp parallel for schedule(static)
-    for (std::int64_t q = 0; q < S; ++q)
-      std::copy_n(out.dH.begin() + pos[sz(q)] * D, D, g.begin() + q * D);
-    ra.dH = compute_error_stats(g.data(), ref.dH.data(), S * D, out.grad_dtype,
+      for (std::int64_t q = 0; q < S; ++q)
+        std::copy_n(out.dH.begin() + pos[sz(q)] * D, D, g.begin() + q * D);
+      dH = g.data();
+    }
+    ra.dH = compute_error_stats(dH, ref.dH.data(), S * D, out.grad_dtype,
                                 b.dH.empty() ? nullptr : b.dH.data());
     ra.has_dH = true;
     judged.push_back({"dH", &ra.dH, false});
@@ -358,11 +377,16 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
     if (static_cast<std::int64_t>(out.dW.size()) != V * D)
       throw InputError(
           fmt::format("assess_run: dW has {} values, expected V·D = {}", out.dW.size(), V * D));
-    std::vector<double> g(sz(J * D));
+    HostArray<double> g;
+    const double* dW = out.dW.data();
+    if (!identity(ref.vocab_rows, V)) {
+      g.resize(sz(J * D));
 #pragma omp parallel for schedule(static)
-    for (std::int64_t q = 0; q < J; ++q)
-      std::copy_n(out.dW.begin() + ref.vocab_rows[sz(q)] * D, D, g.begin() + q * D);
-    ra.dW = compute_error_stats(g.data(), ref.dW.data(), J * D, out.grad_dtype,
+      for (std::int64_t q = 0; q < J; ++q)
+        std::copy_n(out.dW.begin() + ref.vocab_rows[sz(q)] * D, D, g.begin() + q * D);
+      dW = g.data();
+    }
+    ra.dW = compute_error_stats(dW, ref.dW.data(), J * D, out.grad_dtype,
                                 b.dW.empty() ? nullptr : b.dW.data());
     ra.has_dW = true;
     judged.push_back({"dW", &ra.dW, false});

@@ -560,16 +560,20 @@ void dW_db_bounds(const BoundInputs& in, const Terms& k, const RowCoefficients& 
 }
 
 // A bound that is +Inf anywhere makes the whole set not meaningful.
-void mark_meaningful(Bounds& b) {
-  for (const auto* vec : {&b.loss, &b.lse, &b.dz, &b.dH, &b.dW, &b.db}) {
-    const auto n = static_cast<std::int64_t>(vec->size());
-    bool inf = false;
+bool any_infinite(const double* v, std::int64_t n) {
+  bool inf = false;
 #pragma omp parallel for schedule(static) reduction(|| : inf)
-    for (std::int64_t q = 0; q < n; ++q)
-      inf = inf || std::isinf((*vec)[static_cast<std::size_t>(q)]);
-    if (inf) b.meaningful = false;
-  }
-  if (std::isinf(b.reduced_loss)) b.meaningful = false;
+  for (std::int64_t q = 0; q < n; ++q) inf = inf || std::isinf(v[q]);
+  return inf;
+}
+template <class Vec>
+bool any_infinite(const Vec& v) {
+  return any_infinite(v.data(), static_cast<std::int64_t>(v.size()));
+}
+void mark_meaningful(Bounds& b) {
+  if (any_infinite(b.loss) || any_infinite(b.lse) || any_infinite(b.dz) || any_infinite(b.dH) ||
+      any_infinite(b.dW) || any_infinite(b.db) || std::isinf(b.reduced_loss))
+    b.meaningful = false;
 }
 
 }  // namespace

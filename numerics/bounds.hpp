@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "numerics/arithmetic.hpp"
+#include "numerics/host_array.hpp"
 #include "numerics/loss_spec.hpp"
 #include "numerics/recipe.hpp"
 #include "numerics/stats.hpp"
@@ -127,9 +128,9 @@ struct BoundInputs {
 /// arithmetic. Sizes as the matching inputs; empty where the inputs were not given.
 struct Bounds {
   std::vector<double> loss, lse;  ///< (S); ignored rows: 0 (they must be exactly 0)
-  std::vector<double> dz;         ///< (S, V)
-  std::vector<double> dH;         ///< (S, D)
-  std::vector<double> dW;         ///< (J, D)
+  HostArray<double> dz;           ///< (S, V)
+  HostArray<double> dH;           ///< (S, D)
+  HostArray<double> dW;           ///< (J, D)
   std::vector<double> db;         ///< (J)
   double reduced_loss = 0.0;
   double c_vocab = 0.0;    ///< reduction constant of the sum-exp over V

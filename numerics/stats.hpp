@@ -30,7 +30,10 @@
 // All sums are compensated (Ogita–Rump–Oishi Sum2, numerics/eft.hpp) so that the statistics
 // themselves carry no visible rounding error.
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <string>
 
 #include "numerics/dtype.hpp"
@@ -51,7 +54,7 @@ class Histogram {
   static constexpr int kMaxExp = 64;
   static constexpr int kBins = kMaxExp - kMinExp;
 
-  void add(double x);
+  inline void add(double x);
   /// Adds the counts of another histogram (commutative and associative).
   void merge(const Histogram& other);
   std::int64_t total() const;
@@ -62,12 +65,46 @@ class Histogram {
   /// Lower edge 2^(kMinExp + k) of bin k.
   static double bin_lower(int k);
   /// Index of the bin holding finite x > 0 with 2^kMinExp ≤ x < 2^kMaxExp; −1 below, kBins above.
-  static int bin_of(double x);
+  static int bin_of(double x) {
+    // floor(log2 x), exact, from the exponent field (ilogb's value for normal doubles; a
+    // subnormal double is far below 2^kMinExp).
+    std::uint64_t b;
+    std::memcpy(&b, &x, sizeof b);
+    const int field = static_cast<int>((b >> 52) & 0x7FF);
+    if (field == 0) return -1;
+    const int e = field - 1023;
+    if (e < kMinExp) return -1;
+    if (e >= kMaxExp) return kBins;
+    return e - kMinExp;
+  }
   /// Upper bound on the q-quantile (0 < q ≤ 1) of the binned values: the upper edge of the bin
   /// holding the ceil(q·total)-th smallest value (0 when it is in the zero bin, +Inf for overflow
   /// or NaN bins). Throws InputError for q outside (0, 1].
   double quantile_upper(double q) const;
 };
+
+inline void Histogram::add(double x) {
+  if (std::isnan(x)) {
+    ++nan;
+    return;
+  }
+  const double a = std::fabs(x);
+  if (a == 0.0) {
+    ++zero;
+    return;
+  }
+  if (a == std::numeric_limits<double>::infinity()) {
+    ++overflow;
+    return;
+  }
+  const int b = bin_of(a);
+  if (b < 0)
+    ++underflow;
+  else if (b >= kBins)
+    ++overflow;
+  else
+    ++bins[static_cast<std::size_t>(b)];
+}
 
 struct StatsOptions {
   double rel_floor_abs = 0.0;      ///< absolute floor of the relative error's denominator

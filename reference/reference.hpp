@@ -27,8 +27,8 @@
 
 #include "datasets/generators.hpp"
 #include "datasets/problem.hpp"
+#include "numerics/host_array.hpp"
 #include "numerics/loss_spec.hpp"
-#include "reference/host_array.hpp"
 
 namespace xentlab {
 

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,22 @@ inline Problem linear_from_logits(const Problem& lp, std::int64_t ignore_index =
     for (std::int64_t j = 0; j < V; ++j) W.set(j * N + i, lp.logits.get(i * V + j));
   return Problem::linear(std::move(H), std::move(W), std::nullopt, lp.targets, ignore_index,
                          "case-linear");
+}
+
+// Bitwise equality of two arrays of doubles (std::vector or HostArray; −0 and +0 differ).
+template <class A, class B>
+::testing::AssertionResult same_bits(const A& a, const B& b) {
+  if (a.size() != b.size())
+    return ::testing::AssertionFailure() << "sizes " << a.size() << " and " << b.size();
+  for (std::size_t k = 0; k < a.size(); ++k)
+    if (std::memcmp(&a[k], &b[k], sizeof(double)) != 0)
+      return ::testing::AssertionFailure() << "element " << k << ": " << a[k] << " vs " << b[k];
+  return ::testing::AssertionSuccess();
+}
+/// The same for two braced scalars or vectors: same_bits({x}, {y}).
+inline ::testing::AssertionResult same_bits(const std::vector<double>& a,
+                                            const std::vector<double>& b) {
+  return same_bits<std::vector<double>, std::vector<double>>(a, b);
 }
 
 }  // namespace xentlab::testing

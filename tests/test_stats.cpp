@@ -118,6 +118,82 @@ TEST(Ulp, DistancesByHand) {
   EXPECT_THROW(ulp_distance(kNaN, 1.0, DType::fp32), InputError);
 }
 
+// The inline fast paths that the statistics take per element give ulp_distance's value exactly:
+// random magnitudes over every binade of the formats (and beyond), both signs, and the edges of
+// the fast paths (0, the smallest normal and its neighbours, bf16's rounding limit 0x1.FFp127,
+// fp32's largest value and the doubles that round to it or overflow).
+TEST(Ulp, FastPathsAreTheDistance) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  std::uniform_int_distribution<int> expo(-170, 140), sign(0, 1);
+  std::vector<double> v = {0.0,
+                           -0.0,
+                           0x1p-126,
+                           std::nextafter(0x1p-126, 0.0),
+                           std::nextafter(0x1p-126, 1.0),
+                           0x1.FEp127,
+                           std::nextafter(0x1.FFp127, 0.0),
+                           0x1.FFp127,
+                           double(std::numeric_limits<float>::max()),
+                           std::nextafter(double(std::numeric_limits<float>::max()), kInf),
+                           0x1.FFFFFFp127,
+                           1.0 + 0x1p-8,
+                           1.0 + 3 * 0x1p-9,
+                           1.0};
+  for (int k = 0; k < 20000; ++k)
+    v.push_back((sign(rng) ? -1.0 : 1.0) * std::ldexp(mant(rng), expo(rng)));
+  for (const DType t : {DType::bf16, DType::fp32, DType::fp16, DType::fp64}) {
+    std::int64_t fast = 0;
+    for (std::size_t i = 0; i + 1 < v.size(); ++i) {
+      // Neighbours in the list, and a value against a value near it (a few ULPs of t away).
+      const double a = v[i], b = v[i + 1], c = a * (1.0 + 3 * unit_roundoff(t));
+      for (const double y : {b, c}) {
+        double d = -1.0;
+        if (ulp_distance_fast(a, y, t, d)) {
+          ++fast;
+          ASSERT_EQ(d, ulp_distance(a, y, t)) << to_string(t) << " " << a << " " << y;
+        }
+        const bool in_range =
+            [&](double x) {
+              const double m = std::fabs(x);
+              return m == 0.0 || (m >= 0x1p-126 && m < 0x1p127);
+            }(a) &&
+            std::fabs(y) < 0x1p127 && (y == 0.0 || std::fabs(y) >= 0x1p-126);
+        if ((t == DType::bf16 || t == DType::fp32) && in_range) {
+          EXPECT_TRUE(ulp_distance_fast(a, y, t, d)) << to_string(t) << " " << a << " " << y;
+        }
+      }
+    }
+    if (t == DType::bf16 || t == DType::fp32)
+      EXPECT_GT(fast, 10000) << to_string(t);  // the fast path is taken where it applies
+    else
+      EXPECT_EQ(fast, 0) << to_string(t);  // fp16 and fp64 always take ulp_distance
+  }
+}
+
+// bin_of reads the exponent field: the bin of floor(log2 x) as ilogb gives it, for every binade
+// of the doubles (subnormal doubles underflow).
+TEST(Histogram, BinOfIsFloorLog2) {
+  std::vector<double> v = {0x1p-1074,
+                           0x1p-1022,
+                           0x1p-161,
+                           std::nextafter(0x1p-160, 0.0),
+                           0x1p-160,
+                           1.0,
+                           std::nextafter(0x1p64, 0.0),
+                           0x1p64,
+                           0x1p1023};
+  for (int e = -1074; e <= 1023; ++e) v.push_back(std::ldexp(1.5, e));
+  for (const double x : v) {
+    if (!(x > 0) || !std::isfinite(x)) continue;
+    const int e = std::ilogb(x);
+    const int want = e < Histogram::kMinExp    ? -1
+                     : e >= Histogram::kMaxExp ? Histogram::kBins
+                                               : e - Histogram::kMinExp;
+    EXPECT_EQ(Histogram::bin_of(x), want) << x;
+  }
+}
+
 TEST(Stats, UlpFractionsAgainstCorrectlyRoundedReference) {
   // fp32 around 1 (spacing 2^-23): distances 0, 1, 2, 3, 5 → fractions 0.2, 0.4, 0.6, 0.8, max 5.
   const double q = 0x1p-23;

@@ -91,8 +91,7 @@ class VerifyDifferential : public ::testing::Test {
     req.recipe = r;
     req.chunk_tokens = chunk_tokens;
     const StrategyOutputs o = s.run(req);
-    const auto tensor = [](const std::vector<double>& v, std::vector<std::int64_t> shape,
-                           DType dt) {
+    const auto tensor = [](const auto& v, std::vector<std::int64_t> shape, DType dt) {
       Tensor t(dt, std::move(shape));
       for (std::size_t k = 0; k < v.size(); ++k) t.set(static_cast<std::int64_t>(k), v[k]);
       return t;
@@ -100,7 +99,7 @@ class VerifyDifferential : public ::testing::Test {
     std::vector<std::pair<std::string, Tensor>> c = {
         {"loss", tensor(o.loss, {g.N}, o.loss_dtype)},
         {"lse", tensor(o.lse, {g.N}, o.loss_dtype)},
-        {"reduced_loss", tensor({o.reduced_loss}, {}, o.loss_dtype)},
+        {"reduced_loss", tensor(std::vector<double>{o.reduced_loss}, {}, o.loss_dtype)},
         {"dH", tensor(o.dH, {g.N, g.D}, o.grad_dtype)},
         {"dW", tensor(o.dW, {g.V, g.D}, o.grad_dtype)}};
     if (!o.db.empty()) c.emplace_back("db", tensor(o.db, {g.V}, o.grad_dtype));

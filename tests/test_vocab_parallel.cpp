@@ -23,6 +23,8 @@
 namespace xentlab {
 namespace {
 
+using testing::same_bits;
+
 constexpr const char* kName = "vocab_parallel";
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -196,16 +198,6 @@ TEST(VocabParallel, ShardBoundarySeparatesTheMaximumFromTheTarget) {
                               std::string(pb->is_linear() ? "linear " : "logits ") + r + " " +
                                   spec.describe() + " P=" + std::to_string(P));
     }
-}
-
-// Bitwise equality of two output vectors (−0 and +0 differ).
-::testing::AssertionResult same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size())
-    return ::testing::AssertionFailure() << "sizes " << a.size() << " and " << b.size();
-  for (std::size_t k = 0; k < a.size(); ++k)
-    if (std::memcmp(&a[k], &b[k], sizeof(double)) != 0)
-      return ::testing::AssertionFailure() << "element " << k << ": " << a[k] << " vs " << b[k];
-  return ::testing::AssertionSuccess();
 }
 
 // With one rank every step of the declared arithmetic is chunked's: all outputs bit for bit, on a

@@ -31,21 +31,17 @@ DType backward_operand(const Recipe& r) {
 
 }  // namespace
 
-void device_values_to_doubles(const std::vector<unsigned char>& raw, DType t,
-                              std::vector<double>& out) {
-  const auto n = static_cast<std::int64_t>(raw.size() / static_cast<std::size_t>(size_of(t)));
-  out.resize(static_cast<std::size_t>(n));
+void device_values_to_doubles(const unsigned char* raw, std::int64_t n, DType t, double* out) {
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < n; ++i) {
     if (t == DType::fp32) {
       float f;
-      std::memcpy(&f, raw.data() + 4 * i, 4);
-      out[static_cast<std::size_t>(i)] = f;
+      std::memcpy(&f, raw + 4 * i, 4);
+      out[i] = f;
     } else {
       std::uint16_t b;
-      std::memcpy(&b, raw.data() + 2 * i, 2);
-      out[static_cast<std::size_t>(i)] =
-          t == DType::bf16 ? bf16_bits_to_double(b) : fp16_bits_to_double(b);
+      std::memcpy(&b, raw + 2 * i, 2);
+      out[i] = t == DType::bf16 ? bf16_bits_to_double(b) : fp16_bits_to_double(b);
     }
   }
 }
@@ -487,8 +483,10 @@ StrategyOutputs CudaStrategy::run(const RunRequest& req) const {
   o.grad_dtype = grad;
   o.seconds = ms / 1000.0;
   o.peak_extra_bytes = mem.peak_extra();
-  auto download = [&](const DeviceBuffer& b, DType t, std::vector<double>& out) {
-    std::vector<unsigned char> raw(static_cast<std::size_t>(b.bytes()));
+  // The staging bytes and the doubles are HostArrays: their pages are zeroed in parallel (a
+  // std::vector's are faulted in one by one on one thread: seconds at dW's size).
+  auto download = [&](const DeviceBuffer& b, DType t, auto& out) {
+    HostArray<unsigned char> raw(static_cast<std::size_t>(b.bytes()));
     if (b.bytes() > 0)
       XL_CUDA_CHECK(cudaMemcpy(raw.data(), b.get(), raw.size(), cudaMemcpyDeviceToHost));
     device_values_to_doubles(raw, t, out);

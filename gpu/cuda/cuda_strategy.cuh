@@ -204,9 +204,16 @@ class CudaStrategy : public Strategy {
   virtual Status check_specific(const Problem& p, const LossSpec& s, const Recipe& r) const;
 };
 
-/// Device values of dtype t (fp32, fp16 or bf16 bytes, as downloaded) → exact doubles.
-void device_values_to_doubles(const std::vector<unsigned char>& raw, DType t,
-                              std::vector<double>& out);
+/// n device values of dtype t (fp32, fp16 or bf16 bytes, as downloaded) → exact doubles, in
+/// parallel.
+void device_values_to_doubles(const unsigned char* raw, std::int64_t n, DType t, double* out);
+/// The same into `out` (std::vector<double> or HostArray<double>), resized to the values' count.
+template <class Bytes, class Out>
+void device_values_to_doubles(const Bytes& raw, DType t, Out& out) {
+  const auto n = static_cast<std::int64_t>(raw.size() / static_cast<std::size_t>(size_of(t)));
+  out.resize(static_cast<std::size_t>(n));
+  device_values_to_doubles(raw.data(), n, t, out.data());
+}
 
 /// Reduced loss from the per-token losses (fp32 values in the accum dtype), docs/arithmetic.md §6:
 /// terms g_i·loss_i (reduction none, product in fp32, rounded to accum) or loss_i; a pairwise tree

@@ -213,7 +213,7 @@ void rank_forward_backward(const DeviceRun& r, const DeviceContext& c, ncclComm_
 
 /// What one rank hands back: raw device bytes of its outputs, its measurements, or its error.
 struct RankResult {
-  std::vector<unsigned char> loss, lse, dH, dW, db, dz;
+  HostArray<unsigned char> loss, lse, dH, dW, db, dz;
   std::int64_t peak_extra = 0;
   float ms = 0.0f;
   std::exception_ptr error;
@@ -471,7 +471,7 @@ StrategyOutputs VocabParallelStrategy::run(const RunRequest& req) const {
       XL_CUDA_CHECK(cudaStreamSynchronize(stream.s));
       XL_CUDA_CHECK(cudaEventElapsedTime(&out.ms, start.e, stop.e));
       out.peak_extra = mem.peak_extra();
-      const auto download = [](const DeviceBuffer& b, std::vector<unsigned char>& raw) {
+      const auto download = [](const DeviceBuffer& b, HostArray<unsigned char>& raw) {
         raw.resize(static_cast<std::size_t>(b.bytes()));
         if (b.bytes() > 0)
           XL_CUDA_CHECK(cudaMemcpy(raw.data(), b.get(), raw.size(), cudaMemcpyDeviceToHost));
@@ -555,7 +555,7 @@ StrategyOutputs VocabParallelStrategy::run(const RunRequest& req) const {
     if (linear) {
       device_values_to_doubles(r0.dH, grad, o.dH);
       // The shards are contiguous in rank order: dW and db are their concatenation.
-      std::vector<unsigned char> dW, db;
+      HostArray<unsigned char> dW, db;
       for (const RankResult& rr : res) {
         dW.insert(dW.end(), rr.dW.begin(), rr.dW.end());
         db.insert(db.end(), rr.db.begin(), rr.db.end());
@@ -564,11 +564,11 @@ StrategyOutputs VocabParallelStrategy::run(const RunRequest& req) const {
       if (has_bias) device_values_to_doubles(db, grad, o.db);
     } else {
       const std::size_t e = static_cast<std::size_t>(sz(grad));
-      std::vector<unsigned char> dz(static_cast<std::size_t>(N * V) * e);
+      HostArray<unsigned char> dz(static_cast<std::size_t>(N * V) * e);
       for (int rank = 0; rank < P; ++rank) {
         const VocabShard& sh = shards[static_cast<std::size_t>(rank)];
         const auto cols = static_cast<std::size_t>(sh.size());
-        const std::vector<unsigned char>& part = res[static_cast<std::size_t>(rank)].dz;
+        const HostArray<unsigned char>& part = res[static_cast<std::size_t>(rank)].dz;
         for (std::int64_t i = 0; i < N; ++i)
           std::memcpy(dz.data() + (static_cast<std::size_t>(i * V + sh.begin)) * e,
                       part.data() + static_cast<std::size_t>(i) * cols * e, cols * e);

@@ -31,8 +31,8 @@ struct CandidateArgs {
   bool force = false;
 };
 
-Tensor tensor_of(const std::vector<double>& v, DType dtype, std::vector<std::int64_t> shape,
-                 const char* name) {
+template <class Vec>  // std::vector<double> or HostArray<double>
+Tensor tensor_of(const Vec& v, DType dtype, std::vector<std::int64_t> shape, const char* name) {
   Tensor t(dtype, std::move(shape), name);
   store_rounded(t, 0, v.data(), static_cast<std::int64_t>(v.size()));  // exact: already in dtype
   return t;
@@ -94,8 +94,8 @@ int run_candidate(const CandidateArgs& a) {
   std::vector<std::pair<std::string, Tensor>> outputs;
   outputs.emplace_back("loss", tensor_of(o.loss, o.loss_dtype, {N}, "loss"));
   outputs.emplace_back("lse", tensor_of(o.lse, o.loss_dtype, {N}, "lse"));
-  outputs.emplace_back("reduced_loss",
-                       tensor_of({o.reduced_loss}, o.loss_dtype, {}, "reduced_loss"));
+  outputs.emplace_back("reduced_loss", tensor_of(std::vector<double>{o.reduced_loss}, o.loss_dtype,
+                                                 {}, "reduced_loss"));
   if (!o.dH.empty()) outputs.emplace_back("dH", tensor_of(o.dH, o.grad_dtype, {N, D}, "dH"));
   if (!o.dW.empty()) outputs.emplace_back("dW", tensor_of(o.dW, o.grad_dtype, {V, D}, "dW"));
   if (!o.db.empty()) outputs.emplace_back("db", tensor_of(o.db, o.grad_dtype, {V}, "db"));

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <new>
 #include <stdexcept>
+#include <type_traits>
 
 #include "gpu/registry.hpp"
 #include "numerics/error.hpp"
@@ -136,10 +137,10 @@ namespace {
 StrategyOutputs rows_of(StrategyOutputs o, const std::vector<std::int64_t>& rows,
                         const std::vector<std::int64_t>& vrows, std::int64_t N, std::int64_t D,
                         std::int64_t V) {
-  const auto cut = [](std::vector<double>& v, const std::vector<std::int64_t>& keep,
-                      std::int64_t count, std::int64_t width) {
+  const auto cut = [](auto& v, const std::vector<std::int64_t>& keep, std::int64_t count,
+                      std::int64_t width) {
     if (static_cast<std::int64_t>(v.size()) != count * width) return;
-    std::vector<double> r;
+    std::remove_reference_t<decltype(v)> r;
     r.reserve(keep.size() * static_cast<std::size_t>(width));
     for (const std::int64_t i : keep)
       r.insert(r.end(), v.begin() + i * width, v.begin() + (i + 1) * width);
@@ -279,10 +280,10 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
       std::vector<double> out;
       if (name == "loss") out = o.loss;
       if (name == "lse") out = o.lse;
-      if (name == "dH") out = o.dH;
-      if (name == "dz") out = o.dz;
+      if (name == "dH") out.assign(o.dH.begin(), o.dH.end());
+      if (name == "dz") out.assign(o.dz.begin(), o.dz.end());
       if (name == "reduced_loss") out = {o.reduced_loss};
-      if (name == "dW") out = o.dW;
+      if (name == "dW") out.assign(o.dW.begin(), o.dW.end());
       if (name == "db") out = o.db;
       if (out.empty()) continue;     // not produced (db without a bias)
       if (out.size() != ref.size())  // never dropped without a word: a baseline of fewer runs

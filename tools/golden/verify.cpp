@@ -146,16 +146,26 @@ void policy_bounds(const Golden& g, const VerifyPolicy& pol, PolicyBounds& pb) {
                                pol.arith, cov, 1);
 }
 
-const std::vector<double>* bound_of(const PolicyBounds& pb, const std::string& name,
-                                    std::vector<double>& scalar) {
-  if (name == "loss") return &pb.b.loss;
-  if (name == "lse") return &pb.b.lse;
-  if (name == "dH") return &pb.b.dH;
-  if (name == "dW") return &pb.b.dW;
-  if (name == "db") return &pb.b.db;
-  if (name == "dz") return &pb.b.dz;
+// The policy bound of one output: a view of Bounds' array (std::vector or HostArray).
+struct BoundView {
+  const double* data = nullptr;
+  std::size_t n = 0;
+  std::size_t size() const { return n; }
+  double operator[](std::size_t i) const { return data[i]; }
+};
+template <class Vec>
+BoundView view_of(const Vec& v) {
+  return {v.data(), v.size()};
+}
+BoundView bound_of(const PolicyBounds& pb, const std::string& name, std::vector<double>& scalar) {
+  if (name == "loss") return view_of(pb.b.loss);
+  if (name == "lse") return view_of(pb.b.lse);
+  if (name == "dH") return view_of(pb.b.dH);
+  if (name == "dW") return view_of(pb.b.dW);
+  if (name == "db") return view_of(pb.b.db);
+  if (name == "dz") return view_of(pb.b.dz);
   scalar = {pb.b.reduced_loss};
-  return &scalar;
+  return view_of(scalar);
 }
 
 // "dW[row 3 (vocab 4711), col 5]" for flat index i of the compared shape.
@@ -205,13 +215,13 @@ std::vector<double> tolerance_from(const Golden& g, const VerifyPolicy& pol, con
   const std::vector<double>& rb = *ro.ref_bound;
   std::vector<double> tol(ref.size());
   std::vector<double> scalar_b;
-  const std::vector<double>* pbv = pol.explicit_tol ? nullptr : bound_of(pb, name, scalar_b);
+  const BoundView pbv = pol.explicit_tol ? BoundView{} : bound_of(pb, name, scalar_b);
   const double u_out = unit_roundoff(out_dtype);
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const double a = std::isfinite(ref[i]) ? std::fabs(ref[i]) : 0.0;
     const double base = pol.explicit_tol ? pol.atol + pol.rtol * a
-                        : (pbv && pbv->size() == ref.size())
-                            ? (*pbv)[i]
+                        : (pbv.data && pbv.size() == ref.size())
+                            ? pbv[i]
                             : std::numeric_limits<double>::infinity();
     tol[i] = base + (pol.explicit_tol ? 0.0 : u_out * a) + (i < rb.size() ? rb[i] : 0.0);
     // A non-finite reference (the NaN mean of an all-ignored batch, the −inf lse of a fully masked
@@ -628,8 +638,8 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     const std::vector<double>& ref = *ro.ref;
     if (!pol.explicit_tol) {
       std::vector<double> scalar_b;
-      const std::vector<double>* pbv = bound_of(pb, name, scalar_b);
-      if (pbv->size() != ref.size() && !diff_check) {
+      const BoundView pbv = bound_of(pb, name, scalar_b);
+      if (pbv.size() != ref.size() && !diff_check) {
         o.status = "skipped";
         o.message =
             fmt::format("no a-priori bound for {} from this golden file{}", name,

@@ -1,6 +1,7 @@
 #pragma once
-// HostArray: the std::vector of the reference's large outputs (dz, dH, dW and their bounds and
-// condition quantities: up to 4.2 GB each for the Llama-3-8B head). A plain std::vector<double>
+// HostArray: the std::vector of the lab's large arrays: the reference's outputs (dz, dH, dW and
+// their bounds and condition quantities), a run's gradients and the bounds a run is judged by, up
+// to 4.2 GB each for the Llama-3-8B head. A plain std::vector<double>
 // of that size spends seconds zero-filling fresh 4 KiB pages one by one on one thread; this
 // allocator takes transparent huge pages where the kernel offers them (madvise) and zero-fills
 // the memory once, in parallel, when it is allocated.
