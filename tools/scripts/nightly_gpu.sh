@@ -3,7 +3,7 @@
 #   tools/scripts/nightly_gpu.sh OUTDIR [BASELINE.h5]
 # 1. configures and builds what it runs (Release, build-nightly/);
 # 2. runs the gpu-labelled and slow tests (TEST_JOBS at a time, 3; those past 2^31 elements one at
-#    a time), JUnit XML in OUTDIR/tests.xml and OUTDIR/tests-large.xml;
+#    a time) beside step 3, JUnit XML in OUTDIR/tests.xml and OUTDIR/tests-large.xml;
 # 3. runs the audit on the GPU: the embedded set (on a GPU it includes the Llama-3-8B head at
 #    N = 8192, every row, full dW: minutes of the suite), then the 128K-context problem (the
 #    Llama-3-8B head at N = 131072, V = 128256, D = 4096, calibrated targets drawn on the GPU in
@@ -58,14 +58,21 @@ timeout "$limit" "$build/tools/xentlab" audit --backend cpu --out "$out/audit-cp
   >"$out/audit-cpu.txt" 2>&1 &
 cpu_audit=$!
 
+# The GPU tests run beside the audits (they need the GPU little of the time, the audits mostly the
+# host): their results are waited for before the summary.
+tests_pid=
 if [ -z "${SKIP_TESTS:-}" ]; then
-  step "tests: gpu and slow labels (${TEST_JOBS:-3} at a time; those past 2^31 elements alone)"
-  ctest --test-dir "$build" -L 'gpu|slow' -E 'Past2Pow31' -j "${TEST_JOBS:-3}" --no-tests=error \
-    --output-on-failure --output-junit "$out/tests.xml" >"$out/tests.log" 2>&1 || status=1
-  ctest --test-dir "$build" -L 'gpu|slow' -R 'Past2Pow31' -j 1 --output-on-failure \
-    --output-junit "$out/tests-large.xml" >>"$out/tests.log" 2>&1 || status=1
-  tail -n 3 "$out/tests.log" | tee -a "$out/summary.txt"
-  echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
+  step "tests: gpu and slow labels (${TEST_JOBS:-3} at a time; those past 2^31 elements alone), beside the audits"
+  (
+    rc=0
+    ctest --test-dir "$build" -L 'gpu|slow' -E 'Past2Pow31' -j "${TEST_JOBS:-3}" --no-tests=error \
+      --output-on-failure --output-junit "$out/tests.xml" >"$out/tests.log" 2>&1 || rc=1
+    ctest --test-dir "$build" -L 'gpu|slow' -R 'Past2Pow31' -j 1 --output-on-failure \
+      --output-junit "$out/tests-large.xml" >>"$out/tests.log" 2>&1 || rc=1
+    echo "tests done at ${SECONDS} s" >>"$out/tests.log"
+    exit $rc
+  ) &
+  tests_pid=$!
 fi
 
 step "audit: embedded set on the GPU"
@@ -80,6 +87,13 @@ timeout "$limit" "$build/tools/xentlab" audit --backend cuda --dataset llama3-8b
   --out "$out/audit.h5" --append >"$out/audit-128k.txt" 2>&1 || status=1
 grep -E '^runs:' "$out/audit-128k.txt" | tee -a "$out/summary.txt"
 echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
+
+if [ -n "$tests_pid" ]; then
+  step "tests (gpu and slow labels)"
+  wait "$tests_pid" || status=1
+  grep -E 'tests passed|tests failed|tests done' "$out/tests.log" | tee -a "$out/summary.txt"
+  echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
+fi
 
 step "fidelity: the CPU emulation of the same set against the GPU runs (reported, not failing)"
 wait "$cpu_audit" &&
