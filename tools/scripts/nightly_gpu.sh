@@ -51,10 +51,16 @@ cmake --build "$build" -j "$jobs" --target xentlab $targets >"$out/build.log" 2>
   { step "build FAILED (see build.log)"; exit 1; }
 echo "built xentlab $targets in ${SECONDS} s" | tee -a "$out/summary.txt"
 limit=${AUDIT_TIMEOUT:-0}
+# Three processes share the cores from here on (the GPU audit, the CPU audit, the tests): OpenMP
+# threads that spin at their barriers while other processes hold the cores make each process many
+# times slower (on the H200's 16 cores, with all three spinning, a 5 s GPU test took 279 s), so
+# they wait passively, and the CPU audit and each test take a share of the cores.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+share=$(( jobs / 4 > 0 ? jobs / 4 : 1 ))
 
 # The CPU emulation's audit of the embedded set (for the fidelity step) needs no GPU: it runs
 # beside the tests and the GPU audit.
-timeout "$limit" "$build/tools/xentlab" audit --backend cpu --out "$out/audit-cpu.h5" --force ${AUDIT_ARGS:-} \
+OMP_NUM_THREADS=$share timeout "$limit" "$build/tools/xentlab" audit --backend cpu --out "$out/audit-cpu.h5" --force ${AUDIT_ARGS:-} \
   >"$out/audit-cpu.txt" 2>&1 &
 cpu_audit=$!
 
@@ -65,6 +71,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   step "tests: gpu and slow labels (${TEST_JOBS:-3} at a time; those past 2^31 elements alone), beside the audits"
   (
     rc=0
+    export OMP_NUM_THREADS=$share
     ctest --test-dir "$build" -L 'gpu|slow' -E 'Past2Pow31' -j "${TEST_JOBS:-3}" --no-tests=error \
       --output-on-failure --output-junit "$out/tests.xml" >"$out/tests.log" 2>&1 || rc=1
     ctest --test-dir "$build" -L 'gpu|slow' -R 'Past2Pow31' -j 1 --output-on-failure \
