@@ -62,6 +62,36 @@ TEST(Audit, EmulatedRunsOfTheFp32AccumRecipesPass) {
   }
 }
 
+// A problem audited in its own input dtype only (a real model's head): its runs of the other
+// input dtypes are recorded as not supported, naming why, and nothing of them is run.
+TEST(Audit, AProblemAuditedInItsOwnDtypeOnly) {
+  std::vector<audit::AuditProblem> set = small_set();
+  set[0].inputs = {DType::bf16};
+  audit::AuditConfig cfg = small_config();
+  cfg.recipes = {parse_recipe("bf16/bf16/fp32/bf16"), parse_recipe("fp16/fp32/fp32/fp16")};
+  cfg.strategies = {"naive", "chunked"};
+  const auto res = audit::run_audit(set, cfg);
+  ASSERT_EQ(res.runs.size(), 8u);  // 2 problems × 2 recipes × 2 strategies
+  int own = 0, other = 0;
+  for (const auto& r : res.runs) {
+    const std::string what = r.problem + " " + r.strategy + " " + r.recipe.name();
+    if (r.problem == "calibrated" && r.recipe.input == DType::fp16) {
+      ++other;
+      EXPECT_EQ(r.verdict.disposition, Disposition::not_supported) << what;
+      EXPECT_NE(r.verdict.reason.find("audited in the dtype its weights are stored in (bf16)"),
+                std::string::npos)
+          << what << ": " << r.verdict.reason;
+    } else {
+      ++own;
+      EXPECT_EQ(r.verdict.disposition, Disposition::passed) << what << ": " << r.verdict.reason;
+    }
+  }
+  EXPECT_EQ(other, 2);
+  EXPECT_EQ(own, 6);
+  // Only the problems of an audited input dtype have a record of that dtype.
+  for (const auto& p : res.problems) EXPECT_FALSE(p.name == "calibrated" && p.input == DType::fp16);
+}
+
 TEST(Audit, ResultsFileRoundTripAndAppend) {
   const std::string path = temp_path("results.h5");
   std::filesystem::remove(path);

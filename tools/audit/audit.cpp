@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -401,7 +402,17 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
   for (const Recipe& r : plan.recipes) inputs.insert(r.input);
   AuditResult res;
   for (const AuditProblem& ap : problems)
-    for (DType input : inputs) audit_problem_input(plan, ap, input, res);
+    for (DType input : inputs) {
+      if (ap.inputs.empty() ||
+          std::find(ap.inputs.begin(), ap.inputs.end(), input) != ap.inputs.end())
+        audit_problem_input(plan, ap, input, res);
+      else  // its runs of this input dtype are not supported, with the reason
+        record_no_input_version(
+            plan, ap, input,
+            fmt::format("{} is audited in the dtype its weights are stored in ({}) only", ap.name,
+                        to_string(ap.problem.input_dtype())),
+            res);
+    }
   count_dispositions(res);
   res.verdict = compute_verdict(res.runs);
   if (cfg.progress) cfg.progress(plan.total, plan.total, "done");

@@ -34,6 +34,10 @@ struct AuditProblem {
   LossSpec spec;
   std::int64_t rows = -1;        ///< sub-batch rows for this problem; −1 = AuditConfig::rows
   std::int64_t vocab_rows = -1;  ///< vocabulary rows compared for dW/db; −1 = AuditConfig's
+  /// The input dtypes it is audited in; empty = every input dtype of the recipes. The runs of
+  /// other input dtypes are not supported, with the reason. A real model's head is audited in
+  /// the dtype its weights are stored in.
+  std::vector<DType> inputs = {};
 };
 
 /// The embedded default problem set (about a minute of CPU emulation on 2 cores): the real model
