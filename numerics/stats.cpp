@@ -93,7 +93,7 @@ constexpr std::int64_t kChunk = std::int64_t{1} << 16;
 
 // Exact order statistics of non-negative doubles without storing them: the bit pattern of a
 // non-negative double orders as the value, so a histogram of its top 16 bits finds the bucket
-// holding a given rank, and a second pass gathers that bucket's values alone.
+// holding a given rank, and three more passes the next 16 bits each (radix selection).
 constexpr int kBucketShift = 48;
 constexpr std::size_t kBuckets = std::size_t{1} << 16;
 std::size_t bucket_of(double x) {
@@ -361,49 +361,74 @@ ErrorStats compute_error_stats(const double* out, const double* ref, std::int64_
   }
   st.pmax = st.max_abs_err;
 
-  // Pass 3: the percentiles. Each wanted rank's bucket is gathered (its values alone) and the
-  // rank selected within it: the same nearest-rank order statistic as sorting every value.
+  // Pass 3: the percentiles, by radix selection on the bit patterns (a non-negative double orders
+  // as its bit pattern). Pass 2 counted the top 16 bits; each further pass counts the next 16 bits
+  // of the values that share the prefix found so far, until all 64 bits — the value itself — are
+  // known. No value is stored, so a rank among millions of equal values (the zero ratios of an
+  // output without a finite bound, all in one bucket) costs what any other rank costs. The same
+  // nearest-rank order statistic as sorting every value.
   const double qs[] = {0.5, 0.9, 0.99, 0.999};
   std::array<RankSpot, 5> spots;
   for (int k = 0; k < 4; ++k)
     spots[static_cast<std::size_t>(k)] = locate_rank(err_counts, st.n_finite_pairs, qs[k]);
   if (bound) spots[4] = locate_rank(ratio_counts, st.n_finite_pairs, 0.99);
-  std::array<std::vector<double>, 5> gathered;
-  const auto ratio_of = [&](std::int64_t i) {
-    const double ae = std::fabs(out[i] - ref[i]), b = bound[i];
-    return b > 0 ? ae / b : (ae > 0 ? kInf : 0.0);
+  std::array<std::uint64_t, 5> prefix{};  // the bits found so far, right-aligned
+  for (std::size_t k = 0; k < 5; ++k) prefix[k] = spots[k].bucket;
+  const auto bits_of = [](double x) {
+    std::uint64_t b;
+    std::memcpy(&b, &x, sizeof b);
+    return b;
   };
+  for (int shift = kBucketShift - 16; shift >= 0; shift -= 16) {
+    std::array<std::vector<std::int64_t>, 5> counts;
+    for (std::size_t k = 0; k < 5; ++k)
+      if (spots[k].any) counts[k].assign(kBuckets, 0);
 #pragma omp parallel
-  {
-    std::array<std::vector<double>, 5> mine;
+    {
+      std::array<std::vector<std::int64_t>, 5> mine;
+      for (std::size_t k = 0; k < 5; ++k)
+        if (spots[k].any) mine[k].assign(kBuckets, 0);
 #pragma omp for schedule(dynamic, 16)
-    for (std::int64_t c = 0; c < chunks; ++c) {
-      const auto [lo, hi] = chunk_range(c);
-      for (std::int64_t i = lo; i < hi; ++i) {
-        if (!std::isfinite(out[i]) || !std::isfinite(ref[i])) continue;
-        const double ae = std::fabs(out[i] - ref[i]);
-        const std::size_t be = bucket_of(ae);
-        for (int k = 0; k < 4; ++k)
-          if (spots[static_cast<std::size_t>(k)].any &&
-              spots[static_cast<std::size_t>(k)].bucket == be)
-            mine[static_cast<std::size_t>(k)].push_back(ae);
-        if (bound && spots[4].any) {
-          const double ratio = ratio_of(i);
-          if (bucket_of(ratio) == spots[4].bucket) mine[4].push_back(ratio);
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        const auto [lo, hi] = chunk_range(c);
+        for (std::int64_t i = lo; i < hi; ++i) {
+          if (!std::isfinite(out[i]) || !std::isfinite(ref[i])) continue;
+          const double ae = std::fabs(out[i] - ref[i]);
+          const std::uint64_t be = bits_of(ae);
+          for (std::size_t k = 0; k < 4; ++k)
+            if (spots[k].any && (be >> (shift + 16)) == prefix[k])
+              ++mine[k][static_cast<std::size_t>((be >> shift) & 0xFFFF)];
+          if (bound && spots[4].any) {
+            const double b = bound[i];
+            const std::uint64_t br = bits_of(b > 0 ? ae / b : (ae > 0 ? kInf : 0.0));
+            if ((br >> (shift + 16)) == prefix[4])
+              ++mine[4][static_cast<std::size_t>((br >> shift) & 0xFFFF)];
+          }
         }
       }
-    }
 #pragma omp critical
-    for (std::size_t k = 0; k < 5; ++k)
-      gathered[k].insert(gathered[k].end(), mine[k].begin(), mine[k].end());
+      for (std::size_t k = 0; k < 5; ++k)
+        for (std::size_t b = 0; b < mine[k].size(); ++b) counts[k][b] += mine[k][b];
+    }
+    for (std::size_t k = 0; k < 5; ++k) {
+      if (!spots[k].any) continue;
+      // The rank within the prefix's values: its next 16 bits, and its rank among those.
+      std::int64_t seen = 0;
+      for (std::size_t b = 0; b < kBuckets; ++b) {
+        if (seen + counts[k][b] >= spots[k].rank_in_bucket) {
+          prefix[k] = (prefix[k] << 16) | b;
+          spots[k].rank_in_bucket -= seen;
+          break;
+        }
+        seen += counts[k][b];
+      }
+    }
   }
   const auto select = [&](std::size_t k) {
-    const RankSpot& sp = spots[k];
-    if (!sp.any) return 0.0;
-    std::vector<double>& v = gathered[k];
-    const auto r = static_cast<std::ptrdiff_t>(sp.rank_in_bucket - 1);
-    std::nth_element(v.begin(), v.begin() + r, v.end());
-    return v[static_cast<std::size_t>(r)];
+    if (!spots[k].any) return 0.0;
+    double v;
+    std::memcpy(&v, &prefix[k], sizeof v);
+    return v;
   };
   st.p50 = select(0);
   st.p90 = select(1);

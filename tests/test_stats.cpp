@@ -276,6 +276,38 @@ TEST(Stats, RatioToBound) {
 // statistics must equal those of sorting every value (computed here independently), the maxima
 // must sit at the first index attaining them, and every field must have the same bits on one
 // thread and on several.
+// Most values equal (one bucket holds nearly all of them): the zero ratios of elements whose
+// bound is infinite, and one repeated error; the percentiles are still the nearest-rank order
+// statistics, found without storing the bucket's values.
+TEST(Stats, PercentilesAmongManyEqualValues) {
+  const std::int64_t n = 200000;
+  std::vector<double> ref(static_cast<std::size_t>(n), 1.0), out(ref.size()), bound(ref.size());
+  std::vector<double> errs, ratios;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const bool rare = i % 199 == 0;  // about 0.5 % of the elements
+    out[i] = 1.0 + (rare ? std::ldexp(1.0 + static_cast<double>(i % 13), -12) : 0x1p-20);
+    bound[i] = rare ? 0x1p-9 : kInf;
+    const double ae = std::fabs(out[i] - ref[i]);
+    errs.push_back(ae);
+    ratios.push_back(ae / bound[i]);
+  }
+  std::sort(errs.begin(), errs.end());
+  std::sort(ratios.begin(), ratios.end());
+  const auto nearest_rank = [](const std::vector<double>& v, double q) {
+    const auto r = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+    return v[std::max<std::size_t>(r, 1) - 1];
+  };
+  const ErrorStats s = stats(out, ref, DType::fp32, &bound);
+  EXPECT_EQ(s.p50, 0x1p-20);
+  EXPECT_EQ(s.p50, nearest_rank(errs, 0.5));
+  EXPECT_EQ(s.p90, nearest_rank(errs, 0.9));
+  EXPECT_EQ(s.p99, nearest_rank(errs, 0.99));
+  EXPECT_EQ(s.p999, nearest_rank(errs, 0.999));
+  EXPECT_GT(s.p999, 0x1p-20);  // in the rare errors' range
+  EXPECT_EQ(s.p99_ratio, nearest_rank(ratios, 0.99));
+  EXPECT_EQ(s.p99_ratio, 0.0);
+}
+
 TEST(Stats, ChunkedStatisticsAreExactAndIndependentOfThreads) {
   const std::int64_t n = 300007;  // several chunks of 2^16 and a partial one
   std::mt19937_64 rng(7);

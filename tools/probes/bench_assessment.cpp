@@ -2,8 +2,8 @@
 // bf16 head of N × V × D with full dW, its reference on the BLAS tier, and an output that is the
 // reference rounded to bf16 (as a strategy's bf16 gradients would be). Prints the wall time of the
 // bounds, of each output's statistics and of the whole assessment, repeated.
-//   bench_assessment [N V D repeats [bounds]]   (defaults 64 32768 4096 2; bounds: the bounds
-//   alone)
+//   bench_assessment [N V D repeats [all|bounds [recipe]]]
+//   (defaults 64 32768 4096 2 all bf16/bf16/fp32/bf16; bounds: the bounds alone)
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   out.dW = rounded(ref.dW, DType::bf16);
   const HostArray<double> db = rounded(ref.db, DType::bf16);
   out.db.assign(db.begin(), db.end());
-  const Recipe recipe = parse_recipe("bf16/bf16/fp32/bf16");
+  const Recipe recipe = parse_recipe(argc > 6 ? argv[6] : "bf16/bf16/fp32/bf16");
   const auto st = make_strategy(Backend::cpu_emulation, "chunked");
   const DeclaredArithmetic arith = st->arithmetic(recipe);
   const Policy policy = policy_by_name("audit");
