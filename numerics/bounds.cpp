@@ -405,7 +405,7 @@ void dz_bounds(const BoundInputs& in, const Terms& k, Bounds& b) {
   const LossSpec& sp = in.spec;
   const double lam = k.lam, eps = k.eps, s = k.s;
   const std::int64_t S = in.S, V = in.V;
-  b.dz.assign(static_cast<std::size_t>(S * V), 0.0);
+  b.dz.resize(static_cast<std::size_t>(S * V));  // zeros, written in parallel (HostArray)
   const double dz_max = std::min(max_finite(r.logits), max_finite(r.grad));
 #pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < S; ++i) {
@@ -447,7 +447,7 @@ void dH_bounds(const BoundInputs& in, const Terms& k, const RowCoefficients& c, 
   const std::int64_t S = in.S;
   const double gGemmV = gamma_bound(dH_vocab_constant(in.arith, in.V), kU32);
   const std::int64_t D = in.D;
-  b.dH.assign(static_cast<std::size_t>(S * D), 0.0);
+  b.dH.resize(static_cast<std::size_t>(S * D));  // zeros, written in parallel (HostArray)
   const double dH_max = max_finite(in.recipe.grad);
   // Element by element (each its own formula): the same bits on any number of threads.
 #pragma omp parallel for schedule(static)
@@ -528,7 +528,7 @@ void dW_db_bounds(const BoundInputs& in, const Terms& k, const RowCoefficients& 
     }
   }
   if (in.dW_ref && in.dW_cond) {
-    b.dW.assign(static_cast<std::size_t>(J * D), 0.0);
+    b.dW.resize(static_cast<std::size_t>(J * D));  // zeros, written in parallel (HostArray)
     const double dW_max = std::min(max_finite(r.grad), max_finite(r.accum));
     // Element by element (each its own formula): the same bits on any number of threads.
 #pragma omp parallel for schedule(static)
