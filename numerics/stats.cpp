@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -364,30 +365,57 @@ ErrorStats compute_error_stats(const double* out, const double* ref, std::int64_
   // Pass 3: the percentiles, by radix selection on the bit patterns (a non-negative double orders
   // as its bit pattern). Pass 2 counted the top 16 bits; each further pass counts the next 16 bits
   // of the values that share the prefix found so far, until all 64 bits — the value itself — are
-  // known. No value is stored, so a rank among millions of equal values (the zero ratios of an
-  // output without a finite bound, all in one bucket) costs what any other rank costs. The same
+  // known, or gathers those values once there are at most kGatherMax of them and selects the rank
+  // among them. At most kGatherMax values are stored per percentile, so a rank among millions of
+  // equal values (the zero ratios of an output without a finite bound, all in one bucket) costs
+  // what any other rank costs, and a small input costs no 16-bit histograms at all. The same
   // nearest-rank order statistic as sorting every value.
+  constexpr std::int64_t kGatherMax = std::int64_t{1} << 12;
   const double qs[] = {0.5, 0.9, 0.99, 0.999};
   std::array<RankSpot, 5> spots;
   for (int k = 0; k < 4; ++k)
     spots[static_cast<std::size_t>(k)] = locate_rank(err_counts, st.n_finite_pairs, qs[k]);
   if (bound) spots[4] = locate_rank(ratio_counts, st.n_finite_pairs, 0.99);
   std::array<std::uint64_t, 5> prefix{};  // the bits found so far, right-aligned
-  for (std::size_t k = 0; k < 5; ++k) prefix[k] = spots[k].bucket;
+  std::array<std::int64_t, 5> sharing{};  // how many values share the prefix
+  std::array<bool, 5> resolved{};         // prefix holds the whole value
+  for (std::size_t k = 0; k < 5; ++k) {
+    prefix[k] = spots[k].bucket;
+    if (spots[k].any) sharing[k] = (k < 4 ? err_counts : ratio_counts)[spots[k].bucket];
+    resolved[k] = !spots[k].any;
+  }
   const auto bits_of = [](double x) {
     std::uint64_t b;
     std::memcpy(&b, &x, sizeof b);
     return b;
   };
   for (int shift = kBucketShift - 16; shift >= 0; shift -= 16) {
+    std::array<bool, 5> radix{}, gather{};
+    bool any = false;
+    for (std::size_t k = 0; k < 5; ++k) {
+      radix[k] = !resolved[k] && sharing[k] > kGatherMax;
+      gather[k] = !resolved[k] && sharing[k] <= kGatherMax;
+      any = any || !resolved[k];
+    }
+    if (!any) break;
     std::array<std::vector<std::int64_t>, 5> counts;
+    std::array<std::vector<std::uint64_t>, 5> gathered;
     for (std::size_t k = 0; k < 5; ++k)
-      if (spots[k].any) counts[k].assign(kBuckets, 0);
+      if (radix[k]) counts[k].assign(kBuckets, 0);
 #pragma omp parallel
     {
       std::array<std::vector<std::int64_t>, 5> mine;
+      std::array<std::vector<std::uint64_t>, 5> mine_values;
       for (std::size_t k = 0; k < 5; ++k)
-        if (spots[k].any) mine[k].assign(kBuckets, 0);
+        if (radix[k]) mine[k].assign(kBuckets, 0);
+      const auto take = [&](std::size_t k, std::uint64_t v) {
+        if (radix[k]) {
+          if ((v >> (shift + 16)) == prefix[k])
+            ++mine[k][static_cast<std::size_t>((v >> shift) & 0xFFFF)];
+        } else if (gather[k]) {
+          if ((v >> (shift + 16)) == prefix[k]) mine_values[k].push_back(v);
+        }
+      };
 #pragma omp for schedule(dynamic, 16)
       for (std::int64_t c = 0; c < chunks; ++c) {
         const auto [lo, hi] = chunk_range(c);
@@ -395,32 +423,44 @@ ErrorStats compute_error_stats(const double* out, const double* ref, std::int64_
           if (!std::isfinite(out[i]) || !std::isfinite(ref[i])) continue;
           const double ae = std::fabs(out[i] - ref[i]);
           const std::uint64_t be = bits_of(ae);
-          for (std::size_t k = 0; k < 4; ++k)
-            if (spots[k].any && (be >> (shift + 16)) == prefix[k])
-              ++mine[k][static_cast<std::size_t>((be >> shift) & 0xFFFF)];
-          if (bound && spots[4].any) {
+          for (std::size_t k = 0; k < 4; ++k) take(k, be);
+          if (bound && !resolved[4]) {
             const double b = bound[i];
-            const std::uint64_t br = bits_of(b > 0 ? ae / b : (ae > 0 ? kInf : 0.0));
-            if ((br >> (shift + 16)) == prefix[4])
-              ++mine[4][static_cast<std::size_t>((br >> shift) & 0xFFFF)];
+            take(4, bits_of(b > 0 ? ae / b : (ae > 0 ? kInf : 0.0)));
           }
         }
       }
 #pragma omp critical
-      for (std::size_t k = 0; k < 5; ++k)
+      for (std::size_t k = 0; k < 5; ++k) {
         for (std::size_t b = 0; b < mine[k].size(); ++b) counts[k][b] += mine[k][b];
+        gathered[k].insert(gathered[k].end(), mine_values[k].begin(), mine_values[k].end());
+      }
     }
     for (std::size_t k = 0; k < 5; ++k) {
-      if (!spots[k].any) continue;
-      // The rank within the prefix's values: its next 16 bits, and its rank among those.
-      std::int64_t seen = 0;
-      for (std::size_t b = 0; b < kBuckets; ++b) {
-        if (seen + counts[k][b] >= spots[k].rank_in_bucket) {
-          prefix[k] = (prefix[k] << 16) | b;
-          spots[k].rank_in_bucket -= seen;
-          break;
+      if (gather[k]) {  // the rank among the values sharing the prefix, by their bits
+        std::vector<std::uint64_t>& v = gathered[k];
+        if (static_cast<std::int64_t>(v.size()) != sharing[k])
+          throw std::logic_error("compute_error_stats: the percentile passes counted differently");
+        const auto r = static_cast<std::ptrdiff_t>(spots[k].rank_in_bucket - 1);
+        std::nth_element(v.begin(), v.begin() + r, v.end());
+        prefix[k] = v[static_cast<std::size_t>(r)];
+        resolved[k] = true;
+      } else if (radix[k]) {  // the next 16 bits, and the rank among the values sharing them
+        std::int64_t seen = 0;
+        bool found = false;
+        for (std::size_t b = 0; b < kBuckets && !found; ++b) {
+          if (seen + counts[k][b] >= spots[k].rank_in_bucket) {
+            prefix[k] = (prefix[k] << 16) | b;
+            spots[k].rank_in_bucket -= seen;
+            sharing[k] = counts[k][b];
+            found = true;
+          } else {
+            seen += counts[k][b];
+          }
         }
-        seen += counts[k][b];
+        if (!found)
+          throw std::logic_error("compute_error_stats: the percentile passes counted differently");
+        resolved[k] = shift == 0;
       }
     }
   }

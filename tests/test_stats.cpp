@@ -272,10 +272,6 @@ TEST(Stats, RatioToBound) {
   EXPECT_EQ(stats({1}, {0}, DType::fp64, &z).max_ratio, kInf);
 }
 
-// Large inputs run over chunks in parallel and find percentiles by bucket selection: the order
-// statistics must equal those of sorting every value (computed here independently), the maxima
-// must sit at the first index attaining them, and every field must have the same bits on one
-// thread and on several.
 // Most values equal (one bucket holds nearly all of them): the zero ratios of elements whose
 // bound is infinite, and one repeated error; the percentiles are still the nearest-rank order
 // statistics, found without storing the bucket's values.
@@ -308,6 +304,41 @@ TEST(Stats, PercentilesAmongManyEqualValues) {
   EXPECT_EQ(s.p99_ratio, 0.0);
 }
 
+// Errors and ratios that share their top 16, 32 or 48 bits and differ below (each radix pass of
+// the percentiles decides, or hands a small remainder to the gather), and small inputs (gathered
+// at once): the percentiles are the nearest-rank order statistics of the sorted values.
+TEST(Stats, PercentilesOfValuesThatDifferInTheirLowBits) {
+  std::mt19937_64 rng(11);
+  const auto nearest_rank = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    const auto r = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+    return v[std::max<std::size_t>(r, 1) - 1];
+  };
+  for (const std::uint64_t low :
+       {0xFFFFFFFFFFFFull, 0x3FFFFFFFFull, 0xFFFFFFFFull, 0xFFFFull, 0x7ull}) {
+    for (const std::size_t n : {std::size_t{300000}, std::size_t{5000}, std::size_t{3}}) {
+      std::vector<double> ref(n, 0.0), out(n), bound(n), errs, ratios;
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint64_t bits = 0x3F10000000000000ull | (rng() & low);
+        std::memcpy(&out[i], &bits, sizeof bits);
+        bound[i] = rng() % 2 ? 0x1p-10 : 0x1p-300;
+        errs.push_back(out[i]);
+        ratios.push_back(out[i] / bound[i]);
+      }
+      const ErrorStats s = stats(out, ref, DType::fp64, &bound);
+      EXPECT_EQ(s.p50, nearest_rank(errs, 0.5)) << low << " " << n;
+      EXPECT_EQ(s.p90, nearest_rank(errs, 0.9)) << low << " " << n;
+      EXPECT_EQ(s.p99, nearest_rank(errs, 0.99)) << low << " " << n;
+      EXPECT_EQ(s.p999, nearest_rank(errs, 0.999)) << low << " " << n;
+      EXPECT_EQ(s.p99_ratio, nearest_rank(ratios, 0.99)) << low << " " << n;
+    }
+  }
+}
+
+// Large inputs run over chunks in parallel and find percentiles by bucket selection: the order
+// statistics must equal those of sorting every value (computed here independently), the maxima
+// must sit at the first index attaining them, and every field must have the same bits on one
+// thread and on several.
 TEST(Stats, ChunkedStatisticsAreExactAndIndependentOfThreads) {
   const std::int64_t n = 300007;  // several chunks of 2^16 and a partial one
   std::mt19937_64 rng(7);
