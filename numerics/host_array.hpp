@@ -10,18 +10,21 @@
 // was zeroed when it was allocated. One difference from std::vector<T>: shrinking and then growing
 // again without a reallocation (resize down, then up, or clear then resize) brings back the old
 // values instead of zeros — assign(n, 0) where that matters. Destruction writes nothing either.
-#include <omp.h>
-#include <sys/mman.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
+#include <limits>
 #include <new>
 #include <type_traits>
 #include <vector>
 
 namespace xentlab {
+
+/// `bytes` zeroed bytes: calloc below one huge page; above, huge-page aligned, advised as huge
+/// pages and zeroed (so faulted in) in parallel by OpenMP threads (numerics/host_array.cpp,
+/// compiled with OpenMP whatever the including code is compiled with). Throws std::bad_alloc. Freed
+/// with std::free.
+void* host_array_allocate(std::size_t bytes);
 
 template <class T>
 struct HostArrayAllocator {
@@ -32,31 +35,11 @@ struct HostArrayAllocator {
   template <class U>
   HostArrayAllocator(const HostArrayAllocator<U>&) noexcept {}
 
-  static constexpr std::size_t kHuge = std::size_t{2} << 20;  // one transparent huge page
-
   T* allocate(std::size_t n) {
-    const std::size_t bytes = n * sizeof(T);
-    if (bytes < kHuge) {
-      void* p = std::calloc(n, sizeof(T));
-      if (!p) throw std::bad_alloc();
-      return static_cast<T*>(p);
-    }
-    const std::size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-    void* p = std::aligned_alloc(kHuge, rounded);
-    if (!p) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-    madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without THP the pages stay 4 KiB
-#endif
-    // Zero (and so fault in) the pages in parallel, in huge-page-sized pieces.
-    const auto pieces = static_cast<std::int64_t>(rounded / kHuge);
-    auto* c = static_cast<unsigned char*>(p);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t k = 0; k < pieces; ++k) std::memset(c + k * kHuge, 0, kHuge);
-    return static_cast<T*>(p);
+    if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) throw std::bad_alloc();
+    return static_cast<T*>(host_array_allocate(n * sizeof(T)));
   }
-  void deallocate(T* p, std::size_t) noexcept {
-    std::free(p);
-  }
+  void deallocate(T* p, std::size_t) noexcept { std::free(p); }
 
   /// Default construction: the slot is already zero (allocate).
   template <class U>

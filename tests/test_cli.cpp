@@ -527,15 +527,27 @@ TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
       // Other compared vocabulary rows: dW of the two audits would be compared as one.
       {"audit --backend cpu -q --dataset odd-vocab -N 2 --strategies chunked "
        "--recipes fp32/fp32/fp32/fp32 --vocab-rows 16 -o " +
-           shell_quote(path("a.h5")) + " --reduction none --append",
+           shell_quote(path("a.h5")) + " --reduction none --append --markdown " +
+           shell_quote(path("v.md")),
        "with 8 compared vocabulary rows, this audit compares 16"},
       // A chunk width for strategies that do not chunk would be recorded, not used.
       {"audit --backend cpu -q --dataset odd-vocab -N 2 --strategies naive,fused "
        "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +
            shell_quote(path("b.h5")) + " --chunk-tokens 4",
        "none of the strategies named (naive, fused) works through the tokens in chunks"},
+      // The first audit's Markdown is not replaced by a summary of the appended runs alone.
+      {small + " --reduction none --append", "the Markdown summary"},
   });
   EXPECT_EQ(slurp(path("a.h5")), before);
+  EXPECT_FALSE(fs::exists(path("v.md")));  // a refused append writes no Markdown either
+  // With a Markdown of its own the append is written, and the first summary kept.
+  const std::string md_before = slurp(path("a.h5.md"));
+  const Ran appended =
+      xentlab(small + " --reduction none --append --markdown " + shell_quote(path("b.md")));
+  ASSERT_TRUE(appended.status == 0 || appended.status == 1) << appended.output;
+  EXPECT_NE(slurp(path("a.h5")), before);
+  EXPECT_EQ(slurp(path("a.h5.md")), md_before);
+  EXPECT_NE(slurp(path("b.md")).find("appended to"), std::string::npos);
 }
 
 // --ranks of vocab_parallel: at least 1 and at most V (odd-vocab: V = 507), refused before any

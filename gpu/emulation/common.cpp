@@ -393,11 +393,12 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
       req.vocab_rows.empty() ? V : static_cast<std::int64_t>(req.vocab_rows.size());
   if (grads) {
     if (c.linear) {
-      out.dH.assign(sz(S * D), 0.0);
-      out.dW.assign(sz(J * D), 0.0);
+      // Fresh HostArrays: resize gives zeros, written in parallel at allocation.
+      out.dH.resize(sz(S * D));
+      out.dW.resize(sz(J * D));
       if (pb.bias) out.db.assign(sz(J), 0.0);
     } else {
-      out.dz.assign(sz(S * V), 0.0);
+      out.dz.resize(sz(S * V));
     }
   }
   // dW, db: the strategy's accumulators across blocks; values held as float.

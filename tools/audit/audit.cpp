@@ -207,6 +207,26 @@ void record_no_input_version(AuditPlan& plan, const AuditProblem& ap, DType inpu
   }
 }
 
+// The problem is audited in other input dtypes only (AuditProblem::inputs): every run of dtype
+// `input` is not supported, naming the dtypes it is audited in.
+void record_not_audited_in(AuditPlan& plan, const AuditProblem& ap, DType input, AuditResult& res) {
+  std::string in;
+  for (const DType t : ap.inputs) in += (in.empty() ? "" : ", ") + std::string(to_string(t));
+  for (const Recipe& recipe : plan.recipes) {
+    if (recipe.input != input) continue;
+    for (const Strategy* st : plan.chosen) {
+      RunRecord rec = new_record(ap, *st, recipe, input, plan.cfg);
+      rec.verdict = verdict_not_run(
+          Disposition::not_supported,
+          fmt::format("{} is audited with {} inputs only (a real model's head in the dtype its "
+                      "weights are stored in), not {}",
+                      ap.name, in, to_string(input)));
+      res.runs.push_back(std::move(rec));
+      ++plan.done;
+    }
+  }
+}
+
 // The problem's record: its sub-batch rows, compared vocabulary rows (a linear problem's; a logits
 // problem has no dW/db) and the reference's per-token covariates.
 ProblemRecord problem_record(const AuditProblem& ap, DType input, const Prepared& pr) {
@@ -407,11 +427,7 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
           std::find(ap.inputs.begin(), ap.inputs.end(), input) != ap.inputs.end())
         audit_problem_input(plan, ap, input, res);
       else  // its runs of this input dtype are not supported, with the reason
-        record_no_input_version(
-            plan, ap, input,
-            fmt::format("{} is audited in the dtype its weights are stored in ({}) only", ap.name,
-                        to_string(ap.problem.input_dtype())),
-            res);
+        record_not_audited_in(plan, ap, input, res);
     }
   count_dispositions(res);
   res.verdict = compute_verdict(res.runs);

@@ -242,6 +242,14 @@ void check_results_file(const AuditArgs& a, const audit::AuditConfig& cfg,
         throw InputError(fmt::format(
             "{} is the problem file --dataset {} itself: write the audit elsewhere", out, d));
   if (a.append && std::filesystem::exists(a.out)) check_append(a, cfg);
+  // The Markdown of an appending audit describes its own runs: it never replaces the summary of
+  // the runs already in the file without --force.
+  if (a.append && !a.force && std::filesystem::exists(md_path))
+    throw InputError(fmt::format(
+        "--append: the Markdown summary {} exists (it describes the runs already in {}); this "
+        "audit's summary covers its own runs only: give --markdown another file, or --force to "
+        "replace it",
+        md_path, a.out));
   AtomicOutput probe(a.out, a.force || a.append);  // folder exists, not a device, no clobbering
   probe.check_writable();  // permissions, a read-only file system: before the work, with why
 }
@@ -373,6 +381,10 @@ void write_markdown(const AuditArgs& a, const audit::AuditConfig& cfg,
       ranks += fmt::format("; {}: {} vocabulary-parallel ranks", s, cfg.ranks);
   md << "# xentlab audit\n\nbackend: " << cfg.device << ", seed " << cfg.seed << ", policy "
      << cfg.policy << ", sub-batch rows " << cfg.rows << own << ranks << "\n\n"
+     << (a.append ? fmt::format("The runs of this audit, appended to {}; the file holds the "
+                                "earlier runs as well.\n\n",
+                                a.out)
+                  : std::string())
      << audit::format_summary(res, true);
   md.close();
   const int err = errno;
@@ -413,7 +425,7 @@ int run_audit_command(const AuditArgs& a) {
   // Every output is checked before any work.
   const std::string md_path = a.markdown.empty() ? a.out + ".md" : a.markdown;
   check_results_file(a, cfg, md_path);
-  AtomicOutput md_out(md_path, a.force || a.append);
+  AtomicOutput md_out(md_path, a.force);
   md_out.check_writable();
   if (!a.plots.empty()) check_plots_folder(a.plots, a.force);
   // The loss-spec overrides are checked before any problem is generated (each problem's spec is
