@@ -190,41 +190,29 @@ struct AuditPlan {
   }
 };
 
-// The problem has no version in dtype `input`: every run of that dtype is not supported, with
-// the reason.
-void record_no_input_version(AuditPlan& plan, const AuditProblem& ap, DType input,
-                             const std::string& why, AuditResult& res) {
+// Every run of the problem in input dtype `input` is not supported, for `reason`.
+void record_not_supported(AuditPlan& plan, const AuditProblem& ap, DType input,
+                          const std::string& reason, AuditResult& res) {
   for (const Recipe& recipe : plan.recipes) {
     if (recipe.input != input) continue;
     for (const Strategy* st : plan.chosen) {
       RunRecord rec = new_record(ap, *st, recipe, input, plan.cfg);
-      rec.verdict = verdict_not_run(
-          Disposition::not_supported,
-          fmt::format("the problem's inputs have no {} version: {}", to_string(input), why));
+      rec.verdict = verdict_not_run(Disposition::not_supported, reason);
       res.runs.push_back(std::move(rec));
       ++plan.done;
     }
   }
 }
 
-// The problem is audited in other input dtypes only (AuditProblem::inputs): every run of dtype
-// `input` is not supported, naming the dtypes it is audited in.
-void record_not_audited_in(AuditPlan& plan, const AuditProblem& ap, DType input, AuditResult& res) {
+// The problem is audited in other input dtypes only (AuditProblem::inputs): the reason of its runs
+// of dtype `input`, naming the dtypes it is audited in.
+std::string not_audited_in(const AuditProblem& ap, DType input) {
   std::string in;
   for (const DType t : ap.inputs) in += (in.empty() ? "" : ", ") + std::string(to_string(t));
-  for (const Recipe& recipe : plan.recipes) {
-    if (recipe.input != input) continue;
-    for (const Strategy* st : plan.chosen) {
-      RunRecord rec = new_record(ap, *st, recipe, input, plan.cfg);
-      rec.verdict = verdict_not_run(
-          Disposition::not_supported,
-          fmt::format("{} is audited with {} inputs only (a real model's head in the dtype its "
-                      "weights are stored in), not {}",
-                      ap.name, in, to_string(input)));
-      res.runs.push_back(std::move(rec));
-      ++plan.done;
-    }
-  }
+  return fmt::format(
+      "{} is audited with {} inputs only (a real model's head in the dtype its weights are "
+      "stored in), not {}",
+      ap.name, in, to_string(input));
 }
 
 // The problem's record: its sub-batch rows, compared vocabulary rows (a linear problem's; a logits
@@ -338,7 +326,10 @@ void audit_problem_input(AuditPlan& plan, const AuditProblem& ap, DType input, A
   } catch (const NoInputVersion& e) {
     // E.g. fp32 inputs beyond fp16's range: the problem has no fp16 version. The other dtypes
     // go on.
-    record_no_input_version(plan, ap, input, e.what(), res);
+    record_not_supported(
+        plan, ap, input,
+        fmt::format("the problem's inputs have no {} version: {}", to_string(input), e.what()),
+        res);
     return;
   }
   res.problems.push_back(problem_record(ap, input, *prepared));
@@ -427,7 +418,7 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
           std::find(ap.inputs.begin(), ap.inputs.end(), input) != ap.inputs.end())
         audit_problem_input(plan, ap, input, res);
       else  // its runs of this input dtype are not supported, with the reason
-        record_not_audited_in(plan, ap, input, res);
+        record_not_supported(plan, ap, input, not_audited_in(ap, input), res);
     }
   count_dispositions(res);
   res.verdict = compute_verdict(res.runs);
