@@ -33,6 +33,19 @@ bool identity(const std::vector<std::int64_t>& rows, std::int64_t n) {
   return true;
 }
 
+// Rows `rows` (each `width` values) of a run's array of `n_rows` rows, in that order: the array
+// itself where they are all its rows in order, else a copy into `copy`.
+const double* rows_of(const HostArray<double>& a, const std::vector<std::int64_t>& rows,
+                      std::int64_t n_rows, std::int64_t width, HostArray<double>& copy) {
+  if (identity(rows, n_rows)) return a.data();
+  const auto S = static_cast<std::int64_t>(rows.size());
+  copy.resize(sz(S * width));
+#pragma omp parallel for schedule(static)
+  for (std::int64_t q = 0; q < S; ++q)
+    std::copy_n(a.begin() + rows[sz(q)] * width, width, copy.begin() + q * width);
+  return copy.data();
+}
+
 }  // namespace
 
 Bounds bounds_for_covariates(const Problem& pb, const LossSpec& sp, const Recipe& recipe,
@@ -341,34 +354,18 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
       compute_error_stats(&out.reduced_loss, &ref.reduced_loss, 1, out.loss_dtype, &b.reduced_loss);
   std::vector<JudgedOutput> judged{
       {"loss", &ra.loss, true}, {"lse", &ra.lse, false}, {"reduced_loss", &ra.reduced_loss, false}};
+  const auto n_out = static_cast<std::int64_t>(out.token_rows.size());
   if (!out.dz.empty() && !ref.dz.empty()) {
-    HostArray<double> g;
-    const double* dz = out.dz.data();
-    if (!identity(pos, static_cast<std::int64_t>(out.token_rows.size()))) {
-      g.resize(sz(S * V));
-#pragma omp parallel for schedule(static)
-      for (std::int64_t q = 0; q < S; ++q)
-        std::copy_n(out.dz.begin() + pos[sz(q)] * V, V, g.begin() + q * V);
-      dz = g.data();
-    }
-    ra.dz = compute_error_stats(dz, ref.dz.data(), S * V, out.grad_dtype,
-                                b.dz.empty() ? nullptr : b.dz.data());
+    HostArray<double> copy;
+    ra.dz = compute_error_stats(rows_of(out.dz, pos, n_out, V, copy), ref.dz.data(), S * V,
+                                out.grad_dtype, b.dz.empty() ? nullptr : b.dz.data());
     ra.has_dz = true;
     judged.push_back({"dz", &ra.dz, false});
   }
   if (!out.dH.empty() && !ref.dH.empty()) {
-    // The run's rows in the reference's order; where they are the same rows, the run's array.
-    HostArray<double> g;
-    const double* dH = out.dH.data();
-    if (!identity(pos, static_cast<std::int64_t>(out.token_rows.size()))) {
-      g.resize(sz(S * D));
-#pragma omp parallel for schedule(static)
-      for (std::int64_t q = 0; q < S; ++q)
-        std::copy_n(out.dH.begin() + pos[sz(q)] * D, D, g.begin() + q * D);
-      dH = g.data();
-    }
-    ra.dH = compute_error_stats(dH, ref.dH.data(), S * D, out.grad_dtype,
-                                b.dH.empty() ? nullptr : b.dH.data());
+    HostArray<double> copy;
+    ra.dH = compute_error_stats(rows_of(out.dH, pos, n_out, D, copy), ref.dH.data(), S * D,
+                                out.grad_dtype, b.dH.empty() ? nullptr : b.dH.data());
     ra.has_dH = true;
     judged.push_back({"dH", &ra.dH, false});
   }
@@ -377,17 +374,9 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
     if (static_cast<std::int64_t>(out.dW.size()) != V * D)
       throw InputError(
           fmt::format("assess_run: dW has {} values, expected V·D = {}", out.dW.size(), V * D));
-    HostArray<double> g;
-    const double* dW = out.dW.data();
-    if (!identity(ref.vocab_rows, V)) {
-      g.resize(sz(J * D));
-#pragma omp parallel for schedule(static)
-      for (std::int64_t q = 0; q < J; ++q)
-        std::copy_n(out.dW.begin() + ref.vocab_rows[sz(q)] * D, D, g.begin() + q * D);
-      dW = g.data();
-    }
-    ra.dW = compute_error_stats(dW, ref.dW.data(), J * D, out.grad_dtype,
-                                b.dW.empty() ? nullptr : b.dW.data());
+    HostArray<double> copy;
+    ra.dW = compute_error_stats(rows_of(out.dW, ref.vocab_rows, V, D, copy), ref.dW.data(), J * D,
+                                out.grad_dtype, b.dW.empty() ? nullptr : b.dW.data());
     ra.has_dW = true;
     judged.push_back({"dW", &ra.dW, false});
   }
