@@ -172,6 +172,38 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
     const h5::File f = h5::File::open_read(path);
     EXPECT_EQ(f.open_group("runs").children().size(), 2 * res.runs.size());
   }
+  // Before the work (check_append_problems): the same problems and options pass; a problem of the
+  // same name at another N (other audited token rows), or compared on other vocabulary rows, is
+  // refused by name.
+  EXPECT_NO_THROW(audit::check_append_problems(path, small_set(), cfg));
+  {
+    LossSpec mean;
+    std::vector<audit::AuditProblem> longer;
+    longer.push_back({"calibrated", "test",
+                      make_head(9, 507, 23, DType::bf16, 4.0, 3, TargetMode::calibrated, mean, "c"),
+                      mean});
+    try {
+      audit::check_append_problems(path, longer, cfg);
+      ADD_FAILURE() << "a problem of another N appended under one name";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("calibrated.bf16 as another problem (other audited "
+                                           "token rows (--rows, --seed): 6 rows there, 9 in "
+                                           "this audit)"),
+                std::string::npos)
+          << e.what();
+    }
+    auto fewer = cfg;
+    fewer.vocab_rows = 32;
+    try {
+      audit::check_append_problems(path, small_set(), fewer);
+      ADD_FAILURE() << "runs of other vocabulary rows appended under one name";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("with 64 compared vocabulary rows, this audit "
+                                           "compares 32"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   std::filesystem::remove(path);
 }
 

@@ -46,6 +46,26 @@ struct NoInputVersion : InputError {
   using InputError::InputError;
 };
 
+}  // namespace
+
+AuditedRows audited_rows(const AuditProblem& ap, const AuditConfig& cfg) {
+  AuditedRows r;
+  const std::int64_t N = ap.problem.N;
+  const std::int64_t rows = ap.rows >= 0 ? ap.rows : cfg.rows;
+  if (rows > 0 && rows < N) {
+    r.token_rows = sample_rows(N, rows, cfg.seed);
+  } else {
+    r.token_rows.resize(static_cast<std::size_t>(N));
+    for (std::int64_t i = 0; i < N; ++i) r.token_rows[static_cast<std::size_t>(i)] = i;
+  }
+  const std::int64_t vocab_rows = ap.vocab_rows >= 0 ? ap.vocab_rows : cfg.vocab_rows;
+  if (ap.problem.is_linear() && vocab_rows > 0 && vocab_rows < ap.problem.V)
+    r.vocab_rows = sample_rows(ap.problem.V, vocab_rows, cfg.seed + 1);
+  return r;
+}
+
+namespace {
+
 Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
   Problem converted;
   try {
@@ -54,20 +74,15 @@ Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
     throw NoInputVersion(e.what());
   }
   Prepared p{std::move(converted), {}, {}, {}};
-  const std::int64_t rows = ap.rows >= 0 ? ap.rows : cfg.rows;
-  if (rows > 0 && rows < p.problem.N) {
-    p.orig_rows = sample_rows(p.problem.N, rows, cfg.seed);
+  AuditedRows chosen = audited_rows(ap, cfg);
+  p.orig_rows = std::move(chosen.token_rows);
+  if (static_cast<std::int64_t>(p.orig_rows.size()) < p.problem.N)
     p.problem = select_rows(p.problem, p.orig_rows, ap.spec.ignore_index);
-  } else {
-    for (std::int64_t i = 0; i < p.problem.N; ++i) p.orig_rows.push_back(i);
-  }
   ReferenceOptions o;
   o.tier = cfg.reference_tier;
   o.max_bytes = cfg.reference_memory;
   o.want_dz = !p.problem.is_linear();
-  const std::int64_t vocab_rows = ap.vocab_rows >= 0 ? ap.vocab_rows : cfg.vocab_rows;
-  if (p.problem.is_linear() && vocab_rows > 0 && vocab_rows < p.problem.V)
-    o.vocab_rows = sample_rows(p.problem.V, vocab_rows, cfg.seed + 1);
+  o.vocab_rows = std::move(chosen.vocab_rows);
   if (cfg.upstream == "random") p.upstream = random_upstream(p.problem.N, cfg.seed + 2);
   o.upstream = p.upstream;
   p.ref = compute_reference(p.problem, ap.spec, o);

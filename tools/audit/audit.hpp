@@ -206,6 +206,21 @@ void require_some_run(const AuditResult& result);
 /// The verdict rows from the runs (see docs/verdict.md for the criteria).
 std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs);
 
+/// The rows of a problem its runs are compared on, as the audit chooses them from the seed: the
+/// sub-batch's token rows (every row when AuditProblem::rows / AuditConfig::rows is 0 or ≥ N) and,
+/// for a linear problem, the sampled vocabulary rows of dW and db (empty: every row).
+struct AuditedRows {
+  std::vector<std::int64_t> token_rows, vocab_rows;
+};
+AuditedRows audited_rows(const AuditProblem& problem, const AuditConfig& config);
+
+/// --append, before the work: throws InputError when the existing results file records one of the
+/// problems (by name and input dtype) as another problem: another spec, other audited token or
+/// vocabulary rows, or calibrated targets drawn by another engine. write_results checks the same
+/// again with the problems' shapes; this check spares an audit that would end on it.
+void check_append_problems(const std::string& path, const std::vector<AuditProblem>& problems,
+                           const AuditConfig& config);
+
 /// Writes the results file (atomic: temporary + rename; existing file kept unless force; with
 /// append, the runs are added to an existing results file). Schema: docs/formats.md, "results".
 void write_results(const std::string& path, const AuditResult& result, const AuditConfig& config,

@@ -71,6 +71,44 @@ void write_stats(h5::Group& g, const ErrorStats& s) {
   g.set_attr("hist_nan", s.abs_err_hist.nan);
 }
 
+// --append: the problem recorded in `old` (group `name`) against this audit's. Throws InputError
+// naming the difference: other compared vocabulary rows, targets drawn by another engine, another
+// spec, shape (describe; empty: not compared) or other audited token rows.
+void check_same_problem(const h5::Group& old, const std::string& name, const std::string& spec,
+                        const std::string& describe, const std::vector<std::int64_t>& token_rows,
+                        const std::vector<std::int64_t>& vocab_rows, const std::string& drawn_by) {
+  const std::string old_spec = old.attr_string("spec"), old_desc = old.attr_string("describe");
+  const std::vector<std::int64_t> old_rows = old.open_dataset("token_rows").read_int64();
+  const std::vector<std::int64_t> old_vrows = old.exists("vocab_rows")
+                                                  ? old.open_dataset("vocab_rows").read_int64()
+                                                  : std::vector<std::int64_t>{};
+  const std::string old_drawn =
+      old.has_attr("targets_drawn_by") ? old.attr_string("targets_drawn_by") : std::string();
+  const bool other_desc = !describe.empty() && old_desc != describe;
+  if (old_spec != spec || other_desc || old_rows != token_rows)
+    throw InputError(fmt::format(
+        "--append: the file already records problem {} as another problem ({}); its runs "
+        "and these would be compared as one: write this audit to another file",
+        name,
+        old_spec != spec ? fmt::format("spec '{}', this audit '{}'", old_spec, spec)
+        : other_desc     ? fmt::format("'{}', this audit '{}'", old_desc, describe)
+                         : fmt::format("other audited token rows (--rows, --seed): {} rows "
+                                           "there, {} in this audit",
+                                       old_rows.size(), token_rows.size())));
+  // A results file written before vocab_rows was recorded holds none: nothing to compare.
+  if (old.exists("vocab_rows") && old_vrows != vocab_rows)
+    throw InputError(fmt::format(
+        "--append: the file already records problem {} with {} compared vocabulary rows, "
+        "this audit compares {} (--vocab-rows, --seed): write this audit to another file",
+        name, old_vrows.size(), vocab_rows.size()));
+  if (old.has_attr("targets_drawn_by") && old_drawn != drawn_by)
+    throw InputError(fmt::format(
+        "--append: the file records problem {} with calibrated targets drawn by '{}', this "
+        "audit's by '{}' (the two can differ at rounding boundaries): write this audit to "
+        "another file",
+        name, old_drawn, drawn_by));
+}
+
 void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std::int64_t first_id) {
   f.set_attr("format", "xentlab-results");
   f.set_attr("format_version", kResultsFormatVersion);
@@ -80,34 +118,8 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
   for (const ProblemRecord& p : res.problems) {
     const std::string name = fmt::format("{}.{}", p.name, to_string(p.input));
     if (problems.exists(name)) {  // appended runs of a problem already recorded: the same one?
-      const h5::Group old = problems.open_group(name);
-      const std::string old_spec = old.attr_string("spec"), old_desc = old.attr_string("describe");
-      const std::vector<std::int64_t> old_rows = old.open_dataset("token_rows").read_int64();
-      const std::vector<std::int64_t> old_vrows = old.exists("vocab_rows")
-                                                      ? old.open_dataset("vocab_rows").read_int64()
-                                                      : std::vector<std::int64_t>{};
-      const std::string old_drawn =
-          old.has_attr("targets_drawn_by") ? old.attr_string("targets_drawn_by") : std::string();
-      // A results file written before vocab_rows was recorded holds none: nothing to compare.
-      if (old.exists("vocab_rows") && old_vrows != p.vocab_rows)
-        throw InputError(fmt::format(
-            "--append: the file already records problem {} with {} compared vocabulary rows, "
-            "this audit compares {} (--vocab-rows, --seed): write this audit to another file",
-            name, old_vrows.size(), p.vocab_rows.size()));
-      if (old.has_attr("targets_drawn_by") && old_drawn != p.targets_drawn_by)
-        throw InputError(fmt::format(
-            "--append: the file records problem {} with calibrated targets drawn by '{}', this "
-            "audit's by '{}' (the two can differ at rounding boundaries): write this audit to "
-            "another file",
-            name, old_drawn, p.targets_drawn_by));
-      if (old_spec != p.spec || old_desc != p.describe || old_rows != p.token_rows)
-        throw InputError(fmt::format(
-            "--append: the file already records problem {} as another problem ({}); its runs "
-            "and these would be compared as one: write this audit to another file",
-            name,
-            old_spec != p.spec       ? fmt::format("spec '{}', this audit '{}'", old_spec, p.spec)
-            : old_desc != p.describe ? fmt::format("'{}', this audit '{}'", old_desc, p.describe)
-                                     : std::string("other audited token rows (--rows, --seed)")));
+      check_same_problem(problems.open_group(name), name, p.spec, p.describe, p.token_rows,
+                         p.vocab_rows, p.targets_drawn_by);
       continue;
     }
     h5::Group g = problems.create_group(name);
@@ -221,6 +233,27 @@ h5::File open_results_file(const std::string& path) {
     throw FormatError(fmt::format("{}: results format version {} (this xentlab reads 1 to {})",
                                   path, ver, kResultsFormatVersion));
   return f;
+}
+
+void check_append_problems(const std::string& path, const std::vector<AuditProblem>& problems,
+                           const AuditConfig& cfg) {
+  if (!std::filesystem::exists(path)) return;
+  const h5::File f = open_results_file(path);
+  if (!f.exists("problems")) return;
+  const h5::Group recorded = f.open_group("problems");
+  for (const AuditProblem& ap : problems)
+    for (const DType input : {DType::fp32, DType::fp16, DType::bf16}) {
+      const std::string name = fmt::format("{}.{}", ap.name, to_string(input));
+      if (!recorded.exists(name)) continue;
+      AuditedRows rows = audited_rows(ap, cfg);
+      if (ap.problem.is_linear() && rows.vocab_rows.empty()) {  // every row: recorded as such
+        rows.vocab_rows.resize(static_cast<std::size_t>(ap.problem.V));
+        for (std::int64_t j = 0; j < ap.problem.V; ++j)
+          rows.vocab_rows[static_cast<std::size_t>(j)] = j;
+      }
+      check_same_problem(recorded.open_group(name), name, ap.spec.describe(), {}, rows.token_rows,
+                         rows.vocab_rows, ap.problem.targets_drawn_by);
+    }
 }
 
 void write_results(const std::string& path, const AuditResult& res, const AuditConfig& cfg,

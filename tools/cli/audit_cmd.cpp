@@ -434,6 +434,9 @@ int run_audit_command(const AuditArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
   const std::vector<audit::AuditProblem> problems = make_problems(a, cfg);
+  // A problem the file records under the same name as another (its shape, rows or spec) is
+  // refused now, not after the work.
+  if (a.append) audit::check_append_problems(a.out, problems, cfg);
   if (!a.quiet) cfg.progress = progress_display(t0);
   const audit::AuditResult res = audit::run_audit(problems, cfg);
   audit::require_some_run(res);

@@ -9,8 +9,9 @@
 #    N = 8192, every row, full dW: minutes of the suite), then the 128K-context problem (the
 #    Llama-3-8B head at N = 131072, V = 128256, D = 4096, calibrated targets drawn on the GPU in
 #    seconds) audited on a seeded sub-batch of rows (ROWS_128K=0 VOCAB_ROWS_128K=0: every row and
-#    full dW, about a minute a run; its Markdown in OUTDIR/audit-128k.md); results in
-#    OUTDIR/audit.h5 (+ .md), summary in OUTDIR/summary.txt; the embedded set also on the CPU
+#    full dW, about a minute a run); results in OUTDIR/audit.h5 (+ .md) and, for the 128K
+#    problem (the embedded set's llama3-8b by name, at another N: --append refuses it),
+#    OUTDIR/audit-128k.h5 (+ .md); summary in OUTDIR/summary.txt; the embedded set also on the CPU
 #    emulation (OUTDIR/audit-cpu.h5, run beside the tests and the GPU audit: it needs no GPU) and
 #    `xentlab fidelity` of the two (OUTDIR/fidelity.txt:
 #    where the emulation does not model the GPU within 2×; reported, not failing);
@@ -36,7 +37,7 @@ step() { echo "== $*" | tee -a "$out/summary.txt"; }
 trap 'jobs -p | xargs -r kill 2>/dev/null; exit 130' INT TERM
 
 : >"$out/summary.txt"
-rm -f "$out/fidelity.txt" "$out/regress.txt" "$out/audit-128k.md" # never a previous run's
+rm -f "$out/fidelity.txt" "$out/regress.txt" # never a previous run's
 # A GPU suite without a GPU would skip every test and fail the GPU audit deep inside: say so first
 # (exit 4, as the other GPU tools). NO_GPU_CHECK=1 skips this check.
 if [ -z "${NO_GPU_CHECK:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
@@ -106,7 +107,7 @@ fi
 step "audit: the Llama-3-8B head at N=131072, calibrated targets (sub-batch of ${ROWS_128K:-8} rows)"
 timeout "$limit" "$build/tools/xentlab" audit --backend cuda --dataset llama3-8b --tokens 131072 \
   --rows "${ROWS_128K:-8}" --vocab-rows "${VOCAB_ROWS_128K:-256}" --recipes "${RECIPES_128K:-bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16,bf16/bf16/bf16/bf16}" \
-  --out "$out/audit.h5" --append --markdown "$out/audit-128k.md" >"$out/audit-128k.txt" 2>&1 || status=1
+  --out "$out/audit-128k.h5" --force >"$out/audit-128k.txt" 2>&1 || status=1
 grep -E '^runs:' "$out/audit-128k.txt" | tee -a "$out/summary.txt"
 echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
 
