@@ -272,7 +272,16 @@ class HostCopier {
   HostCopier& operator=(const HostCopier&) = delete;
 
   void copy(void* dst, const void* src, std::size_t bytes, const char* what) {
-    check(cudaDeviceSynchronize(), what);  // the producers of src ran on the default stream
+    copy_after(nullptr, dst, src, bytes, what);
+  }
+  // The same once `ready` (an event recorded after the producers of src) has happened; without
+  // one, once the whole device is idle. The work queued after the event runs on meanwhile.
+  void copy_after(cudaEvent_t ready, void* dst, const void* src, std::size_t bytes,
+                  const char* what) {
+    if (ready)
+      check(cudaStreamWaitEvent(stream_, ready, 0), what);
+    else
+      check(cudaDeviceSynchronize(), what);  // the producers of src ran on the default stream
     auto* d = static_cast<unsigned char*>(dst);
     const auto* sd = static_cast<const unsigned char*>(src);
     const std::size_t pieces = (bytes + kPiece - 1) / kPiece;
@@ -300,6 +309,19 @@ class HostCopier {
   void* buf_[2] = {nullptr, nullptr};
   cudaEvent_t done_[2] = {};
   cudaStream_t stream_ = nullptr;
+};
+
+// A CUDA event (no timing) owned for its scope.
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event"); }
+  ~Event() {
+    if (e) cudaEventDestroy(e);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  Event(Event&& o) noexcept : e(o.e) { o.e = nullptr; }
+  Event& operator=(Event&&) = delete;
 };
 
 // Allocates (and zero-fills) res.dW, dW_bound and dW_cond on a thread of its own; finish() waits
@@ -410,7 +432,7 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
   const double dev_budget = 0.92 * static_cast<double>(free_b) - (512.0 * (1 << 20));
   const double dev_fixed = 8.0 * (static_cast<double>(V) * D * (want_dH ? 2.0 : 1.0) +
-                                  (want_dW ? 2.0 * J * D : 0.0) + 6.0 * J + 3.0 * V + 3.0 * D) +
+                                  (want_dW ? 3.0 * J * D : 0.0) + 6.0 * J + 3.0 * V + 3.0 * D) +
                            2.0 * std::max(pb.W.nbytes(), static_cast<std::size_t>(1)) / 2.0 +
                            sizeof(eft::CompensatedSum) * double(J);
   // Per token row: R, |dz|, δdz (V each); H, |H|, dH, its bound and condition (D each) and the
@@ -437,22 +459,37 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   DwAllocation dw_alloc;
   if (want_dW) dw_alloc.start(res, static_cast<std::size_t>(J * D));
   clock.mark("host outputs allocated");
-  // W (and |W|) as doubles on the device; ‖W_j‖ and column statistics on the host.
-  const std::vector<double> w_norm_h = row_norms_upper(pb.W, V, D, opt.threads);
-  DeviceArray<double> Wd(static_cast<std::size_t>(V * D), "W"),
-      AWd(want_dH ? static_cast<std::size_t>(V * D) : 0, "|W|");
-  {
+  // W (and |W|) as doubles on the device; meanwhile ‖W_j‖ and the column statistics on the host
+  // (a thread of its own, joined before anything can throw past it).
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  std::vector<double> w_norm_h;
+  ColumnStats wcol, hcol;
+  std::exception_ptr host_stats_error;
+  std::thread host_stats([&] {
+    try {
+      w_norm_h = row_norms_upper(pb.W, V, D, threads);
+      if (want_dH) wcol = column_stats(pb.W, D, {}, V, threads);
+      if (want_dW) hcol = column_stats(pb.H, D, res.token_rows, S, threads);
+    } catch (...) {
+      host_stats_error = std::current_exception();
+    }
+  });
+  DeviceArray<double> Wd, AWd;
+  try {
+    Wd = DeviceArray<double>(static_cast<std::size_t>(V * D), "W");
+    AWd = DeviceArray<double>(want_dH ? static_cast<std::size_t>(V * D) : 0, "|W|");
     DeviceArray<unsigned char> raw(pb.W.nbytes(), "W (raw)");
     check(cudaMemcpy(raw.p, pb.W.data(), pb.W.nbytes(), cudaMemcpyHostToDevice), "W upload");
     widen_kernel<<<grid_for(V * D), 256>>>(raw.p, code, V * D, Wd.p, want_dH ? AWd.p : nullptr);
     check(cudaGetLastError(), "widen W");
     check(cudaDeviceSynchronize(), "widen W");
+  } catch (...) {
+    host_stats.join();
+    throw;
   }
   clock.mark("W on the device");
-  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
-  ColumnStats wcol, hcol;
-  if (want_dH) wcol = column_stats(pb.W, D, {}, V, threads);
-  if (want_dW) hcol = column_stats(pb.H, D, res.token_rows, S, threads);
+  host_stats.join();
+  if (host_stats_error) std::rethrow_exception(host_stats_error);
   clock.mark("norms and column statistics");
   DeviceArray<double> w_norm = upload(w_norm_h, "‖W_j‖");
   DeviceArray<double> d_wmax = upload(wcol.max_abs, "W column max"),
@@ -469,7 +506,8 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   DeviceArray<std::int64_t> vocab =
       upload(all_vocab ? std::vector<std::int64_t>{} : vocab_h, "vocabulary rows");
 
-  DeviceArray<double> dW(want_dW ? static_cast<std::size_t>(J * D) : 0, "dW"), dWc(dW.n, "dW cond");
+  DeviceArray<double> dW(want_dW ? static_cast<std::size_t>(J * D) : 0, "dW"), dWc(dW.n, "dW cond"),
+      dWb(dW.n, "dW bound");
   if (want_dW) {
     check(cudaMemset(dW.p, 0, dW.n * 8), "dW");
     check(cudaMemset(dWc.p, 0, dWc.n * 8), "dW cond");
@@ -511,6 +549,39 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   std::vector<std::int64_t> tg_h(static_cast<std::size_t>(block));
   std::vector<RowOut> rows_h(static_cast<std::size_t>(block));
   RowParams P{sp, V, D, eft::gamma_n(double(D + 1)), backward, opt.want_dz};
+
+  // dW += dzᵀ·H and its condition |dz|ᵀ·|H| over the vocabulary rows [r0, r1) of the block.
+  const auto dw_gemms = [&](std::int64_t m, std::int64_t r0, std::int64_t r1) {
+    if (all_vocab) {
+      dgemm(cb.h, true, false, r1 - r0, D, m, 1.0, R.p + r0, V, Hb.p, D, 1.0, dW.p + r0 * D, D);
+      dgemm(cb.h, true, false, r1 - r0, D, m, 1.0, A.p + r0, V, AHb.p, D, 1.0, dWc.p + r0 * D, D);
+    } else {
+      dgemm(cb.h, true, false, r1 - r0, D, m, 1.0, DZJ.p + r0, J, Hb.p, D, 1.0, dW.p + r0 * D, D);
+      dgemm(cb.h, true, false, r1 - r0, D, m, 1.0, ADZJ.p + r0, J, AHb.p, D, 1.0, dWc.p + r0 * D,
+            D);
+    }
+  };
+  // The slices of the last block's dW: 256 MiB of each of dW, its condition and bound a slice.
+  const std::int64_t slice_rows = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(J, (std::int64_t{32} << 20) / std::max<std::int64_t>(D, 1)));
+  std::vector<Event> slices(want_dW ? static_cast<std::size_t>((J + slice_rows - 1) / slice_rows)
+                                    : 0);
+  const double dw_up = 1.0 + 2 * eft::gamma_n(double(S + 2));
+  // The last token block's dW in those slices, each slice's bound after its GEMMs and an event
+  // after both: the copies of a slice to the host overlap the GEMMs of the next ones.
+  const auto queue_dw_slices = [&](std::int64_t m) {
+    for (std::size_t k = 0; k < slices.size(); ++k) {
+      const std::int64_t r0 = static_cast<std::int64_t>(k) * slice_rows,
+                         r1 = std::min(J, r0 + slice_rows);
+      dw_gemms(m, r0, r1);
+      grad_bound_kernel<<<grid_for((r1 - r0) * D), 256>>>(
+          r1 - r0, D, eft::gamma_n(double(S + 2)), col_gb.p + r0, col_gb2.p + r0, dw_up, d_hmax.p,
+          d_hnrm.p, dWc.p + r0 * D, dWb.p + r0 * D);
+      check(cudaGetLastError(), "dW bound");
+      check(cudaEventRecord(slices[k].e, nullptr), "dW slice event");
+    }
+  };
+  Event dh_ready;
 
   for (std::int64_t b0 = 0; b0 < S; b0 += block) {
     const std::int64_t m = std::min(block, S - b0);
@@ -568,37 +639,42 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
                                                   1.0 + 2 * eft::gamma_n(double(V + 2)), d_wmax.p,
                                                   d_wnrm.p, dHc.p, dHb.p);
       check(cudaGetLastError(), "dH bound");
-      copier.copy(res.dH.data() + b0 * D, dHv.p, m * D * 8, "dH");
-      copier.copy(res.dH_cond.data() + b0 * D, dHc.p, m * D * 8, "dH cond");
-      copier.copy(res.dH_bound.data() + b0 * D, dHb.p, m * D * 8, "dH bound");
+      check(cudaEventRecord(dh_ready.e, nullptr), "dH event");
     }
+    const bool last = b0 + m >= S;
     if (want_dW) {
-      if (all_vocab) {
-        dgemm(cb.h, true, false, V, D, m, 1.0, R.p, V, Hb.p, D, 1.0, dW.p, D);
-        dgemm(cb.h, true, false, V, D, m, 1.0, A.p, V, AHb.p, D, 1.0, dWc.p, D);
-      } else {
-        dgemm(cb.h, true, false, J, D, m, 1.0, DZJ.p, J, Hb.p, D, 1.0, dW.p, D);
-        dgemm(cb.h, true, false, J, D, m, 1.0, ADZJ.p, J, AHb.p, D, 1.0, dWc.p, D);
-      }
+      if (last)
+        queue_dw_slices(m);
+      else
+        dw_gemms(m, 0, J);
     }
+    // dH's copies overlap the dW GEMMs queued after it.
+    if (want_dH) {
+      copier.copy_after(dh_ready.e, res.dH.data() + b0 * D, dHv.p, m * D * 8, "dH");
+      copier.copy_after(dh_ready.e, res.dH_cond.data() + b0 * D, dHc.p, m * D * 8, "dH cond");
+      copier.copy_after(dh_ready.e, res.dH_bound.data() + b0 * D, dHb.p, m * D * 8, "dH bound");
+    }
+    if (last && want_dW) break;  // no synchronisation: dW's copies wait for each slice's event
     check(cudaDeviceSynchronize(), "token block");
     if (opt.progress) opt.progress(b0 + m, S);
   }
-  clock.mark("token blocks");
+  clock.mark(want_dW ? "token blocks (dW slices queued)" : "token blocks");
 
   if (want_dW) {
-    DeviceArray<double> dWb(static_cast<std::size_t>(J * D), "dW bound");
-    const double up = 1.0 + 2 * eft::gamma_n(double(S + 2));
-    grad_bound_kernel<<<grid_for(J * D), 256>>>(J, D, eft::gamma_n(double(S + 2)), col_gb.p,
-                                                col_gb2.p, up, d_hmax.p, d_hnrm.p, dWc.p, dWb.p);
-    check(cudaGetLastError(), "dW bound");
+    if (S == 0) queue_dw_slices(0);  // no token block: dW and its bound of no rows
     dw_alloc.finish();
-    clock.mark("dW bound kernel, host dW allocated");
-    copier.copy(res.dW.data(), dW.p, J * D * 8, "dW");
-    clock.mark("dW copy");
-    copier.copy(res.dW_cond.data(), dWc.p, J * D * 8, "dW cond");
-    copier.copy(res.dW_bound.data(), dWb.p, J * D * 8, "dW bound");
-    clock.mark("dW cond and bound copies");
+    clock.mark("host dW allocated");
+    for (std::size_t k = 0; k < slices.size(); ++k) {
+      const std::int64_t r0 = static_cast<std::int64_t>(k) * slice_rows,
+                         n = (std::min(J, r0 + slice_rows) - r0) * D;
+      copier.copy_after(slices[k].e, res.dW.data() + r0 * D, dW.p + r0 * D, n * 8, "dW");
+      copier.copy_after(slices[k].e, res.dW_cond.data() + r0 * D, dWc.p + r0 * D, n * 8, "dW cond");
+      copier.copy_after(slices[k].e, res.dW_bound.data() + r0 * D, dWb.p + r0 * D, n * 8,
+                        "dW bound");
+    }
+    check(cudaDeviceSynchronize(), "dW");
+    if (opt.progress) opt.progress(S, S);
+    clock.mark("dW slices and their copies");
   }
   if (want_db) {
     std::vector<eft::CompensatedSum> acc(static_cast<std::size_t>(J));
