@@ -147,10 +147,14 @@ std::int64_t Problem::count_valid(std::int64_t ignore_index) const {
 }
 
 std::string Problem::describe() const {
+  return describe_as(N, is_linear() ? H.dtype() : logits.dtype());
+}
+
+std::string Problem::describe_as(std::int64_t n, DType input) const {
   if (is_linear())
-    return fmt::format("{}: linear N={} V={} D={} {}{}", name, N, V, D, to_string(H.dtype()),
+    return fmt::format("{}: linear N={} V={} D={} {}{}", name, n, V, D, to_string(input),
                        bias ? " +bias" : "");
-  return fmt::format("{}: logits N={} V={} {}", name, N, V, to_string(logits.dtype()));
+  return fmt::format("{}: logits N={} V={} {}", name, n, V, to_string(input));
 }
 
 }  // namespace xentlab

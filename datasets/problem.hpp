@@ -51,6 +51,9 @@ struct Problem {
   std::int64_t count_valid(std::int64_t ignore_index) const;
   /// "name: N=.. V=.. D=.. dtype".
   std::string describe() const;
+  /// describe() of this problem with n token rows in input dtype `input`: what a sub-batch of it
+  /// converted to that dtype (select_rows, with_input_dtype) describes, without making it.
+  std::string describe_as(std::int64_t n, DType input) const;
 };
 
 }  // namespace xentlab

@@ -173,8 +173,8 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
     EXPECT_EQ(f.open_group("runs").children().size(), 2 * res.runs.size());
   }
   // Before the work (check_append_problems): the same problems and options pass; a problem of the
-  // same name at another N (other audited token rows), or compared on other vocabulary rows, is
-  // refused by name.
+  // same name at another N (its description at its audited rows), or compared on other vocabulary
+  // rows, is refused by name.
   EXPECT_NO_THROW(audit::check_append_problems(path, small_set(), cfg));
   {
     LossSpec mean;
@@ -186,12 +186,17 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
       audit::check_append_problems(path, longer, cfg);
       ADD_FAILURE() << "a problem of another N appended under one name";
     } catch (const InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("calibrated.bf16 as another problem (other audited "
-                                           "token rows (--rows, --seed): 6 rows there, 9 in "
-                                           "this audit)"),
+      EXPECT_NE(std::string(e.what()).find("calibrated.bf16 as another problem ('c: linear N=6 "
+                                           "V=507 D=23 bf16', this audit 'c: linear N=9 V=507 "
+                                           "D=23 bf16')"),
                 std::string::npos)
           << e.what();
     }
+    // An audit of other input dtypes records none of the file's problems: nothing to compare.
+    auto other_dtype = cfg;
+    other_dtype.rows = 3;
+    other_dtype.recipes = {parse_recipe("fp16/fp32/fp32/fp16")};
+    EXPECT_NO_THROW(audit::check_append_problems(path, small_set(), other_dtype));
     auto fewer = cfg;
     fewer.vocab_rows = 32;
     try {

@@ -530,6 +530,17 @@ TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
            shell_quote(path("a.h5")) + " --reduction none --append --markdown " +
            shell_quote(path("v.md")),
        "with 8 compared vocabulary rows, this audit compares 16"},
+      // Another N under the same name: its description differs, refused before the work.
+      {"audit --backend cpu -q --dataset odd-vocab -N 3 --strategies chunked "
+       "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +
+           shell_quote(path("a.h5")) + " --reduction none --append --markdown " +
+           shell_quote(path("v.md")),
+       "linear N=2 V=507 D=123 fp32', this audit 'odd-vocab: linear N=3 V=507 D=123 fp32'"},
+      // Two problems of one audit under one name (the embedded stories260k and the catalog's).
+      {"audit --backend cpu -q --problems stories260k --dataset stories260k --strategies chunked "
+       "--recipes fp32/fp32/fp32/fp32 -o " +
+           shell_quote(path("d.h5")),
+       "two problems of this audit are named 'stories260k'"},
       // A chunk width for strategies that do not chunk would be recorded, not used.
       {"audit --backend cpu -q --dataset odd-vocab -N 2 --strategies naive,fused "
        "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +

@@ -725,6 +725,8 @@ nb::dict run_audit(const AuditProblems& ps, const std::vector<std::string>& stra
   policy_by_name(policy);
   cfg.reference_tier = parse_reference_tier(tier);
   cfg.reference_memory = memory_budget;
+  // append: a problem the file records as another is refused before the work.
+  if (out && append) audit::check_append_problems(*out, ps.items, cfg);
   audit::AuditResult res;
   {
     nb::gil_scoped_release release;

@@ -9,6 +9,7 @@
 #include "datasets/atomic_file.hpp"
 #include "datasets/h5.hpp"
 #include "numerics/error.hpp"
+#include "numerics/recipe.hpp"
 #include "numerics/version.hpp"
 #include "tools/audit/audit.hpp"
 
@@ -72,8 +73,9 @@ void write_stats(h5::Group& g, const ErrorStats& s) {
 }
 
 // --append: the problem recorded in `old` (group `name`) against this audit's. Throws InputError
-// naming the difference: other compared vocabulary rows, targets drawn by another engine, another
-// spec, shape (describe; empty: not compared) or other audited token rows.
+// naming the difference: another spec or shape (describe: the problem's description at its
+// audited rows and input dtype; empty: not compared), other audited token rows, other compared
+// vocabulary rows, or targets drawn by another engine.
 void check_same_problem(const h5::Group& old, const std::string& name, const std::string& spec,
                         const std::string& describe, const std::vector<std::int64_t>& token_rows,
                         const std::vector<std::int64_t>& vocab_rows, const std::string& drawn_by) {
@@ -92,15 +94,21 @@ void check_same_problem(const h5::Group& old, const std::string& name, const std
         name,
         old_spec != spec ? fmt::format("spec '{}', this audit '{}'", old_spec, spec)
         : other_desc     ? fmt::format("'{}', this audit '{}'", old_desc, describe)
-                         : fmt::format("other audited token rows (--rows, --seed): {} rows "
-                                           "there, {} in this audit",
-                                       old_rows.size(), token_rows.size())));
+        : old_rows.size() != token_rows.size()
+            ? fmt::format("other audited token rows: {} rows there, {} in this audit (another "
+                          "-N, --rows or --seed, or another problem under this name)",
+                          old_rows.size(), token_rows.size())
+            : fmt::format("other audited token rows: {} rows in both, not the same ones "
+                          "(another -N or --seed, or another problem under this name)",
+                          token_rows.size())));
   // A results file written before vocab_rows was recorded holds none: nothing to compare.
   if (old.exists("vocab_rows") && old_vrows != vocab_rows)
     throw InputError(fmt::format(
         "--append: the file already records problem {} with {} compared vocabulary rows, "
-        "this audit compares {} (--vocab-rows, --seed): write this audit to another file",
-        name, old_vrows.size(), vocab_rows.size()));
+        "this audit compares {}{} (--vocab-rows, --seed, or another V): write this audit to "
+        "another file",
+        name, old_vrows.size(), vocab_rows.size(),
+        old_vrows.size() == vocab_rows.size() ? ", not the same ones" : ""));
   if (old.has_attr("targets_drawn_by") && old_drawn != drawn_by)
     throw InputError(fmt::format(
         "--append: the file records problem {} with calibrated targets drawn by '{}', this "
@@ -241,8 +249,16 @@ void check_append_problems(const std::string& path, const std::vector<AuditProbl
   const h5::File f = open_results_file(path);
   if (!f.exists("problems")) return;
   const h5::Group recorded = f.open_group("problems");
+  // The input dtypes this audit records a problem in: its recipes' (a problem without a version
+  // in one of them is caught when writing).
+  std::vector<DType> inputs;
+  for (const Recipe& r : cfg.recipes.empty() ? default_recipe_grid() : cfg.recipes)
+    if (std::find(inputs.begin(), inputs.end(), r.input) == inputs.end()) inputs.push_back(r.input);
   for (const AuditProblem& ap : problems)
-    for (const DType input : {DType::fp32, DType::fp16, DType::bf16}) {
+    for (const DType input : inputs) {
+      if (!ap.inputs.empty() &&
+          std::find(ap.inputs.begin(), ap.inputs.end(), input) == ap.inputs.end())
+        continue;  // audited in other dtypes only: nothing of it recorded in this one
       const std::string name = fmt::format("{}.{}", ap.name, to_string(input));
       if (!recorded.exists(name)) continue;
       AuditedRows rows = audited_rows(ap, cfg);
@@ -251,8 +267,10 @@ void check_append_problems(const std::string& path, const std::vector<AuditProbl
         for (std::int64_t j = 0; j < ap.problem.V; ++j)
           rows.vocab_rows[static_cast<std::size_t>(j)] = j;
       }
-      check_same_problem(recorded.open_group(name), name, ap.spec.describe(), {}, rows.token_rows,
-                         rows.vocab_rows, ap.problem.targets_drawn_by);
+      check_same_problem(
+          recorded.open_group(name), name, ap.spec.describe(),
+          ap.problem.describe_as(static_cast<std::int64_t>(rows.token_rows.size()), input),
+          rows.token_rows, rows.vocab_rows, ap.problem.targets_drawn_by);
     }
 }
 
