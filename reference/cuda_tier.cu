@@ -6,7 +6,7 @@
 // error-free transformations need every rounding where the source puts it.
 //
 // Device memory: W and |W| as doubles (V×D each), a token block's raw logits, |dz| and δdz
-// (m×V each), its H rows, and the dW value and condition accumulators (J×D each).
+// (m×V each), its H rows, and dW's value and condition accumulators and its bound (J×D each).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -360,9 +360,11 @@ class DwAllocation {
 struct StageClock {
   bool on = std::getenv("XENTLAB_REFERENCE_TIMINGS") != nullptr;
   std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
-  void mark(const char* what) {
+  // sync = false: the stage's end as the host sees it, the GPU's queued work left running (a
+  // synchronisation there would serialise what the stages overlap).
+  void mark(const char* what, bool sync = true) {
     if (!on) return;
-    cudaDeviceSynchronize();
+    if (sync) cudaDeviceSynchronize();
     const auto now = std::chrono::steady_clock::now();
     std::fprintf(stderr, "[cuda reference] %-28s %8.3f s\n", what,
                  std::chrono::duration<double>(now - t).count());
@@ -658,7 +660,7 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
     check(cudaDeviceSynchronize(), "token block");
     if (opt.progress) opt.progress(b0 + m, S);
   }
-  clock.mark(want_dW ? "token blocks (dW slices queued)" : "token blocks");
+  clock.mark(want_dW ? "token blocks (dW slices queued)" : "token blocks", !want_dW);
 
   if (want_dW) {
     if (S == 0) queue_dw_slices(0);  // no token block: dW and its bound of no rows
