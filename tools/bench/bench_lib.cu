@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -216,6 +217,80 @@ TimedRuns time_forward_backward(const gpu::CudaStrategy& s, const gpu::DeviceRun
     throw;
   }
   XL_CUDA_CHECK(cudaStreamDestroy(st));
+  return out;
+}
+
+std::vector<InterleavedTimes> time_interleaved(const std::vector<InterleavedRun>& runs,
+                                               const std::vector<InputSet>& inputs, int warmup,
+                                               int repeats) {
+  if (inputs.empty()) throw InputError("time_interleaved: no inputs");
+  // A strategy's own stream, cuBLAS handle and caching tracker (destroyed in reverse order: the
+  // handle's workspace goes back to the tracker before the tracker frees its cache).
+  struct Lane {
+    gpu::DeviceMemoryTracker mem;
+    cudaStream_t st = nullptr;
+    std::unique_ptr<gpu::Blas> blas;
+    gpu::DeviceRun r;
+    bool live = true;
+    Lane(const gpu::DeviceRun& run) : r(run) {
+      mem.set_caching(true);
+      XL_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+      blas = std::make_unique<gpu::Blas>(mem, st);
+    }
+    Lane(const Lane&) = delete;
+    Lane& operator=(const Lane&) = delete;
+    ~Lane() {
+      if (st) (void)cudaStreamSynchronize(st);
+      blas.reset();
+      if (st) (void)cudaStreamDestroy(st);
+    }
+  };
+  const std::size_t n = runs.size();
+  std::vector<InterleavedTimes> out(n);
+  std::vector<std::unique_ptr<Lane>> lanes;
+  for (const InterleavedRun& x : runs) lanes.push_back(std::make_unique<Lane>(*x.run));
+  const auto release_all = [&] {
+    for (auto& l : lanes) {
+      (void)cudaStreamSynchronize(l->st);
+      l->mem.release_cache();
+    }
+  };
+  Event e0, e1;
+  for (int it = 0; it < warmup + repeats; ++it) {
+    const InputSet& in = inputs[static_cast<std::size_t>(it) % inputs.size()];
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t i = (j + static_cast<std::size_t>(it)) % n;
+      Lane& L = *lanes[i];
+      if (!L.live) continue;
+      L.r.prob.H = in.H;
+      L.r.prob.W = in.W;
+      L.r.prob.targets = in.targets;
+      const auto pass = [&] {
+        gpu::DeviceContext ctx{L.mem, *L.blas, L.st};
+        L.mem.reset_peak();
+        XL_CUDA_CHECK(cudaEventRecord(e0.e, L.st));
+        runs[i].strategy->forward_backward(L.r, ctx);
+        XL_CUDA_CHECK(cudaEventRecord(e1.e, L.st));
+        XL_CUDA_CHECK(cudaEventSynchronize(e1.e));
+        float t = 0;
+        XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0.e, e1.e));
+        if (it >= warmup) out[i].t.ms.push_back(t);
+        out[i].t.peak_extra_bytes = std::max(out[i].t.peak_extra_bytes, L.mem.peak_extra());
+      };
+      try {
+        pass();
+      } catch (const std::exception&) {
+        release_all();  // perhaps the other strategies' cached blocks took the memory it needs
+        try {
+          pass();
+        } catch (const std::exception&) {
+          (void)cudaStreamSynchronize(L.st);
+          out[i].error = std::current_exception();
+          L.live = false;
+        }
+      }
+    }
+  }
   return out;
 }
 

@@ -15,6 +15,7 @@
 //    chunks, temporaries, accumulators, the cuBLAS workspace) over all runs.
 //  - the card's cuBLAS bf16 GEMM rate (fp32 compute), the yardstick of the TFLOP/s columns.
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -69,6 +70,31 @@ struct TimedRuns {
 /// DeviceError as forward_backward does.
 TimedRuns time_forward_backward(const gpu::CudaStrategy& s, const gpu::DeviceRun& run,
                                 const std::vector<InputSet>& inputs, int warmup, int repeats);
+
+/// One strategy of an interleaved measurement and its run (inputs replaced as in
+/// time_forward_backward).
+struct InterleavedRun {
+  const gpu::CudaStrategy* strategy = nullptr;
+  const gpu::DeviceRun* run = nullptr;
+};
+/// What time_interleaved measured of one strategy: its runs, or the exception that stopped it
+/// (InputError: it does not fit; DeviceError) with the runs made before it.
+struct InterleavedTimes {
+  TimedRuns t;
+  std::exception_ptr error;
+};
+/// `warmup` + `repeats` rounds; in round k every strategy not stopped makes one forward+backward
+/// pass on inputs[k mod inputs.size()], the round starting at strategy k mod runs.size() (no
+/// strategy always follows the same one). The card's clock drifts with its load and temperature
+/// under a power cap: strategies timed in turn see the same drift, so the ratios of their
+/// medians hold where times taken one strategy after another do not. Each strategy has its own
+/// non-blocking stream, cuBLAS handle and caching tracker (its peak extra bytes are its own); a
+/// pass that throws is retried once after every strategy's cached blocks are released (the
+/// caches of all the strategies are held at once), and a strategy whose retry throws is stopped.
+/// Throws InputError when inputs is empty.
+std::vector<InterleavedTimes> time_interleaved(const std::vector<InterleavedRun>& runs,
+                                               const std::vector<InputSet>& inputs, int warmup,
+                                               int repeats);
 
 /// The whole `xentlab bench` measurement (tools/bench/bench_run.cpp): every registered CUDA
 /// strategy (filtered by options.strategies) × recipe. Throws DeviceError when there is no

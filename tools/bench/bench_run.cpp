@@ -255,24 +255,54 @@ class Runner {
       DeviceBuffer dH(omem, N * D * gsz, MemKind::io, "dH"),
           dW(omem, V * D * gsz, MemKind::io, "dW");
       Outputs out{&loss, &lse, &dH, &dW, in_bytes + N * 8 + (N * D + V * D) * gsz};
+      // The recipe's strategies: planned one by one, timed interleaved (time_interleaved), then
+      // each run once more into the outputs and checked.
+      std::vector<Pending> pending;
       for (const gpu::CudaStrategy* cs : strategies) {
         ++done_;
+        BenchRow row;
+        Pending p;
         try {
-          rep.rows.push_back(measure(*cs, recipe, in, out, chk));
+          if (prepare_row(*cs, recipe, in, out, row, p)) {
+            p.row = rep.rows.size();
+            pending.push_back(std::move(p));
+          }
         } catch (const DeviceError& e) {  // a CUDA failure outside the timed runs: a row too
-          BenchRow row;
-          row.strategy = cs->name();
-          row.recipe = recipe.name();
-          row.status = RowStatus::failed;
-          row.message = e.what();
-          row.io_bytes = out.io_bytes;
-          say(fmt::format("[{}/{}] {} {}: failed: {}", done_, total_, row.strategy, row.recipe,
-                          row.message));
-          rep.rows.push_back(row);
+          failed_row(row, out, e.what());
+        }
+        rep.rows.push_back(row);
+      }
+      if (pending.empty()) continue;
+      std::vector<InterleavedRun> runs;
+      for (const Pending& p : pending) runs.push_back({p.cs, &p.r});
+      say(fmt::format("{}: {} strategies interleaved, {} rounds ({} warm-up)", recipe.name(),
+                      pending.size(), o_.warmup + o_.repeats, o_.warmup));
+      std::vector<InterleavedTimes> times;
+      try {
+        times = time_interleaved(runs, in.copies, o_.warmup, o_.repeats);
+      } catch (const DeviceError& e) {
+        for (const Pending& p : pending) failed_row(rep.rows[p.row], out, e.what());
+        continue;
+      }
+      for (std::size_t k = 0; k < pending.size(); ++k) {
+        BenchRow& row = rep.rows[pending[k].row];
+        try {
+          finish_row(pending[k], recipe, in, out, chk, times[k], row);
+        } catch (const DeviceError& e) {
+          failed_row(row, out, e.what());
         }
       }
     }
   }
+
+  /// A strategy of a recipe, planned and ready to be timed.
+  struct Pending {
+    std::size_t row = 0;  ///< its row in the report
+    const gpu::CudaStrategy* cs = nullptr;
+    gpu::DeviceRun r;
+    std::int64_t n_chunks = 1;
+    std::string tag;
+  };
 
   /// Samples the rows, builds the sub-problem on the device and the host, and its reference.
   void prepare_check(DType input, const InputSet& in, SampleCheck& chk) {
@@ -322,6 +352,13 @@ class Runner {
     std::int64_t io_bytes;
   };
 
+  void failed_row(BenchRow& row, const Outputs& out, const std::string& what) const {
+    row.status = RowStatus::failed;
+    row.message = what;
+    row.io_bytes = out.io_bytes;
+    say(fmt::format("{} {}: failed: {}", row.strategy, row.recipe, row.message));
+  }
+
   void poison(const Outputs& out) const {
     for (const DeviceBuffer* b : {out.loss, out.lse, out.dH, out.dW})
       XL_CUDA_CHECK(cudaMemset(b->get(), 0xFF, static_cast<std::size_t>(b->bytes())));
@@ -329,10 +366,11 @@ class Runner {
     XL_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
-  BenchRow measure(const gpu::CudaStrategy& cs, const Recipe& recipe, const Inputs& in,
-                   const Outputs& out, const SampleCheck& chk) {
+  /// Plans a strategy of a recipe: false when it does not fit or is not supported (the row says
+  /// so), else true with p ready to be timed.
+  bool prepare_row(const gpu::CudaStrategy& cs, const Recipe& recipe, const Inputs& in,
+                   const Outputs& out, BenchRow& row, Pending& p) {
     const std::int64_t N = o_.N, V = o_.V, D = o_.D;
-    BenchRow row;
     row.strategy = cs.name();
     row.recipe = recipe.name();
     row.io_bytes = out.io_bytes;
@@ -352,7 +390,7 @@ class Runner {
       } catch (const std::exception&) {
       }
       say(fmt::format("{}: does not fit: {}", tag, row.message));
-      return row;
+      return false;
     }
     // can_implement reads the shape and dtypes of a problem; the probe carries the device-resident
     // problem's N, V, D and input dtype (its tensors are placeholders).
@@ -371,10 +409,10 @@ class Runner {
       row.status = too_big ? RowStatus::does_not_fit : RowStatus::not_supported;
       row.message = st.message;
       say(fmt::format("{}: {}: {}", tag, to_string(row.status), row.message));
-      return row;
+      return false;
     }
 
-    gpu::DeviceRun r;
+    gpu::DeviceRun& r = p.r;
     r.prob = gpu::DeviceProblem{N,
                                 V,
                                 D,
@@ -397,19 +435,38 @@ class Runner {
                                out.dW->get(),
                                nullptr,
                                nullptr};
-    say(fmt::format("{}: {} runs ({} warm-up), chunk {} tokens, plan {} extra", tag,
-                    o_.warmup + o_.repeats, o_.warmup, row.chunk_rows,
+    say(fmt::format("{}: chunk {} tokens, plan {} extra", tag, row.chunk_rows,
                     format_bytes(row.planned_extra_bytes)));
-    poison(out);
-    TimedRuns t;
-    if (!timed(cs, r, in.copies, o_.warmup, o_.repeats, row, t)) {
+    p.cs = &cs;
+    p.n_chunks = n_chunks;
+    p.tag = tag;
+    return true;
+  }
+
+  /// The row of a timed strategy: its times (or why it has none), then one more run into the
+  /// outputs (poisoned first: an output the strategy does not write is NaN) for the mean loss
+  /// and the sampled rows' check.
+  void finish_row(const Pending& p, const Recipe& recipe, const Inputs& in, const Outputs& out,
+                  const SampleCheck& chk, const InterleavedTimes& it, BenchRow& row) {
+    const std::int64_t N = o_.N;
+    const std::string& tag = p.tag;
+    if (it.error) {
+      status_from(it.error, row);
       say(fmt::format("{}: {}: {}", tag, to_string(row.status), row.message));
-      return row;
+      return;
     }
-    row.times_ms = t.ms;
-    row.time = summarize_times(t.ms);
-    row.peak_extra_bytes = t.peak_extra_bytes;
+    row.times_ms = it.t.ms;
+    row.time = summarize_times(it.t.ms);
+    row.peak_extra_bytes = it.t.peak_extra_bytes;
     row.tflops = o_.flops() / (row.time.median * 1e-3) / 1e12;
+    poison(out);
+    try {
+      (void)time_forward_backward(*p.cs, p.r, in.copies, 0, 1);
+    } catch (...) {
+      status_from(std::current_exception(), row);
+      say(fmt::format("{}: {}: {}", tag, to_string(row.status), row.message));
+      return;
+    }
 
     const std::vector<float> loss = download_floats(out.loss->as<float>(), N);
     row.reduced_loss_full = gpu::reduce_tokens(loss, {}, spec_, recipe.accum, N);
@@ -418,22 +475,19 @@ class Runner {
                     row.tflops, format_bytes(row.peak_extra_bytes)));
     if (o_.sample_rows > 0) {
       try {
-        check_rows(cs, recipe, r, n_chunks, in, out, loss, chk, row);
+        check_rows(*p.cs, recipe, p.r, p.n_chunks, in, out, loss, chk, row);
       } catch (const std::exception& e) {
         row.message +=
             (row.message.empty() ? "" : "; ") + std::string("reference check: ") + e.what();
       }
     }
-    return row;
   }
 
-  /// Runs and times; on a refusal or failure fills the row's status and message, returns false.
-  static bool timed(const gpu::CudaStrategy& cs, const gpu::DeviceRun& r,
-                    const std::vector<InputSet>& inputs, int warmup, int repeats, BenchRow& row,
-                    TimedRuns& t) {
+  /// The row's status and message from what stopped a strategy's runs: InputError (it does not
+  /// fit), a DeviceError of cudaMalloc (does not fit) or another (failed). Rethrows anything else.
+  static void status_from(const std::exception_ptr& error, BenchRow& row) {
     try {
-      t = time_forward_backward(cs, r, inputs, warmup, repeats);
-      return true;
+      std::rethrow_exception(error);
     } catch (const InputError& e) {
       row.status = RowStatus::does_not_fit;
       row.message = e.what();
@@ -443,7 +497,6 @@ class Runner {
           m.find("cudaMalloc") != std::string::npos ? RowStatus::does_not_fit : RowStatus::failed;
       row.message = m;
     }
-    return false;
   }
 
   void check_rows(const gpu::CudaStrategy& cs, const Recipe& recipe, const gpu::DeviceRun& full,
@@ -482,9 +535,15 @@ class Runner {
     if (chunks > 1) sub.chunk_tokens = (S + chunks - 1) / chunks;
     poison(out);
     BenchRow sub_row;
-    TimedRuns t;
-    if (timed(cs, sub, {{chk.H.get(), in.copies[0].W, chk.targets.as<std::int64_t>()}}, 0, 1,
-              sub_row, t))
+    bool sub_ran = true;
+    try {
+      (void)time_forward_backward(
+          cs, sub, {{chk.H.get(), in.copies[0].W, chk.targets.as<std::int64_t>()}}, 0, 1);
+    } catch (...) {
+      status_from(std::current_exception(), sub_row);
+      sub_ran = false;
+    }
+    if (sub_ran)
       so.dW = download_rows(out.dW->get(), ref.vocab_rows, D, recipe.grad);
     else
       note("dW (sub-problem) run: " + sub_row.message);
