@@ -665,7 +665,7 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   if (want_dW) {
     if (S == 0) queue_dw_slices(0);  // no token block: dW and its bound of no rows
     dw_alloc.finish();
-    clock.mark("host dW allocated");
+    clock.mark("host dW allocated", false);
     for (std::size_t k = 0; k < slices.size(); ++k) {
       const std::int64_t r0 = static_cast<std::int64_t>(k) * slice_rows,
                          n = (std::min(J, r0 + slice_rows) - r0) * D;

@@ -395,7 +395,18 @@ void require_some_run(const AuditResult& res) {
         res.not_supported));
 }
 
+void check_problem_names(const std::vector<AuditProblem>& problems) {
+  for (std::size_t i = 0; i < problems.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (problems[i].name == problems[j].name)
+        throw InputError(fmt::format(
+            "two problems of this audit are named '{}' ('{}' and '{}'): their runs would be "
+            "recorded and compared as one problem's; audit them separately",
+            problems[i].name, problems[j].problem.describe(), problems[i].problem.describe()));
+}
+
 AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& cfg) {
+  check_problem_names(problems);
   AuditPlan plan(cfg);
   if (plan.registered.empty())
     throw InputError(

@@ -196,8 +196,13 @@ struct AuditResult {
 /// the registry), or without names those of the default set (StrategyTraits::in_default_set).
 /// Throws InputError for unknown strategy names or an empty set, a negative chunk_tokens, ranks
 /// < 1 or (with a strategy that shards the vocabulary) > a problem's V, an upstream other than ones
-/// or random, or upstream random beside a problem whose reduction is not none.
+/// or random, or upstream random beside a problem whose reduction is not none, or two problems
+/// of one name (check_problem_names).
 AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& config);
+
+/// Throws InputError naming the name when two problems share one (a results file records a
+/// problem, and keys its runs, by name). run_audit calls it first.
+void check_problem_names(const std::vector<AuditProblem>& problems);
 
 /// Throws InputError when no run of the result was audited (every one not supported): nothing
 /// to write or judge. The command and the Python package call it before writing results.

@@ -91,6 +91,8 @@ struct InterleavedTimes {
 /// non-blocking stream, cuBLAS handle and caching tracker (its peak extra bytes are its own); a
 /// pass that throws is retried once after every strategy's cached blocks are released (the
 /// caches of all the strategies are held at once), and a strategy whose retry throws is stopped.
+/// A strategy whose cache was released makes an untimed pass before its next timed one (no
+/// timed pass allocates, as in time_forward_backward), and every pass reads the next input copy.
 /// Throws InputError when inputs is empty.
 std::vector<InterleavedTimes> time_interleaved(const std::vector<InterleavedRun>& runs,
                                                const std::vector<InputSet>& inputs, int warmup,

@@ -266,6 +266,8 @@ class Runner {
           if (prepare_row(*cs, recipe, in, out, row, p)) {
             p.row = rep.rows.size();
             pending.push_back(std::move(p));
+            row.status = RowStatus::failed;  // until finish_row fills it
+            row.message = "not timed";
           }
         } catch (const DeviceError& e) {  // a CUDA failure outside the timed runs: a row too
           failed_row(row, out, e.what());
@@ -455,18 +457,22 @@ class Runner {
       say(fmt::format("{}: {}: {}", tag, to_string(row.status), row.message));
       return;
     }
-    row.times_ms = it.t.ms;
-    row.time = summarize_times(it.t.ms);
-    row.peak_extra_bytes = it.t.peak_extra_bytes;
-    row.tflops = o_.flops() / (row.time.median * 1e-3) / 1e12;
+    // Two passes on one caching tracker, as in the timed rounds: a workspace reused without
+    // being reset shows in the second one's outputs.
     poison(out);
     try {
-      (void)time_forward_backward(*p.cs, p.r, in.copies, 0, 1);
+      (void)time_forward_backward(*p.cs, p.r, in.copies, 1, 1);
     } catch (...) {
       status_from(std::current_exception(), row);
       say(fmt::format("{}: {}: {}", tag, to_string(row.status), row.message));
       return;
     }
+    row.status = RowStatus::ok;
+    row.message.clear();
+    row.times_ms = it.t.ms;
+    row.time = summarize_times(it.t.ms);
+    row.peak_extra_bytes = it.t.peak_extra_bytes;
+    row.tflops = o_.flops() / (row.time.median * 1e-3) / 1e12;
 
     const std::vector<float> loss = download_floats(out.loss->as<float>(), N);
     row.reduced_loss_full = gpu::reduce_tokens(loss, {}, spec_, recipe.accum, N);
@@ -484,7 +490,7 @@ class Runner {
   }
 
   /// The row's status and message from what stopped a strategy's runs: InputError (it does not
-  /// fit), a DeviceError of cudaMalloc (does not fit) or another (failed). Rethrows anything else.
+  /// fit), a DeviceError of cudaMalloc (does not fit), anything else failed.
   static void status_from(const std::exception_ptr& error, BenchRow& row) {
     try {
       std::rethrow_exception(error);
@@ -496,6 +502,12 @@ class Runner {
       row.status =
           m.find("cudaMalloc") != std::string::npos ? RowStatus::does_not_fit : RowStatus::failed;
       row.message = m;
+    } catch (const std::exception& e) {
+      row.status = RowStatus::failed;
+      row.message = e.what();
+    } catch (...) {
+      row.status = RowStatus::failed;
+      row.message = "an exception that is not a std::exception";
     }
   }
 

@@ -322,14 +322,7 @@ std::vector<audit::AuditProblem> make_problems(const AuditArgs& a, const audit::
     problems.push_back({inst.source, inst.regime.empty() ? inst.generator : inst.regime,
                         std::move(inst.problem), inst.spec});
   }
-  // One name, one problem: the results file records a problem and keys its runs by name.
-  for (std::size_t i = 0; i < problems.size(); ++i)
-    for (std::size_t j = 0; j < i; ++j)
-      if (problems[i].name == problems[j].name)
-        throw InputError(fmt::format(
-            "two problems of this audit are named '{}' ('{}' and '{}'): their runs would be "
-            "recorded as one problem's; audit them into separate results files",
-            problems[i].name, problems[j].problem.describe(), problems[i].problem.describe()));
+  audit::check_problem_names(problems);  // before the work (run_audit checks it too)
   for (auto& p : problems) {
     p.spec = a.loss.over(p.spec);
     try {
