@@ -19,10 +19,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <future>
 #include <limits>
 #include <new>
 #include <stdexcept>
-#include <thread>
 
 #include "numerics/error.hpp"
 #include "reference/cuda_support.cuh"
@@ -324,38 +324,6 @@ struct Event {
   Event& operator=(Event&&) = delete;
 };
 
-// Allocates (and zero-fills) res.dW, dW_bound and dW_cond on a thread of its own; finish() waits
-// for it and rethrows its failure. The destructor waits too, so that an exception on the calling
-// thread never leaves the allocation running on a result being destroyed.
-class DwAllocation {
- public:
-  DwAllocation() = default;
-  DwAllocation(const DwAllocation&) = delete;
-  DwAllocation& operator=(const DwAllocation&) = delete;
-  ~DwAllocation() {
-    if (thread_.joinable()) thread_.join();
-  }
-  void start(ReferenceResult& res, std::size_t n) {
-    thread_ = std::thread([this, &res, n] {
-      try {
-        res.dW.resize(n);
-        res.dW_bound.resize(n);
-        res.dW_cond.resize(n);
-      } catch (...) {
-        error_ = std::current_exception();
-      }
-    });
-  }
-  void finish() {
-    if (thread_.joinable()) thread_.join();
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  std::thread thread_;
-  std::exception_ptr error_;
-};
-
 // Stage times on stderr when XENTLAB_REFERENCE_TIMINGS is set (for measurements).
 struct StageClock {
   bool on = std::getenv("XENTLAB_REFERENCE_TIMINGS") != nullptr;
@@ -457,41 +425,37 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
   clock.mark("start (cuBLAS, staging)");
   allocate_outputs(res, opt.want_dz, want_dH);
   // dW, its bound and its condition (4.2 GB each for the Llama-3-8B head) are only written at
-  // the end: their allocation and zero-fill run on another thread while the GPU works.
-  DwAllocation dw_alloc;
-  if (want_dW) dw_alloc.start(res, static_cast<std::size_t>(J * D));
+  // the end: their allocation and zero-fill run on another thread while the GPU works. (The
+  // futures of std::async wait for their thread when destroyed: an exception on this thread
+  // never leaves one running on a result being destroyed.)
+  std::future<void> dw_alloc;
+  if (want_dW)
+    dw_alloc = std::async(std::launch::async, [&res, n = static_cast<std::size_t>(J * D)] {
+      res.dW.resize(n);
+      res.dW_bound.resize(n);
+      res.dW_cond.resize(n);
+    });
   clock.mark("host outputs allocated");
-  // W (and |W|) as doubles on the device; meanwhile ‖W_j‖ and the column statistics on the host
-  // (a thread of its own, joined before anything can throw past it).
+  // W (and |W|) as doubles on the device; meanwhile ‖W_j‖ and the column statistics on the host.
   const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
   std::vector<double> w_norm_h;
   ColumnStats wcol, hcol;
-  std::exception_ptr host_stats_error;
-  std::thread host_stats([&] {
-    try {
-      w_norm_h = row_norms_upper(pb.W, V, D, threads);
-      if (want_dH) wcol = column_stats(pb.W, D, {}, V, threads);
-      if (want_dW) hcol = column_stats(pb.H, D, res.token_rows, S, threads);
-    } catch (...) {
-      host_stats_error = std::current_exception();
-    }
+  std::future<void> host_stats = std::async(std::launch::async, [&] {
+    w_norm_h = row_norms_upper(pb.W, V, D, threads);
+    if (want_dH) wcol = column_stats(pb.W, D, {}, V, threads);
+    if (want_dW) hcol = column_stats(pb.H, D, res.token_rows, S, threads);
   });
-  DeviceArray<double> Wd, AWd;
-  try {
-    Wd = DeviceArray<double>(static_cast<std::size_t>(V * D), "W");
-    AWd = DeviceArray<double>(want_dH ? static_cast<std::size_t>(V * D) : 0, "|W|");
+  DeviceArray<double> Wd(static_cast<std::size_t>(V * D), "W"),
+      AWd(want_dH ? static_cast<std::size_t>(V * D) : 0, "|W|");
+  {
     DeviceArray<unsigned char> raw(pb.W.nbytes(), "W (raw)");
     check(cudaMemcpy(raw.p, pb.W.data(), pb.W.nbytes(), cudaMemcpyHostToDevice), "W upload");
     widen_kernel<<<grid_for(V * D), 256>>>(raw.p, code, V * D, Wd.p, want_dH ? AWd.p : nullptr);
     check(cudaGetLastError(), "widen W");
     check(cudaDeviceSynchronize(), "widen W");
-  } catch (...) {
-    host_stats.join();
-    throw;
   }
   clock.mark("W on the device");
-  host_stats.join();
-  if (host_stats_error) std::rethrow_exception(host_stats_error);
+  host_stats.get();  // rethrows its failure
   clock.mark("norms and column statistics");
   DeviceArray<double> w_norm = upload(w_norm_h, "‖W_j‖");
   DeviceArray<double> d_wmax = upload(wcol.max_abs, "W column max"),
@@ -664,7 +628,7 @@ void cuda_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& op
 
   if (want_dW) {
     if (S == 0) queue_dw_slices(0);  // no token block: dW and its bound of no rows
-    dw_alloc.finish();
+    dw_alloc.get();                  // rethrows its failure
     clock.mark("host dW allocated", false);
     for (std::size_t k = 0; k < slices.size(); ++k) {
       const std::int64_t r0 = static_cast<std::int64_t>(k) * slice_rows,

@@ -84,6 +84,53 @@ struct Event {
   ~Event() { (void)cudaEventDestroy(e); }
 };
 
+// A strategy's own stream, cuBLAS handle and caching tracker (destroyed in reverse order: the
+// handle's workspace goes back to the tracker before the tracker frees its cache), and its run.
+// cold (time_interleaved): its cache was released, so its next pass would allocate inside the
+// timed window; it makes an untimed pass first.
+struct Lane {
+  gpu::DeviceMemoryTracker mem;
+  cudaStream_t st = nullptr;
+  std::unique_ptr<gpu::Blas> blas;
+  gpu::DeviceRun r;
+  bool live = true, cold = false;
+  explicit Lane(const gpu::DeviceRun& run) : r(run) {
+    mem.set_caching(true);
+    XL_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    try {
+      blas = std::make_unique<gpu::Blas>(mem, st);
+    } catch (...) {
+      (void)cudaStreamDestroy(st);
+      throw;
+    }
+  }
+  Lane(const Lane&) = delete;
+  Lane& operator=(const Lane&) = delete;
+  ~Lane() {
+    if (st) (void)cudaStreamSynchronize(st);
+    blas.reset();
+    if (st) (void)cudaStreamDestroy(st);
+  }
+};
+
+// One forward+backward pass of s on the lane's run with the inputs `in`, between the events on
+// the lane's stream (the tracker's peak reset before it): its milliseconds.
+float timed_pass(const gpu::CudaStrategy& s, Lane& L, const InputSet& in, const Event& e0,
+                 const Event& e1) {
+  L.r.prob.H = in.H;
+  L.r.prob.W = in.W;
+  L.r.prob.targets = in.targets;
+  gpu::DeviceContext ctx{L.mem, *L.blas, L.st};
+  L.mem.reset_peak();
+  XL_CUDA_CHECK(cudaEventRecord(e0.e, L.st));
+  s.forward_backward(L.r, ctx);
+  XL_CUDA_CHECK(cudaEventRecord(e1.e, L.st));
+  XL_CUDA_CHECK(cudaEventSynchronize(e1.e));
+  float t = 0;
+  XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0.e, e1.e));
+  return t;
+}
+
 }  // namespace
 
 DeviceDescription describe_device() {
@@ -187,36 +234,14 @@ TimedRuns time_forward_backward(const gpu::CudaStrategy& s, const gpu::DeviceRun
                                 const std::vector<InputSet>& inputs, int warmup, int repeats) {
   if (inputs.empty()) throw InputError("time_forward_backward: no inputs");
   TimedRuns out;
-  gpu::DeviceMemoryTracker mem;
-  mem.set_caching(true);
-  cudaStream_t st;
-  XL_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  try {
-    gpu::Blas blas(mem, st);
-    gpu::DeviceContext ctx{mem, blas, st};
-    Event e0, e1;
-    gpu::DeviceRun r = base;
-    for (int it = 0; it < warmup + repeats; ++it) {
-      const InputSet& in = inputs[static_cast<std::size_t>(it) % inputs.size()];
-      r.prob.H = in.H;
-      r.prob.W = in.W;
-      r.prob.targets = in.targets;
-      mem.reset_peak();
-      XL_CUDA_CHECK(cudaEventRecord(e0.e, st));
-      s.forward_backward(r, ctx);
-      XL_CUDA_CHECK(cudaEventRecord(e1.e, st));
-      XL_CUDA_CHECK(cudaEventSynchronize(e1.e));
-      float t = 0;
-      XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0.e, e1.e));
-      if (it >= warmup) out.ms.push_back(t);
-      out.peak_extra_bytes = std::max(out.peak_extra_bytes, mem.peak_extra());
-    }
-  } catch (...) {
-    (void)cudaStreamSynchronize(st);
-    (void)cudaStreamDestroy(st);
-    throw;
+  Lane lane(base);
+  Event e0, e1;
+  for (int it = 0; it < warmup + repeats; ++it) {
+    const float t =
+        timed_pass(s, lane, inputs[static_cast<std::size_t>(it) % inputs.size()], e0, e1);
+    if (it >= warmup) out.ms.push_back(t);
+    out.peak_extra_bytes = std::max(out.peak_extra_bytes, lane.mem.peak_extra());
   }
-  XL_CUDA_CHECK(cudaStreamDestroy(st));
   return out;
 }
 
@@ -224,34 +249,6 @@ std::vector<InterleavedTimes> time_interleaved(const std::vector<InterleavedRun>
                                                const std::vector<InputSet>& inputs, int warmup,
                                                int repeats) {
   if (inputs.empty()) throw InputError("time_interleaved: no inputs");
-  // A strategy's own stream, cuBLAS handle and caching tracker (destroyed in reverse order: the
-  // handle's workspace goes back to the tracker before the tracker frees its cache). cold: its
-  // cache was released, so its next pass would allocate inside the timed window; it makes an
-  // untimed pass first.
-  struct Lane {
-    gpu::DeviceMemoryTracker mem;
-    cudaStream_t st = nullptr;
-    std::unique_ptr<gpu::Blas> blas;
-    gpu::DeviceRun r;
-    bool live = true, cold = false;
-    explicit Lane(const gpu::DeviceRun& run) : r(run) {
-      mem.set_caching(true);
-      XL_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-      try {
-        blas = std::make_unique<gpu::Blas>(mem, st);
-      } catch (...) {
-        (void)cudaStreamDestroy(st);
-        throw;
-      }
-    }
-    Lane(const Lane&) = delete;
-    Lane& operator=(const Lane&) = delete;
-    ~Lane() {
-      if (st) (void)cudaStreamSynchronize(st);
-      blas.reset();
-      if (st) (void)cudaStreamDestroy(st);
-    }
-  };
   const std::size_t n = runs.size();
   std::vector<InterleavedTimes> out(n);
   std::vector<std::unique_ptr<Lane>> lanes;
@@ -271,18 +268,8 @@ std::vector<InterleavedTimes> time_interleaved(const std::vector<InterleavedRun>
       if (!L.live) continue;
       // Every pass on the next input copy: no pass reads what the pass before it left in L2.
       const InputSet& in = inputs[(static_cast<std::size_t>(it) * n + j) % inputs.size()];
-      L.r.prob.H = in.H;
-      L.r.prob.W = in.W;
-      L.r.prob.targets = in.targets;
       const auto pass = [&](bool timed) {
-        gpu::DeviceContext ctx{L.mem, *L.blas, L.st};
-        L.mem.reset_peak();
-        XL_CUDA_CHECK(cudaEventRecord(e0.e, L.st));
-        runs[i].strategy->forward_backward(L.r, ctx);
-        XL_CUDA_CHECK(cudaEventRecord(e1.e, L.st));
-        XL_CUDA_CHECK(cudaEventSynchronize(e1.e));
-        float t = 0;
-        XL_CUDA_CHECK(cudaEventElapsedTime(&t, e0.e, e1.e));
+        const float t = timed_pass(*runs[i].strategy, L, in, e0, e1);
         if (timed && it >= warmup) out[i].t.ms.push_back(t);
         out[i].t.peak_extra_bytes = std::max(out[i].t.peak_extra_bytes, L.mem.peak_extra());
         L.cold = false;
