@@ -543,7 +543,8 @@ void expect_same_outputs(const StrategyOutputs& a, const StrategyOutputs& b,
 
 /// The registry's deterministic trait, on the device: a strategy that declares it gives every
 /// output bit for bit on a repeat run; one that does not (atomics in the gradients) still gives
-/// loss and lse bit for bit (FusedRepeatRuns bounds its gradients).
+/// loss and lse bit for bit. Every registered strategy declares it (RepeatRunsAreBitIdentical
+/// checks fused and chunked on several waves of tiles).
 TEST(GpuStrategies, DeterministicStrategiesRepeatBitForBit) {
   XL_REQUIRE_DEVICE();
   const Problem pb = gaussian(256, 2000, 64, DType::bf16, 3.0, 5, true, true);
@@ -957,34 +958,58 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
   }
 }
 
-/// Repeat runs: loss and lse come from a fixed merge order (no atomics) and must agree bit for
-/// bit; dH, dW and db are fp32 atomic sums whose order depends on scheduling, so repeats agree
-/// within the a-priori bound of each run (both runs are checked against the reference), and the
-/// test reports how far apart they are.
-TEST(GpuStrategies, FusedRepeatRuns) {
+/// Repeat runs give the same bits in every output. Fused: loss and lse come from a fixed merge
+/// order, and the additions into dH, dW and db take turns in increasing vocabulary tile / token
+/// block (gpu/cuda/fused/backward.cuh); chunked: cuBLAS GEMMs (bitwise reproducible on one device
+/// and toolkit, per cuBLAS's documentation) and row kernels without atomics, chunks added in
+/// order. The problem has several waves of backward tiles on each fused kernel path (1024 × 16384
+/// × 256: 512 wgmma tiles, 1024 mma.sync tiles), a bias (db), every 7th row ignored and one whole
+/// token block (rows 128–255) ignored — its tiles add nothing but must pass their turns on, or the
+/// next token block's tiles would wait forever. Both runs of each recipe are also checked against
+/// the reference (within bound).
+TEST(GpuStrategies, RepeatRunsAreBitIdentical) {
   XL_REQUIRE_DEVICE();
-  const auto fused = find_strategy(Backend::cuda, "fused");
-  ASSERT_TRUE(fused);
-  Case c{"fused-repeat", gaussian(512, 8192, 256, DType::bf16, 6.0, 3, true, true), {}, {}};
+  Problem g = gaussian(1024, 16384, 256, DType::bf16, 6.0, 3, true, true);
+  std::vector<std::int64_t> t = g.targets;
+  for (std::int64_t i = 128; i < 256; ++i) t[static_cast<std::size_t>(i)] = -100;
+  Case c{"repeat-runs",
+         Problem::linear(std::move(g.H), std::move(g.W), std::move(g.bias), std::move(t), -100,
+                         "repeat-runs"),
+         {},
+         {}};
   const ReferenceResult ref = reference_for(c);
-  const Recipe r = parse_recipe("bf16/bf16/fp32/fp32");
-  RunRequest req;
-  req.problem = &c.pb;
-  req.recipe = r;
-  const StrategyOutputs a = fused->run(req), b = fused->run(req);
-  EXPECT_TRUE(same_bits(a.loss, b.loss)) << "loss differs between repeats";
-  EXPECT_TRUE(same_bits(a.lse, b.lse)) << "lse differs between repeats";
-  EXPECT_TRUE(same_bits({a.reduced_loss}, {b.reduced_loss})) << "reduced loss differs";
-  double dh = 0.0, dw = 0.0;
-  for (std::size_t k = 0; k < a.dH.size(); ++k) dh = std::max(dh, std::fabs(a.dH[k] - b.dH[k]));
-  for (std::size_t k = 0; k < a.dW.size(); ++k) dw = std::max(dw, std::fabs(a.dW[k] - b.dW[k]));
-  std::cout << "[ note ] fused repeat runs: max |ΔdH| = " << dh << ", max |ΔdW| = " << dw
-            << " (fp32 atomic order)\n";
-  for (const StrategyOutputs* o : {&a, &b}) {
-    const RunAssessment as =
-        assess_run(c.pb, c.spec, r, fused->arithmetic(r), *o, ref, policy_by_name("default"), 1);
-    EXPECT_EQ(as.verdict.disposition, Disposition::passed)
-        << as.verdict.output << ": " << as.verdict.reason;
+  auto check = [&](const char* label, const Strategy& s, const Recipe& r, RunRequest req) {
+    SCOPED_TRACE(std::string(label) + ", recipe " + r.name());
+    req.problem = &c.pb;
+    req.recipe = r;
+    const StrategyOutputs a = s.run(req), b = s.run(req);
+    EXPECT_TRUE(same_bits(a.loss, b.loss)) << "loss differs between repeats";
+    EXPECT_TRUE(same_bits(a.lse, b.lse)) << "lse differs between repeats";
+    EXPECT_TRUE(same_bits({a.reduced_loss}, {b.reduced_loss})) << "reduced loss differs";
+    EXPECT_TRUE(same_bits(a.dH, b.dH)) << "dH differs between repeats";
+    EXPECT_TRUE(same_bits(a.dW, b.dW)) << "dW differs between repeats";
+    EXPECT_TRUE(same_bits(a.db, b.db)) << "db differs between repeats";
+    EXPECT_EQ(a.db.size(), static_cast<std::size_t>(c.pb.V)) << "db missing";
+    for (const StrategyOutputs* o : {&a, &b}) {
+      const RunAssessment as =
+          assess_run(c.pb, c.spec, r, s.arithmetic(r), *o, ref, policy_by_name("default"), 1);
+      EXPECT_EQ(as.verdict.disposition, Disposition::passed)
+          << as.verdict.output << ": " << as.verdict.reason;
+    }
+  };
+  for (const char* recipe : {"bf16/bf16/fp32/fp32", "bf16/bf16/fp32/bf16"}) {
+    const Recipe r = parse_recipe(recipe);
+    for_each_fused_kernel_path([&](const char* path, const Strategy& fused) {
+      check((std::string("fused, path ") + path).c_str(), fused, r, RunRequest{});
+      if (fused_wgmma_device() && std::string(path) == "automatic") {
+        EXPECT_EQ(fused_kernels_of_last_run(fused), "wgmma/wgmma");
+      }
+    });
+    const auto chunked = find_strategy(Backend::cuda, "chunked");
+    ASSERT_TRUE(chunked);
+    RunRequest chunks;  // four chunks: dW and db added over them
+    chunks.chunk_tokens = 256;
+    check("chunked, 4 chunks", *chunked, r, chunks);
   }
 }
 

@@ -8,8 +8,8 @@
 //   dH          per vocabulary tile of kFusedBackwardVocabTile an fp32 partial, added into the
 //               fp32 accumulator;
 //   dW, db      per token block of kFusedBlockTokens rows an fp32 partial (db: a plain fp32 sum),
-//               added into the fp32 accumulator (the kernel adds them atomically, in an order the
-//               emulation fixes to increasing block).
+//               added into the fp32 accumulator in increasing block (the kernel's order: its
+//               additions take turns, gpu/cuda/fused/backward.cuh).
 // The steps every strategy shares are the engine's (gpu/emulation/common.cpp).
 #include <fmt/format.h>
 

@@ -3,6 +3,8 @@
 //   fused                 forward only, and forward + backward (the real strategy), each also
 //                         with the mma.sync kernels forced (FusedKernelPath::mma_sync,
 //                         gpu/cuda/fused/fused.hpp);
+//   fused-atomic          the backward FusedBackwardAtomic: the fp32 additions as atomics in a
+//                         scheduling-dependent order (the strategy's before they took turns);
 //   fused-noatomics       the backward FusedBackwardNoReductions: the gradient GEMMs run, their
 //                         fp32 reductions into dH/dW are dropped;
 //   fused-nograd          the backward FusedBackwardDzOnly: it recomputes the logits and forms
@@ -14,7 +16,7 @@
 // construction or differ in reduction order: timing only.
 // Inputs as xentlab bench (tools/bench/bench_lib.hpp): H ~ N(0,1), W ~ N(0, 1/64²) in bf16,
 // uniform targets, reduction mean, recipe bf16/bf16/fp32/bf16; median of `repeats` after one
-// warm-up.
+// warm-up, the entries interleaved round by round (bench::time_interleaved).
 //   build: cmake -S . -B build-gpu -DXENTLAB_BUILD_EXPERIMENTS=ON && cmake --build build-gpu
 //          --target fused_breakdown
 //   run:   build-gpu/tools/fused_breakdown [repeats=3] [N ...]   (default N = 8192)
@@ -76,6 +78,8 @@ int main(int argc, char** argv) {
   entries.push_back({"fused forward only", registered("fused"), true});
   entries.push_back({"fused", registered("fused"), false});
   entries.push_back(
+      {"fused-atomic", fused_with_backward<gpu::fused::FusedBackwardAtomic>(), false});
+  entries.push_back(
       {"fused-noatomics", fused_with_backward<gpu::fused::FusedBackwardNoReductions>(), false});
   entries.push_back(
       {"fused-nograd", fused_with_backward<gpu::fused::FusedBackwardDzOnly>(), false});
@@ -108,25 +112,46 @@ int main(int argc, char** argv) {
       bench::fill_normal(DType::bf16, H.get(), N * D, 1.0, 1);
       bench::fill_normal(DType::bf16, W.get(), V * D, 1.0 / 64.0, 2);
       bench::fill_targets(T.as<std::int64_t>(), N, V, 3);
-      for (const Entry& e : entries) {
-        const auto* cs = dynamic_cast<const gpu::CudaStrategy*>(e.s.get());
+      // Every entry in turn, round after round (bench::time_interleaved): their ratios hold
+      // under the card's power cap.
+      std::vector<gpu::DeviceRun> runs(entries.size());
+      std::vector<bench::InterleavedRun> order;
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        const auto* cs = dynamic_cast<const gpu::CudaStrategy*>(entries[i].s.get());
         if (cs == nullptr) continue;
-        gpu::DeviceRun r;
+        gpu::DeviceRun& r = runs[i];
         r.prob = gpu::DeviceProblem{N,       V,       D,       DType::bf16,          H.get(),
                                     W.get(), nullptr, nullptr, T.as<std::int64_t>(), N};
         r.recipe = parse_recipe("bf16/bf16/fp32/bf16");
-        r.want_grads = !e.forward_only;
+        r.want_grads = !entries[i].forward_only;
         r.g.g_scalar = 1.0f / static_cast<float>(N);
         r.out.loss = L.as<float>();
         r.out.lse = E.as<float>();
         r.out.dH = dH.get();
         r.out.dW = dW.get();
-        const bench::TimedRuns t = bench::time_forward_backward(
-            *cs, r, {{H.get(), W.get(), T.as<std::int64_t>()}}, 1, repeats);
+        order.push_back({cs, &r});
+      }
+      const std::vector<bench::InterleavedTimes> times =
+          bench::time_interleaved(order, {{H.get(), W.get(), T.as<std::int64_t>()}}, 1, repeats);
+      std::size_t k = 0;
+      for (const Entry& e : entries) {
+        if (dynamic_cast<const gpu::CudaStrategy*>(e.s.get()) == nullptr) continue;
+        const bench::InterleavedTimes& it = times[k++];
+        if (it.error || it.t.ms.empty()) {
+          std::string why = "no timed run";
+          try {
+            if (it.error) std::rethrow_exception(it.error);
+          } catch (const std::exception& ex) {
+            why = ex.what();
+          }
+          std::printf("N=%lld %-20s failed: %s\n", static_cast<long long>(N), e.label.c_str(),
+                      why.c_str());
+          continue;
+        }
         const bool fused = e.label.rfind("fused", 0) == 0;
         const gpu::FusedKernels kernels =
             fused ? gpu::last_fused_kernels(*e.s) : gpu::FusedKernels{};
-        std::vector<double> ms = t.ms;
+        std::vector<double> ms = it.t.ms;
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
         const double flops = (e.forward_only ? 2.0 : 8.0) * N * V * D;
@@ -135,7 +160,7 @@ int main(int argc, char** argv) {
             "peak extra %lld B%s%s%s%s\n",
             static_cast<long long>(N), e.label.c_str(), med, ms.front(), ms.back(),
             flops / (med * 1e-3) / 1e12, e.forward_only ? "2NVD" : "8NVD",
-            static_cast<long long>(t.peak_extra_bytes), fused ? ", forward kernel " : "",
+            static_cast<long long>(it.t.peak_extra_bytes), fused ? ", forward kernel " : "",
             fused ? kernels.forward : "", fused && !e.forward_only ? ", backward " : "",
             fused && !e.forward_only ? kernels.backward : "");
         std::fflush(stdout);

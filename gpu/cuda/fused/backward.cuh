@@ -1,8 +1,8 @@
 #pragma once
 // The fused strategy's backward (launch.cuh): 3. per (token block, vocabulary block) tile the
 // logits recomputed, dz formed in shared memory, then dH += dz·W and dW += dzᵀ·H on tensor cores
-// with fp32 reductions, and db. Two kernels — mma.sync (every device) and wgmma with TMA
-// (sm_90a) — templates on a FusedBackwardVariant (launch.cuh): the strategy instantiates
+// with fp32 additions in a fixed order, and db. Two kernels — mma.sync (every device) and wgmma
+// with TMA (sm_90a) — templates on a FusedBackwardVariant (launch.cuh): the strategy instantiates
 // FusedStrategyBackward (backward.cu); a timing probe may instantiate others.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -65,42 +65,139 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
   return std::uint32_t(ua) | (std::uint32_t(ub) << 16);
 }
 
-/// Adds a warp's fp32 fragment of 16 rows × 8·J columns into dst (rows × D) with fp32 reductions:
-/// acc[4j + 2h + e] is row r0 + g + 8h, column c0 + 8j + 2c + e (g = lane/4, c = lane%4: the
-/// accumulator layout of mma m16n8 tiles side by side and of wgmma m64nN per warp). Vector path
-/// (sm_90, D % 8 == 0): partner lanes (c, c^1) swap one pair so that each lane adds one float4 of
-/// 4 consecutive columns per j — even lanes row g, odd lanes row g + 8.
-template <bool kVec, int J>
+// ---- ordered additions ---------------------------------------------------------------------
+// Every fp32 addition into dH, dW and db is made by the one CTA (or consumer warpgroup) whose turn
+// it is, as a load from L2, an add and a store, so that each output element is the same sum in the
+// same order on every run, on any schedule:
+//   dH[token block t, half, D slice s]   vocabulary tiles in increasing order (turn = next tile);
+//   dW[vocabulary block v, half, slice]  token blocks in increasing order (turn = next block);
+//   db[vocabulary block v, half]         token blocks in increasing order.
+// That is the CPU emulation's order (gpu/emulation/fused.cpp). A tile's turn comes after those of
+// tiles with a smaller raster index only (backward_tile: token block fastest within a group), and
+// CTAs take their tiles from a counter in increasing order (claim_tile), so each waits only on
+// tiles already running or done: the smallest unfinished tile never waits, and the whole grid
+// finishes (no assumption about the order in which the hardware starts CTAs). A tile whose token
+// block has no valid target adds nothing but passes its dW and db turns on (pass_skipped_turns).
+// The wait: one thread spins on an acquire load of the flag, then a barrier of the threads that
+// add; the hand-over: a barrier, then one thread's acq_rel fence and relaxed store (cumulative
+// over the other threads' stores, ordered before it by the barrier). The adding threads read and
+// write through L2 (ld.global.cg / st.global.cg), never a stale L1 line.
+struct BwdOrder {
+  int* h;  // (MB, 2, S) vocabulary tiles added into dH[t, half, s]
+  int* w;  // (VB128, 2, S) token blocks added into dW[v, half, s]
+  int* b;  // (VB128, 2) token blocks added into db[v, half]
+  std::int64_t S;
+  __device__ int* turn_h(std::int64_t mb, int half, std::int64_t s) const {
+    return h + (2 * mb + half) * S + s;
+  }
+  __device__ int* turn_w(std::int64_t vb, int half, std::int64_t s) const {
+    return w + (2 * vb + half) * S + s;
+  }
+  __device__ int* turn_b(std::int64_t vb, int half) const { return b + 2 * vb + half; }
+};
+/// The flags of a.order (launch.cuh fused_order_ints: the counter first).
+__device__ __forceinline__ BwdOrder bwd_order(const FusedArgs& a) {
+  const std::int64_t MB = (a.N + 127) / 128, VB = (a.V + 127) / 128, S = (a.D + 63) / 64;
+  BwdOrder o;
+  o.h = a.order + 1;
+  o.w = o.h + MB * 2 * S;
+  o.b = o.w + VB * 2 * S;
+  o.S = S;
+  return o;
+}
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+/// Spins until *p == turn (one thread; a barrier of the adding threads follows).
+__device__ __forceinline__ void wait_turn(const int* p, int turn) {
+  while (load_acquire(p) != turn) {
+  }
+}
+/// Hands the turns on: *p = turn, *q = turn_q (one thread, after a barrier of the adding threads).
+__device__ __forceinline__ void pass_turns(int* p, int turn, int* q = nullptr, int turn_q = 0) {
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+  asm volatile("st.relaxed.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(turn) : "memory");
+  if (q != nullptr)
+    asm volatile("st.relaxed.gpu.global.s32 [%0], %1;\n" ::"l"(q), "r"(turn_q) : "memory");
+}
+/// This CTA's tile index: the next from the counter a.order[0] (every thread; a barrier).
+__device__ __forceinline__ std::int64_t claim_tile(const FusedArgs& a) {
+  __shared__ int claimed;
+  if (threadIdx.x == 0) claimed = atomicAdd(a.order, 1);
+  __syncthreads();
+  return claimed;
+}
+/// dst[0] += x: ordered (L2 load, fp32 add, store) or an fp32 atomic reduction.
+template <bool kOrdered>
+__device__ __forceinline__ void add_into(float* dst, float x) {
+  if constexpr (kOrdered) {
+    __stcg(dst, __fadd_rn(__ldcg(dst), x));
+  } else {
+    atomicAdd(dst, x);
+  }
+}
+
+/// Adds a warp's fp32 fragment of 16 rows × 8·J columns into dst (rows × D): acc[4j + 2h + e] is
+/// row r0 + g + 8h, column c0 + 8j + 2c + e (g = lane/4, c = lane%4: the accumulator layout of
+/// mma m16n8 tiles side by side and of wgmma m64nN per warp). kOrdered: a load from L2, an fp32
+/// add (round to nearest) and a store, for a caller that holds the turn of these lines (below);
+/// else fp32 atomic reductions. Vector path (sm_90, D % 8 == 0): partner lanes (c, c^1) swap one
+/// pair so that each lane adds one float4 of 4 consecutive columns per j — even lanes row g, odd
+/// lanes row g + 8.
+template <bool kVec, int J, bool kOrdered>
 __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::int64_t r0,
                                            std::int64_t rows, std::int64_t c0, std::int64_t D,
                                            int g, int c) {
-#pragma unroll
-  for (int j = 0; j < J; ++j) {
-    const float* f = acc + 4 * j;
-    const std::int64_t ra = r0 + g, col = c0 + j * 8 + 2 * c;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr bool kVec4 = kVec;  // float4 reductions exist from sm_90
+  constexpr bool kVec4 = kVec;  // float4 reductions exist from sm_90
 #else
-    constexpr bool kVec4 = false;
+  constexpr bool kVec4 = false;
 #endif
-    if constexpr (kVec4) {
-      const bool even = (c & 1) == 0;
+  if constexpr (kVec4) {
+    // Each lane's float4 per j; ordered: all J loads issued before any add and store, so that
+    // their L2 round trips overlap.
+    const bool even = (c & 1) == 0;
+    float4 v[J];
+    float4* p[J];
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const float* f = acc + 4 * j;
       const float s0 = even ? f[2] : f[0];
       const float s1 = even ? f[3] : f[1];
       const float q0 = __shfl_xor_sync(0xffffffffu, s0, 1);
       const float q1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-      const std::int64_t row = even ? ra : ra + 8, cc = even ? col : col - 2;
-      if (row < rows && cc < D) {
-        const float4 v = even ? make_float4(f[0], f[1], q0, q1) : make_float4(q0, q1, f[2], f[3]);
-        atomicAdd(reinterpret_cast<float4*>(dst + row * D + cc), v);
-      }
+      const std::int64_t row = r0 + g + (even ? 0 : 8), cc = c0 + j * 8 + 2 * c - (even ? 0 : 2);
+      v[j] = even ? make_float4(f[0], f[1], q0, q1) : make_float4(q0, q1, f[2], f[3]);
+      p[j] = row < rows && cc < D ? reinterpret_cast<float4*>(dst + row * D + cc) : nullptr;
+    }
+    if constexpr (kOrdered) {
+      float4 o[J];
+#pragma unroll
+      for (int j = 0; j < J; ++j)
+        if (p[j] != nullptr) o[j] = __ldcg(p[j]);
+#pragma unroll
+      for (int j = 0; j < J; ++j)
+        if (p[j] != nullptr)
+          __stcg(p[j], make_float4(__fadd_rn(o[j].x, v[j].x), __fadd_rn(o[j].y, v[j].y),
+                                   __fadd_rn(o[j].z, v[j].z), __fadd_rn(o[j].w, v[j].w)));
     } else {
 #pragma unroll
+      for (int j = 0; j < J; ++j)
+        if (p[j] != nullptr) atomicAdd(p[j], v[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      const float* f = acc + 4 * j;
+      const std::int64_t col = c0 + j * 8 + 2 * c;
+#pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const std::int64_t row = ra + 8 * h;
+        const std::int64_t row = r0 + g + 8 * h;
         if (row >= rows) continue;
-        if (col < D) atomicAdd(dst + row * D + col, f[2 * h]);
-        if (col + 1 < D) atomicAdd(dst + row * D + col + 1, f[2 * h + 1]);
+        if (col < D) add_into<kOrdered>(dst + row * D + col, f[2 * h]);
+        if (col + 1 < D) add_into<kOrdered>(dst + row * D + col + 1, f[2 * h + 1]);
       }
     }
   }
@@ -108,26 +205,28 @@ __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::in
 
 /// A warp's 32×32 result of the mma.sync backward (acc[i][j][e]: row r0 + 16i + g + 8(e/2),
 /// column c0 + 8j + 2c + e%2) into dst: two 16-row fragments.
-template <bool kVec>
+template <bool kVec, bool kOrdered>
 __device__ __forceinline__ void flush_tile(float* dst, const float (&acc)[2][4][4], std::int64_t r0,
                                            std::int64_t rows, std::int64_t c0, std::int64_t D,
                                            int g, int c) {
 #pragma unroll
   for (int i = 0; i < 2; ++i)
-    flush_frag<kVec, 4>(dst, &acc[i][0][0], r0 + 16 * i, rows, c0, D, g, c);
+    flush_frag<kVec, 4, kOrdered>(dst, &acc[i][0][0], r0 + 16 * i, rows, c0, D, g, c);
 }
 
-/// The backward's tile of CTA blockIdx.x for tiles of kBM tokens × BN vocabulary entries: raster
+/// The backward's tile of raster index b for tiles of kBM tokens × BN vocabulary entries: raster
 /// groups of GROUP token blocks, token block fastest within a group (L2 reuse of both the H rows
 /// and the W rows that the CTAs in flight read, and of the gradient lines they add into); the last
-/// group may be smaller. A bijection of [0, MB·VB) for any GROUP ≥ 1.
+/// group may be smaller. A bijection of [0, MB·VB) for any GROUP ≥ 1, in which the tiles of the
+/// previous token block and of the previous vocabulary block have smaller indexes (the order of
+/// the additions relies on it).
 struct BwdTile {
   std::int64_t mb, vb, m0, n0;
 };
 template <int BN, int GROUP>
-__device__ __forceinline__ BwdTile backward_tile(const FusedArgs& a) {
+__device__ __forceinline__ BwdTile backward_tile(const FusedArgs& a, std::int64_t b) {
   const std::int64_t MB = (a.N + kBM - 1) / kBM, VB = (a.V + BN - 1) / BN;
-  const std::int64_t b = blockIdx.x, per_group = std::int64_t(GROUP) * VB;
+  const std::int64_t per_group = std::int64_t(GROUP) * VB;
   const std::int64_t grp = b / per_group, local = b % per_group;
   const std::int64_t gn = std::min<std::int64_t>(GROUP, MB - grp * GROUP);
   BwdTile t;
@@ -147,6 +246,37 @@ __device__ __forceinline__ bool block_has_targets(const FusedArgs& a, std::int64
     any = row < a.N && target_valid(a.targets[row], a.p);
   }
   return __syncthreads_or(any) != 0;
+}
+
+/// A tile whose token block has no valid target adds nothing, but the tile of the next token block
+/// and the same vocabulary block waits for its dW turns (each of `halves` halves and every slice)
+/// and db turns: it waits for each and passes it on. One thread.
+__device__ __forceinline__ void pass_skipped_turns(const FusedArgs& a, const BwdTile& tl,
+                                                   int halves) {
+  const BwdOrder o = bwd_order(a);
+  const int mine = static_cast<int>(tl.mb);
+  for (int h = 0; h < halves; ++h) {
+    for (std::int64_t s = 0; s < o.S; ++s) {
+      int* f = o.turn_w(tl.vb, h, s);
+      wait_turn(f, mine);
+      pass_turns(f, mine + 1);
+    }
+    if (a.db != nullptr) {
+      int* f = o.turn_b(tl.vb, h);
+      wait_turn(f, mine);
+      pass_turns(f, mine + 1);
+    }
+  }
+}
+
+/// The D slice (of S) a tile's gradient phase starts at. Ordered: −(mb + vb) mod S, so that the
+/// tiles of the previous token block and of the previous vocabulary block — started earlier,
+/// at the next slice in the same cyclic order — have added into each slice one step before this
+/// tile reaches it; concurrent tiles still add into different slices. Atomic: (mb + vb) mod S.
+template <bool kOrdered>
+__device__ __forceinline__ std::int64_t first_slice(const BwdTile& tl, std::int64_t S) {
+  const std::int64_t r = (tl.mb + tl.vb) % S;
+  return kOrdered ? (S - r) % S : r;
 }
 
 /// What dz of one row needs: target, lse, upstream gradient, and whether the row has a valid
@@ -178,13 +308,20 @@ __device__ __forceinline__ float dz_of(float acc, std::int64_t col, const DzRow&
 
 template <class Variant, class T, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a) {
+  constexpr bool kOrdered = Variant::work == FusedBackwardWork::full;
   extern __shared__ __align__(16) std::uint16_t smem[];
   std::uint16_t* dzs = smem + kRegionHalves;  // (kBM, kLdz) dz tile in the operand dtype
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, c = lane % 4;
-  const BwdTile tl = backward_tile<kBN, Variant::mma_group>(a);
+  const BwdTile tl =
+      backward_tile<kBN, Variant::mma_group>(a, kOrdered ? claim_tile(a) : blockIdx.x);
   const std::int64_t mb = tl.mb, vb = tl.vb, m0 = tl.m0, n0 = tl.n0;
-  if (!block_has_targets(a, m0)) return;
+  if (!block_has_targets(a, m0)) {
+    if (kOrdered && threadIdx.x == 0) pass_skipped_turns(a, tl, 1);
+    return;
+  }
+  const BwdOrder order = bwd_order(a);
+  const int mb_turn = static_cast<int>(mb), vb_turn = static_cast<int>(vb);
 
   {
     const int wm = warp / 4, wn = warp % 4;
@@ -209,22 +346,32 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
     if (dzs[threadIdx.x] == 12345) a.dH[0] = 1.0f;
     return;
   }
-  // db: column sums of the tile (fp32, increasing row), added atomically.
-  if (a.db != nullptr && threadIdx.x < kBN && n0 + threadIdx.x < a.V) {
-    float sum = 0.0f;
-    for (int r = 0; r < kBM; ++r) {
-      T v;
-      memcpy(&v, dzs + r * kLdz + threadIdx.x, 2);
-      sum = __fadd_rn(sum, to_f(v));
+  // db: column sums of the tile (fp32, increasing row), added in db's turn (or atomically).
+  if (a.db != nullptr) {
+    if constexpr (kOrdered) {
+      if (threadIdx.x == 0) wait_turn(order.turn_b(vb, 0), mb_turn);
+      __syncthreads();
     }
-    atomicAdd(a.db + n0 + threadIdx.x, sum);
+    if (threadIdx.x < kBN && n0 + threadIdx.x < a.V) {
+      float sum = 0.0f;
+      for (int r = 0; r < kBM; ++r) {
+        T v;
+        memcpy(&v, dzs + r * kLdz + threadIdx.x, 2);
+        sum = __fadd_rn(sum, to_f(v));
+      }
+      add_into<kOrdered>(a.db + n0 + threadIdx.x, sum);
+    }
+    if constexpr (kOrdered) {
+      __syncthreads();
+      if (threadIdx.x == 0) pass_turns(order.turn_b(vb, 0), mb_turn + 1);
+    }
   }
 
   // Gradient GEMMs over D in slices of kDS, double-buffered; warps 4 (M) × 2 (N), warp tile
   // 32 × 32 for both dH (rows × hidden, K = vocabulary) and dW (vocabulary × hidden, K = rows).
   const int wm = warp / 2, wn = warp % 2;
   const std::int64_t slices = (a.D + kDS - 1) / kDS;
-  const std::int64_t first = (mb + vb) % slices;  // rotate so concurrent CTAs add elsewhere
+  const std::int64_t first = first_slice<kOrdered>(tl, slices);  // concurrent CTAs add elsewhere
   auto stage = [&](int st) { return smem + st * (kBM + kBN) * kLdg; };
   auto load_slice = [&](std::int64_t k, int st) {
     const std::int64_t d0 = ((first + k) % slices) * kDS;
@@ -268,10 +415,22 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
           mma<T>(accW[i][j], aw[i], bh[j / 2][(j % 2) * 2], bh[j / 2][(j % 2) * 2 + 1]);
         }
     }
-    if constexpr (Variant::work == FusedBackwardWork::full) {
-      const std::int64_t d0 = ((first + k) % slices) * kDS;
-      flush_tile<kVec>(a.dH, accH, m0 + wm * 32, a.N, d0 + wn * 32, a.D, g, c);
-      flush_tile<kVec>(a.dW, accW, n0 + wm * 32, a.V, d0 + wn * 32, a.D, g, c);
+    if constexpr (Variant::work != FusedBackwardWork::without_reductions) {
+      const std::int64_t s = (first + k) % slices, d0 = s * kDS;
+      if constexpr (kOrdered) {  // dH's turn of this token block, dW's of this vocabulary block
+        if (threadIdx.x == 0) {
+          wait_turn(order.turn_h(mb, 0, s), vb_turn);
+          wait_turn(order.turn_w(vb, 0, s), mb_turn);
+        }
+        __syncthreads();
+      }
+      flush_tile<kVec, kOrdered>(a.dH, accH, m0 + wm * 32, a.N, d0 + wn * 32, a.D, g, c);
+      flush_tile<kVec, kOrdered>(a.dW, accW, n0 + wm * 32, a.V, d0 + wn * 32, a.D, g, c);
+      if constexpr (kOrdered) {
+        __syncthreads();
+        if (threadIdx.x == 0)
+          pass_turns(order.turn_h(mb, 0, s), vb_turn + 1, order.turn_w(vb, 0, s), mb_turn + 1);
+      }
     } else {  // timing: keep the GEMMs, drop their reductions
       if (accH[0][0][0] == 12345.0f && accW[0][0][0] == 12345.0f) a.dH[0] = 1.0f;
     }
@@ -314,16 +473,21 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     fused_backward_wgmma_kernel(const __grid_constant__ CUtensorMap tm_h,
                                 const __grid_constant__ CUtensorMap tm_w, FusedArgs a) {
   using namespace hopper;
+  constexpr bool kOrdered = Variant::work == FusedBackwardWork::full;
   extern __shared__ std::uint8_t wg_smem_raw[];
   __shared__ __align__(8) std::uint64_t full[BwdRing::kStages], empty[BwdRing::kStages];
   std::uint8_t* base = align_1024(wg_smem_raw);
   const BwdRing ring{base, full, empty};
   std::uint8_t* dzs = base + BwdRing::kStages * BwdRing::kStageBytes;
-  const BwdTile tl = backward_tile<kWbBN, Variant::wgmma_group>(a);
-  if (!block_has_targets(a, tl.m0)) return;
+  const BwdTile tl =
+      backward_tile<kWbBN, Variant::wgmma_group>(a, kOrdered ? claim_tile(a) : blockIdx.x);
+  if (!block_has_targets(a, tl.m0)) {
+    if (kOrdered && threadIdx.x == 0) pass_skipped_turns(a, tl, kWgConsumers);
+    return;
+  }
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const int kblocks = static_cast<int>((a.D + BwdRing::kBK - 1) / BwdRing::kBK);
-  const int first = static_cast<int>((tl.mb + tl.vb) % kblocks);  // concurrent CTAs add elsewhere
+  const int first = static_cast<int>(first_slice<kOrdered>(tl, kblocks));  // CTAs add elsewhere
   if (threadIdx.x == 0) ring.init(kWgConsumers);
   __syncthreads();
   if (wg == kWgConsumers) {  // producer warpgroup
@@ -380,16 +544,32 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if (dzs[threadIdx.x] == 123) a.dH[0] = 1.0f;
     return;
   }
-  // db: column sums of the tile (fp32, increasing row), added atomically; one column per thread.
-  if (a.db != nullptr && tl.n0 + threadIdx.x < a.V) {
-    const int v = static_cast<int>(threadIdx.x);
-    float sum = 0.0f;
-    for (int r = 0; r < kBM; ++r) {
-      T x;
-      memcpy(&x, dzs + dz_byte(r, v), 2);
-      sum = __fadd_rn(sum, to_f(x));
+  // The additions of consumer warpgroup c (dH rows 64c…, dW and db vocabulary rows 128c…) take
+  // their own turns (BwdOrder half c), with a barrier of its 128 threads.
+  const BwdOrder order = bwd_order(a);
+  const int mb_turn = static_cast<int>(tl.mb), vb_turn = static_cast<int>(tl.vb);
+  const int bar = 2 + c;  // 0: __syncthreads, 1: both consumer warpgroups
+  // db: column sums of the tile (fp32, increasing row), added in db's turn (or atomically); one
+  // column per thread.
+  if (a.db != nullptr) {
+    if constexpr (kOrdered) {
+      if (t == 0) wait_turn(order.turn_b(tl.vb, c), mb_turn);
+      named_barrier(bar, 128);
     }
-    atomicAdd(a.db + tl.n0 + v, sum);
+    if (tl.n0 + threadIdx.x < a.V) {
+      const int v = static_cast<int>(threadIdx.x);
+      float sum = 0.0f;
+      for (int r = 0; r < kBM; ++r) {
+        T x;
+        memcpy(&x, dzs + dz_byte(r, v), 2);
+        sum = __fadd_rn(sum, to_f(x));
+      }
+      add_into<kOrdered>(a.db + tl.n0 + v, sum);
+    }
+    if constexpr (kOrdered) {
+      named_barrier(bar, 128);
+      if (t == 0) pass_turns(order.turn_b(tl.vb, c), mb_turn + 1);
+    }
   }
   // Per D slice: both GEMMs, then their reductions. (Issuing each GEMM's reductions while the
   // other runs, and dH's A operand from registers, were measured slower: docs/fused.md.)
@@ -417,12 +597,27 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     wgmma_commit();
     wgmma_wait<0>();
     if (t == 0) ring.release(it);
-    if constexpr (Variant::work == FusedBackwardWork::full) {
-      const std::int64_t d0 = std::int64_t((first + i) % kblocks) * BwdRing::kBK;
-      flush_frag<true, 8>(a.dH, accH, tl.m0 + 64 * c + 16 * w, a.N, d0, a.D, g, q);
+    if constexpr (Variant::work != FusedBackwardWork::without_reductions) {
+      const int s = (first + i) % kblocks;
+      const std::int64_t d0 = std::int64_t(s) * BwdRing::kBK;
+      if constexpr (kOrdered) {  // dH's turn of these 64 rows, dW's of these 128 vocabulary rows
+        if (t == 0) {
+          wait_turn(order.turn_h(tl.mb, c, s), vb_turn);
+          wait_turn(order.turn_w(tl.vb, c, s), mb_turn);
+        }
+        named_barrier(bar, 128);
+      }
+      flush_frag<true, 8, kOrdered>(a.dH, accH, tl.m0 + 64 * c + 16 * w, a.N, d0, a.D, g, q);
 #pragma unroll
       for (int i2 = 0; i2 < 2; ++i2)
-        flush_frag<true, 8>(a.dW, accW[i2], tl.n0 + 64 * (2 * c + i2) + 16 * w, a.V, d0, a.D, g, q);
+        flush_frag<true, 8, kOrdered>(a.dW, accW[i2], tl.n0 + 64 * (2 * c + i2) + 16 * w, a.V, d0,
+                                      a.D, g, q);
+      if constexpr (kOrdered) {
+        named_barrier(bar, 128);
+        if (t == 0)
+          pass_turns(order.turn_h(tl.mb, c, s), vb_turn + 1, order.turn_w(tl.vb, c, s),
+                     mb_turn + 1);
+      }
     } else {  // timing: keep the GEMMs, drop their reductions
       if (accH[0] == 12345.0f && accW[0][0] == 12345.0f && accW[1][0] == 1.0f) a.dH[0] = 1.0f;
     }

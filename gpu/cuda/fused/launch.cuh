@@ -23,12 +23,14 @@
 //      formed in registers from the stored lse and the upstream gradient, rounded to the logits
 //      dtype (= the operand dtype, see below) and kept in shared memory; then dH[rows, :] +=
 //      dz·W[cols, :] and dW[cols, :] += dzᵀ·H[rows, :] are two more tensor-core GEMMs over D in
-//      slices of 64, added into fp32 accumulators with atomics (red.global.add), and db with fp32
-//      atomics. dz is never written to global memory. Two kernels: wgmma (sm_90a, where the
-//      forward is wgmma: tiles 128 × 256, the forward's TMA mainloop for the recompute, wgmma
-//      m64n64k16 for the gradient GEMMs) and mma.sync (tiles 128 × 128, cp.async; elsewhere).
-// Gradients therefore accumulate in fp32 in an order that depends on scheduling: repeat runs agree
-// within the a-priori bound, not bit for bit (loss and lse are deterministic: no atomics there).
+//      slices of 64, added (load, fp32 add, store) into fp32 accumulators, and db likewise. dz is
+//      never written to global memory. The additions into each slice of dH rows take turns in
+//      increasing vocabulary tile, those into dW and db in increasing token block (order flags in
+//      global memory, tiles claimed in increasing order: backward.cuh), so every output is the
+//      same bits from run to run, and its order is the CPU emulation's. Two kernels: wgmma
+//      (sm_90a, where the forward is wgmma: tiles 128 × 256, the forward's TMA mainloop for the
+//      recompute, wgmma m64n64k16 for the gradient GEMMs) and mma.sync (tiles 128 × 128,
+//      cp.async; elsewhere).
 //
 // Recipes: operands bf16 or fp16 (the problem's input dtype); logits dtype = input dtype (dz is
 // held in the logits dtype and must be an exact tensor-core operand; an fp32 dz would need an fp32
@@ -36,7 +38,9 @@
 // state is rounded to it after every operation) and grad dtype. Others are refused by
 // can_implement. Linear problems only (a logits problem has its logits in memory already).
 // Extra device memory: the fp32 dH and dW accumulators (none when the grad dtype is fp32: the
-// outputs accumulate), the fp32 db accumulator, and < 64 MiB of per-row partial states.
+// outputs accumulate), the fp32 db accumulator, < 32 MiB of per-row partial states, and with
+// gradients the backward's order flags (4·fused_order_ints bytes: about 1 MiB at N = 131072,
+// V = 128256, D = 4096).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -70,13 +74,27 @@ struct FusedArgs {
   float* dH = nullptr;  // (N, D) fp32 accumulator
   float* dW = nullptr;  // (V, D) fp32 accumulator
   float* db = nullptr;  // (V) fp32 accumulator or null
+  // The backward's fixed order of additions (backward.cuh, "ordered additions"): zeroed by the
+  // caller before each backward; fused_order_ints(N, V, D) ints from `order`.
+  int* order = nullptr;
 };
 
-/// What the backward kernels do once dz is formed. The strategy does all of it; the two others
-/// are timing-only experiments (tools/probes/fused_breakdown.cu) whose gradients are wrong by
-/// construction (docs/fused.md, "What limits it").
+/// Ints of the backward's order flags (backward.cuh): a tile counter, then per (token block,
+/// consumer half, D slice of 64) the vocabulary tiles that have added into dH, per (vocabulary
+/// block of 128, half, slice) the token blocks that have added into dW, and per (vocabulary block
+/// of 128, half) those that have added into db. Covers both kernels' tile shapes.
+inline std::int64_t fused_order_ints(std::int64_t N, std::int64_t V, std::int64_t D) {
+  const std::int64_t MB = (N + 127) / 128, VB = (V + 127) / 128, S = (D + 63) / 64;
+  return 1 + MB * 2 * S + VB * 2 * S + VB * 2;
+}
+
+/// What the backward kernels do once dz is formed. The strategy does all of it in a fixed order
+/// (bitwise deterministic); the three others are timing-only experiments
+/// (tools/probes/fused_breakdown.cu): the previous atomic additions (right up to their order),
+/// and two whose gradients are wrong by construction (docs/fused.md, "What limits it").
 enum class FusedBackwardWork {
-  full,                ///< db, both gradient GEMMs and their fp32 reductions into dH and dW
+  full,  ///< db, both gradient GEMMs and their fp32 additions into dH and dW, in a fixed order
+  atomic_reductions,   ///< the same with fp32 atomics, in an order that depends on scheduling
   without_reductions,  ///< db and the gradient GEMMs; their reductions into dH and dW dropped
   dz_only,             ///< the logits recomputed and dz formed, then nothing
 };

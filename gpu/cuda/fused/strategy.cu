@@ -42,7 +42,9 @@ class FusedStrategy final : public CudaStrategy {
         "columns of each tile in " +
         std::string(to_string(r.accum)) +
         ", merged by quad and vocabulary range (pairwise); backward recomputes tiles 128x256 "
-        "(wgmma, sm_90a) or 128x128 (mma.sync), dH/dW/db fp32 atomics";
+        "(wgmma, sm_90a) or 128x128 (mma.sync), dH/dW/db fp32 additions in increasing vocabulary "
+        "tile (dH) and token "
+        "block (dW, db)";
     return d;
   }
 
@@ -52,9 +54,11 @@ class FusedStrategy final : public CudaStrategy {
     w.n_chunks = 1;
     w.cublas = 0;
     const int splits = fused_vocab_ranges(q.N, q.V, sms());
-    // (m, s, Σx) per row and vocabulary range, and x_t per row.
+    // (m, s, Σx) per row and vocabulary range, and x_t per row; with gradients, the backward's
+    // order flags after them (launch.cuh fused_order_ints).
     w.row_states = (std::int64_t{3} * splits + 1) * q.N * 4;
     if (q.want_grads) {
+      w.row_states += fused_order_ints(q.N, q.V, q.D) * 4;
       if (q.recipe.grad != DType::fp32) {
         w.dH_f32 = q.N * q.D * 4;
         w.dW_acc = q.V * q.D * 4;
@@ -124,6 +128,9 @@ class FusedStrategy final : public CudaStrategy {
     a.dH = dH;
     a.dW = dW;
     a.db = P.bias != nullptr ? ws.db_acc.as<float>() : nullptr;
+    a.order = reinterpret_cast<int*>(st + (3 * std::int64_t(splits) + 1) * P.N);
+    XL_CUDA_CHECK(cudaMemsetAsync(
+        a.order, 0, static_cast<std::size_t>(fused_order_ints(P.N, P.V, P.D) * 4), c.stream));
     backward_(P.input, vec, wgmma, a, c.stream);
     last_backward_.store(wgmma ? 1 : 0);
     if (grad != DType::fp32) {

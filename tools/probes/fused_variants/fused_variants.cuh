@@ -8,11 +8,15 @@
 
 namespace xentlab::gpu::fused {
 
-/// Both backward kernels rastered in groups of 4, 16 or 32 token blocks: the same results up to
-/// the order of the fp32 reductions.
+/// Both backward kernels rastered in groups of 4, 16 or 32 token blocks: the same results (the
+/// additions take turns in the same order whatever the raster).
 using FusedBackwardGroup4 = FusedBackwardVariant<4, 4, FusedBackwardWork::full>;
 using FusedBackwardGroup16 = FusedBackwardVariant<16, 16, FusedBackwardWork::full>;
 using FusedBackwardGroup32 = FusedBackwardVariant<32, 32, FusedBackwardWork::full>;
+/// The fp32 additions into dH, dW and db as atomics in an order that depends on scheduling, tiles
+/// in blockIdx order (the strategy's backward before its additions took turns): the same results
+/// up to the order of the fp32 additions.
+using FusedBackwardAtomic = FusedBackwardVariant<16, 8, FusedBackwardWork::atomic_reductions>;
 /// The gradient GEMMs run, their fp32 reductions into dH and dW dropped (gradients wrong).
 using FusedBackwardNoReductions =
     FusedBackwardVariant<16, 8, FusedBackwardWork::without_reductions>;
