@@ -962,62 +962,70 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
 /// order, and the additions into dH, dW and db take turns in increasing vocabulary tile / token
 /// block (gpu/cuda/fused/backward.cuh); chunked: cuBLAS GEMMs (bitwise reproducible on one device
 /// and toolkit, per cuBLAS's documentation) and row kernels without atomics, chunks added in
-/// order. The problem has several waves of backward tiles on each fused kernel path (1024 × 16384
-/// × 256: 512 wgmma tiles, 1024 mma.sync tiles), a bias (db), every 7th row ignored and one whole
-/// token block (rows 128–255) ignored — its tiles add nothing but must pass their turns on, or the
-/// next token block's tiles would wait forever. Both runs of each recipe are also checked against
-/// the reference (within bound).
+/// order. The problem (4480 × 4096 × 256) has 35 token blocks: several raster groups on each
+/// fused kernel path (groups of 8 and 16 token blocks) with a partial last group, and about four
+/// waves of backward tiles (560 wgmma tiles, 1120 mma.sync tiles on 132 SMs); every 7th row is
+/// ignored and two whole token blocks (9, and 33 in the last group) are ignored — their tiles add
+/// nothing but must pass their turns on, or the next token block's tiles would wait forever.
+/// With and without a bias (db's turns). Both runs are also checked against the reference.
 TEST(GpuStrategies, RepeatRunsAreBitIdentical) {
   XL_REQUIRE_DEVICE();
-  Problem g = gaussian(1024, 16384, 256, DType::bf16, 6.0, 3, true, true);
-  std::vector<std::int64_t> t = g.targets;
-  for (std::int64_t i = 128; i < 256; ++i) t[static_cast<std::size_t>(i)] = -100;
-  Case c{"repeat-runs",
-         Problem::linear(std::move(g.H), std::move(g.W), std::move(g.bias), std::move(t), -100,
-                         "repeat-runs"),
-         {},
-         {}};
-  const ReferenceResult ref = reference_for(c);
-  auto check = [&](const char* label, const Strategy& s, const Recipe& r, RunRequest req) {
-    SCOPED_TRACE(std::string(label) + ", recipe " + r.name());
-    req.problem = &c.pb;
-    req.recipe = r;
-    const StrategyOutputs a = s.run(req), b = s.run(req);
-    EXPECT_TRUE(same_bits(a.loss, b.loss)) << "loss differs between repeats";
-    EXPECT_TRUE(same_bits(a.lse, b.lse)) << "lse differs between repeats";
-    EXPECT_TRUE(same_bits({a.reduced_loss}, {b.reduced_loss})) << "reduced loss differs";
-    EXPECT_TRUE(same_bits(a.dH, b.dH)) << "dH differs between repeats";
-    EXPECT_TRUE(same_bits(a.dW, b.dW)) << "dW differs between repeats";
-    EXPECT_TRUE(same_bits(a.db, b.db)) << "db differs between repeats";
-    EXPECT_EQ(a.db.size(), static_cast<std::size_t>(c.pb.V)) << "db missing";
-    for (const StrategyOutputs* o : {&a, &b}) {
-      const RunAssessment as =
-          assess_run(c.pb, c.spec, r, s.arithmetic(r), *o, ref, policy_by_name("default"), 1);
-      EXPECT_EQ(as.verdict.disposition, Disposition::passed)
-          << as.verdict.output << ": " << as.verdict.reason;
-    }
-  };
-  for (const char* recipe : {"bf16/bf16/fp32/fp32", "bf16/bf16/fp32/bf16"}) {
-    const Recipe r = parse_recipe(recipe);
-    for_each_fused_kernel_path([&](const char* path, const Strategy& fused) {
-      check((std::string("fused, path ") + path).c_str(), fused, r, RunRequest{});
-      if (fused_wgmma_device() && std::string(path) == "automatic") {
-        EXPECT_EQ(fused_kernels_of_last_run(fused), "wgmma/wgmma");
+  for (const bool bias : {true, false}) {
+    Problem g = gaussian(4480, 4096, 256, DType::bf16, 6.0, 3, bias, true);
+    std::vector<std::int64_t> t = g.targets;
+    for (const std::int64_t block : {9, 33})
+      for (std::int64_t i = 128 * block; i < 128 * (block + 1); ++i)
+        t[static_cast<std::size_t>(i)] = -100;
+    Case c{"repeat-runs",
+           Problem::linear(std::move(g.H), std::move(g.W), std::move(g.bias), std::move(t), -100,
+                           bias ? "repeat-runs-bias" : "repeat-runs"),
+           {},
+           {}};
+    const ReferenceResult ref = reference_for(c);
+    auto check = [&](const std::string& label, const Strategy& s, const Recipe& r, RunRequest req) {
+      SCOPED_TRACE(label + ", recipe " + r.name() + (bias ? ", bias" : ", no bias"));
+      req.problem = &c.pb;
+      req.recipe = r;
+      const StrategyOutputs a = s.run(req), b = s.run(req);
+      EXPECT_TRUE(same_bits(a.loss, b.loss)) << "loss differs between repeats";
+      EXPECT_TRUE(same_bits(a.lse, b.lse)) << "lse differs between repeats";
+      EXPECT_TRUE(same_bits({a.reduced_loss}, {b.reduced_loss})) << "reduced loss differs";
+      EXPECT_TRUE(same_bits(a.dH, b.dH)) << "dH differs between repeats";
+      EXPECT_TRUE(same_bits(a.dW, b.dW)) << "dW differs between repeats";
+      EXPECT_TRUE(same_bits(a.db, b.db)) << "db differs between repeats";
+      EXPECT_EQ(a.db.size(), bias ? static_cast<std::size_t>(c.pb.V) : 0u);
+      for (const StrategyOutputs* o : {&a, &b}) {
+        const RunAssessment as =
+            assess_run(c.pb, c.spec, r, s.arithmetic(r), *o, ref, policy_by_name("default"), 1);
+        EXPECT_EQ(as.verdict.disposition, Disposition::passed)
+            << as.verdict.output << ": " << as.verdict.reason;
       }
-    });
-    const auto chunked = find_strategy(Backend::cuda, "chunked");
-    ASSERT_TRUE(chunked);
-    RunRequest chunks;  // four chunks: dW and db added over them
-    chunks.chunk_tokens = 256;
-    check("chunked, 4 chunks", *chunked, r, chunks);
+    };
+    for (const char* recipe : {"bf16/bf16/fp32/fp32", "bf16/bf16/fp32/bf16"}) {
+      const Recipe r = parse_recipe(recipe);
+      for_each_fused_kernel_path([&](const char* path, const Strategy& fused) {
+        check(std::string("fused, path ") + path, fused, r, RunRequest{});
+        if (std::string(path) == "mma.sync") {
+          EXPECT_EQ(fused_kernels_of_last_run(fused), "mma.sync/mma.sync");
+        } else if (fused_wgmma_device()) {
+          EXPECT_EQ(fused_kernels_of_last_run(fused), "wgmma/wgmma");
+        }
+      });
+      const auto chunked = find_strategy(Backend::cuda, "chunked");
+      ASSERT_TRUE(chunked);
+      RunRequest chunks;  // five chunks: dW and db added over them
+      chunks.chunk_tokens = 1024;
+      check("chunked, 5 chunks", *chunked, r, chunks);
+    }
   }
 }
 
 /// N·V past 2^31 (17000 × 128256, D = 64) in one fused launch, on each kernel path (on sm_90 the
 /// automatic path must be the wgmma kernels, so both are covered): every token row identical,
 /// targets the last vocabulary entry; loss and lse of every row must equal row 0's bit for bit
-/// (same arithmetic per row, no atomics), and dH rows must be finite and within the atomic-order
-/// bound of row 0 (|Δ| ≤ 2·γ_V·Σ_j|dz_j||W_jd| ≤ 2·γ_V·2g·max|W|, γ_V = V·u32/(1 − V·u32)).
+/// (same arithmetic per row, no atomics), and dH rows must be finite and within the summation-order
+/// bound of row 0 (|Δ| ≤ 2·γ_V·Σ_j|dz_j||W_jd| ≤ 2·γ_V·2g·max|W|, γ_V = V·u32/(1 − V·u32): the
+/// rows' sums in different orders, a bound that does not assume the additions' turns).
 TEST(GpuStrategies, FusedIndexingPast2Pow31) {
   XL_REQUIRE_DEVICE();
   if (device().memory_gib < 24) GTEST_SKIP() << "needs about 20 GiB of device memory";

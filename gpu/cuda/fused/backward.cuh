@@ -249,34 +249,38 @@ __device__ __forceinline__ bool block_has_targets(const FusedArgs& a, std::int64
 }
 
 /// A tile whose token block has no valid target adds nothing, but the tile of the next token block
-/// and the same vocabulary block waits for its dW turns (each of `halves` halves and every slice)
-/// and db turns: it waits for each and passes it on. One thread.
+/// and the same vocabulary block waits for its db turn (before its gradient slices) and its dW
+/// turns (each of `halves` halves, slice by slice in increasing order): it waits for each and
+/// passes it on, in that order. One thread.
 __device__ __forceinline__ void pass_skipped_turns(const FusedArgs& a, const BwdTile& tl,
                                                    int halves) {
   const BwdOrder o = bwd_order(a);
   const int mine = static_cast<int>(tl.mb);
-  for (int h = 0; h < halves; ++h) {
-    for (std::int64_t s = 0; s < o.S; ++s) {
-      int* f = o.turn_w(tl.vb, h, s);
-      wait_turn(f, mine);
-      pass_turns(f, mine + 1);
-    }
-    if (a.db != nullptr) {
+  if (a.db != nullptr)
+    for (int h = 0; h < halves; ++h) {
       int* f = o.turn_b(tl.vb, h);
       wait_turn(f, mine);
       pass_turns(f, mine + 1);
     }
-  }
+  for (std::int64_t s = 0; s < o.S; ++s)
+    for (int h = 0; h < halves; ++h) {
+      int* f = o.turn_w(tl.vb, h, s);
+      wait_turn(f, mine);
+      pass_turns(f, mine + 1);
+    }
 }
 
-/// The D slice (of S) a tile's gradient phase starts at. Ordered: −(mb + vb) mod S, so that the
-/// tiles of the previous token block and of the previous vocabulary block — started earlier,
-/// at the next slice in the same cyclic order — have added into each slice one step before this
-/// tile reaches it; concurrent tiles still add into different slices. Atomic: (mb + vb) mod S.
+/// The D slice (of S) a tile's gradient phase starts at. Ordered: 0 for every tile, so that the
+/// tiles whose turns come before this one's (previous token block, previous vocabulary block:
+/// started earlier) reach each slice at the same step as this one, and this tile waits at most
+/// for their hand-over. (Any cyclic rotation that differs between the two wraps around: with
+/// −(mb + vb) mod S this tile's first slice was its predecessors' last, and the backward ran
+/// tile after tile — 2815 ms against 118 ms at N = 8192 on an H200, docs/fused.md.) Tiles that
+/// add at the same time still add into different lines: those that share lines take turns.
+/// Atomic: (mb + vb) mod S, so that concurrent CTAs add elsewhere.
 template <bool kOrdered>
 __device__ __forceinline__ std::int64_t first_slice(const BwdTile& tl, std::int64_t S) {
-  const std::int64_t r = (tl.mb + tl.vb) % S;
-  return kOrdered ? (S - r) % S : r;
+  return kOrdered ? 0 : (tl.mb + tl.vb) % S;
 }
 
 /// What dz of one row needs: target, lse, upstream gradient, and whether the row has a valid
@@ -371,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
   // 32 × 32 for both dH (rows × hidden, K = vocabulary) and dW (vocabulary × hidden, K = rows).
   const int wm = warp / 2, wn = warp % 2;
   const std::int64_t slices = (a.D + kDS - 1) / kDS;
-  const std::int64_t first = first_slice<kOrdered>(tl, slices);  // concurrent CTAs add elsewhere
+  const std::int64_t first = first_slice<kOrdered>(tl, slices);
   auto stage = [&](int st) { return smem + st * (kBM + kBN) * kLdg; };
   auto load_slice = [&](std::int64_t k, int st) {
     const std::int64_t d0 = ((first + k) % slices) * kDS;
@@ -441,14 +445,15 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
 // Tiles of 128 tokens × 256 vocabulary entries (kWbBN), one CTA each, 2 consumer warpgroups + 1
 // producer warpgroup as the forward. The producer streams the H (128 × 64) and W (256 × 64) boxes
 // of the tile twice through a 3-stage ring: first in increasing k for the recompute (the forward's
-// mainloop, so z is the forward's bit for bit), then the D slices of the gradient GEMMs from a
-// rotated start. The dz tile (bf16/fp16, 64 KiB) lives in four 128-byte-swizzled blocks of 64
+// mainloop, so z is the forward's bit for bit), then the D slices of the gradient GEMMs
+// (first_slice). The dz tile (bf16/fp16, 64 KiB) lives in four 128-byte-swizzled blocks of 64
 // vocabulary entries, which makes it both the K-major A operand of dH = dz·W and the MN-major A
 // operand of dW = dzᵀ·H; the W and H boxes are the MN-major B operands (hopper.cuh smem_desc_mn).
 // Per D slice of 64 each consumer warpgroup computes dH[64 rows × 64] (K = 256, 16 wgmma
 // m64n64k16) and dW[128 vocabulary rows × 64] (K = 128, 2 × 8), then adds them into the fp32
-// accumulators with float4 reductions. The 256-entry tile halves the dW reductions of the
-// mma.sync backward's 128 × 128 tile (docs/fused.md: the reductions are half of its time).
+// accumulators with float4 loads and stores in its turn (ordered additions, above). The 256-entry
+// tile halves the dW additions of the mma.sync backward's 128 × 128 tile (docs/fused.md: they
+// were half of its time as atomics).
 constexpr int kWbBN = 256;
 using BwdRing = hopper::WgmmaRingT<3>;
 constexpr int kDzBlockBytes = kBM * 128;  // 128 rows × 64 entries × 2 bytes
@@ -487,7 +492,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const int kblocks = static_cast<int>((a.D + BwdRing::kBK - 1) / BwdRing::kBK);
-  const int first = static_cast<int>(first_slice<kOrdered>(tl, kblocks));  // CTAs add elsewhere
+  const int first = static_cast<int>(first_slice<kOrdered>(tl, kblocks));
   if (threadIdx.x == 0) ring.init(kWgConsumers);
   __syncthreads();
   if (wg == kWgConsumers) {  // producer warpgroup
