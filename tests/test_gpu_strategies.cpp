@@ -543,7 +543,8 @@ void expect_same_outputs(const StrategyOutputs& a, const StrategyOutputs& b,
 
 /// The registry's deterministic trait, on the device: a strategy that declares it gives every
 /// output bit for bit on a repeat run; one that does not (atomics in the gradients) still gives
-/// loss and lse bit for bit. Every registered strategy declares it (RepeatRunsAreBitIdentical
+/// loss and lse bit for bit. Every registered strategy declares it since fused's additions take
+/// turns (the second branch is for a future strategy that does not; RepeatRunsAreBitIdentical
 /// checks fused and chunked on several waves of tiles).
 TEST(GpuStrategies, DeterministicStrategiesRepeatBitForBit) {
   XL_REQUIRE_DEVICE();

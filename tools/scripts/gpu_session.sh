@@ -146,7 +146,7 @@ if [ "$what" = fused ]; then
   [ -n "${SKIP_TORCH:-}" ] || PYTHONUNBUFFERED=1 timeout 60 python3 tools/bench/torch_baseline.py \
     --sizes 8192x128256x4096,131072x128256x4096 --repeats 3 --json "$OUT/fused-torch.jsonl" 2>&1 |
     tee "$OUT/fused-torch.log"
-  XL_BREAKDOWN_ONLY=${BREAKDOWN_ONLY:-"fused forward only,fused,fused-group4,fused-group16,fused-noatomics,fused-nograd"} \
+  XL_BREAKDOWN_ONLY=${BREAKDOWN_ONLY:-"fused forward only,fused,fused-atomic,fused-group4,fused-group16,fused-noatomics,fused-nograd"} \
     timeout 150 build-gpu/tools/fused_breakdown 3 8192 131072 2>&1 | tee "$OUT/fused-breakdown.log"
   o=build-gpu/gpu/CMakeFiles/xl_gpu_cuda.dir/cuda/fused  # the kernels: forward.cu.o, backward.cu.o
   { for f in "$o/forward.cu.o" "$o/backward.cu.o"; do cuobjdump -res-usage "$f"; done

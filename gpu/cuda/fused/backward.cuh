@@ -151,9 +151,9 @@ __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::in
                                            std::int64_t rows, std::int64_t c0, std::int64_t D,
                                            int g, int c) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool kVec4 = kVec;  // float4 reductions exist from sm_90
+  constexpr bool kVec4 = kVec;  // float4 reductions exist from sm_90; float4 loads/stores anywhere
 #else
-  constexpr bool kVec4 = false;
+  constexpr bool kVec4 = kVec && kOrdered;
 #endif
   if constexpr (kVec4) {
     // Each lane's float4 per j; ordered: all J loads issued before any add and store, so that
@@ -452,8 +452,8 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
 // Per D slice of 64 each consumer warpgroup computes dH[64 rows × 64] (K = 256, 16 wgmma
 // m64n64k16) and dW[128 vocabulary rows × 64] (K = 128, 2 × 8), then adds them into the fp32
 // accumulators with float4 loads and stores in its turn (ordered additions, above). The 256-entry
-// tile halves the dW additions of the mma.sync backward's 128 × 128 tile (docs/fused.md: they
-// were half of its time as atomics).
+// vocabulary tile halves the dH additions of the mma.sync backward's 128 × 128 tile (dW's stay
+// one per 128-token block; docs/fused.md: the additions were half of its time as atomics).
 constexpr int kWbBN = 256;
 using BwdRing = hopper::WgmmaRingT<3>;
 constexpr int kDzBlockBytes = kBM * 128;  // 128 rows × 64 entries × 2 bytes

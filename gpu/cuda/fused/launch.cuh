@@ -27,7 +27,8 @@
 //      never written to global memory. The additions into each slice of dH rows take turns in
 //      increasing vocabulary tile, those into dW and db in increasing token block (order flags in
 //      global memory, tiles claimed in increasing order: backward.cuh), so every output is the
-//      same bits from run to run, and its order is the CPU emulation's. Two kernels: wgmma
+//      same bits from run to run, in the CPU emulation's order (on the wgmma kernel, whose dH tiles
+//      are the emulation's 256 entries; the mma.sync kernel's are 128). Two kernels: wgmma
 //      (sm_90a, where the forward is wgmma: tiles 128 × 256, the forward's TMA mainloop for the
 //      recompute, wgmma m64n64k16 for the gradient GEMMs) and mma.sync (tiles 128 × 128,
 //      cp.async; elsewhere).
