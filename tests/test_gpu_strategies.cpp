@@ -988,12 +988,7 @@ TEST(GpuStrategies, RepeatRunsAreBitIdentical) {
       req.problem = &c.pb;
       req.recipe = r;
       const StrategyOutputs a = s.run(req), b = s.run(req);
-      EXPECT_TRUE(same_bits(a.loss, b.loss)) << "loss differs between repeats";
-      EXPECT_TRUE(same_bits(a.lse, b.lse)) << "lse differs between repeats";
-      EXPECT_TRUE(same_bits({a.reduced_loss}, {b.reduced_loss})) << "reduced loss differs";
-      EXPECT_TRUE(same_bits(a.dH, b.dH)) << "dH differs between repeats";
-      EXPECT_TRUE(same_bits(a.dW, b.dW)) << "dW differs between repeats";
-      EXPECT_TRUE(same_bits(a.db, b.db)) << "db differs between repeats";
+      expect_same_outputs(a, b, label + " repeat");
       EXPECT_EQ(a.db.size(), bias ? static_cast<std::size_t>(c.pb.V) : 0u);
       for (const StrategyOutputs* o : {&a, &b}) {
         const RunAssessment as =

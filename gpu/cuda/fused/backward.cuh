@@ -122,6 +122,25 @@ __device__ __forceinline__ void pass_turns(int* p, int turn, int* q = nullptr, i
   if (q != nullptr)
     asm volatile("st.relaxed.gpu.global.s32 [%0], %1;\n" ::"l"(q), "r"(turn_q) : "memory");
 }
+/// add() in its turn. kOrdered: `leader` waits until *p == tp (and *q == tq where q is not null),
+/// sync() (a barrier of the threads that add), add(), sync(), then `leader` hands the turns on
+/// (tp + 1, tq + 1). Otherwise add() alone (its additions are atomic).
+template <bool kOrdered, class Sync, class Add>
+__device__ __forceinline__ void add_in_turn(bool leader, int* p, int tp, int* q, int tq, Sync sync,
+                                            Add add) {
+  if constexpr (kOrdered) {
+    if (leader) {
+      wait_turn(p, tp);
+      if (q != nullptr) wait_turn(q, tq);
+    }
+    sync();
+  }
+  add();
+  if constexpr (kOrdered) {
+    sync();
+    if (leader) pass_turns(p, tp + 1, q, tq + 1);
+  }
+}
 /// This CTA's tile index: the next from the counter a.order[0] (every thread; a barrier).
 __device__ __forceinline__ std::int64_t claim_tile(const FusedArgs& a) {
   __shared__ int claimed;
@@ -351,25 +370,20 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
     return;
   }
   // db: column sums of the tile (fp32, increasing row), added in db's turn (or atomically).
-  if (a.db != nullptr) {
-    if constexpr (kOrdered) {
-      if (threadIdx.x == 0) wait_turn(order.turn_b(vb, 0), mb_turn);
-      __syncthreads();
-    }
-    if (threadIdx.x < kBN && n0 + threadIdx.x < a.V) {
-      float sum = 0.0f;
-      for (int r = 0; r < kBM; ++r) {
-        T v;
-        memcpy(&v, dzs + r * kLdz + threadIdx.x, 2);
-        sum = __fadd_rn(sum, to_f(v));
-      }
-      add_into<kOrdered>(a.db + n0 + threadIdx.x, sum);
-    }
-    if constexpr (kOrdered) {
-      __syncthreads();
-      if (threadIdx.x == 0) pass_turns(order.turn_b(vb, 0), mb_turn + 1);
-    }
-  }
+  const auto sync_cta = [] { __syncthreads(); };
+  if (a.db != nullptr)
+    add_in_turn<kOrdered>(threadIdx.x == 0, order.turn_b(vb, 0), mb_turn, nullptr, 0, sync_cta,
+                          [&] {
+                            if (threadIdx.x < kBN && n0 + threadIdx.x < a.V) {
+                              float sum = 0.0f;
+                              for (int r = 0; r < kBM; ++r) {
+                                T v;
+                                memcpy(&v, dzs + r * kLdz + threadIdx.x, 2);
+                                sum = __fadd_rn(sum, to_f(v));
+                              }
+                              add_into<kOrdered>(a.db + n0 + threadIdx.x, sum);
+                            }
+                          });
 
   // Gradient GEMMs over D in slices of kDS, double-buffered; warps 4 (M) × 2 (N), warp tile
   // 32 × 32 for both dH (rows × hidden, K = vocabulary) and dW (vocabulary × hidden, K = rows).
@@ -421,20 +435,13 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
     }
     if constexpr (Variant::work != FusedBackwardWork::without_reductions) {
       const std::int64_t s = (first + k) % slices, d0 = s * kDS;
-      if constexpr (kOrdered) {  // dH's turn of this token block, dW's of this vocabulary block
-        if (threadIdx.x == 0) {
-          wait_turn(order.turn_h(mb, 0, s), vb_turn);
-          wait_turn(order.turn_w(vb, 0, s), mb_turn);
-        }
-        __syncthreads();
-      }
-      flush_tile<kVec, kOrdered>(a.dH, accH, m0 + wm * 32, a.N, d0 + wn * 32, a.D, g, c);
-      flush_tile<kVec, kOrdered>(a.dW, accW, n0 + wm * 32, a.V, d0 + wn * 32, a.D, g, c);
-      if constexpr (kOrdered) {
-        __syncthreads();
-        if (threadIdx.x == 0)
-          pass_turns(order.turn_h(mb, 0, s), vb_turn + 1, order.turn_w(vb, 0, s), mb_turn + 1);
-      }
+      // dH's turn of this token block, dW's of this vocabulary block.
+      add_in_turn<kOrdered>(
+          threadIdx.x == 0, order.turn_h(mb, 0, s), vb_turn, order.turn_w(vb, 0, s), mb_turn,
+          sync_cta, [&] {
+            flush_tile<kVec, kOrdered>(a.dH, accH, m0 + wm * 32, a.N, d0 + wn * 32, a.D, g, c);
+            flush_tile<kVec, kOrdered>(a.dW, accW, n0 + wm * 32, a.V, d0 + wn * 32, a.D, g, c);
+          });
     } else {  // timing: keep the GEMMs, drop their reductions
       if (accH[0][0][0] == 12345.0f && accW[0][0][0] == 12345.0f) a.dH[0] = 1.0f;
     }
@@ -556,26 +563,20 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int bar = 2 + c;  // 0: __syncthreads, 1: both consumer warpgroups
   // db: column sums of the tile (fp32, increasing row), added in db's turn (or atomically); one
   // column per thread.
-  if (a.db != nullptr) {
-    if constexpr (kOrdered) {
-      if (t == 0) wait_turn(order.turn_b(tl.vb, c), mb_turn);
-      named_barrier(bar, 128);
-    }
-    if (tl.n0 + threadIdx.x < a.V) {
-      const int v = static_cast<int>(threadIdx.x);
-      float sum = 0.0f;
-      for (int r = 0; r < kBM; ++r) {
-        T x;
-        memcpy(&x, dzs + dz_byte(r, v), 2);
-        sum = __fadd_rn(sum, to_f(x));
+  const auto sync_wg = [bar] { named_barrier(bar, 128); };
+  if (a.db != nullptr)
+    add_in_turn<kOrdered>(t == 0, order.turn_b(tl.vb, c), mb_turn, nullptr, 0, sync_wg, [&] {
+      if (tl.n0 + threadIdx.x < a.V) {
+        const int v = static_cast<int>(threadIdx.x);
+        float sum = 0.0f;
+        for (int r = 0; r < kBM; ++r) {
+          T x;
+          memcpy(&x, dzs + dz_byte(r, v), 2);
+          sum = __fadd_rn(sum, to_f(x));
+        }
+        add_into<kOrdered>(a.db + tl.n0 + v, sum);
       }
-      add_into<kOrdered>(a.db + tl.n0 + v, sum);
-    }
-    if constexpr (kOrdered) {
-      named_barrier(bar, 128);
-      if (t == 0) pass_turns(order.turn_b(tl.vb, c), mb_turn + 1);
-    }
-  }
+    });
   // Per D slice: both GEMMs, then their reductions. (Issuing each GEMM's reductions while the
   // other runs, and dH's A operand from registers, were measured slower: docs/fused.md.)
   float accH[32], accW[2][32];
@@ -605,24 +606,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if constexpr (Variant::work != FusedBackwardWork::without_reductions) {
       const int s = (first + i) % kblocks;
       const std::int64_t d0 = std::int64_t(s) * BwdRing::kBK;
-      if constexpr (kOrdered) {  // dH's turn of these 64 rows, dW's of these 128 vocabulary rows
-        if (t == 0) {
-          wait_turn(order.turn_h(tl.mb, c, s), vb_turn);
-          wait_turn(order.turn_w(tl.vb, c, s), mb_turn);
-        }
-        named_barrier(bar, 128);
-      }
-      flush_frag<true, 8, kOrdered>(a.dH, accH, tl.m0 + 64 * c + 16 * w, a.N, d0, a.D, g, q);
+      // dH's turn of these 64 rows, dW's of these 128 vocabulary rows.
+      add_in_turn<kOrdered>(
+          t == 0, order.turn_h(tl.mb, c, s), vb_turn, order.turn_w(tl.vb, c, s), mb_turn, sync_wg,
+          [&] {
+            flush_frag<true, 8, kOrdered>(a.dH, accH, tl.m0 + 64 * c + 16 * w, a.N, d0, a.D, g, q);
 #pragma unroll
-      for (int i2 = 0; i2 < 2; ++i2)
-        flush_frag<true, 8, kOrdered>(a.dW, accW[i2], tl.n0 + 64 * (2 * c + i2) + 16 * w, a.V, d0,
-                                      a.D, g, q);
-      if constexpr (kOrdered) {
-        named_barrier(bar, 128);
-        if (t == 0)
-          pass_turns(order.turn_h(tl.mb, c, s), vb_turn + 1, order.turn_w(tl.vb, c, s),
-                     mb_turn + 1);
-      }
+            for (int i2 = 0; i2 < 2; ++i2)
+              flush_frag<true, 8, kOrdered>(a.dW, accW[i2], tl.n0 + 64 * (2 * c + i2) + 16 * w, a.V,
+                                            d0, a.D, g, q);
+          });
     } else {  // timing: keep the GEMMs, drop their reductions
       if (accH[0] == 12345.0f && accW[0][0] == 12345.0f && accW[1][0] == 1.0f) a.dH[0] = 1.0f;
     }
