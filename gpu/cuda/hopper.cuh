@@ -117,6 +117,12 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+/// Arrival at named barrier `id` without waiting (the producer side of a named barrier whose
+/// consumers sync on it): this thread's earlier memory accesses are performed relative to the
+/// participating threads when the barrier completes (PTX ISA, barrier{.cta}).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 __device__ __forceinline__ void wgmma_fence() {
 #if XL_HOPPER_DEVICE
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

@@ -5,6 +5,17 @@
 //                         gpu/cuda/fused/fused.hpp);
 //   fused-atomic          the backward FusedBackwardAtomic: the fp32 additions as atomics in a
 //                         scheduling-dependent order (the strategy's before they took turns);
+//   fused-consumer-handover  the backward FusedBackwardConsumerHandOver: the same ordered
+//                         additions with the turns taken and passed on by the consumer warpgroups
+//                         (the strategy's before its helper warps);
+//   fused-overlapped      the backward FusedBackwardOverlapped: helper warps, and each GEMM's
+//                         additions while the other GEMM runs;
+//   fused-red-in-turn     the backward FusedBackwardReductionInTurn: the same turns, each
+//                         addition an fp32 reduction (red.global.add) instead of load/add/store;
+//   fused-red-no-wait     the backward FusedBackwardReductionNoWait: fused-red-in-turn whose
+//                         helper warps do not wait for the turns (timing only);
+//   fused-diagonal-raster the backward FusedBackwardDiagonalRaster: tiles by anti-diagonals
+//                         within a raster group instead of token block fastest;
 //   fused-noatomics       the backward FusedBackwardNoReductions: the gradient GEMMs run, their
 //                         fp32 reductions into dH/dW are dropped;
 //   fused-nograd          the backward FusedBackwardDzOnly: it recomputes the logits and forms
@@ -79,6 +90,16 @@ int main(int argc, char** argv) {
   entries.push_back({"fused", registered("fused"), false});
   entries.push_back(
       {"fused-atomic", fused_with_backward<gpu::fused::FusedBackwardAtomic>(), false});
+  entries.push_back({"fused-consumer-handover",
+                     fused_with_backward<gpu::fused::FusedBackwardConsumerHandOver>(), false});
+  entries.push_back(
+      {"fused-overlapped", fused_with_backward<gpu::fused::FusedBackwardOverlapped>(), false});
+  entries.push_back({"fused-red-in-turn",
+                     fused_with_backward<gpu::fused::FusedBackwardReductionInTurn>(), false});
+  entries.push_back({"fused-red-no-wait",
+                     fused_with_backward<gpu::fused::FusedBackwardReductionNoWait>(), false});
+  entries.push_back({"fused-diagonal-raster",
+                     fused_with_backward<gpu::fused::FusedBackwardDiagonalRaster>(), false});
   entries.push_back(
       {"fused-noatomics", fused_with_backward<gpu::fused::FusedBackwardNoReductions>(), false});
   entries.push_back(

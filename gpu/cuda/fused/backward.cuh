@@ -13,6 +13,7 @@
 
 #include "gpu/cuda/cuda_check.hpp"
 #include "gpu/cuda/fused/common.cuh"
+#include "gpu/fused_raster.hpp"
 
 namespace xentlab::gpu::fused {
 
@@ -73,7 +74,7 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
 //   dW[vocabulary block v, half, slice]  token blocks in increasing order (turn = next block);
 //   db[vocabulary block v, half]         token blocks in increasing order.
 // That is the CPU emulation's order (gpu/emulation/fused.cpp). A tile's turn comes after those of
-// tiles with a smaller raster index only (backward_tile: token block fastest within a group), and
+// tiles with a smaller raster index only (backward_tile, gpu/fused_raster.hpp), and
 // CTAs take their tiles from a counter in increasing order (claim_tile), so each waits only on
 // tiles already running or done: the smallest unfinished tile never waits, and the whole grid
 // finishes (no assumption about the order in which the hardware starts CTAs). A tile whose token
@@ -81,7 +82,9 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
 // The wait: one thread spins on an acquire load of the flag, then a barrier of the threads that
 // add; the hand-over: a barrier, then one thread's acq_rel fence and relaxed store (cumulative
 // over the other threads' stores, ordered before it by the barrier). The adding threads read and
-// write through L2 (ld.global.cg / st.global.cg), never a stale L1 line.
+// write through L2 (ld.global.cg / st.global.cg), never a stale L1 line. In the wgmma kernel that
+// thread is a helper warp's (hand_over_turns: off the consumers' path, 5 % faster on the H200);
+// in the mma.sync kernel, the CTA's thread 0 (add_in_turn).
 struct BwdOrder {
   int* h;  // (MB, 2, S) vocabulary tiles added into dH[t, half, s]
   int* w;  // (VB128, 2, S) token blocks added into dW[v, half, s]
@@ -148,10 +151,11 @@ __device__ __forceinline__ std::int64_t claim_tile(const FusedArgs& a) {
   __syncthreads();
   return claimed;
 }
-/// dst[0] += x: ordered (L2 load, fp32 add, store) or an fp32 atomic reduction.
-template <bool kOrdered>
+/// dst[0] += x: an L2 load, fp32 add and store (kLoadStore: for a caller that holds the turn) or
+/// an fp32 reduction (red.global.add: atomic, or in a turn).
+template <bool kLoadStore>
 __device__ __forceinline__ void add_into(float* dst, float x) {
-  if constexpr (kOrdered) {
+  if constexpr (kLoadStore) {
     __stcg(dst, __fadd_rn(__ldcg(dst), x));
   } else {
     atomicAdd(dst, x);
@@ -160,22 +164,22 @@ __device__ __forceinline__ void add_into(float* dst, float x) {
 
 /// Adds a warp's fp32 fragment of 16 rows × 8·J columns into dst (rows × D): acc[4j + 2h + e] is
 /// row r0 + g + 8h, column c0 + 8j + 2c + e (g = lane/4, c = lane%4: the accumulator layout of
-/// mma m16n8 tiles side by side and of wgmma m64nN per warp). kOrdered: a load from L2, an fp32
+/// mma m16n8 tiles side by side and of wgmma m64nN per warp). kLoadStore: a load from L2, an fp32
 /// add (round to nearest) and a store, for a caller that holds the turn of these lines (below);
-/// else fp32 atomic reductions. Vector path (sm_90, D % 8 == 0): partner lanes (c, c^1) swap one
-/// pair so that each lane adds one float4 of 4 consecutive columns per j — even lanes row g, odd
-/// lanes row g + 8.
-template <bool kVec, int J, bool kOrdered>
+/// else fp32 reductions (red.global.add: atomic, or in a turn). Vector path (sm_90, D % 8 == 0):
+/// partner lanes (c, c^1) swap one pair so that each lane adds one float4 of 4 consecutive columns
+/// per j — even lanes row g, odd lanes row g + 8.
+template <bool kVec, int J, bool kLoadStore>
 __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::int64_t r0,
                                            std::int64_t rows, std::int64_t c0, std::int64_t D,
                                            int g, int c) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kVec4 = kVec;  // float4 reductions exist from sm_90; float4 loads/stores anywhere
 #else
-  constexpr bool kVec4 = kVec && kOrdered;
+  constexpr bool kVec4 = kVec && kLoadStore;
 #endif
   if constexpr (kVec4) {
-    // Each lane's float4 per j; ordered: all J loads issued before any add and store, so that
+    // Each lane's float4 per j; kLoadStore: all J loads issued before any add and store, so that
     // their L2 round trips overlap.
     const bool even = (c & 1) == 0;
     float4 v[J];
@@ -191,7 +195,7 @@ __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::in
       v[j] = even ? make_float4(f[0], f[1], q0, q1) : make_float4(q0, q1, f[2], f[3]);
       p[j] = row < rows && cc < D ? reinterpret_cast<float4*>(dst + row * D + cc) : nullptr;
     }
-    if constexpr (kOrdered) {
+    if constexpr (kLoadStore) {
       float4 o[J];
 #pragma unroll
       for (int j = 0; j < J; ++j)
@@ -215,8 +219,8 @@ __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::in
       for (int h = 0; h < 2; ++h) {
         const std::int64_t row = r0 + g + 8 * h;
         if (row >= rows) continue;
-        if (col < D) add_into<kOrdered>(dst + row * D + col, f[2 * h]);
-        if (col + 1 < D) add_into<kOrdered>(dst + row * D + col + 1, f[2 * h + 1]);
+        if (col < D) add_into<kLoadStore>(dst + row * D + col, f[2 * h]);
+        if (col + 1 < D) add_into<kLoadStore>(dst + row * D + col + 1, f[2 * h + 1]);
       }
     }
   }
@@ -224,33 +228,31 @@ __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::in
 
 /// A warp's 32×32 result of the mma.sync backward (acc[i][j][e]: row r0 + 16i + g + 8(e/2),
 /// column c0 + 8j + 2c + e%2) into dst: two 16-row fragments.
-template <bool kVec, bool kOrdered>
+template <bool kVec, bool kLoadStore>
 __device__ __forceinline__ void flush_tile(float* dst, const float (&acc)[2][4][4], std::int64_t r0,
                                            std::int64_t rows, std::int64_t c0, std::int64_t D,
                                            int g, int c) {
 #pragma unroll
   for (int i = 0; i < 2; ++i)
-    flush_frag<kVec, 4, kOrdered>(dst, &acc[i][0][0], r0 + 16 * i, rows, c0, D, g, c);
+    flush_frag<kVec, 4, kLoadStore>(dst, &acc[i][0][0], r0 + 16 * i, rows, c0, D, g, c);
 }
 
-/// The backward's tile of raster index b for tiles of kBM tokens × BN vocabulary entries: raster
-/// groups of GROUP token blocks, token block fastest within a group (L2 reuse of both the H rows
-/// and the W rows that the CTAs in flight read, and of the gradient lines they add into); the last
-/// group may be smaller. A bijection of [0, MB·VB) for any GROUP ≥ 1, in which the tiles of the
-/// previous token block and of the previous vocabulary block have smaller indexes (the order of
-/// the additions relies on it).
+/// The backward's tile of raster index b for tiles of kBM tokens × BN vocabulary entries
+/// (gpu/fused_raster.hpp): raster groups of GROUP token blocks (L2 reuse of both the H rows and the
+/// W rows that the CTAs in flight read, and of the gradient lines they add into; the last group
+/// may be smaller), ordered within a group as RASTER says. A bijection of [0, MB·VB) in which the
+/// tiles of the previous token block and of the previous vocabulary block have smaller indexes
+/// (the order of the additions relies on it).
 struct BwdTile {
   std::int64_t mb, vb, m0, n0;
 };
-template <int BN, int GROUP>
+template <int BN, int GROUP, FusedRaster RASTER>
 __device__ __forceinline__ BwdTile backward_tile(const FusedArgs& a, std::int64_t b) {
   const std::int64_t MB = (a.N + kBM - 1) / kBM, VB = (a.V + BN - 1) / BN;
-  const std::int64_t per_group = std::int64_t(GROUP) * VB;
-  const std::int64_t grp = b / per_group, local = b % per_group;
-  const std::int64_t gn = std::min<std::int64_t>(GROUP, MB - grp * GROUP);
+  const FusedTile f = fused_backward_tile(b, MB, VB, GROUP, RASTER);
   BwdTile t;
-  t.mb = grp * GROUP + local % gn;
-  t.vb = local / gn;
+  t.mb = f.mb;
+  t.vb = f.vb;
   t.m0 = t.mb * kBM;
   t.n0 = t.vb * BN;
   return t;
@@ -332,12 +334,14 @@ __device__ __forceinline__ float dz_of(float acc, std::int64_t col, const DzRow&
 template <class Variant, class T, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a) {
   constexpr bool kOrdered = Variant::work == FusedBackwardWork::full;
+  // An ordered addition's load, add and store, or its fp32 reduction (FusedOrderedAdd).
+  constexpr bool kLdSt = kOrdered && Variant::ordered_add == FusedOrderedAdd::load_add_store;
   extern __shared__ __align__(16) std::uint16_t smem[];
   std::uint16_t* dzs = smem + kRegionHalves;  // (kBM, kLdz) dz tile in the operand dtype
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, c = lane % 4;
-  const BwdTile tl =
-      backward_tile<kBN, Variant::mma_group>(a, kOrdered ? claim_tile(a) : blockIdx.x);
+  const BwdTile tl = backward_tile<kBN, Variant::mma_group, Variant::raster>(
+      a, kOrdered ? claim_tile(a) : blockIdx.x);
   const std::int64_t mb = tl.mb, vb = tl.vb, m0 = tl.m0, n0 = tl.n0;
   if (!block_has_targets(a, m0)) {
     if (kOrdered && threadIdx.x == 0) pass_skipped_turns(a, tl, 1);
@@ -381,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
                                 memcpy(&v, dzs + r * kLdz + threadIdx.x, 2);
                                 sum = __fadd_rn(sum, to_f(v));
                               }
-                              add_into<kOrdered>(a.db + n0 + threadIdx.x, sum);
+                              add_into<kLdSt>(a.db + n0 + threadIdx.x, sum);
                             }
                           });
 
@@ -439,8 +443,8 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
       add_in_turn<kOrdered>(
           threadIdx.x == 0, order.turn_h(mb, 0, s), vb_turn, order.turn_w(vb, 0, s), mb_turn,
           sync_cta, [&] {
-            flush_tile<kVec, kOrdered>(a.dH, accH, m0 + wm * 32, a.N, d0 + wn * 32, a.D, g, c);
-            flush_tile<kVec, kOrdered>(a.dW, accW, n0 + wm * 32, a.V, d0 + wn * 32, a.D, g, c);
+            flush_tile<kVec, kLdSt>(a.dH, accH, m0 + wm * 32, a.N, d0 + wn * 32, a.D, g, c);
+            flush_tile<kVec, kLdSt>(a.dW, accW, n0 + wm * 32, a.V, d0 + wn * 32, a.D, g, c);
           });
     } else {  // timing: keep the GEMMs, drop their reductions
       if (accH[0][0][0] == 12345.0f && accW[0][0][0] == 12345.0f) a.dH[0] = 1.0f;
@@ -458,7 +462,8 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
 // operand of dW = dzᵀ·H; the W and H boxes are the MN-major B operands (hopper.cuh smem_desc_mn).
 // Per D slice of 64 each consumer warpgroup computes dH[64 rows × 64] (K = 256, 16 wgmma
 // m64n64k16) and dW[128 vocabulary rows × 64] (K = 128, 2 × 8), then adds them into the fp32
-// accumulators with float4 loads and stores in its turn (ordered additions, above). The 256-entry
+// accumulators with float4 loads and stores in its turn (ordered additions, above), which a warp of
+// the producer warpgroup waits for and hands on (hand_over_turns). The 256-entry
 // vocabulary tile halves the dH additions of the mma.sync backward's 128 × 128 tile (dW's stay
 // one per 128-token block; docs/fused.md: the additions were half of its time as atomics).
 constexpr int kWbBN = 256;
@@ -477,6 +482,53 @@ __device__ __forceinline__ int dz_byte(int r, int v) {
   return (v >> 6) * kDzBlockBytes + r * 128 + ((((v >> 3) & 7) ^ (r & 7)) << 4) + (v & 7) * 2;
 }
 
+/// Named barriers of the wgmma backward with helper warps (FusedHandOver::helper_warps), per
+/// consumer warpgroup c: kBarReady + c (the helper arrives once the turns of the next D slice are
+/// held, the consumers sync before adding) and kBarDone + c (the consumers arrive after adding,
+/// the helper syncs before handing the turns on); each counts the warpgroup's 128 threads and the
+/// helper's 32. (0: __syncthreads, 1: both consumer warpgroups, 2 + c: one consumer warpgroup.)
+constexpr int kBarReady = 4, kBarDone = 6, kHandOverThreads = 128 + 32;
+
+/// The helper warp of consumer warpgroup c: for each addition of the consumers, in their order,
+/// lane 0 waits for its turns, the warp arrives at kBarReady + c (the consumers' sync then orders
+/// their loads after the acquire), syncs on kBarDone + c (after the consumers' stores) and lane 0
+/// hands the turns on (fence, relaxed stores: cumulative over the consumers' stores, which the
+/// barrier orders before it). The two barriers alternate, so neither side runs more than one
+/// barrier phase ahead (!kWait, timing only: it does not wait). Additions: per D slice (from
+/// `first`) dH's turn of the tile's 64 rows of half c with dW's of its 128 vocabulary rows of half
+/// c; or, kSplit, dH's alone, then dW's alone.
+template <bool kSplit, bool kWait>
+__device__ __forceinline__ void hand_over_turns(const BwdOrder& o, const BwdTile& tl, int c,
+                                                int slices, int first, bool lane0) {
+  const int mb_turn = static_cast<int>(tl.mb), vb_turn = static_cast<int>(tl.vb);
+  for (int e = 0; e < (kSplit ? 2 : 1) * slices; ++e) {
+    const int s = (first + (kSplit ? e / 2 : e)) % slices;
+    const bool h = !kSplit || e % 2 == 0, w = !kSplit || e % 2 == 1;
+    int* ph = o.turn_h(tl.mb, c, s);
+    int* pw = o.turn_w(tl.vb, c, s);
+    if (kWait && lane0) {
+      if (h) wait_turn(ph, vb_turn);
+      if (w) wait_turn(pw, mb_turn);
+    }
+    __syncwarp();
+    hopper::named_barrier_arrive(kBarReady + c, kHandOverThreads);
+    hopper::named_barrier(kBarDone + c, kHandOverThreads);
+    if (lane0) {
+      if (h && w) {
+        pass_turns(ph, vb_turn + 1, pw, mb_turn + 1);
+      } else {
+        pass_turns(h ? ph : pw, (h ? vb_turn : mb_turn) + 1);
+      }
+    }
+  }
+}
+/// Keeps the compiler from moving reads of a wgmma accumulator above the wait for it.
+template <int K>
+__device__ __forceinline__ void fence_accumulator(float (&r)[K]) {
+#pragma unroll
+  for (int i = 0; i < K; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
 /// The wgmma backward. kPlain (the host checks: no bias, scale 1, no softcap, no label smoothing,
 /// no z-loss) forms dz without the operations that are then identities (adding no bias, ×1, a
 /// tanh-free chain, subtracting 0), as the forward's plain fold does; T is the logits dtype.
@@ -486,13 +538,18 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                                 const __grid_constant__ CUtensorMap tm_w, FusedArgs a) {
   using namespace hopper;
   constexpr bool kOrdered = Variant::work == FusedBackwardWork::full;
+  // An ordered addition's load, add and store, or its fp32 reduction (FusedOrderedAdd).
+  constexpr bool kLdSt = kOrdered && Variant::ordered_add == FusedOrderedAdd::load_add_store;
+  constexpr bool kHelpers = kOrdered && Variant::hand_over != FusedHandOver::consumers;
+  constexpr bool kOverlap =
+      kOrdered && Variant::hand_over == FusedHandOver::helper_warps_overlapped;
   extern __shared__ std::uint8_t wg_smem_raw[];
   __shared__ __align__(8) std::uint64_t full[BwdRing::kStages], empty[BwdRing::kStages];
   std::uint8_t* base = align_1024(wg_smem_raw);
   const BwdRing ring{base, full, empty};
   std::uint8_t* dzs = base + BwdRing::kStages * BwdRing::kStageBytes;
-  const BwdTile tl =
-      backward_tile<kWbBN, Variant::wgmma_group>(a, kOrdered ? claim_tile(a) : blockIdx.x);
+  const BwdTile tl = backward_tile<kWbBN, Variant::wgmma_group, Variant::raster>(
+      a, kOrdered ? claim_tile(a) : blockIdx.x);
   if (!block_has_targets(a, tl.m0)) {
     if (kOrdered && threadIdx.x == 0) pass_skipped_turns(a, tl, kWgConsumers);
     return;
@@ -502,8 +559,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int first = static_cast<int>(first_slice<kOrdered>(tl, kblocks));
   if (threadIdx.x == 0) ring.init(kWgConsumers);
   __syncthreads();
-  if (wg == kWgConsumers) {  // producer warpgroup
+  if (wg == kWgConsumers) {  // producer warpgroup: warp 0 streams, warps 1 + c hand turns on
     setmaxnreg_dec<40>();
+    if constexpr (kHelpers) {
+      const int pw = t / 32;
+      if (pw >= 1 && pw <= kWgConsumers)
+        hand_over_turns<kOverlap, Variant::hand_over != FusedHandOver::helper_warps_no_wait>(
+            bwd_order(a), tl, pw - 1, kblocks, first, t % 32 == 0);
+    }
     if (t == 0) {
       const int m0 = static_cast<int>(tl.m0), n0 = static_cast<int>(tl.n0);
       for (int kb = 0; kb < kblocks; ++kb)
@@ -574,25 +637,25 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           memcpy(&x, dzs + dz_byte(r, v), 2);
           sum = __fadd_rn(sum, to_f(x));
         }
-        add_into<kOrdered>(a.db + tl.n0 + v, sum);
+        add_into<kLdSt>(a.db + tl.n0 + v, sum);
       }
     });
   // Per D slice: both GEMMs, then their reductions. (Issuing each GEMM's reductions while the
-  // other runs, and dH's A operand from registers, were measured slower: docs/fused.md.)
+  // other runs, and dH's A operand from registers, were measured slower with atomic additions:
+  // docs/fused.md; kOverlap does the former for the ordered additions.)
   float accH[32], accW[2][32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) accH[i] = accW[0][i] = accW[1][i] = 0.0f;
-  for (int i = 0; i < kblocks; ++i, ++it) {
-    const std::uint8_t* hs = ring.wait_full(it);     // H[m0 : m0+128, slice]
-    const std::uint8_t* ws = hs + BwdRing::kABytes;  // W[n0 : n0+256, slice]
-    wgmma_fence();
-    // dH[rows 64c…, slice] = dz[rows, 0:256] · W[0:256, slice]: A K-major, B MN-major.
+  // dH[rows 64c…, slice] = dz[rows, 0:256] · W[0:256, slice]: A K-major, B MN-major.
+  const auto gemm_dH = [&](const std::uint8_t* ws) {
 #pragma unroll
     for (int kk = 0; kk < kWbBN / 16; ++kk)
       wgmma_m64n64k16<T, 0, 1>(accH,
                                smem_desc(dzs + (kk / 4) * kDzBlockBytes + c * 8192 + (kk % 4) * 32),
                                smem_desc_mn(ws + kk * 2048), kk > 0 ? 1 : 0);
-      // dW[vocabulary 128c + 64i2…, slice] = dzᵀ[…, rows 0:128] · H[0:128, slice]: both MN-major.
+  };
+  // dW[vocabulary 128c + 64i2…, slice] = dzᵀ[…, rows 0:128] · H[0:128, slice]: both MN-major.
+  const auto gemm_dW = [&](const std::uint8_t* hs) {
 #pragma unroll
     for (int i2 = 0; i2 < 2; ++i2)
 #pragma unroll
@@ -600,26 +663,71 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         wgmma_m64n64k16<T, 1, 1>(accW[i2],
                                  smem_desc_mn(dzs + (2 * c + i2) * kDzBlockBytes + kk * 2048),
                                  smem_desc_mn(hs + kk * 2048), kk > 0 ? 1 : 0);
+  };
+  const auto add_dH = [&](std::int64_t d0) {
+    flush_frag<true, 8, kLdSt>(a.dH, accH, tl.m0 + 64 * c + 16 * w, a.N, d0, a.D, g, q);
+  };
+  const auto add_dW = [&](std::int64_t d0) {
+#pragma unroll
+    for (int i2 = 0; i2 < 2; ++i2)
+      flush_frag<true, 8, kLdSt>(a.dW, accW[i2], tl.n0 + 64 * (2 * c + i2) + 16 * w, a.V, d0, a.D,
+                                 g, q);
+  };
+  // An addition whose turns the helper warp holds (hand_over_turns).
+  const auto in_helpers_turn = [&](auto add) {
+    named_barrier(kBarReady + c, kHandOverThreads);
+    add();
+    named_barrier_arrive(kBarDone + c, kHandOverThreads);
+  };
+  std::int64_t d0_prev = 0;
+  for (int i = 0; i < kblocks; ++i, ++it) {
+    const std::uint8_t* hs = ring.wait_full(it);     // H[m0 : m0+128, slice]
+    const std::uint8_t* ws = hs + BwdRing::kABytes;  // W[n0 : n0+256, slice]
+    const int s = (first + i) % kblocks;
+    const std::int64_t d0 = std::int64_t(s) * BwdRing::kBK;
+    if constexpr (kOverlap) {
+      // dH's GEMM runs while dW of the previous slice is added, dW's while dH is added.
+      wgmma_fence();
+      gemm_dH(ws);
+      wgmma_commit();
+      if (i > 0) in_helpers_turn([&] { add_dW(d0_prev); });
+      wgmma_wait<0>();
+      fence_accumulator(accH);
+      wgmma_fence();
+      gemm_dW(hs);
+      wgmma_commit();
+      in_helpers_turn([&] { add_dH(d0); });
+      wgmma_wait<0>();
+      fence_accumulator(accW[0]);
+      fence_accumulator(accW[1]);
+      if (t == 0) ring.release(it);
+      d0_prev = d0;
+      continue;
+    }
+    wgmma_fence();
+    gemm_dH(ws);
+    gemm_dW(hs);
     wgmma_commit();
     wgmma_wait<0>();
     if (t == 0) ring.release(it);
     if constexpr (Variant::work != FusedBackwardWork::without_reductions) {
-      const int s = (first + i) % kblocks;
-      const std::int64_t d0 = std::int64_t(s) * BwdRing::kBK;
-      // dH's turn of these 64 rows, dW's of these 128 vocabulary rows.
-      add_in_turn<kOrdered>(
-          t == 0, order.turn_h(tl.mb, c, s), vb_turn, order.turn_w(tl.vb, c, s), mb_turn, sync_wg,
-          [&] {
-            flush_frag<true, 8, kOrdered>(a.dH, accH, tl.m0 + 64 * c + 16 * w, a.N, d0, a.D, g, q);
-#pragma unroll
-            for (int i2 = 0; i2 < 2; ++i2)
-              flush_frag<true, 8, kOrdered>(a.dW, accW[i2], tl.n0 + 64 * (2 * c + i2) + 16 * w, a.V,
-                                            d0, a.D, g, q);
-          });
+      const auto add = [&] {
+        add_dH(d0);
+        add_dW(d0);
+      };
+      // dH's turn of these 64 rows, dW's of these 128 vocabulary rows: held by the helper warp
+      // (hand_over_turns), or taken and passed on here.
+      if constexpr (kHelpers) {
+        in_helpers_turn(add);
+      } else {
+        add_in_turn<kOrdered>(t == 0, order.turn_h(tl.mb, c, s), vb_turn, order.turn_w(tl.vb, c, s),
+                              mb_turn, sync_wg, add);
+      }
     } else {  // timing: keep the GEMMs, drop their reductions
       if (accH[0] == 12345.0f && accW[0][0] == 12345.0f && accW[1][0] == 1.0f) a.dH[0] = 1.0f;
     }
   }
+  if constexpr (kOverlap) in_helpers_turn([&] { add_dW(d0_prev); });
 }
 
 // ---- host side -------------------------------------------------------------------------------

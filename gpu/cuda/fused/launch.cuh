@@ -50,6 +50,7 @@
 
 #include "gpu/cuda/ce_math.cuh"
 #include "gpu/cuda/fused/fused.hpp"
+#include "gpu/fused_raster.hpp"
 #include "numerics/recipe.hpp"
 
 namespace xentlab::gpu::fused {
@@ -101,14 +102,50 @@ enum class FusedBackwardWork {
   dz_only,             ///< the logits recomputed and dz formed, then nothing
 };
 
+/// Who waits for and hands on the turns of the wgmma backward's ordered additions into dH and dW
+/// (backward.cuh; the mma.sync kernel's CTA always does it itself).
+enum class FusedHandOver {
+  /// One thread of each consumer warpgroup: it polls the flags, the warpgroup syncs, adds, syncs,
+  /// and the thread fences and stores the next turn — all on the consumers' path.
+  consumers,
+  /// An idle warp of the producer warpgroup per consumer warpgroup: it polls the flags while the
+  /// consumers compute and fences and stores the next turn after they have added; the consumers
+  /// only sync on one named barrier before their additions and arrive at another after them.
+  helper_warps,
+  /// helper_warps, and each consumer warpgroup adds one GEMM's result while its other GEMM runs
+  /// (dW of the previous D slice during dH's wgmma, dH during dW's): dH and dW take separate turns.
+  helper_warps_overlapped,
+  /// Timing only: helper_warps that hand the turns on without waiting for them, so the order of
+  /// the additions is the schedule's (with FusedOrderedAdd::reduction the sums stay atomic; with
+  /// load_add_store additions are lost): what the waiting costs.
+  helper_warps_no_wait,
+};
+
+/// How an ordered addition (FusedBackwardWork::full) adds a partial into dH, dW or db in its turn.
+enum class FusedOrderedAdd {
+  /// A load through L2, an fp32 add in the SM (round to nearest, subnormals kept) and a store.
+  load_add_store,
+  /// An fp32 reduction (red.global.add, performed at L2: round to nearest, but subnormal inputs
+  /// and results flushed to zero, PTX ISA "red"), still one turn at a time: half the traffic.
+  reduction,
+};
+
 /// A compile-time configuration of the backward kernels: token blocks per raster group of the
-/// mma.sync kernel (kMmaGroup) and of the wgmma kernel (kWgmmaGroup), and the work done.
-template <int kMmaGroup, int kWgmmaGroup, FusedBackwardWork kWork>
+/// mma.sync kernel (kMmaGroup) and of the wgmma kernel (kWgmmaGroup), the work done, who hands
+/// the wgmma kernel's turns on, how an ordered addition adds, and the order of the tiles within a
+/// raster group (gpu/fused_raster.hpp).
+template <int kMmaGroup, int kWgmmaGroup, FusedBackwardWork kWork,
+          FusedHandOver kHandOver = FusedHandOver::helper_warps,
+          FusedOrderedAdd kAdd = FusedOrderedAdd::load_add_store,
+          FusedRaster kRaster = FusedRaster::token_fastest>
 struct FusedBackwardVariant {
   static_assert(kMmaGroup >= 1 && kWgmmaGroup >= 1, "a raster group holds a token block at least");
   static constexpr int mma_group = kMmaGroup;
   static constexpr int wgmma_group = kWgmmaGroup;
   static constexpr FusedBackwardWork work = kWork;
+  static constexpr FusedHandOver hand_over = kHandOver;
+  static constexpr FusedOrderedAdd ordered_add = kAdd;
+  static constexpr FusedRaster raster = kRaster;
 };
 /// The strategy's backward. Token blocks per raster group (L2 reuse; docs/fused.md): the mma.sync
 /// kernel's 16 was measured against 64 (2026-11-30, docs/benchmarks.md); the wgmma kernel's 8

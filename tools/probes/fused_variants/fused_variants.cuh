@@ -14,9 +14,36 @@ using FusedBackwardGroup4 = FusedBackwardVariant<4, 4, FusedBackwardWork::full>;
 using FusedBackwardGroup16 = FusedBackwardVariant<16, 16, FusedBackwardWork::full>;
 using FusedBackwardGroup32 = FusedBackwardVariant<32, 32, FusedBackwardWork::full>;
 /// The fp32 additions into dH, dW and db as atomics in an order that depends on scheduling, tiles
-/// in blockIdx order (the strategy's backward before its additions took turns): the same results
-/// up to the order of the fp32 additions.
-using FusedBackwardAtomic = FusedBackwardVariant<16, 8, FusedBackwardWork::atomic_reductions>;
+/// in blockIdx order, token block fastest (the strategy's backward before its additions took
+/// turns): the same results up to the order of the fp32 additions.
+using FusedBackwardAtomic =
+    FusedBackwardVariant<16, 8, FusedBackwardWork::atomic_reductions, FusedHandOver::helper_warps,
+                         FusedOrderedAdd::load_add_store, FusedRaster::token_fastest>;
+/// The strategy's ordered additions with the wgmma kernel's turns taken and passed on by the
+/// consumer warpgroups themselves (the strategy until the helper warps), by load, add and store.
+using FusedBackwardConsumerHandOver =
+    FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::consumers,
+                         FusedOrderedAdd::load_add_store>;
+/// The strategy's ordered additions with helper warps, each consumer warpgroup adding one GEMM's
+/// result while its other GEMM runs (dH and dW take separate turns): the same results.
+using FusedBackwardOverlapped =
+    FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps_overlapped>;
+/// The strategy's turns with each addition an fp32 reduction (red.global.add) in its turn instead
+/// of a load, add and store: the same order, half the traffic, but subnormals flushed to zero.
+using FusedBackwardReductionInTurn =
+    FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps,
+                         FusedOrderedAdd::reduction>;
+/// FusedBackwardReductionInTurn whose helper warps hand the turns on without waiting for them
+/// (FusedHandOver::helper_warps_no_wait): the additions' order is the schedule's, the sums still
+/// atomic; what the waiting costs.
+using FusedBackwardReductionNoWait =
+    FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps_no_wait,
+                         FusedOrderedAdd::reduction>;
+/// The strategy's backward with the tiles of a raster group taken by anti-diagonals
+/// (gpu/fused_raster.hpp): the same results.
+using FusedBackwardDiagonalRaster =
+    FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps,
+                         FusedOrderedAdd::load_add_store, FusedRaster::diagonal>;
 /// The gradient GEMMs run, their fp32 reductions into dH and dW dropped (gradients wrong).
 using FusedBackwardNoReductions =
     FusedBackwardVariant<16, 8, FusedBackwardWork::without_reductions>;
