@@ -18,10 +18,10 @@ enum class FusedRaster {
   /// Token block fastest: (mb, vb) then (mb + 1, vb). The tile that adds into the same dW rows
   /// just before this one, (mb − 1, vb), is the previous index.
   token_fastest,
-  /// Anti-diagonals: by d = (token block within the group) + vb, then by token block. Both tiles
+  /// Anti-diagonals: by d = (token block within the group) + vb, then by token block. The tiles
   /// that add into the same rows just before this one, (mb − 1, vb) and (mb, vb − 1), lie on the
-  /// previous diagonal: on a full diagonal (min(group, VB) tiles), at least min(group, VB) − 1
-  /// indexes earlier.
+  /// previous diagonal (for a group's first token block, (mb − 1, vb) is in the previous group):
+  /// on a full diagonal (min(group, VB) tiles), at least min(group, VB) − 1 indexes earlier.
   diagonal,
 };
 
@@ -30,10 +30,10 @@ enum class FusedRaster {
 /// indexes, and groups come in increasing token block). A bijection for either raster, in which
 /// (mb − 1, vb) and (mb, vb − 1) have smaller indexes than (mb, vb): the fused backward's ordered
 /// additions rely on it (a tile waits only for tiles with smaller indexes, taken earlier from a
-/// counter). With kDiagonal, consecutive indexes are tiles that do not wait for each other
-/// (except at a group's first and last diagonals), so that a tile's wait for its predecessors'
-/// hand-over (a fence and a flag through L2) overlaps other tiles' work instead of chaining:
-/// docs/fused.md, "Determinism".
+/// counter). With FusedRaster::diagonal, consecutive indexes are tiles that do not wait for each
+/// other (except at a group's first and last diagonals), so that a tile's wait for its
+/// predecessors' hand-over (a fence and a flag through L2) overlaps other tiles' work instead of
+/// chaining: docs/fused.md, "Determinism".
 XL_HD inline FusedTile fused_backward_tile(std::int64_t b, std::int64_t MB, std::int64_t VB,
                                            std::int64_t group, FusedRaster raster) {
   const std::int64_t per_group = group * VB;

@@ -14,6 +14,8 @@
 //                         addition an fp32 reduction (red.global.add) instead of load/add/store;
 //   fused-red-no-wait     the backward FusedBackwardReductionNoWait: fused-red-in-turn whose
 //                         helper warps do not wait for the turns (timing only);
+//   fused-split-handover  the backward FusedBackwardSplitHandOver: one warp polls the turns,
+//                         one per consumer warpgroup fences and hands them on (not yet run);
 //   fused-diagonal-raster the backward FusedBackwardDiagonalRaster: tiles by anti-diagonals
 //                         within a raster group instead of token block fastest;
 //   fused-noatomics       the backward FusedBackwardNoReductions: the gradient GEMMs run, their
@@ -98,6 +100,8 @@ int main(int argc, char** argv) {
                      fused_with_backward<gpu::fused::FusedBackwardReductionInTurn>(), false});
   entries.push_back({"fused-red-no-wait",
                      fused_with_backward<gpu::fused::FusedBackwardReductionNoWait>(), false});
+  entries.push_back({"fused-split-handover",
+                     fused_with_backward<gpu::fused::FusedBackwardSplitHandOver>(), false});
   entries.push_back({"fused-diagonal-raster",
                      fused_with_backward<gpu::fused::FusedBackwardDiagonalRaster>(), false});
   entries.push_back(

@@ -82,9 +82,9 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
 // The wait: one thread spins on an acquire load of the flag, then a barrier of the threads that
 // add; the hand-over: a barrier, then one thread's acq_rel fence and relaxed store (cumulative
 // over the other threads' stores, ordered before it by the barrier). The adding threads read and
-// write through L2 (ld.global.cg / st.global.cg), never a stale L1 line. In the wgmma kernel that
-// thread is a helper warp's (hand_over_turns: off the consumers' path, 5 % faster on the H200);
-// in the mma.sync kernel, the CTA's thread 0 (add_in_turn).
+// write through L2 (ld.global.cg / st.global.cg), never a stale L1 line. For the wgmma kernel's
+// gradient slices that thread is a helper warp's (hand_over_turns: off the consumers' path, 5 %
+// faster on the H200); for its db and in the mma.sync kernel, the adding threads' (add_in_turn).
 struct BwdOrder {
   int* h;  // (MB, 2, S) vocabulary tiles added into dH[t, half, s]
   int* w;  // (VB128, 2, S) token blocks added into dW[v, half, s]
@@ -272,7 +272,9 @@ __device__ __forceinline__ bool block_has_targets(const FusedArgs& a, std::int64
 /// A tile whose token block has no valid target adds nothing, but the tile of the next token block
 /// and the same vocabulary block waits for its db turn (before its gradient slices) and its dW
 /// turns (each of `halves` halves, slice by slice in increasing order): it waits for each and
-/// passes it on, in that order. One thread.
+/// passes it on, in that order. One thread. kWaitW false (FusedHandOver::helper_warps_no_wait,
+/// whose helpers overwrite the dW flags without waiting): the dW turns are passed unwaited.
+template <bool kWaitW = true>
 __device__ __forceinline__ void pass_skipped_turns(const FusedArgs& a, const BwdTile& tl,
                                                    int halves) {
   const BwdOrder o = bwd_order(a);
@@ -286,7 +288,7 @@ __device__ __forceinline__ void pass_skipped_turns(const FusedArgs& a, const Bwd
   for (std::int64_t s = 0; s < o.S; ++s)
     for (int h = 0; h < halves; ++h) {
       int* f = o.turn_w(tl.vb, h, s);
-      wait_turn(f, mine);
+      if (kWaitW) wait_turn(f, mine);
       pass_turns(f, mine + 1);
     }
 }
@@ -494,7 +496,7 @@ constexpr int kBarReady = 4, kBarDone = 6, kHandOverThreads = 128 + 32;
 /// their loads after the acquire), syncs on kBarDone + c (after the consumers' stores) and lane 0
 /// hands the turns on (fence, relaxed stores: cumulative over the consumers' stores, which the
 /// barrier orders before it). The two barriers alternate, so neither side runs more than one
-/// barrier phase ahead (!kWait, timing only: it does not wait). Additions: per D slice (from
+/// barrier phase ahead. kWait false (timing only) skips the waits. Additions: per D slice (from
 /// `first`) dH's turn of the tile's 64 rows of half c with dW's of its 128 vocabulary rows of half
 /// c; or, kSplit, dH's alone, then dW's alone.
 template <bool kSplit, bool kWait>
@@ -522,6 +524,44 @@ __device__ __forceinline__ void hand_over_turns(const BwdOrder& o, const BwdTile
     }
   }
 }
+/// FusedHandOver::helper_warps_split (timing only): kBarDone + c counts a third party, the
+/// fencing warp of consumer warpgroup c.
+constexpr int kSplitDoneThreads = 128 + 32 + 32;
+static_assert(2 + kWgConsumers <= 4,
+              "the producer warpgroup's streaming, polling and fencing warps");
+/// The polling warp of helper_warps_split: per D slice, for consumer warpgroups 0 and 1 in turn,
+/// lane 0 waits for dH's and dW's turns of half c and the warp arrives at kBarReady + c; then it
+/// syncs on kBarDone + 0 and + 1 (the consumers have added; the fencing warps have handed the
+/// previous slice on), so it is never more than one barrier phase ahead.
+__device__ __forceinline__ void poll_turns_split(const BwdOrder& o, const BwdTile& tl, int slices,
+                                                 int first, bool lane0) {
+  const int mb_turn = static_cast<int>(tl.mb), vb_turn = static_cast<int>(tl.vb);
+  for (int i = 0; i < slices; ++i) {
+    const int s = (first + i) % slices;
+    for (int c = 0; c < kWgConsumers; ++c) {
+      if (lane0) {
+        wait_turn(o.turn_h(tl.mb, c, s), vb_turn);
+        wait_turn(o.turn_w(tl.vb, c, s), mb_turn);
+      }
+      __syncwarp();
+      hopper::named_barrier_arrive(kBarReady + c, kHandOverThreads);
+    }
+    for (int c = 0; c < kWgConsumers; ++c) hopper::named_barrier(kBarDone + c, kSplitDoneThreads);
+  }
+}
+/// The fencing warp of consumer warpgroup c (helper_warps_split): per D slice it syncs on
+/// kBarDone + c (after the consumers' stores) and lane 0 hands dH's and dW's turns of half c on
+/// (fence, relaxed stores), while the polling warp lets the consumers go on to the next slice.
+__device__ __forceinline__ void fence_turns_split(const BwdOrder& o, const BwdTile& tl, int c,
+                                                  int slices, int first, bool lane0) {
+  const int mb_turn = static_cast<int>(tl.mb), vb_turn = static_cast<int>(tl.vb);
+  for (int i = 0; i < slices; ++i) {
+    const int s = (first + i) % slices;
+    __syncwarp();
+    hopper::named_barrier(kBarDone + c, kSplitDoneThreads);
+    if (lane0) pass_turns(o.turn_h(tl.mb, c, s), vb_turn + 1, o.turn_w(tl.vb, c, s), mb_turn + 1);
+  }
+}
 /// Keeps the compiler from moving reads of a wgmma accumulator above the wait for it.
 template <int K>
 __device__ __forceinline__ void fence_accumulator(float (&r)[K]) {
@@ -543,6 +583,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   constexpr bool kHelpers = kOrdered && Variant::hand_over != FusedHandOver::consumers;
   constexpr bool kOverlap =
       kOrdered && Variant::hand_over == FusedHandOver::helper_warps_overlapped;
+  constexpr bool kSplitHandOver =
+      kOrdered && Variant::hand_over == FusedHandOver::helper_warps_split;
+  // The consumers' arrivals at kBarDone + c count with one helper warp, or two when split.
+  constexpr int kDoneThreads = kSplitHandOver ? kSplitDoneThreads : kHandOverThreads;
   extern __shared__ std::uint8_t wg_smem_raw[];
   __shared__ __align__(8) std::uint64_t full[BwdRing::kStages], empty[BwdRing::kStages];
   std::uint8_t* base = align_1024(wg_smem_raw);
@@ -551,7 +595,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const BwdTile tl = backward_tile<kWbBN, Variant::wgmma_group, Variant::raster>(
       a, kOrdered ? claim_tile(a) : blockIdx.x);
   if (!block_has_targets(a, tl.m0)) {
-    if (kOrdered && threadIdx.x == 0) pass_skipped_turns(a, tl, kWgConsumers);
+    if (kOrdered && threadIdx.x == 0)
+      pass_skipped_turns<Variant::hand_over != FusedHandOver::helper_warps_no_wait>(a, tl,
+                                                                                    kWgConsumers);
     return;
   }
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
@@ -561,7 +607,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   __syncthreads();
   if (wg == kWgConsumers) {  // producer warpgroup: warp 0 streams, warps 1 + c hand turns on
     setmaxnreg_dec<40>();
-    if constexpr (kHelpers) {
+    if constexpr (kSplitHandOver) {  // warp 1 polls for both; warps 2 + c fence and hand on
+      const int pw = t / 32;
+      if (pw == 1) poll_turns_split(bwd_order(a), tl, kblocks, first, t % 32 == 0);
+      if (pw >= 2 && pw < 2 + kWgConsumers)
+        fence_turns_split(bwd_order(a), tl, pw - 2, kblocks, first, t % 32 == 0);
+    } else if constexpr (kHelpers) {
       const int pw = t / 32;
       if (pw >= 1 && pw <= kWgConsumers)
         hand_over_turns<kOverlap, Variant::hand_over != FusedHandOver::helper_warps_no_wait>(
@@ -620,7 +671,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     return;
   }
   // The additions of consumer warpgroup c (dH rows 64c…, dW and db vocabulary rows 128c…) take
-  // their own turns (BwdOrder half c), with a barrier of its 128 threads.
+  // their own turns (BwdOrder half c): db's with a barrier of its 128 threads (add_in_turn), the
+  // gradient slices' through its helper warp (hand_over_turns) or likewise.
   const BwdOrder order = bwd_order(a);
   const int mb_turn = static_cast<int>(tl.mb), vb_turn = static_cast<int>(tl.vb);
   const int bar = 2 + c;  // 0: __syncthreads, 1: both consumer warpgroups
@@ -677,7 +729,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const auto in_helpers_turn = [&](auto add) {
     named_barrier(kBarReady + c, kHandOverThreads);
     add();
-    named_barrier_arrive(kBarDone + c, kHandOverThreads);
+    named_barrier_arrive(kBarDone + c, kDoneThreads);
   };
   std::int64_t d0_prev = 0;
   for (int i = 0; i < kblocks; ++i, ++it) {

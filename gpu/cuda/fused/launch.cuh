@@ -119,6 +119,10 @@ enum class FusedHandOver {
   /// the additions is the schedule's (with FusedOrderedAdd::reduction the sums stay atomic; with
   /// load_add_store additions are lost): what the waiting costs.
   helper_warps_no_wait,
+  /// Timing only, not yet run on a GPU: one warp polls the turns for both consumer warpgroups and
+  /// a second warp per consumer warpgroup fences and hands them on, so that the consumers may add
+  /// the next D slice while the previous slice's fence waits (one slice of slack).
+  helper_warps_split,
 };
 
 /// How an ordered addition (FusedBackwardWork::full) adds a partial into dH, dW or db in its turn.
@@ -147,7 +151,10 @@ struct FusedBackwardVariant {
   static constexpr FusedOrderedAdd ordered_add = kAdd;
   static constexpr FusedRaster raster = kRaster;
 };
-/// The strategy's backward. Token blocks per raster group (L2 reuse; docs/fused.md): the mma.sync
+/// The strategy's backward: the defaults — helper warps hand the wgmma kernel's turns on, each
+/// ordered addition a load, add and store, tiles token block fastest (each measured against the
+/// alternatives on the H200, docs/fused.md, "Determinism"). Token blocks per raster group (L2
+/// reuse; docs/fused.md): the mma.sync
 /// kernel's 16 was measured against 64 (2026-11-30, docs/benchmarks.md); the wgmma kernel's 8
 /// against 16 and 32 (2026-11-30 20:25 UTC: 119.9, 125.8, 137.2 ms at N = 8192; 1947.6, 2071.6,
 /// 2261.0 ms at N = 131072).

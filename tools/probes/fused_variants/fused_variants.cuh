@@ -20,12 +20,14 @@ using FusedBackwardAtomic =
     FusedBackwardVariant<16, 8, FusedBackwardWork::atomic_reductions, FusedHandOver::helper_warps,
                          FusedOrderedAdd::load_add_store, FusedRaster::token_fastest>;
 /// The strategy's ordered additions with the wgmma kernel's turns taken and passed on by the
-/// consumer warpgroups themselves (the strategy until the helper warps), by load, add and store.
+/// consumer warpgroups themselves (the strategy until the helper warps), by load, add and store:
+/// the same order of additions.
 using FusedBackwardConsumerHandOver =
     FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::consumers,
                          FusedOrderedAdd::load_add_store>;
 /// The strategy's ordered additions with helper warps, each consumer warpgroup adding one GEMM's
-/// result while its other GEMM runs (dH and dW take separate turns): the same results.
+/// result while its other GEMM runs (dH and dW take separate turns): the same order of additions
+/// (its outputs not compared on a GPU).
 using FusedBackwardOverlapped =
     FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps_overlapped>;
 /// The strategy's turns with each addition an fp32 reduction (red.global.add) in its turn instead
@@ -39,6 +41,11 @@ using FusedBackwardReductionInTurn =
 using FusedBackwardReductionNoWait =
     FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps_no_wait,
                          FusedOrderedAdd::reduction>;
+/// The strategy's backward with the hand-over split between a polling warp and a fencing warp per
+/// consumer warpgroup (FusedHandOver::helper_warps_split; not yet run on a GPU): the same order
+/// of additions.
+using FusedBackwardSplitHandOver =
+    FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps_split>;
 /// The strategy's backward with the tiles of a raster group taken by anti-diagonals
 /// (gpu/fused_raster.hpp): the same results.
 using FusedBackwardDiagonalRaster =
