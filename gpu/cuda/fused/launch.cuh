@@ -154,10 +154,9 @@ struct FusedBackwardVariant {
 /// The strategy's backward: the defaults — helper warps hand the wgmma kernel's turns on, each
 /// ordered addition a load, add and store, tiles token block fastest (each measured against the
 /// alternatives on the H200, docs/fused.md, "Determinism"). Token blocks per raster group (L2
-/// reuse; docs/fused.md): the mma.sync
-/// kernel's 16 was measured against 64 (2026-11-30, docs/benchmarks.md); the wgmma kernel's 8
-/// against 16 and 32 (2026-11-30 20:25 UTC: 119.9, 125.8, 137.2 ms at N = 8192; 1947.6, 2071.6,
-/// 2261.0 ms at N = 131072).
+/// reuse; docs/fused.md): the mma.sync kernel's 16 was measured against 64 (2026-11-30,
+/// docs/benchmarks.md); the wgmma kernel's 8 against 16 and 32 (2026-11-30 20:25 UTC: 119.9,
+/// 125.8, 137.2 ms at N = 8192; 1947.6, 2071.6, 2261.0 ms at N = 131072).
 using FusedStrategyBackward = FusedBackwardVariant<16, 8, FusedBackwardWork::full>;
 
 /// Launches the forward of `a` (input: bf16 or fp16, the dtype of H and W) on `stream`: the wgmma
