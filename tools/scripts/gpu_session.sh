@@ -11,7 +11,8 @@
 # time; docs/fused.md) and its SASS instruction count ($OUT/wgmma.log).
 # fused: the fused strategy's check in one call — the gpu-labelled tests, the side-by-side table (gpu_bench of
 # naive, chunked and fused at 8K and 128K, then the PyTorch baseline), the fused time breakdown
-# with its raster-group variants, and the fused kernels' resources and SASS ($OUT/fused-*.log).
+# beside its atomic, split hand-over, no-wait and no-addition variants (BREAKDOWN_ONLY picks
+# others), and the fused kernels' resources and SASS ($OUT/fused-*.log).
 # reference: the reference's cuda tier — its GPU tests and the tier tests, then `xentlab reference`
 # on the Llama-3-8B head shape (V=128256, D=4096) at N=8192 and N=131072 on the cuda tier, and
 # PyTorch's float64 matmul rate on the same card for comparison ($OUT/reference-*.log).
@@ -146,7 +147,7 @@ if [ "$what" = fused ]; then
   [ -n "${SKIP_TORCH:-}" ] || PYTHONUNBUFFERED=1 timeout 60 python3 tools/bench/torch_baseline.py \
     --sizes 8192x128256x4096,131072x128256x4096 --repeats 3 --json "$OUT/fused-torch.jsonl" 2>&1 |
     tee "$OUT/fused-torch.log"
-  XL_BREAKDOWN_ONLY=${BREAKDOWN_ONLY:-"fused forward only,fused,fused-atomic,fused-group4,fused-group16,fused-noatomics,fused-nograd"} \
+  XL_BREAKDOWN_ONLY=${BREAKDOWN_ONLY:-"fused forward only,fused,fused-atomic,fused-split-handover,fused-red-no-wait,fused-noatomics"} \
     timeout 150 build-gpu/tools/fused_breakdown 3 8192 131072 2>&1 | tee "$OUT/fused-breakdown.log"
   o=build-gpu/gpu/CMakeFiles/xl_gpu_cuda.dir/cuda/fused  # the kernels: forward.cu.o, backward.cu.o
   { for f in "$o/forward.cu.o" "$o/backward.cu.o"; do cuobjdump -res-usage "$f"; done
