@@ -43,8 +43,7 @@ class FusedStrategy final : public CudaStrategy {
         std::string(to_string(r.accum)) +
         ", merged by quad and vocabulary range (pairwise); backward recomputes tiles 128x256 "
         "(wgmma, sm_90a) or 128x128 (mma.sync), dH/dW/db fp32 additions in increasing vocabulary "
-        "tile (dH) and token "
-        "block (dW, db)";
+        "tile (dH) and token block (dW, db)";
     return d;
   }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Timing-only variants of the fused strategy's backward for tools/probes/fused_breakdown.cu
 // (docs/fused.md, "What limits it"): FusedBackwardVariant configurations (gpu/cuda/fused/
-// launch.cuh), each instantiated in its own file of this folder so that they compile in parallel.
+// launch.cuh), each instantiated in a file generated from instantiate.cu.in (tools/CMakeLists.txt)
+// so that they compile in parallel.
 // The strategy's own backward (FusedStrategyBackward) rasters the mma.sync kernel in groups of 16
 // token blocks and the wgmma kernel in groups of 8, and does all the work.
 #include "gpu/cuda/fused/launch.cuh"
