@@ -389,6 +389,23 @@ TEST(BenchFormats, TerminalTable) {
   EXPECT_NE(t.find("N=131072 V=128256 D=4096"), std::string::npos);
 }
 
+TEST(BenchFormats, GemmTimeAtTheSustainedRate) {
+  // The preset's 6·N·V·D = 6·131072·128256·4096 = 4.1316e17 FLOP at 650 TFLOP/s: 635.60 ms;
+  // 8·N·V·D: 847.47 ms (arithmetic done by hand, not by the code under test).
+  BenchReport r = synthetic_report();
+  r.meta.gemm_sustained_tflops = 650.0;
+  for (const std::string& s : {format_table(r), format_markdown(r)}) {
+    EXPECT_NE(s.find("780.0 TFLOP/s alone, 650.0 sustained"), std::string::npos) << s;
+    EXPECT_NE(s.find("6·N·V·D takes 635.60 ms (naive, chunked), 8·N·V·D 847.47 ms"),
+              std::string::npos)
+        << s;
+  }
+  // Without the sustained rate (reports written before it existed), no GEMM time is claimed.
+  const std::string plain = format_markdown(synthetic_report());
+  EXPECT_NE(plain.find("780.0 TFLOP/s alone\n"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("sustained"), std::string::npos);
+}
+
 TEST(BenchFormats, MarkdownWithQuotedTable) {
   const std::string md = format_markdown(synthetic_report());
   EXPECT_NE(md.find("| strategy | recipe | status | median ms"), std::string::npos);

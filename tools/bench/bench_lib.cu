@@ -201,7 +201,12 @@ std::vector<double> time_calls(const std::function<void(int)>& setup,
   return ms;
 }
 
-double cublas_bf16_gemm_tflops(std::int64_t n, int timed, int warmup) {
+namespace {
+
+/// Times `f(h, A, B, C)` on n×n bf16 operands (N(0,1)) with one cuBLAS handle: `warmup` +
+/// `timed` calls (time_calls), each call issuing `per_call` GEMMs n³ back to back; returns the
+/// median's TFLOP/s.
+double gemm_rate(std::int64_t n, int per_call, int timed, int warmup) {
   gpu::DeviceMemoryTracker mem;
   gpu::DeviceBuffer A(mem, n * n * 2, gpu::MemKind::io, "GEMM A"),
       B(mem, n * n * 2, gpu::MemKind::io, "GEMM B"), C(mem, n * n * 2, gpu::MemKind::io, "GEMM C");
@@ -215,10 +220,11 @@ double cublas_bf16_gemm_tflops(std::int64_t n, int timed, int warmup) {
     ms = time_calls(
         {},
         [&] {
-          XL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(n), int(n), &one,
-                                       A.get(), CUDA_R_16BF, int(n), B.get(), CUDA_R_16BF, int(n),
-                                       &zero, C.get(), CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
+          for (int i = 0; i < per_call; ++i)
+            XL_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(n), int(n), &one,
+                                         A.get(), CUDA_R_16BF, int(n), B.get(), CUDA_R_16BF, int(n),
+                                         &zero, C.get(), CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT));
         },
         warmup, timed);
   } catch (...) {
@@ -227,7 +233,19 @@ double cublas_bf16_gemm_tflops(std::int64_t n, int timed, int warmup) {
   }
   cublasDestroy(h);
   const double med = summarize_times(ms).median;
-  return 2.0 * double(n) * double(n) * double(n) / (med * 1e-3) / 1e12;
+  return 2.0 * double(n) * double(n) * double(n) * per_call / (med * 1e-3) / 1e12;
+}
+
+}  // namespace
+
+double cublas_bf16_gemm_tflops(std::int64_t n, int timed, int warmup) {
+  return gemm_rate(n, 1, timed, warmup);
+}
+
+double cublas_bf16_gemm_sustained_tflops(std::int64_t n, int per_region, int regions) {
+  if (per_region < 1 || regions < 1)
+    throw InputError("cublas_bf16_gemm_sustained_tflops: per_region and regions must be >= 1");
+  return gemm_rate(n, per_region, regions, 1);
 }
 
 TimedRuns time_forward_backward(const gpu::CudaStrategy& s, const gpu::DeviceRun& base,

@@ -50,8 +50,17 @@ std::vector<double> time_calls(const std::function<void(int)>& setup,
                                const std::function<void()>& body, int warmup, int repeats);
 
 /// cuBLAS bf16 GEMM m = n = k = `size`, fp32 compute, bf16 output: TFLOP/s of the median of
-/// `timed` runs after `warmup`.
+/// `timed` runs after `warmup`, each timed alone (a burst: the host waits between them, so the
+/// card's clock recovers a little under its power cap).
 double cublas_bf16_gemm_tflops(std::int64_t size = 8192, int timed = 20, int warmup = 3);
+
+/// The same GEMM sustained: `per_region` GEMMs issued back to back in one timed region, after an
+/// untimed region of as many; TFLOP/s of the median of `regions` regions (about 0.1 s each at
+/// 8192³ and 60). Under a power cap this is the rate a long strategy run sees (H200 at 700 W,
+/// 2026-12-02: 650–680 against 783–788 for the burst; docs/benchmarks.md); the bench reports the
+/// strategies' 6·N·V·D and 8·N·V·D at this rate. Throws DeviceError.
+double cublas_bf16_gemm_sustained_tflops(std::int64_t size = 8192, int per_region = 60,
+                                         int regions = 3);
 
 /// The inputs of one run: device pointers (H, W in the problem's input dtype; targets int64).
 struct InputSet {

@@ -149,8 +149,12 @@ struct BenchMeta {
   std::int64_t l2_bytes = 0, memory_bytes = 0;
   std::string date_utc;  ///< ISO 8601, start of the run
   std::string xentlab_version;
-  double gemm_tflops = kNaN;  ///< cuBLAS bf16 GEMM 8192³ (fp32 compute), same process
-  int input_copies = 1;       ///< inputs rotated among this many copies (beyond L2)
+  double gemm_tflops = kNaN;  ///< cuBLAS bf16 GEMM 8192³ (fp32 compute), same process, alone
+  /// The same GEMM issued back to back (bench::cublas_bf16_gemm_sustained_tflops): the rate a run
+  /// long enough to be held at the card's power cap sees; the report gives 6·N·V·D and 8·N·V·D
+  /// at it.
+  double gemm_sustained_tflops = kNaN;
+  int input_copies = 1;  ///< inputs rotated among this many copies (beyond L2)
   std::int64_t sample_rows = 0, vocab_rows = 0;  ///< as used (after clamping)
 };
 

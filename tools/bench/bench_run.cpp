@@ -141,6 +141,9 @@ class Runner {
     say("measuring the cuBLAS bf16 GEMM rate (8192^3)");
     rep.meta.gemm_tflops = cublas_bf16_gemm_tflops();
     say(fmt::format("cuBLAS bf16 GEMM: {:.1f} TFLOP/s", rep.meta.gemm_tflops));
+    say("measuring it sustained (60 GEMMs back to back, 3 times)");
+    rep.meta.gemm_sustained_tflops = cublas_bf16_gemm_sustained_tflops();
+    say(fmt::format("cuBLAS bf16 GEMM sustained: {:.1f} TFLOP/s", rep.meta.gemm_sustained_tflops));
 
     total_ = static_cast<int>(strategies.size() * o_.recipes.size());
     for (DType input : inputs_seen) run_input_dtype_rows(input, strategies, rep);
