@@ -14,8 +14,10 @@
 //                         addition an fp32 reduction (red.global.add) instead of load/add/store;
 //   fused-red-no-wait     the backward FusedBackwardReductionNoWait: fused-red-in-turn whose
 //                         helper warps do not wait for the turns (timing only);
+//   fused-red-no-wait-rotated  FusedBackwardReductionNoWaitRotated: fused-red-no-wait with each
+//                         tile's D slices from the atomic kernel's rotated start (timing only);
 //   fused-split-handover  the backward FusedBackwardSplitHandOver: one warp polls the turns,
-//                         one per consumer warpgroup fences and hands them on (not yet run);
+//                         one per consumer warpgroup fences and hands them on;
 //   fused-diagonal-raster the backward FusedBackwardDiagonalRaster: tiles by anti-diagonals
 //                         within a raster group instead of token block fastest;
 //   fused-noatomics       the backward FusedBackwardNoReductions: the gradient GEMMs run, their
@@ -100,6 +102,9 @@ int main(int argc, char** argv) {
                      fused_with_backward<gpu::fused::FusedBackwardReductionInTurn>(), false});
   entries.push_back({"fused-red-no-wait",
                      fused_with_backward<gpu::fused::FusedBackwardReductionNoWait>(), false});
+  entries.push_back({"fused-red-no-wait-rotated",
+                     fused_with_backward<gpu::fused::FusedBackwardReductionNoWaitRotated>(),
+                     false});
   entries.push_back({"fused-split-handover",
                      fused_with_backward<gpu::fused::FusedBackwardSplitHandOver>(), false});
   entries.push_back({"fused-diagonal-raster",

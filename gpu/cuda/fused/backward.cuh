@@ -585,6 +585,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       kOrdered && Variant::hand_over == FusedHandOver::helper_warps_overlapped;
   constexpr bool kSplitHandOver =
       kOrdered && Variant::hand_over == FusedHandOver::helper_warps_split;
+  // Timing only: helpers that do not wait for the turns (the additions' order is the schedule's).
+  constexpr bool kNoWait = Variant::hand_over == FusedHandOver::helper_warps_no_wait ||
+                           Variant::hand_over == FusedHandOver::helper_warps_no_wait_rotated;
+  constexpr bool kRotated = Variant::hand_over == FusedHandOver::helper_warps_no_wait_rotated;
   // The consumers' arrivals at kBarDone + c count with one helper warp, or two when split.
   constexpr int kDoneThreads = kSplitHandOver ? kSplitDoneThreads : kHandOverThreads;
   extern __shared__ std::uint8_t wg_smem_raw[];
@@ -595,14 +599,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const BwdTile tl = backward_tile<kWbBN, Variant::wgmma_group, Variant::raster>(
       a, kOrdered ? claim_tile(a) : blockIdx.x);
   if (!block_has_targets(a, tl.m0)) {
-    if (kOrdered && threadIdx.x == 0)
-      pass_skipped_turns<Variant::hand_over != FusedHandOver::helper_warps_no_wait>(a, tl,
-                                                                                    kWgConsumers);
+    if (kOrdered && threadIdx.x == 0) pass_skipped_turns<!kNoWait>(a, tl, kWgConsumers);
     return;
   }
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const int kblocks = static_cast<int>((a.D + BwdRing::kBK - 1) / BwdRing::kBK);
-  const int first = static_cast<int>(first_slice<kOrdered>(tl, kblocks));
+  constexpr bool kFromSliceZero = kOrdered && !kRotated;
+  const int first = static_cast<int>(first_slice<kFromSliceZero>(tl, kblocks));
   if (threadIdx.x == 0) ring.init(kWgConsumers);
   __syncthreads();
   if (wg == kWgConsumers) {  // producer warpgroup: warp 0 streams, warps 1 + c hand turns on
@@ -615,8 +618,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     } else if constexpr (kHelpers) {
       const int pw = t / 32;
       if (pw >= 1 && pw <= kWgConsumers)
-        hand_over_turns<kOverlap, Variant::hand_over != FusedHandOver::helper_warps_no_wait>(
-            bwd_order(a), tl, pw - 1, kblocks, first, t % 32 == 0);
+        hand_over_turns<kOverlap, !kNoWait>(bwd_order(a), tl, pw - 1, kblocks, first, t % 32 == 0);
     }
     if (t == 0) {
       const int m0 = static_cast<int>(tl.m0), n0 = static_cast<int>(tl.n0);

@@ -119,9 +119,14 @@ enum class FusedHandOver {
   /// the additions is the schedule's (with FusedOrderedAdd::reduction the sums stay atomic; with
   /// load_add_store additions are lost): what the waiting costs.
   helper_warps_no_wait,
-  /// Timing only, not yet run on a GPU: one warp polls the turns for both consumer warpgroups and
-  /// a second warp per consumer warpgroup fences and hands them on, so that the consumers may add
-  /// the next D slice while the previous slice's fence waits (one slice of slack).
+  /// Timing only: helper_warps_no_wait with every tile starting its D slices where the atomic
+  /// kernel does, (mb + vb) mod S, so that tiles in flight add into different lines at a time:
+  /// what same-line contention costs the no-wait variant, apart from the hand-over protocol.
+  helper_warps_no_wait_rotated,
+  /// Timing only: one warp polls the turns for both consumer warpgroups and a second warp per
+  /// consumer warpgroup fences and hands them on, so that the consumers may add the next D slice
+  /// while the previous slice's fence waits (one slice of slack). Measured no faster than
+  /// helper_warps (H200, 2026-12-02T14:43Z; docs/fused.md).
   helper_warps_split,
 };
 

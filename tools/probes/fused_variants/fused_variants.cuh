@@ -42,9 +42,14 @@ using FusedBackwardReductionInTurn =
 using FusedBackwardReductionNoWait =
     FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps_no_wait,
                          FusedOrderedAdd::reduction>;
+/// FusedBackwardReductionNoWait with each tile's D slices from the atomic kernel's rotated start
+/// (FusedHandOver::helper_warps_no_wait_rotated): same-line contention apart from the protocol.
+using FusedBackwardReductionNoWaitRotated =
+    FusedBackwardVariant<16, 8, FusedBackwardWork::full,
+                         FusedHandOver::helper_warps_no_wait_rotated, FusedOrderedAdd::reduction>;
 /// The strategy's backward with the hand-over split between a polling warp and a fencing warp per
-/// consumer warpgroup (FusedHandOver::helper_warps_split; not yet run on a GPU): the same order
-/// of additions.
+/// consumer warpgroup (FusedHandOver::helper_warps_split; measured no faster, docs/fused.md): the
+/// same order of additions.
 using FusedBackwardSplitHandOver =
     FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps_split>;
 /// The strategy's backward with the tiles of a raster group taken by anti-diagonals
