@@ -18,6 +18,8 @@
 //                         tile's D slices from the atomic kernel's rotated start (timing only);
 //   fused-split-handover  the backward FusedBackwardSplitHandOver: one warp polls the turns,
 //                         one per consumer warpgroup fences and hands them on;
+//   fused-turns-4, fused-turns-8  the backward with one turn of the helper-warp hand-over per
+//                         4 or 8 D slices (FusedBackwardTurns4, …; the strategy's: one a slice);
 //   fused-diagonal-raster the backward FusedBackwardDiagonalRaster: tiles by anti-diagonals
 //                         within a raster group instead of token block fastest;
 //   fused-noatomics       the backward FusedBackwardNoReductions: the gradient GEMMs run, their
@@ -107,6 +109,10 @@ int main(int argc, char** argv) {
                      false});
   entries.push_back({"fused-split-handover",
                      fused_with_backward<gpu::fused::FusedBackwardSplitHandOver>(), false});
+  entries.push_back(
+      {"fused-turns-4", fused_with_backward<gpu::fused::FusedBackwardTurns4>(), false});
+  entries.push_back(
+      {"fused-turns-8", fused_with_backward<gpu::fused::FusedBackwardTurns8>(), false});
   entries.push_back({"fused-diagonal-raster",
                      fused_with_backward<gpu::fused::FusedBackwardDiagonalRaster>(), false});
   entries.push_back(

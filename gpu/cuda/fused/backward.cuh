@@ -274,7 +274,9 @@ __device__ __forceinline__ bool block_has_targets(const FusedArgs& a, std::int64
 /// turns (each of `halves` halves, slice by slice in increasing order): it waits for each and
 /// passes it on, in that order. One thread. kWaitW false (FusedHandOver::helper_warps_no_wait,
 /// whose helpers overwrite the dW flags without waiting): the dW turns are passed unwaited.
-template <bool kWaitW = true>
+/// kGroup: the turns are those of groups of kGroup slices (hand_over_turns), whose flags are the
+/// groups' first slices' (the others are never passed, so never waited for).
+template <bool kWaitW = true, int kGroup = 1>
 __device__ __forceinline__ void pass_skipped_turns(const FusedArgs& a, const BwdTile& tl,
                                                    int halves) {
   const BwdOrder o = bwd_order(a);
@@ -285,7 +287,7 @@ __device__ __forceinline__ void pass_skipped_turns(const FusedArgs& a, const Bwd
       wait_turn(f, mine);
       pass_turns(f, mine + 1);
     }
-  for (std::int64_t s = 0; s < o.S; ++s)
+  for (std::int64_t s = 0; s < o.S; s += kGroup)
     for (int h = 0; h < halves; ++h) {
       int* f = o.turn_w(tl.vb, h, s);
       if (kWaitW) wait_turn(f, mine);
@@ -498,24 +500,32 @@ constexpr int kBarReady = 4, kBarDone = 6, kHandOverThreads = 128 + 32;
 /// barrier orders before it). The two barriers alternate, so neither side runs more than one
 /// barrier phase ahead. kWait false (timing only) skips the waits. Additions: per D slice (from
 /// `first`) dH's turn of the tile's 64 rows of half c with dW's of its 128 vocabulary rows of half
-/// c; or, kSplit, dH's alone, then dW's alone.
-template <bool kSplit, bool kWait>
+/// c; or, kSplit, dH's alone, then dW's alone. kGroup > 1 (not with kSplit): one turn covers
+/// kGroup consecutive slices (the last group may be shorter): its flags are those of the group's
+/// first slice, waited for before that slice and handed on (one fence) after the group's last;
+/// the consumers still sync and arrive slice by slice. Every tile walks the same groups (ordered:
+/// from slice 0), so each output element still receives its partials in the same order.
+template <bool kSplit, bool kWait, int kGroup = 1>
 __device__ __forceinline__ void hand_over_turns(const BwdOrder& o, const BwdTile& tl, int c,
                                                 int slices, int first, bool lane0) {
+  static_assert(kGroup >= 1 && (kGroup == 1 || !kSplit), "slice groups need joint dH/dW turns");
   const int mb_turn = static_cast<int>(tl.mb), vb_turn = static_cast<int>(tl.vb);
   for (int e = 0; e < (kSplit ? 2 : 1) * slices; ++e) {
-    const int s = (first + (kSplit ? e / 2 : e)) % slices;
+    const int i = kSplit ? e / 2 : e;  // the slice's ordinal in this tile's walk
+    const bool group_first = i % kGroup == 0,
+               group_last = i % kGroup == kGroup - 1 || i == slices - 1;
+    const int s = (first + i - i % kGroup) % slices;  // the group's first slice: its flags
     const bool h = !kSplit || e % 2 == 0, w = !kSplit || e % 2 == 1;
     int* ph = o.turn_h(tl.mb, c, s);
     int* pw = o.turn_w(tl.vb, c, s);
-    if (kWait && lane0) {
+    if (kWait && lane0 && group_first) {
       if (h) wait_turn(ph, vb_turn);
       if (w) wait_turn(pw, mb_turn);
     }
     __syncwarp();
     hopper::named_barrier_arrive(kBarReady + c, kHandOverThreads);
     hopper::named_barrier(kBarDone + c, kHandOverThreads);
-    if (lane0) {
+    if (lane0 && group_last) {
       if (h && w) {
         pass_turns(ph, vb_turn + 1, pw, mb_turn + 1);
       } else {
@@ -599,7 +609,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const BwdTile tl = backward_tile<kWbBN, Variant::wgmma_group, Variant::raster>(
       a, kOrdered ? claim_tile(a) : blockIdx.x);
   if (!block_has_targets(a, tl.m0)) {
-    if (kOrdered && threadIdx.x == 0) pass_skipped_turns<!kNoWait>(a, tl, kWgConsumers);
+    if (kOrdered && threadIdx.x == 0)
+      pass_skipped_turns<!kNoWait, Variant::turn_slices>(a, tl, kWgConsumers);
     return;
   }
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
@@ -618,7 +629,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     } else if constexpr (kHelpers) {
       const int pw = t / 32;
       if (pw >= 1 && pw <= kWgConsumers)
-        hand_over_turns<kOverlap, !kNoWait>(bwd_order(a), tl, pw - 1, kblocks, first, t % 32 == 0);
+        hand_over_turns<kOverlap, !kNoWait, Variant::turn_slices>(bwd_order(a), tl, pw - 1, kblocks,
+                                                                  first, t % 32 == 0);
     }
     if (t == 0) {
       const int m0 = static_cast<int>(tl.m0), n0 = static_cast<int>(tl.n0);

@@ -142,19 +142,26 @@ enum class FusedOrderedAdd {
 /// A compile-time configuration of the backward kernels: token blocks per raster group of the
 /// mma.sync kernel (kMmaGroup) and of the wgmma kernel (kWgmmaGroup), the work done, who hands
 /// the wgmma kernel's turns on, how an ordered addition adds, and the order of the tiles within a
-/// raster group (gpu/fused_raster.hpp).
+/// raster group (gpu/fused_raster.hpp), and how many consecutive D slices one turn of the wgmma
+/// kernel's helper-warp hand-over covers (kTurnSlices: one wait before the group, one fence and
+/// hand-over after it; the additions' order is the same for any value; 1, the strategy's, was
+/// measured against 4, 8 and 16: each slice more per turn is a slice more that a tile lags its
+/// predecessor, and the time grew with it, docs/fused.md).
 template <int kMmaGroup, int kWgmmaGroup, FusedBackwardWork kWork,
           FusedHandOver kHandOver = FusedHandOver::helper_warps,
           FusedOrderedAdd kAdd = FusedOrderedAdd::load_add_store,
-          FusedRaster kRaster = FusedRaster::token_fastest>
+          FusedRaster kRaster = FusedRaster::token_fastest, int kTurnSlices = 1>
 struct FusedBackwardVariant {
   static_assert(kMmaGroup >= 1 && kWgmmaGroup >= 1, "a raster group holds a token block at least");
+  static_assert(kTurnSlices >= 1 && (kTurnSlices == 1 || kHandOver == FusedHandOver::helper_warps),
+                "slice groups per turn are a variant of the helper-warp hand-over");
   static constexpr int mma_group = kMmaGroup;
   static constexpr int wgmma_group = kWgmmaGroup;
   static constexpr FusedBackwardWork work = kWork;
   static constexpr FusedHandOver hand_over = kHandOver;
   static constexpr FusedOrderedAdd ordered_add = kAdd;
   static constexpr FusedRaster raster = kRaster;
+  static constexpr int turn_slices = kTurnSlices;
 };
 /// The strategy's backward: the defaults — helper warps hand the wgmma kernel's turns on, each
 /// ordered addition a load, add and store, tiles token block fastest (each measured against the

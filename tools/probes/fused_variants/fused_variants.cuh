@@ -57,6 +57,15 @@ using FusedBackwardSplitHandOver =
 using FusedBackwardDiagonalRaster =
     FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps,
                          FusedOrderedAdd::load_add_store, FusedRaster::diagonal>;
+/// The strategy's ordered additions with one turn per 4 or per 8 consecutive D slices instead of
+/// one per slice (FusedBackwardVariant's kTurnSlices): the same order of additions, a quarter or
+/// an eighth of the fences and waits, but each tile 4 or 8 slices behind its predecessor.
+using FusedBackwardTurns4 =
+    FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps,
+                         FusedOrderedAdd::load_add_store, FusedRaster::token_fastest, 4>;
+using FusedBackwardTurns8 =
+    FusedBackwardVariant<16, 8, FusedBackwardWork::full, FusedHandOver::helper_warps,
+                         FusedOrderedAdd::load_add_store, FusedRaster::token_fastest, 8>;
 /// The gradient GEMMs run, their fp32 reductions into dH and dW dropped (gradients wrong).
 using FusedBackwardNoReductions =
     FusedBackwardVariant<16, 8, FusedBackwardWork::without_reductions>;
