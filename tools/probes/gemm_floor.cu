@@ -5,6 +5,7 @@
 //   build:  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXENTLAB_BUILD_EXPERIMENTS=ON
 //           cmake --build build-gpu --target gemm_floor -j16
 //   run:    build-gpu/tools/gemm_floor [rounds=3] [N...=8192 131072]  (V = 128256, D = 4096)
+//           exit 2: bad arguments; 4: no CUDA device; 1: a device error.
 //
 // The GEMM limits of the strategy table are 6·N·V·D (chunked, naive) and 8·N·V·D (checkpointed)
 // at the rate of one cuBLAS bf16 GEMM 8192³ timed back to back 20 times (about 30 ms of load,
@@ -24,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +35,7 @@
 
 #include "gpu/cuda/cuda_check.hpp"
 #include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/cuda/device.hpp"
 #include "gpu/cuda/gemm.cuh"
 #include "gpu/registry.hpp"
 #include "tools/bench/bench_lib.hpp"
@@ -51,14 +54,33 @@ struct Entry {
 
 }  // namespace
 
+/// A positive decimal integer of at most `max`, the whole argument; 0 where it is not one.
+std::int64_t positive(const char* s, std::int64_t max) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || v <= 0 || v > max) return 0;
+  return v;
+}
+
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
+  // rounds ≤ 100; N ≤ 2^31 − 1 tokens (the strategies' row kernels take one block per row).
+  const std::int64_t rounds = argc > 1 ? positive(argv[1], 100) : 3;
   std::vector<std::int64_t> sizes;
-  for (int i = 2; i < argc; ++i) sizes.push_back(std::atoll(argv[i]));
+  for (int i = 2; i < argc; ++i) sizes.push_back(positive(argv[i], 0x7fffffff));
   if (sizes.empty()) sizes = {8192, 131072};
   if (rounds < 1 || std::any_of(sizes.begin(), sizes.end(), [](auto n) { return n <= 0; })) {
-    std::fprintf(stderr, "gemm_floor: rounds and every N must be positive integers\n");
+    std::fprintf(stderr,
+                 "gemm_floor: usage: gemm_floor [rounds 1-100] [N ...] with every N a positive "
+                 "decimal integer below 2^31 (given:");
+    for (int i = 1; i < argc; ++i) std::fprintf(stderr, " '%s'", argv[i]);
+    std::fprintf(stderr, ")\n");
     return 2;
+  }
+  const DeviceInfo dev = query_device();
+  if (!dev.available) {  // the arguments are valid; nothing can be measured here
+    std::fprintf(stderr, "gemm_floor: %s\n", dev.reason.c_str());
+    return 4;
   }
   const std::int64_t V = 128256, D = 4096, S = 8192, chunk = 8192;
   try {
@@ -142,7 +164,7 @@ int main(int argc, char** argv) {
                                  .ms.front();
                            }});
       std::printf("\nN = %lld, V = %lld, D = %lld (%d rounds, one untimed round first)\n",
-                  (long long)N, (long long)V, (long long)D, rounds);
+                  (long long)N, (long long)V, (long long)D, static_cast<int>(rounds));
       for (int round = 0; round <= rounds; ++round)
         for (std::size_t j = 0; j < entries.size(); ++j) {
           Entry& e = entries[(j + static_cast<std::size_t>(round)) % entries.size()];
