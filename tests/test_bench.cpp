@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -404,6 +405,12 @@ TEST(BenchFormats, GemmTimeAtTheSustainedRate) {
   const std::string plain = format_markdown(synthetic_report());
   EXPECT_NE(plain.find("780.0 TFLOP/s alone\n"), std::string::npos) << plain;
   EXPECT_EQ(plain.find("sustained"), std::string::npos);
+  // A rate that is not a measurement (0, negative, infinite) gives no times either.
+  for (const double bad : {0.0, -650.0, std::numeric_limits<double>::infinity()}) {
+    BenchReport b = synthetic_report();
+    b.meta.gemm_sustained_tflops = bad;
+    EXPECT_EQ(format_markdown(b).find("takes"), std::string::npos) << bad;
+  }
 }
 
 TEST(BenchFormats, MarkdownWithQuotedTable) {

@@ -110,7 +110,8 @@ std::string conditions_line(const BenchReport& r) {
 std::string gemm_line(const BenchReport& r) {
   const BenchMeta& m = r.meta;
   std::string s = num_cell(m.gemm_tflops, "{:.1f}") + " TFLOP/s alone";
-  if (std::isnan(m.gemm_sustained_tflops)) return s;
+  // Only a measured rate (finite, positive) gives times; NaN: not measured.
+  if (!(std::isfinite(m.gemm_sustained_tflops) && m.gemm_sustained_tflops > 0)) return s;
   const double nvd = double(r.options.N) * double(r.options.V) * double(r.options.D);
   const auto floor_ms = [&](double k) { return k * nvd / (m.gemm_sustained_tflops * 1e12) * 1e3; };
   return s + fmt::format(

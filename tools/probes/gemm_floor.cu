@@ -8,10 +8,11 @@
 //           exit 2: bad arguments; 4: no CUDA device; 1: a device error.
 //
 // The GEMM limits of the strategy table are 6·N·V·D (chunked, naive) and 8·N·V·D (checkpointed)
-// at the rate of one cuBLAS bf16 GEMM 8192³ timed back to back 20 times (about 30 ms of load,
-// bench::cublas_bf16_gemm_tflops). A 131072-token pass lasts about 20 times longer, and the card
-// runs at its 700 W cap: its clock falls under sustained load. Entries, each timed once per round
-// with CUDA events, the round's order rotated so that no entry always follows the same one:
+// at the rate of one cuBLAS bf16 GEMM 8192³, the median of 20 timed one by one with the host
+// waiting between them (about 30 ms of load, bench::cublas_bf16_gemm_tflops). A 131072-token pass
+// lasts about 20 times longer, and the card runs at its 700 W cap: its clock falls under sustained
+// load. Entries, each timed once per round with CUDA events, the round's order rotated so that no
+// entry always follows the same one:
 //   - "cuBLAS 8192^3 x k": k GEMMs 8192³ in one timed region, k = the 6·N·V·D of the size in
 //     2·8192³ units: the square GEMM's rate sustained for as long as the strategies run;
 //   - "chunked GEMMs only": the three GEMMs of chunked (8192-token chunks: logits in bf16, dH in
@@ -85,8 +86,9 @@ int main(int argc, char** argv) {
   const std::int64_t V = 128256, D = 4096, S = 8192, chunk = 8192;
   try {
     const double burst = bench::cublas_bf16_gemm_tflops();
-    std::printf("cuBLAS bf16 GEMM 8192^3 (fp32 compute), median of 20 back to back: %.1f TFLOP/s\n",
-                burst);
+    std::printf(
+        "cuBLAS bf16 GEMM 8192^3 (fp32 compute), each timed alone, median of 20: %.1f TFLOP/s\n",
+        burst);
     const auto strategies = make_strategies(Backend::cuda);
     auto find = [&](const std::string& n) -> const CudaStrategy* {
       for (const auto& s : strategies)
