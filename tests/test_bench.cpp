@@ -391,7 +391,7 @@ TEST(BenchFormats, TerminalTable) {
 }
 
 TEST(BenchFormats, GemmTimeAtTheSustainedRate) {
-  // The preset's 6·N·V·D = 6·131072·128256·4096 = 4.1316e17 FLOP at 650 TFLOP/s: 635.60 ms;
+  // The preset's 6·N·V·D = 6·131072·128256·4096 = 4.1314e14 FLOP at 650 TFLOP/s: 635.60 ms;
   // 8·N·V·D: 847.47 ms (arithmetic done by hand, not by the code under test).
   BenchReport r = synthetic_report();
   r.meta.gemm_sustained_tflops = 650.0;
@@ -568,8 +568,9 @@ TEST_F(BenchFiles, CsvAppends) {
 }
 
 TEST_F(BenchFiles, H5Appends) {
-  const BenchReport r = synthetic_report();
+  BenchReport r = synthetic_report();
   append_h5(path("b.h5"), r);
+  r.meta.gemm_sustained_tflops = 676.5;
   append_h5(path("b.h5"), r);
   const h5::File f = h5::File::open_read(path("b.h5"));
   EXPECT_EQ(f.attr_string("format"), "xentlab-bench");
@@ -582,6 +583,9 @@ TEST_F(BenchFiles, H5Appends) {
   EXPECT_EQ(g.attr_string("command"), r.options.command_line);
   EXPECT_EQ(g.attr_int("N"), 131072);
   EXPECT_EQ(g.attr_int("sm_clock_mhz"), 1980);
+  EXPECT_EQ(g.attr_double("gemm_tflops"), 780.0);
+  EXPECT_EQ(g.attr_double("gemm_sustained_tflops"), 676.5);
+  EXPECT_TRUE(std::isnan(s.open_group("000000").attr_double("gemm_sustained_tflops")));
   const h5::Group row = g.open_group("rows/0000");
   EXPECT_EQ(row.attr_string("strategy"), "naive");
   EXPECT_EQ(row.attr_double("median_ms"), 680.0);

@@ -141,7 +141,7 @@ class Runner {
     say("measuring the cuBLAS bf16 GEMM rate (8192^3)");
     rep.meta.gemm_tflops = cublas_bf16_gemm_tflops();
     say(fmt::format("cuBLAS bf16 GEMM: {:.1f} TFLOP/s", rep.meta.gemm_tflops));
-    say("measuring it sustained (60 GEMMs back to back, 3 times)");
+    say("measuring it sustained (60 GEMMs back to back; 3 timed regions after an untimed one)");
     rep.meta.gemm_sustained_tflops = cublas_bf16_gemm_sustained_tflops();
     say(fmt::format("cuBLAS bf16 GEMM sustained: {:.1f} TFLOP/s", rep.meta.gemm_sustained_tflops));
 
