@@ -22,7 +22,9 @@
 //   - the naive, chunked and checkpointed strategies (forward+backward, bf16/bf16/fp32/fp32,
 //     reduction mean, budgets as gpu_bench gives them), each pass preceded by an untimed one.
 // Operands: H ~ N(0, 1), W ~ N(0, 4/D) in bf16; the GEMMs-only entries take the logits chunk as
-// their dz (finite bf16 values: the time of a bf16 GEMM does not depend on them).
+// their dz (finite bf16 values of larger magnitude than a real dz: the GEMM's work is the same,
+// its power draw under the cap may differ a little). The chunk sizes the strategies' plans take
+// are printed (8192 tokens at V = 128256, as the GEMMs-only entries).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -165,6 +167,11 @@ int main(int argc, char** argv) {
                                         1)
                                  .ms.front();
                            }});
+      for (int i = 1; i < 3; ++i) {
+        const WorkspaceQuery q{N, V, D, DType::bf16, false, base.recipe, true};
+        std::printf("%s: chunks of %lld tokens\n", names[i],
+                    (long long)find(names[i])->plan(q, runs[i].memory_budget, 0).rows);
+      }
       std::printf("\nN = %lld, V = %lld, D = %lld (%d rounds, one untimed round first)\n",
                   (long long)N, (long long)V, (long long)D, static_cast<int>(rounds));
       for (int round = 0; round <= rounds; ++round)
