@@ -203,9 +203,8 @@ std::vector<double> time_calls(const std::function<void(int)>& setup,
 
 namespace {
 
-/// Times `f(h, A, B, C)` on n×n bf16 operands (N(0,1)) with one cuBLAS handle: `warmup` +
-/// `timed` calls (time_calls), each call issuing `per_call` GEMMs n³ back to back; returns the
-/// median's TFLOP/s.
+/// cuBLAS bf16 GEMMs n³ (fp32 compute) on N(0,1) operands with one handle: `warmup` + `timed`
+/// calls of time_calls, each issuing `per_call` GEMMs back to back; the median call's TFLOP/s.
 double gemm_rate(std::int64_t n, int per_call, int timed, int warmup) {
   gpu::DeviceMemoryTracker mem;
   gpu::DeviceBuffer A(mem, n * n * 2, gpu::MemKind::io, "GEMM A"),

@@ -56,9 +56,10 @@ double cublas_bf16_gemm_tflops(std::int64_t size = 8192, int timed = 20, int war
 
 /// The same GEMM sustained: `per_region` GEMMs issued back to back in one timed region, after an
 /// untimed region of as many; TFLOP/s of the median of `regions` regions (about 0.1 s each at
-/// 8192³ and 60). Under a power cap this is the rate a long strategy run sees (H200 at 700 W,
-/// 2026-12-02: 650–680 against 783–788 for the burst; docs/benchmarks.md); the bench reports the
-/// strategies' 6·N·V·D and 8·N·V·D at this rate. Throws DeviceError.
+/// 8192³ and 60). Under a power cap it is a reference for what a long strategy run gets, not a
+/// floor (H200 at 700 W, 2026-12-02: 650–680 against 783–788 for the burst; docs/benchmarks.md);
+/// the bench reports the strategies' 6·N·V·D and 8·N·V·D at this rate. Throws InputError for
+/// per_region or regions below 1, DeviceError.
 double cublas_bf16_gemm_sustained_tflops(std::int64_t size = 8192, int per_region = 60,
                                          int regions = 3);
 

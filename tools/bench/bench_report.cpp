@@ -113,12 +113,14 @@ std::string gemm_line(const BenchReport& r) {
   // Only a measured rate (finite, positive) gives times; NaN: not measured.
   if (!(std::isfinite(m.gemm_sustained_tflops) && m.gemm_sustained_tflops > 0)) return s;
   const double nvd = double(r.options.N) * double(r.options.V) * double(r.options.D);
-  const auto floor_ms = [&](double k) { return k * nvd / (m.gemm_sustained_tflops * 1e12) * 1e3; };
+  const auto at_rate_ms = [&](double k) {
+    return k * nvd / (m.gemm_sustained_tflops * 1e12) * 1e3;
+  };
   return s + fmt::format(
                  ", {:.1f} sustained (issued back to back, as a long run sees it under a power "
                  "cap); at the sustained rate 6·N·V·D takes {:.2f} ms (naive, chunked), 8·N·V·D "
                  "{:.2f} ms (checkpointed, fused)",
-                 m.gemm_sustained_tflops, floor_ms(6), floor_ms(8));
+                 m.gemm_sustained_tflops, at_rate_ms(6), at_rate_ms(8));
 }
 
 }  // namespace

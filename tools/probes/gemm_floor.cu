@@ -55,8 +55,6 @@ struct Entry {
   std::vector<double> ms;
 };
 
-}  // namespace
-
 /// A positive decimal integer of at most `max`, the whole argument; 0 where it is not one.
 std::int64_t positive(const char* s, std::int64_t max) {
   errno = 0;
@@ -65,6 +63,8 @@ std::int64_t positive(const char* s, std::int64_t max) {
   if (errno != 0 || end == s || *end != '\0' || v <= 0 || v > max) return 0;
   return v;
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // rounds ≤ 100; N ≤ 2^31 − 1 tokens (the strategies' row kernels take one block per row).

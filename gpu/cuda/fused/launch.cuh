@@ -143,11 +143,11 @@ enum class FusedOrderedAdd {
 /// mma.sync kernel (kMmaGroup) and of the wgmma kernel (kWgmmaGroup), the work done, who hands
 /// the wgmma kernel's turns on, how an ordered addition adds, and the order of the tiles within a
 /// raster group (gpu/fused_raster.hpp), and how many consecutive D slices one turn of the wgmma
-/// kernel's helper-warp hand-over covers (the mma.sync kernel takes one turn per slice whatever
-/// its value) (kTurnSlices: one wait before the group, one fence and
-/// hand-over after it; the additions' order is the same for any value; 1, the strategy's, was
-/// measured against 4, 8 and 16: each slice more per turn is a slice more that a tile lags its
-/// predecessor, and the time grew with it, docs/fused.md).
+/// kernel's helper-warp hand-over covers (kTurnSlices: one wait before the group, one fence and
+/// hand-over after it; the additions' order is the same for any value; the mma.sync kernel takes
+/// one turn per slice whatever its value). 1, the strategy's, was measured against 4, 8 and 16:
+/// each slice more per turn is a slice more that a tile lags its predecessor, and the time grew
+/// with it (docs/fused.md).
 template <int kMmaGroup, int kWgmmaGroup, FusedBackwardWork kWork,
           FusedHandOver kHandOver = FusedHandOver::helper_warps,
           FusedOrderedAdd kAdd = FusedOrderedAdd::load_add_store,
