@@ -201,11 +201,11 @@ std::vector<double> time_calls(const std::function<void(int)>& setup,
   return ms;
 }
 
-namespace {
-
-/// cuBLAS bf16 GEMMs n³ (fp32 compute) on N(0,1) operands with one handle: `warmup` + `timed`
-/// calls of time_calls, each issuing `per_call` GEMMs back to back; the median call's TFLOP/s.
-double gemm_rate(std::int64_t n, int per_call, int timed, int warmup) {
+std::vector<double> time_cublas_bf16_gemms(std::int64_t n, int per_call, int warmup, int timed) {
+  if (n < 1 || n > 0x7fffffff || per_call < 1 || warmup < 0 || timed < 1)
+    throw InputError(
+        "time_cublas_bf16_gemms: n in [1, 2^31), per_call >= 1, warmup >= 0 and "
+        "timed >= 1 are required");
   gpu::DeviceMemoryTracker mem;
   gpu::DeviceBuffer A(mem, n * n * 2, gpu::MemKind::io, "GEMM A"),
       B(mem, n * n * 2, gpu::MemKind::io, "GEMM B"), C(mem, n * n * 2, gpu::MemKind::io, "GEMM C");
@@ -231,7 +231,14 @@ double gemm_rate(std::int64_t n, int per_call, int timed, int warmup) {
     throw;
   }
   cublasDestroy(h);
-  const double med = summarize_times(ms).median;
+  return ms;
+}
+
+namespace {
+
+/// TFLOP/s of the median of time_cublas_bf16_gemms(n, per_call, warmup, timed).
+double gemm_rate(std::int64_t n, int per_call, int timed, int warmup) {
+  const double med = summarize_times(time_cublas_bf16_gemms(n, per_call, warmup, timed)).median;
   return 2.0 * double(n) * double(n) * double(n) * per_call / (med * 1e-3) / 1e12;
 }
 

@@ -49,6 +49,11 @@ void fill_targets(std::int64_t* t, std::int64_t n, std::int64_t V, std::uint64_t
 std::vector<double> time_calls(const std::function<void(int)>& setup,
                                const std::function<void()>& body, int warmup, int repeats);
 
+/// cuBLAS bf16 GEMMs m = n = k = `n` (fp32 compute, bf16 output, N(0,1) operands, one handle):
+/// `warmup` + `timed` calls of time_calls, each issuing `per_call` GEMMs back to back; the timed
+/// calls' times (ms). Throws InputError for arguments out of range, DeviceError.
+std::vector<double> time_cublas_bf16_gemms(std::int64_t n, int per_call, int warmup, int timed);
+
 /// cuBLAS bf16 GEMM m = n = k = `size`, fp32 compute, bf16 output: TFLOP/s of the median of
 /// `timed` runs after `warmup`, each timed alone (a burst: the host waits between them, so the
 /// card's clock recovers a little under its power cap).

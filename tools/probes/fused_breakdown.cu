@@ -92,39 +92,30 @@ int main(int argc, char** argv) {
     return std::unique_ptr<Strategy>{};
   };
   std::vector<Entry> entries;
+  namespace fv = gpu::fused;
+  // A timing variant of the backward (fused_variants.cuh) under its label.
+  const auto variant_entry = [&](const char* label, std::unique_ptr<Strategy> s) {
+    entries.push_back({label, std::move(s), false});
+  };
   entries.push_back({"fused forward only", registered("fused"), true});
   entries.push_back({"fused", registered("fused"), false});
-  entries.push_back(
-      {"fused-atomic", fused_with_backward<gpu::fused::FusedBackwardAtomic>(), false});
-  entries.push_back({"fused-consumer-handover",
-                     fused_with_backward<gpu::fused::FusedBackwardConsumerHandOver>(), false});
-  entries.push_back(
-      {"fused-overlapped", fused_with_backward<gpu::fused::FusedBackwardOverlapped>(), false});
-  entries.push_back({"fused-red-in-turn",
-                     fused_with_backward<gpu::fused::FusedBackwardReductionInTurn>(), false});
-  entries.push_back({"fused-red-no-wait",
-                     fused_with_backward<gpu::fused::FusedBackwardReductionNoWait>(), false});
-  entries.push_back({"fused-red-no-wait-rotated",
-                     fused_with_backward<gpu::fused::FusedBackwardReductionNoWaitRotated>(),
-                     false});
-  entries.push_back({"fused-split-handover",
-                     fused_with_backward<gpu::fused::FusedBackwardSplitHandOver>(), false});
-  entries.push_back(
-      {"fused-turns-4", fused_with_backward<gpu::fused::FusedBackwardTurns4>(), false});
-  entries.push_back(
-      {"fused-turns-8", fused_with_backward<gpu::fused::FusedBackwardTurns8>(), false});
-  entries.push_back({"fused-diagonal-raster",
-                     fused_with_backward<gpu::fused::FusedBackwardDiagonalRaster>(), false});
-  entries.push_back(
-      {"fused-noatomics", fused_with_backward<gpu::fused::FusedBackwardNoReductions>(), false});
-  entries.push_back(
-      {"fused-nograd", fused_with_backward<gpu::fused::FusedBackwardDzOnly>(), false});
-  entries.push_back(
-      {"fused-group4", fused_with_backward<gpu::fused::FusedBackwardGroup4>(), false});
-  entries.push_back(
-      {"fused-group16", fused_with_backward<gpu::fused::FusedBackwardGroup16>(), false});
-  entries.push_back(
-      {"fused-group32", fused_with_backward<gpu::fused::FusedBackwardGroup32>(), false});
+  variant_entry("fused-atomic", fused_with_backward<fv::FusedBackwardAtomic>());
+  variant_entry("fused-consumer-handover",
+                fused_with_backward<fv::FusedBackwardConsumerHandOver>());
+  variant_entry("fused-overlapped", fused_with_backward<fv::FusedBackwardOverlapped>());
+  variant_entry("fused-red-in-turn", fused_with_backward<fv::FusedBackwardReductionInTurn>());
+  variant_entry("fused-red-no-wait", fused_with_backward<fv::FusedBackwardReductionNoWait>());
+  variant_entry("fused-red-no-wait-rotated",
+                fused_with_backward<fv::FusedBackwardReductionNoWaitRotated>());
+  variant_entry("fused-split-handover", fused_with_backward<fv::FusedBackwardSplitHandOver>());
+  variant_entry("fused-turns-4", fused_with_backward<fv::FusedBackwardTurns4>());
+  variant_entry("fused-turns-8", fused_with_backward<fv::FusedBackwardTurns8>());
+  variant_entry("fused-diagonal-raster", fused_with_backward<fv::FusedBackwardDiagonalRaster>());
+  variant_entry("fused-noatomics", fused_with_backward<fv::FusedBackwardNoReductions>());
+  variant_entry("fused-nograd", fused_with_backward<fv::FusedBackwardDzOnly>());
+  variant_entry("fused-group4", fused_with_backward<fv::FusedBackwardGroup4>());
+  variant_entry("fused-group16", fused_with_backward<fv::FusedBackwardGroup16>());
+  variant_entry("fused-group32", fused_with_backward<fv::FusedBackwardGroup32>());
   entries.push_back(
       {"fused, mma.sync", gpu::make_cuda_fused(gpu::FusedKernelPath::mma_sync), false});
   entries.push_back(

@@ -13,8 +13,9 @@
 // lasts about 20 times longer, and the card runs at its 700 W cap: its clock falls under sustained
 // load. Entries, each timed once per round with CUDA events, the round's order rotated so that no
 // entry always follows the same one:
-//   - "cuBLAS 8192^3 x k": k GEMMs 8192³ in one timed region, k = the 6·N·V·D of the size in
-//     2·8192³ units: the square GEMM's rate sustained for as long as the strategies run;
+//   - "cuBLAS 8192^3 x k": k GEMMs 8192³ in one timed region (bench::time_cublas_bf16_gemms, the
+//     bench's own GEMM yardstick), k = the 6·N·V·D of the size in 2·8192³ units: the square
+//     GEMM's rate sustained for as long as the strategies run;
 //   - "chunked GEMMs only": the three GEMMs of chunked (8192-token chunks: logits in bf16, dH in
 //     fp32, dW += in fp32 with beta 1 after the first chunk) through the strategies' wrappers
 //     (gpu/cuda/gemm.cuh, preferred tiles), no CE kernel: chunked without its non-GEMM work;
@@ -104,13 +105,9 @@ int main(int argc, char** argv) {
           lse(mem, N * 4, MemKind::io, "lse"), dH(mem, N * D * 4, MemKind::io, "dH"),
           dW(mem, V * D * 4, MemKind::io, "dW");
       DeviceBuffer Z(mem, std::min(N, chunk) * V * 2, MemKind::io, "logits chunk");
-      DeviceBuffer A(mem, S * S * 2, MemKind::io, "A"), B(mem, S * S * 2, MemKind::io, "B"),
-          C(mem, S * S * 2, MemKind::io, "C");
       bench::fill_normal(DType::bf16, H.get(), N * D, 1.0, 1);
       bench::fill_normal(DType::bf16, W.get(), V * D, 2.0 / std::sqrt(double(D)), 2);
       bench::fill_targets(T.as<std::int64_t>(), N, V, 3);
-      bench::fill_normal(DType::bf16, A.get(), S * S, 1.0, 11);
-      bench::fill_normal(DType::bf16, B.get(), S * S, 1.0, 12);
       XL_CUDA_CHECK(cudaDeviceSynchronize());
       Blas blas(mem, nullptr);
       const double nvd = double(N) * double(V) * double(D);
@@ -119,17 +116,8 @@ int main(int argc, char** argv) {
       auto timed = [](const std::function<void()>& f) {
         return bench::time_calls({}, f, 0, 1).front();
       };
-      entries.push_back({"cuBLAS 8192^3 x " + std::to_string(k), 2.0 * k * double(S) * S * S, [&] {
-                           return timed([&] {
-                             const float one = 1.0f, zero = 0.0f;
-                             for (int i = 0; i < k; ++i)
-                               XL_CUBLAS_CHECK(cublasGemmEx(
-                                   blas.handle(), CUBLAS_OP_T, CUBLAS_OP_N, int(S), int(S), int(S),
-                                   &one, A.get(), CUDA_R_16BF, int(S), B.get(), CUDA_R_16BF, int(S),
-                                   &zero, C.get(), CUDA_R_16BF, int(S), CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT));
-                           });
-                         }});
+      entries.push_back({"cuBLAS 8192^3 x " + std::to_string(k), 2.0 * k * double(S) * S * S,
+                         [&] { return bench::time_cublas_bf16_gemms(S, k, 0, 1).front(); }});
       auto gemms_only = [&](int logits_gemms) {
         return timed([&] {
           for (std::int64_t r0 = 0; r0 < N; r0 += chunk) {
