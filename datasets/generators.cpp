@@ -11,6 +11,7 @@
 
 #include "numerics/blas.hpp"
 #include "numerics/error.hpp"
+#include "numerics/loss_kernel.hpp"
 
 namespace xentlab {
 namespace {
@@ -47,9 +48,7 @@ void check_sizes(const char* what, std::int64_t N, std::int64_t V, std::int64_t 
 
 // The spec's transformation of a raw logit (LossSpec: scale, then softcap).
 double transform(double r, const LossSpec& spec) {
-  double z = spec.logit_scale * r;
-  if (spec.softcap > 0) z = spec.softcap * std::tanh(z / spec.softcap);
-  return z;
+  return kernel_logit(r, spec.logit_scale, spec.softcap);
 }
 
 // t ~ softmax(transform(raw)) of one row (−inf entries have probability 0).

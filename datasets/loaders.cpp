@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "datasets/h5.hpp"
+#include "datasets/io/h5.hpp"
 #include "numerics/error.hpp"
 
 namespace xentlab {

@@ -3,7 +3,7 @@
 //   - HDF5 (.h5, .hdf5): datasets H, W, targets (optional bias), or logits, targets — at the root
 //   or
 //     in a group /problem (so a golden file is itself a problem file). Storage as in
-//     datasets/h5.hpp (float32/float64/IEEE float16, bf16 as uint16 with dtype="bf16").
+//     datasets/io/h5.hpp (float32/float64/IEEE float16, bf16 as uint16 with dtype="bf16").
 //   - safetensors (.safetensors): tensors named H, W, targets (optional bias), or logits, targets;
 //     dtypes F32, F16, BF16, F64 (logits only) and I64/I32/I16/I8/U8 for targets. The header is
 //     parsed with nlohmann-json; offsets and sizes are checked against the file.

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <system_error>
 
-#include "datasets/sha256.hpp"
+#include "datasets/io/sha256.hpp"
 #include "datasets/synthetic.hpp"
 #include "numerics/error.hpp"
 

@@ -6,7 +6,7 @@
 
 #include "numerics/error.hpp"
 #ifdef XENTLAB_HAVE_CUDA
-#include "gpu/cuda/device.hpp"
+#include "gpu/cuda/common/device.hpp"
 #endif
 
 namespace xentlab {

@@ -39,9 +39,10 @@ struct StrategyTraits {
   /// StrategySet::default_set). False for a strategy that runs only when named (vocab_parallel:
   /// with one rank its outputs are chunked's bit for bit, so it adds nothing to a default audit).
   bool in_default_set = true;
-  /// Shards the vocabulary over RunRequest::ranks ranks (vocab_parallel; gpu/vocab_shards.hpp):
-  /// its run_arithmetic declares them (DeclaredArithmetic::vocab_ranks) and the audit records
-  /// them. The other strategies ignore RunRequest::ranks.
+  /// Shards the vocabulary over RunRequest::ranks ranks (vocab_parallel;
+  /// gpu/plans/vocab_shards.hpp): its run_arithmetic declares them
+  /// (DeclaredArithmetic::vocab_ranks) and the audit records them. The other strategies ignore
+  /// RunRequest::ranks.
   bool shards_vocabulary = false;
 };
 

@@ -46,11 +46,11 @@ struct RunRequest {
   /// (J, D) and (J) in this order; each row's arithmetic is the one of the full run. Empty = all.
   std::vector<std::int64_t> vocab_rows;
   /// CPU emulation of fused only: the SM count of the GPU whose launch it models (the kernel
-  /// splits each row's vocabulary into ranges by it, gpu/fused_plan.hpp); ≤ 0 = kFusedModelSms
-  /// (132, an H200). The CUDA strategies use the device's own count.
+  /// splits each row's vocabulary into ranges by it, gpu/plans/fused_plan.hpp); ≤ 0 =
+  /// kFusedModelSms (132, an H200). The CUDA strategies use the device's own count.
   int emulated_sms = 0;
-  /// vocab_parallel only: the number P of vocabulary shards (ranks; gpu/vocab_shards.hpp). On the
-  /// CUDA backend one GPU per rank; the emulation models P virtual ranks. ≤ 0 = 1. The other
+  /// vocab_parallel only: the number P of vocabulary shards (ranks; gpu/plans/vocab_shards.hpp). On
+  /// the CUDA backend one GPU per rank; the emulation models P virtual ranks. ≤ 0 = 1. The other
   /// strategies ignore it.
   int ranks = 0;
 };

@@ -1,4 +1,5 @@
-// Covariates for numerics/bounds from a ReferenceResult, and the comparison of a run's outputs.
+// A-priori bounds from covariates (bounds_for_covariates) and from a ReferenceResult
+// (bounds_for_reference, through judge/covariates.hpp), and the comparison of a run's outputs.
 #include "judge/bounds_for.hpp"
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "judge/covariates.hpp"
 #include "numerics/error.hpp"
 
 namespace xentlab {
@@ -16,13 +18,6 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 inline std::size_t sz(std::int64_t i) {
   return static_cast<std::size_t>(i);
-}
-
-// Loss-kernel logit from a raw logit (scale, then softcap), in double.
-double kernel(const LossSpec& sp, double r) {
-  double x = sp.logit_scale * r;
-  if (sp.softcap > 0) x = sp.softcap * std::tanh(x / sp.softcap);
-  return x;
 }
 
 // Whether rows = 0, 1, …, n − 1.
@@ -155,109 +150,8 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
                             const DeclaredArithmetic& arith, const ReferenceResult& ref,
                             std::int64_t n_chunks, std::int64_t run_tokens) {
   const auto S = static_cast<std::int64_t>(ref.token_rows.size());
-  const std::int64_t V = pb.V, D = pb.D;
   const bool linear = pb.is_linear();
-  std::vector<std::int64_t> valid(sz(S)), target(sz(S));
-  std::vector<double> max_raw(sz(S), 0.0);
-  std::vector<double> max_abs(sz(S), 0.0), mean_abs(sz(S), 0.0), xt(sz(S), 0.0), gemm(sz(S), 0.0);
-  std::vector<double> raw;  // (S, V) logits problems
-  std::vector<double> w_t_abs, w_colmax, h_abs;
-  std::vector<double> row(sz(std::max(V, D))), wrow(sz(std::max<std::int64_t>(D, 1)));
-
-  if (linear) {
-    // ‖W_j‖₂ max and column maxima of |W|; bias magnitude.
-    double wmax = 0.0, bmax = 0.0;
-    w_colmax.assign(sz(D), 0.0);
-    // In parallel over the vocabulary rows: each row's norm is summed in the same order as on one
-    // thread, and maxima do not depend on the order in which they are taken.
-#pragma omp parallel
-    {
-      std::vector<double> w(sz(D)), colmax(sz(D), 0.0);
-      double wm = 0.0, bm = 0.0;
-#pragma omp for schedule(static)
-      for (std::int64_t j = 0; j < V; ++j) {
-        pb.W.read(j * D, D, w.data());
-        double n2 = 0.0;
-        for (std::int64_t d = 0; d < D; ++d) {
-          n2 += w[sz(d)] * w[sz(d)];
-          colmax[sz(d)] = std::max(colmax[sz(d)], std::fabs(w[sz(d)]));
-        }
-        wm = std::max(wm, std::sqrt(n2));
-        if (pb.bias) {
-          const double b = pb.bias->get(j);
-          if (std::isfinite(b)) bm = std::max(bm, std::fabs(b));
-        }
-      }
-#pragma omp critical
-      {
-        for (std::int64_t d = 0; d < D; ++d)
-          w_colmax[sz(d)] = std::max(w_colmax[sz(d)], colmax[sz(d)]);
-        wmax = std::max(wmax, wm);
-        bmax = std::max(bmax, bm);
-      }
-    }
-    // Norms are rounded up by a relative 2^-40 margin (the double sums above are within D·2^-53).
-    const double up = 1.0 + 0x1p-40;
-    w_t_abs.assign(sz(S * D), 0.0);
-    h_abs.assign(sz(S * D), 0.0);
-    // Row by row, each writing its own entries only: the same bits on any number of threads.
-#pragma omp parallel for schedule(static) firstprivate(row, wrow)
-    for (std::int64_t q = 0; q < S; ++q) {
-      const std::int64_t i = ref.token_rows[sz(q)];
-      pb.H.read(i * D, D, row.data());
-      double n2 = 0.0;
-      for (std::int64_t d = 0; d < D; ++d) {
-        n2 += row[sz(d)] * row[sz(d)];
-        h_abs[sz(q * D + d)] = std::fabs(row[sz(d)]);
-      }
-      // Σ_d |H_id||W_jd| ≤ min(‖H_i‖₂·max_j‖W_j‖₂ (Cauchy–Schwarz), Σ_d |H_id|·max_j|W_jd|).
-      double hcol = 0.0;
-      for (std::int64_t d = 0; d < D; ++d) hcol += h_abs[sz(q * D + d)] * w_colmax[sz(d)];
-      gemm[sz(q)] = (std::min(std::sqrt(n2) * wmax, hcol) + bmax) * up;
-      // The fp32 GEMM result can exceed the exact one by γ_{D+1}·Σ|h||w| < 2^-10 relative here.
-      max_raw[sz(q)] = gemm[sz(q)] * (1.0 + 0x1p-10);
-      double zmax = sp.logit_scale * gemm[sz(q)];
-      if (sp.softcap > 0) zmax = std::min(zmax, sp.softcap);
-      max_abs[sz(q)] = zmax;
-      mean_abs[sz(q)] = zmax;
-      const std::int64_t t = pb.targets[sz(i)];
-      valid[sz(q)] = t != sp.ignore_index;
-      target[sz(q)] = valid[sz(q)] ? t : -1;
-      if (valid[sz(q)]) {
-        pb.W.read(t * D, D, wrow.data());
-        double zt = pb.bias ? pb.bias->get(t) : 0.0;
-        for (std::int64_t d = 0; d < D; ++d) {
-          zt += row[sz(d)] * wrow[sz(d)];
-          w_t_abs[sz(q * D + d)] = std::fabs(wrow[sz(d)]);
-        }
-        xt[sz(q)] = kernel(sp, zt);
-      }
-    }
-  } else {
-    // Raw logits are kept (S×V) only when dz bounds are formed; otherwise one row at a time.
-    const bool keep = !ref.dz.empty();
-    if (keep) raw.assign(sz(S * V), 0.0);
-    for (std::int64_t q = 0; q < S; ++q) {
-      const std::int64_t i = ref.token_rows[sz(q)];
-      double* rr = keep ? raw.data() + q * V : row.data();
-      pb.logits.read(i * V, V, rr);
-      double mx = 0.0, sum = 0.0;
-      for (std::int64_t j = 0; j < V; ++j) {
-        const double x = kernel(sp, rr[j]);
-        if (std::isfinite(rr[j])) max_raw[sz(q)] = std::max(max_raw[sz(q)], std::fabs(rr[j]));
-        if (std::isfinite(x)) {
-          mx = std::max(mx, std::fabs(x));
-          sum += std::fabs(x);
-        }
-      }
-      max_abs[sz(q)] = mx;
-      mean_abs[sz(q)] = (sum / static_cast<double>(V)) * (1.0 + 0x1p-40);
-      const std::int64_t t = pb.targets[sz(i)];
-      valid[sz(q)] = t != sp.ignore_index;
-      target[sz(q)] = valid[sz(q)] ? t : -1;
-      if (valid[sz(q)]) xt[sz(q)] = kernel(sp, rr[t]);
-    }
-  }
+  const BoundedRowCovariates c = bounded_row_covariates(pb, sp, ref.token_rows, !ref.dz.empty());
   RowCovariates cov;
   cov.token_rows = &ref.token_rows;
   cov.vocab_rows = &ref.vocab_rows;
@@ -265,22 +159,22 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
   cov.loss = ref.loss.data();
   cov.sum_p_abs_z = ref.sum_p_abs_z.data();
   cov.max_logit = ref.max_logit.data();
-  cov.max_abs_logit = max_abs.data();
-  cov.max_abs_raw = max_raw.data();
-  cov.mean_abs_logit = mean_abs.data();
-  cov.target_logit = xt.data();
+  cov.max_abs_logit = c.max_abs.data();
+  cov.max_abs_raw = c.max_raw.data();
+  cov.mean_abs_logit = c.mean_abs.data();
+  cov.target_logit = c.target_logit.data();
   cov.p_target = ref.p_target.data();
   cov.grad_scale = ref.grad_scale.data();
-  cov.gemm_abs = linear ? gemm.data() : nullptr;
+  cov.gemm_abs = linear ? c.gemm_abs.data() : nullptr;
   cov.reduced_loss = ref.reduced_loss;
   if (!linear && !ref.dz.empty()) {
     cov.dz = ref.dz.data();
-    cov.raw_logits = raw.data();
+    cov.raw_logits = c.raw_logits.data();
   }
   if (linear) {
-    cov.H_abs = h_abs.data();
-    cov.W_target_abs = w_t_abs.data();
-    cov.W_colmax_abs = w_colmax.data();
+    cov.H_abs = c.H_abs.data();
+    cov.W_target_abs = c.W_target_abs.data();
+    cov.W_colmax_abs = c.W_colmax_abs.data();
     if (!ref.dH.empty()) {
       cov.dH = ref.dH.data();
       cov.dH_cond = ref.dH_cond.data();

@@ -1,7 +1,7 @@
 #pragma once
 // The judge's adapter between the certified reference and the a-priori bounds / statistics /
 // policy of numerics/: given a Problem, the reference's result for it and a strategy's outputs,
-// forms the covariates that numerics/bounds.hpp needs and judges the outputs. judge/ sits above
+// forms the covariates that judge/bounds.hpp needs and judges the outputs. judge/ sits above
 // both reference/ (the oracle) and gpu/ (the code under test): the strategies never link the
 // reference, and the reference never links the strategies (docs/design.md, "Layers").
 #include <cstdint>
@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "gpu/strategy.hpp"
-#include "numerics/bounds.hpp"
-#include "numerics/stats.hpp"
+#include "judge/bounds.hpp"
+#include "judge/policy.hpp"
+#include "judge/stats.hpp"
 #include "reference/reference.hpp"
 
 namespace xentlab {
@@ -18,7 +19,7 @@ namespace xentlab {
 /// The covariates of the a-priori bounds on S token rows and J vocabulary rows of a problem: the
 /// per-row quantities of the exact result and the reference gradients with their conditions, as
 /// a ReferenceResult holds them (bounds_for_reference) or as a golden file stores them (`xentlab
-/// verify`). Arrays of the sizes given (numerics/bounds.hpp BoundInputs); null where absent.
+/// verify`). Arrays of the sizes given (judge/bounds.hpp BoundInputs); null where absent.
 struct RowCovariates {
   const std::vector<std::int64_t>* token_rows = nullptr;  ///< (S) sorted rows of the problem
   const std::vector<std::int64_t>* vocab_rows = nullptr;  ///< (J) sorted vocabulary rows
@@ -40,19 +41,19 @@ struct RowCovariates {
   const double* raw_logits = nullptr;
 };
 
-/// The a-priori bounds (numerics/bounds.hpp compute_bounds) of a strategy that declares `arith`
+/// The a-priori bounds (judge/bounds.hpp compute_bounds) of a strategy that declares `arith`
 /// running `recipe` on `pb` with `spec`, from the covariates `cov`: the one place where the
 /// judge's callers turn covariates into bounds. n_chunks: the token chunks whose dW/db are added
 /// in the accum dtype, as given (BoundInputs::n_chunks). A bound whose arrays are absent is left
 /// empty; non-finite covariates give NaN bounds (bounds_for_reference sanitizes them).
 /// run_tokens: the token count of the run whose kernel planned its vocabulary reduction (the
-/// fused kernel's ranges depend on N, gpu/fused_plan.hpp); 0 = pb.N. It differs from pb.N where
-/// a run on N tokens is judged on a sub-problem of its rows (`xentlab bench`).
+/// fused kernel's ranges depend on N, gpu/plans/fused_plan.hpp); 0 = pb.N. It differs from pb.N
+/// where a run on N tokens is judged on a sub-problem of its rows (`xentlab bench`).
 Bounds bounds_for_covariates(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
                              const DeclaredArithmetic& arith, const RowCovariates& cov,
                              std::int64_t n_chunks, std::int64_t run_tokens = 0);
 
-/// Per-element a-priori bounds (numerics/bounds.hpp, docs/bounds.md) for a strategy that declares
+/// Per-element a-priori bounds (judge/bounds.hpp, docs/bounds.md) for a strategy that declares
 /// `arith` running `recipe` on `pb` with `spec`, on the rows of `ref` (its token_rows and
 /// vocab_rows). ref must come from compute_reference(pb, spec, …) with want_dz for dz bounds.
 /// n_chunks: number of token chunks whose dW are added in the accum dtype; 0 = assume one chunk
@@ -75,7 +76,7 @@ struct RunAssessment {
 /// Compares `out` (from strategy.run of a request on pb/spec/recipe) with `ref`: per-token loss and
 /// lse (dtype out.loss_dtype), reduced loss, dz/dH (rows of ref.token_rows, which must equal
 /// out.token_rows or cover all rows), dW/db (rows ref.vocab_rows of out's V×D), each with its
-/// a-priori bound, then judges them with `policy` (numerics/bounds.hpp judge). Throws InputError
+/// a-priori bound, then judges them with `policy` (judge/bounds.hpp judge). Throws InputError
 /// when the token rows of out and ref differ or sizes do not match.
 RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
                          const DeclaredArithmetic& arith, const StrategyOutputs& out,

@@ -1,15 +1,16 @@
 #pragma once
 // The baseline-relative check of a device run: each output's largest error against that of the
-// CPU emulation of the same strategy and recipe on the same problem (numerics/bounds.hpp
+// CPU emulation of the same strategy and recipe on the same problem (judge/bounds.hpp
 // judge_against_baseline), with the floor that two correct implementations of the elementary
 // functions may differ by.
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "judge/bounds.hpp"
 #include "judge/bounds_for.hpp"
-#include "numerics/bounds.hpp"
-#include "numerics/stats.hpp"
+#include "judge/policy.hpp"
+#include "judge/stats.hpp"
 
 namespace xentlab {
 

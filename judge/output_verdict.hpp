@@ -1,10 +1,11 @@
 #pragma once
-// The disposition of one output judged by two checks: its a-priori bound (numerics/bounds.hpp
+// The disposition of one output judged by two checks: its a-priori bound (judge/bounds.hpp
 // judge, which also checks that every value is finite where the reference is) and a
 // baseline-relative check (`xentlab verify`'s differential check against the emulated baseline).
 #include <optional>
 
-#include "numerics/bounds.hpp"
+#include "judge/bounds.hpp"
+#include "judge/policy.hpp"
 
 namespace xentlab {
 

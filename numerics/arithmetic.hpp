@@ -1,6 +1,6 @@
 #pragma once
 // What a strategy declares about its arithmetic: the reduction orders whose constants enter the
-// a-priori error bounds (numerics/bounds.hpp). Lives in numerics/ so the bounds need nothing else.
+// a-priori error bounds (judge/bounds.hpp). Lives in numerics/ so the bounds need nothing else.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -8,7 +8,7 @@
 namespace xentlab {
 
 /// How a strategy reduces over the vocabulary (sum-exp, lse) and over tokens; the a-priori error
-/// bounds (numerics/bounds.hpp) take their reduction constant c(V) from this.
+/// bounds (judge/bounds.hpp) take their reduction constant c(V) from this.
 enum class ReductionOrder : std::uint8_t {
   sequential,    ///< one running sum, c(n) = n − 1
   pairwise,      ///< balanced tree, c(n) = ⌈log2 n⌉
@@ -22,7 +22,7 @@ struct DeclaredArithmetic {
   std::int64_t block_threads = 256;  ///< T for blocked
   std::int64_t tile = 0;             ///< vocabulary tile for online_tiles; columns per thread
                                      ///< and vocabulary tile for online_tree
-  /// online_tree (gpu/fused_plan.hpp): a vocabulary tile is tile·block_threads columns, one
+  /// online_tree (gpu/plans/fused_plan.hpp): a vocabulary tile is tile·block_threads columns, one
   /// state per thread; a row's block_threads states merge in tree_lane_merges levels; the tiles
   /// are split into R ≥ max(1, min(tree_min_ranges, tiles, ⌊tree_state_rows / N⌋)) ranges (N
   /// tokens), whose states merge pairwise.

@@ -56,7 +56,7 @@ const char* preferred_blas_coretype() {
   // OpenBLAS's DYNAMIC_ARCH reads the processor's model number; on a model it does not know
   // (new processors, or a virtual machine that masks the model) it falls back to its oldest
   // kernel set, Prescott (SSE3): 3 GFLOP/s a core in fp64 where the AVX-512 kernels give 40
-  // (measured on the 2-core CI machine, 2026-12-01). Choose by the instruction sets instead.
+  // (measured on the 2-core CI machine). Choose by the instruction sets instead.
   const std::string core = openblas_get_corename();
   if (core != "Prescott" && core != "Core2" && core != "Penryn" && core != "Dunnington" &&
       core != "Nehalem" && core != "Atom")

@@ -12,7 +12,7 @@
 // numerics/dtype.hpp, checked on every fp32 bit class in tests/test_emulation_reduce.cpp) because
 // the emulation rounds hundreds of millions of times per audit.
 //
-// Reductions (shared NUMERICS.md §2; constants of their error bounds: numerics/bounds.hpp):
+// Reductions (shared NUMERICS.md §2; constants of their error bounds: judge/bounds.hpp):
 //   sequential   s ← rnd(s + x_j), j = 0, 1, …
 //   pairwise     sum(x[0,n)) = rnd(sum(x[0,h)) + sum(x[h,n))), h = ⌊n/2⌋, leaves are single terms
 //   blocked      element j belongs to thread (j / group) mod T; each thread sums its elements in

@@ -4,29 +4,26 @@
 
 #include <fmt/format.h>
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <random>
 
 #include "numerics/eft.hpp"
 #include "numerics/error.hpp"
 #include "reference/row.hpp"
+#include "reference/tiers/plan.hpp"
 
 namespace xentlab {
 namespace {
 
 using detail::RowStats;
-using detail::RowSums;
 double compensated_need(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
                         const ReferenceOptions& opt, bool want_dH, bool want_dW, bool want_db);
 constexpr double kU = detail::kRefU;  // unit roundoff of double
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kLibm = detail::kRefLibm;
 constexpr int kLanes = 8;  // independent compensated accumulators per dot product
 
 // Sum2 of the exact products h[d]·w[d] and the bias: lane-parallel TwoSum accumulation, lanes
@@ -133,202 +130,6 @@ void row_logits(const Context& cx, std::int64_t i, const double* h_row, double h
 
 }  // namespace
 
-namespace detail {
-
-void transform_logits(const LossSpec& sp, std::int64_t V, double* z, double* zb, double* chain,
-                      double* chain_b) {
-  for (std::int64_t j = 0; j < V; ++j)
-    transform_logit(sp, z[j], zb[j], z[j], zb[j], chain[j], chain_b[j]);
-}
-
-RowStats row_forward(const LossSpec& sp, std::int64_t V, std::int64_t t, bool valid,
-                     const double* z, const double* zb, double* e, double& one_plus_s,
-                     double& one_minus_pt) {
-  RowSums q{};
-  q.k = -1;
-  q.a = -kInf;
-  for (std::int64_t j = 0; j < V; ++j) {
-    if (z[j] > q.a) {
-      q.a = z[j];
-      q.k = j;
-    }
-    if (std::isfinite(z[j])) q.dzmax = std::max(q.dzmax, zb[j]);
-  }
-  if (q.k < 0) {  // every logit −inf: softmax undefined
-    std::fill(e, e + V, 0.0);
-    return undefined_row(sp, valid, q.a, q.dzmax, one_plus_s, one_minus_pt);
-  }
-  // s = Σ_{j≠k} e_j and s_ex = Σ_{j∉{k,t}} e_j (Sum2); err_s bounds the error of s from the
-  // rounding of (z_j − a) (u|z_j − a| in the argument) and of exp (kLibm relative), per term.
-  eft::CompensatedSum s, s_ex, ent, pz, zsum_gap;
-  const double a = q.a;
-  for (std::int64_t j = 0; j < V; ++j) {
-    if (j == q.k) {
-      e[j] = 1.0;
-      continue;
-    }
-    if (z[j] == -kInf) {
-      e[j] = 0.0;
-      continue;
-    }
-    const double g = a - z[j];  // ≥ 0
-    const double ej = ref_exp(-g);
-    e[j] = ej;
-    s.add(ej);
-    if (j != t) s_ex.add(ej);
-    q.err_s += ej * (kU * g + kLibm);
-    ent.add(ej * g);
-    pz.add(ej * std::fabs(z[j]));
-  }
-  q.s = s.value();
-  q.s_ex = s_ex.value();
-  q.ent = ent.value();
-  q.pz = pz.value();
-  if (t >= 0) {
-    q.e_t = e[t];
-    q.z_t = z[t];
-    q.zb_t = zb[t];
-  }
-  if (valid && sp.label_smoothing > 0.0) {
-    for (std::int64_t j = 0; j < V; ++j) zsum_gap.add(a - z[j]);
-    q.zsum_gap = zsum_gap.value();
-  }
-  return finish_row(sp, V, t, valid, q, one_plus_s, one_minus_pt);
-}
-
-void row_gradient(const LossSpec& sp, std::int64_t V, std::int64_t t, bool valid,
-                  const RowStats& st, double gs, const double* e, double ops, double omp_t,
-                  const double* ch, const double* chb, double* g, double* gb) {
-  const GradRow r = grad_row(sp, V, t, valid, st, gs, ops, omp_t);
-  for (std::int64_t j = 0; j < V; ++j) grad_entry(r, j, e[j], ch[j], chb[j], g[j], gb[j]);
-}
-
-double row_grad_scale(const LossSpec& sp, std::int64_t n_valid, const std::vector<double>& upstream,
-                      std::int64_t i, bool valid) {
-  if (!valid) return 0.0;
-  switch (sp.reduction) {
-    case Reduction::mean: {
-      const std::int64_t n = sp.mean_count(n_valid);
-      return n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
-    }
-    case Reduction::sum:
-      return 1.0;
-    case Reduction::none:
-      return upstream.empty() ? 1.0 : upstream[static_cast<std::size_t>(i)];
-  }
-  return 0.0;
-}
-
-void store_row_outputs(ReferenceResult& res, std::int64_t q, const RowStats& st, double gs) {
-  const auto k = static_cast<std::size_t>(q);
-  res.lse[k] = st.lse;
-  res.lse_bound[k] = std::isfinite(st.lse) ? st.lse_b : 0.0;
-  res.ce[k] = st.ce;
-  res.z_term[k] = st.z_term;
-  res.loss[k] = st.ce + st.z_term;
-  res.loss_bound[k] = std::isfinite(res.loss[k]) ? st.ce_b + st.z_term_b + kU * res.loss[k] : 0.0;
-  res.max_logit[k] = st.maxz;
-  res.p_target[k] = st.pt;
-  res.entropy[k] = st.entropy;
-  res.sum_p_abs_z[k] = st.sum_p_abs_z;
-  res.grad_scale[k] = gs;
-}
-
-void finish_db(const std::vector<eft::CompensatedSum>& acc, const std::vector<double>& propagated,
-               const std::vector<double>& abs_sum, std::int64_t S, ReferenceResult& res) {
-  const std::size_t J = acc.size();
-  res.db.resize(J);
-  res.db_bound.resize(J);
-  const double g2 = eft::gamma_n(static_cast<double>(S)) * eft::gamma_n(static_cast<double>(S));
-  for (std::size_t jj = 0; jj < J; ++jj) {
-    const double v = acc[jj].value();
-    res.db[jj] = v;
-    res.db_bound[jj] = propagated[jj] + kU * std::fabs(v) + g2 * abs_sum[jj];
-  }
-}
-
-void allocate_outputs(ReferenceResult& res, bool want_dz, bool want_dH) {
-  const auto S = res.token_rows.size();
-  const auto V = static_cast<std::size_t>(res.V), D = static_cast<std::size_t>(res.D);
-  for (auto* v : {&res.loss, &res.loss_bound, &res.lse, &res.lse_bound, &res.ce, &res.z_term,
-                  &res.max_logit, &res.p_target, &res.entropy, &res.sum_p_abs_z, &res.grad_scale})
-    v->resize(S);
-  if (want_dz) {
-    res.dz.resize(S * V);
-    res.dz_bound.resize(S * V);
-  }
-  if (want_dH) {
-    res.dH.resize(S * D);
-    res.dH_bound.resize(S * D);
-    res.dH_cond.resize(S * D);
-  }
-}
-
-std::int64_t available_memory_bytes() {
-  std::int64_t avail = -1;
-  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    long long kb = -1;
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-    std::fclose(f);
-    if (kb > 0) avail = static_cast<std::int64_t>(kb) * 1024;
-  }
-  if (avail < 0) {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    avail = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : std::int64_t{8} << 30;
-  }
-  // A container's memory limit (cgroup v2) can be far below what the machine has.
-  auto read_number = [](const char* path) -> long long {
-    long long v = -1;
-    if (std::FILE* f = std::fopen(path, "r")) {
-      if (std::fscanf(f, "%lld", &v) != 1) v = -1;  // "max": no limit
-      std::fclose(f);
-    }
-    return v;
-  };
-  const long long limit = read_number("/sys/fs/cgroup/memory.max");
-  const long long used = read_number("/sys/fs/cgroup/memory.current");
-  if (limit > 0 && used >= 0) avail = std::min<std::int64_t>(avail, std::max(0LL, limit - used));
-  return avail;
-}
-
-void check_memory(double needed, std::int64_t budget, bool budget_given, const std::string& what) {
-  if (needed <= static_cast<double>(budget)) return;
-  throw InputError(fmt::format(
-      "{} needs {:.0f} bytes ({:.2f} GiB) of memory but the budget is {} bytes ({:.2f} GiB, {}): "
-      "compute fewer token or vocabulary rows (--rows, --vocab-rows of golden and audit; a "
-      "smaller problem), or give a larger --memory-budget on a machine that has it",
-      what, needed, needed / double(1 << 30), budget, budget / double(1 << 30),
-      budget_given ? "as given" : "90 % of the memory available now"));
-}
-
-double norm_margin(std::int64_t n) {
-  // The sum of n squares is rounded n times and its square root once: 1 + γ_{n+2} covers both;
-  // 2γ_{n+2}, and at least 1e-12, is taken.
-  return 1.0 + std::max(1e-12, 2 * eft::gamma_n(static_cast<double>(n + 2)));
-}
-
-std::vector<double> row_norms_upper(const Tensor& T, std::int64_t rows, std::int64_t cols,
-                                    int threads) {
-  std::vector<double> out(static_cast<std::size_t>(rows));
-  const double up = norm_margin(cols);
-#pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
-  {
-    std::vector<double> w(static_cast<std::size_t>(cols));
-#pragma omp for schedule(static)
-    for (std::int64_t j = 0; j < rows; ++j) {
-      T.read(j * cols, cols, w.data());
-      double ss = 0;
-      for (double x : w) ss += x * x;
-      out[static_cast<std::size_t>(j)] = std::sqrt(ss) * up;
-    }
-  }
-  return out;
-}
-
-}  // namespace detail
-
 void check_reference_fits(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
                           const ReferenceOptions& opt) {
   if (S < 1 || V < 1 || D < 0 || J < 0) return;  // the problem's own validation names these
@@ -355,9 +156,7 @@ void check_reference_fits(std::int64_t S, std::int64_t V, std::int64_t D, std::i
         fmt::format("the compensated reference of {} rows × V={} × D={}", S, V, D));
   else if (tier == ReferenceTier::blas)
     detail::check_memory(detail::blas_plan_terms(S, V, D, J, opt, threads).minimum(), budget,
-                         budget_given,
-                         fmt::format("the BLAS reference of {} rows × V={} × D={}{}", S, V, D,
-                                     opt.want_dW ? fmt::format(" with dW of {} rows", J) : ""));
+                         budget_given, detail::tier_what("BLAS", S, V, D, J, opt.want_dW));
 }
 
 std::string_view to_string(ReferenceTier tier) {

@@ -53,24 +53,7 @@ void finish_db(const std::vector<eft::CompensatedSum>& acc, const std::vector<do
 /// with bound and condition) when asked for.
 void allocate_outputs(ReferenceResult& res, bool want_dz, bool want_dH);
 
-/// The memory available to this process in bytes: MemAvailable of /proc/meminfo, else the
-/// physical memory (sysconf).
-std::int64_t available_memory_bytes();
-
-/// Throws InputError when `needed` bytes exceed `budget`: "<what> needs N bytes (… GiB) but the
-/// memory budget is … (<source>)", with the remedies (sampling, --memory-budget).
-void check_memory(double needed, std::int64_t budget, bool budget_given, const std::string& what);
-
-/// The memory plan of the BLAS tier: outputs and accumulators (fixed), one token row of the
-/// block buffers (per_row) and the smallest panel of W (min_panel), in bytes.
-struct BlasPlanTerms {
-  double fixed = 0, per_row = 0, min_panel = 0;
-  double minimum() const { return fixed + min_panel + per_row; }
-};
-BlasPlanTerms blas_plan_terms(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
-                              const ReferenceOptions& opt, int threads);
-
-/// The BLAS tier (blas_tier.cpp) and the cuda tier (cuda_tier.cu): every output of res that
+/// The BLAS tier (tiers/blas.cpp) and the cuda tier (tiers/cuda.cu): every output of res that
 /// compute_reference asks for except the reduced loss. res.token_rows, vocab_rows, n_valid and
 /// partial are set by the caller, which has validated the problem, the spec and the options.
 void blas_tier(const Problem& pb, const LossSpec& sp, const ReferenceOptions& opt,

@@ -47,7 +47,7 @@ if [ "$mode" = test ]; then
   fi
   # The Python package (python/): its tests compare it with the xentlab command built above.
   if compgen -G "$build/python/xentlab/_xentlab*.so" >/dev/null; then
-    PYTHONPATH="$build/python:$here/python/tests" XENTLAB_CLI="$build/tools/xentlab" \
+    PYTHONPATH="$build/python:$here/python/tests" XENTLAB_CLI="$build/cli/xentlab" \
       XENTLAB_CACHE_DIR="$build/python-golden-cache" \
       timeout "${PYTEST_TIMEOUT:-1200}" "$venv/bin/python" -m pytest -q \
       -o cache_dir="$build/.pytest_cache" python/tests || status=$?
@@ -58,5 +58,5 @@ if [ "$mode" = test ]; then
   fi
   exit "$status"
 else
-  exec "$build/tools/xentlab" audit "$@"
+  exec "$build/cli/xentlab" audit "$@"
 fi

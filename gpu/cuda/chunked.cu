@@ -10,23 +10,18 @@
 #include <memory>
 #include <string>
 
-#include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/cuda/steps.cuh"
 
 namespace xentlab::gpu {
 namespace {
 
-class ChunkedStrategy final : public CudaStrategy {
+class ChunkedStrategy final : public ChunkStrategy {
  public:
   std::string name() const override { return "chunked"; }
 
-  WorkspacePlan plan(const WorkspaceQuery& q, std::int64_t budget,
-                     std::int64_t chunk_tokens) const override {
-    return plan_chunks(q, budget, chunk_tokens, name());
-  }
-
   void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
     const DeviceProblem& P = r.prob;
-    const WorkspaceQuery q{P.N, P.V, P.D, P.input, P.bias != nullptr, r.recipe, r.want_grads};
+    const WorkspaceQuery q = workspace_query(r);
     Workspace ws(c.mem, plan(q, r.memory_budget, r.chunk_tokens));
     steps::begin(r, c, ws);
     const RowLossParams rp = make_row_params(r.spec, P.V, r.recipe.accum);

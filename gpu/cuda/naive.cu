@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "gpu/cuda/cuda_check.hpp"
-#include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/cuda/common/cuda_check.hpp"
+#include "gpu/cuda/steps.cuh"
 
 namespace xentlab::gpu {
 namespace {
@@ -23,7 +23,7 @@ class NaiveStrategy final : public CudaStrategy {
 
   void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
     const DeviceProblem& P = r.prob;
-    const WorkspaceQuery q{P.N, P.V, P.D, P.input, P.bias != nullptr, r.recipe, r.want_grads};
+    const WorkspaceQuery q = workspace_query(r);
     const WorkspacePlan wp = plan_workspace(q, P.N);
     check_fits(wp.total(), r.memory_budget, c);
     if (P.N > 0x7fffffffLL)

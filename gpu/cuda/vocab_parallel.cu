@@ -2,9 +2,9 @@
 // ranks (≤ 0: 1), one GPU each (rank r on device r) driven by one host thread with its own stream,
 // cuBLAS handle and workspace; the communicators come from ncclCommInitAll over devices 0 … P−1.
 // Rank r holds H (replicated), the targets, and its shard [begin, end) of vocab_shards(V, P)
-// (gpu/vocab_shards.hpp) of W and b (or of the given logits' columns, logits problems). Token rows
-// go in chunks as chunked's (plan_chunks on rank 0's shard, the largest: the memory budget is per
-// rank; RunRequest::chunk_tokens when given), every rank with the same chunks. Per chunk:
+// (gpu/plans/vocab_shards.hpp) of W and b (or of the given logits' columns, logits problems). Token
+// rows go in chunks as chunked's (plan_chunks on rank 0's shard, the largest: the memory budget is
+// per rank; RunRequest::chunk_tokens when given), every rank with the same chunks. Per chunk:
 //   1. the shard's logits (rows, |shard|) as chunked's chunk logits (GEMM, + bias, one rounding);
 //   2. per row the maximum m_r of the kernel logits (ce_math.cuh: logit scale, softcap) over the
 //      shard, and the target logit x_t from the rank that holds the target (0 elsewhere);
@@ -42,10 +42,10 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/cuda/cuda_check.hpp"
-#include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/cuda/common/cuda_check.hpp"
+#include "gpu/cuda/steps.cuh"
 #include "gpu/cuda/vocab_parallel.hpp"
-#include "gpu/vocab_shards.hpp"
+#include "gpu/plans/vocab_shards.hpp"
 
 #define XL_NCCL_CHECK(expr)                                                                 \
   do {                                                                                      \
@@ -148,17 +148,6 @@ class Comms {
 /// Thrown inside a rank's thread when another rank failed before the collectives began.
 struct SetupAbandoned {};
 
-struct RankStream {
-  cudaStream_t s = nullptr;
-  RankStream() { XL_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~RankStream() { (void)cudaStreamDestroy(s); }
-};
-struct RankEvent {
-  cudaEvent_t e = nullptr;
-  RankEvent() { XL_CUDA_CHECK(cudaEventCreate(&e)); }
-  ~RankEvent() { (void)cudaEventDestroy(e); }
-};
-
 /// One rank's chunk loop (steps 1–6 of the file comment) on c.stream with communicator `comm`.
 /// r.prob is the rank's shard as a problem of sh.cols vocabulary rows (targets full-vocabulary
 /// indices); V the full vocabulary; `ws` the rank's workspace (made before the setup barrier) with
@@ -219,6 +208,215 @@ struct RankResult {
   std::exception_ptr error;
 };
 
+/// A run's plan, the same for every rank: the request checked, the shards, the chunk size of
+/// rank 0's plan and the host values every rank uploads.
+struct ShardPlan {
+  std::string who;  ///< "vocab_parallel (cuda)"
+  int P = 1;
+  std::vector<VocabShard> shards;
+  std::int64_t N = 0, V = 0, D = 0;
+  bool linear = false, has_bias = false;
+  DType input = DType::bf16, grad = DType::fp32;
+  std::int64_t n_valid = 0;
+  std::int64_t rows = 0;  ///< token rows a chunk, every rank
+  std::vector<float> bias_f, g_host;
+  RowGradScale g_scalar;
+  WorkspaceQuery query(const RunRequest& req, const VocabShard& sh) const {
+    return WorkspaceQuery{N, sh.size(), D, input, has_bias, req.recipe, req.want_grads};
+  }
+};
+
+/// The ranks' rendezvous: the setup barrier (every rank allocates and uploads before any of them
+/// enters a collective; when one fails there, none enters, so no collective waits for a rank
+/// that never joins it), and the ranks' ends.
+class RankSync {
+ public:
+  explicit RankSync(int ranks) : P_(ranks) {}
+  /// A rank set up: waits for every other rank's set-up; throws SetupAbandoned when one failed
+  /// before any collective (none is entered).
+  void set_up(bool& past_barrier) {
+    std::unique_lock<std::mutex> lk(mu_);
+    ++set_up_;
+    past_barrier = true;
+    cv_.notify_all();
+    cv_.wait(lk, [&] { return set_up_ + setup_failed_ == P_; });
+    if (setup_failed_ > 0) throw SetupAbandoned{};
+  }
+  /// A rank's end, failed or not.
+  void finish(int rank, bool error, bool past_barrier) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (error) {
+        if (first_failed_rank_ < 0) first_failed_rank_ = rank;
+        if (!past_barrier) ++setup_failed_;  // releases the ranks waiting at the barrier
+        failed_ = failed_ || past_barrier;   // a failure among the collectives
+      }
+      ++finished_;
+    }
+    cv_.notify_all();
+  }
+  /// The threads of ranks `started` … P−1 could not start: they never reach the barrier, so
+  /// they count as failed in setup and the started ranks return without a collective.
+  void not_started(int started) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      setup_failed_ += P_ - started;
+      finished_ += P_ - started;
+      if (first_failed_rank_ < 0) first_failed_rank_ = started;
+    }
+    cv_.notify_all();
+  }
+  /// Waits for every rank's end or a failure among the collectives; true on such a failure.
+  bool wait_end_or_failure() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return finished_ == P_ || failed_; });
+    return failed_;
+  }
+  /// The first failure in time (its rank), the error reported: the others may only be its echo
+  /// (a collective aborted because of it). −1 when none failed. Read after the threads joined.
+  int first_failed_rank() const { return first_failed_rank_; }
+  bool failed() const { return failed_; }
+
+ private:
+  const int P_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int finished_ = 0;
+  bool failed_ = false;
+  int set_up_ = 0, setup_failed_ = 0;
+  int first_failed_rank_ = -1;
+};
+
+/// A rank's inputs on its device: H (replicated), its shard of W and of the bias, or its columns
+/// of the given logits; r.prob's pointers set.
+struct ShardInputs {
+  DeviceBuffer H, W, bias, logits;
+};
+ShardInputs upload_shard(const ShardPlan& s, const Problem& Pb, const VocabShard& sh,
+                         DeviceMemoryTracker& mem, cudaStream_t stream, DeviceRun& r) {
+  const std::int64_t N = s.N, V = s.V, D = s.D, Vs = sh.size();
+  const DType input = s.input;
+  const auto upload = [&](const void* src, std::int64_t bytes, const char* what) {
+    return run_setup::upload(mem, stream, src, bytes, what);
+  };
+  ShardInputs in;
+  if (s.linear) {
+    in.H = upload(Pb.H.data(), static_cast<std::int64_t>(Pb.H.nbytes()), "H");
+    in.W = upload(static_cast<const char*>(Pb.W.data()) + sh.begin * D * sz(input),
+                  Vs * D * sz(input), "W shard");
+    r.prob.H = in.H.get();
+    r.prob.W = in.W.get();
+    if (s.has_bias) {
+      in.bias = upload(s.bias_f.data() + sh.begin, Vs * 4, "bias shard");
+      r.prob.bias = in.bias.as<float>();
+    }
+  } else {
+    // The shard's columns of the given logits, (N, Vs).
+    in.logits = DeviceBuffer(mem, N * Vs * sz(input), MemKind::io, "logits shard");
+    XL_CUDA_CHECK(cudaMemcpy2DAsync(
+        in.logits.get(), static_cast<std::size_t>(Vs * sz(input)),
+        static_cast<const char*>(Pb.logits.data()) + sh.begin * sz(input),
+        static_cast<std::size_t>(V * sz(input)), static_cast<std::size_t>(Vs * sz(input)),
+        static_cast<std::size_t>(N), cudaMemcpyHostToDevice, stream));
+    r.prob.logits = in.logits.get();
+  }
+  return in;
+}
+
+/// Rank `rank` on device `rank`: set-up (uploads, outputs, workspace), the setup barrier, the
+/// chunk loop timed, then the downloads of its outputs (loss, lse and dH from rank 0 only).
+void run_rank(const RunRequest& req, const ShardPlan& s, int rank, ncclComm_t comm, RankSync& sync,
+              RankResult& out, bool& past_barrier) {
+  XL_CUDA_CHECK(cudaSetDevice(rank));
+  const VocabShard sh = s.shards[static_cast<std::size_t>(rank)];
+  const std::int64_t Vs = sh.size();
+  DeviceMemoryTracker mem;
+  OwnedStream stream;
+  Blas blas(mem, stream.s);
+  const DeviceContext ctx{mem, blas, stream.s};
+  DeviceRun r = run_setup::make_device_run(req, Vs, s.D, s.rows, s.n_valid);
+  const ShardInputs in = upload_shard(s, *req.problem, sh, mem, stream.s, r);
+  const run_setup::RowBuffers row_buffers =
+      run_setup::upload_rows(mem, stream.s, *req.problem, s.g_host, s.g_scalar, r);
+  const run_setup::OutputBuffers o = run_setup::make_outputs(mem, stream.s, r, s.has_bias, true);
+  const WorkspacePlan rank_plan = plan_workspace(s.query(req, sh), s.rows, true);
+  Workspace ws(mem, rank_plan);
+
+  OwnedEvent start, stop;
+  XL_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+  sync.set_up(past_barrier);
+  mem.reset_peak();
+  XL_CUDA_CHECK(cudaEventRecord(start.e, stream.s));
+  rank_forward_backward(r, ctx, comm, s.V, ShardColumns{sh.begin, Vs}, ws);
+  XL_CUDA_CHECK(cudaEventRecord(stop.e, stream.s));
+  XL_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+  XL_CUDA_CHECK(cudaEventElapsedTime(&out.ms, start.e, stop.e));
+  out.peak_extra = mem.peak_extra();
+  const auto download = [](const DeviceBuffer& b, HostArray<unsigned char>& raw) {
+    raw.resize(static_cast<std::size_t>(b.bytes()));
+    if (b.bytes() > 0)
+      XL_CUDA_CHECK(cudaMemcpy(raw.data(), b.get(), raw.size(), cudaMemcpyDeviceToHost));
+  };
+  if (rank == 0) {
+    download(o.loss, out.loss);
+    download(o.lse, out.lse);
+    download(o.dH, out.dH);
+  }
+  download(o.dW, out.dW);
+  download(o.db, out.db);
+  download(o.dz, out.dz);
+}
+
+/// The outputs from the ranks' results: loss, lse and dH of rank 0 (every rank holds the same
+/// after the all-reduces), dW and db (and dz of logits problems) gathered from the shards in
+/// vocabulary order, the time and the extra bytes of the slowest and largest rank.
+StrategyOutputs gather(const RunRequest& req, const ShardPlan& s,
+                       const std::vector<RankResult>& res) {
+  const std::int64_t N = s.N, V = s.V;
+  const DType grad = s.grad;
+  StrategyOutputs o;
+  o.token_rows.resize(static_cast<std::size_t>(N));
+  std::iota(o.token_rows.begin(), o.token_rows.end(), std::int64_t{0});
+  o.loss_dtype = req.recipe.accum;
+  o.grad_dtype = grad;
+  for (const RankResult& rr : res) {
+    o.seconds = std::max(o.seconds, rr.ms / 1000.0);
+    o.peak_extra_bytes = std::max(o.peak_extra_bytes, rr.peak_extra);  // per rank
+  }
+  const RankResult& r0 = res[0];
+  device_values_to_doubles(r0.loss, DType::fp32, o.loss);
+  device_values_to_doubles(r0.lse, DType::fp32, o.lse);
+  if (req.want_grads) {
+    if (s.linear) {
+      device_values_to_doubles(r0.dH, grad, o.dH);
+      // The shards are contiguous in rank order: dW and db are their concatenation.
+      HostArray<unsigned char> dW, db;
+      for (const RankResult& rr : res) {
+        dW.insert(dW.end(), rr.dW.begin(), rr.dW.end());
+        db.insert(db.end(), rr.db.begin(), rr.db.end());
+      }
+      device_values_to_doubles(dW, grad, o.dW);
+      if (s.has_bias) device_values_to_doubles(db, grad, o.db);
+    } else {
+      const std::size_t e = static_cast<std::size_t>(sz(grad));
+      HostArray<unsigned char> dz(static_cast<std::size_t>(N * V) * e);
+      for (int rank = 0; rank < s.P; ++rank) {
+        const VocabShard& sh = s.shards[static_cast<std::size_t>(rank)];
+        const auto cols = static_cast<std::size_t>(sh.size());
+        const HostArray<unsigned char>& part = res[static_cast<std::size_t>(rank)].dz;
+        for (std::int64_t i = 0; i < N; ++i)
+          std::memcpy(dz.data() + (static_cast<std::size_t>(i * V + sh.begin)) * e,
+                      part.data() + static_cast<std::size_t>(i) * cols * e, cols * e);
+      }
+      device_values_to_doubles(dz, grad, o.dz);
+    }
+  }
+  std::vector<float> loss_f(static_cast<std::size_t>(N));
+  std::memcpy(loss_f.data(), r0.loss.data(), loss_f.size() * 4);
+  o.reduced_loss = reduce_tokens(loss_f, s.g_host, req.spec, req.recipe.accum, s.n_valid);
+  return o;
+}
+
 class VocabParallelStrategy final : public CudaStrategy {
  public:
   std::string name() const override { return kName; }
@@ -269,7 +467,7 @@ class VocabParallelStrategy final : public CudaStrategy {
     int dev = 0;
     XL_CUDA_CHECK(cudaGetDevice(&dev));
     const DeviceProblem& P = r.prob;
-    const WorkspaceQuery q{P.N, P.V, P.D, P.input, P.bias != nullptr, r.recipe, r.want_grads};
+    const WorkspaceQuery q = workspace_query(r);
     const WorkspacePlan p = plan(q, r.memory_budget, r.chunk_tokens);
     std::lock_guard<std::mutex> lock(mu_);
     Comms& comms = comms_for({dev});
@@ -280,6 +478,9 @@ class VocabParallelStrategy final : public CudaStrategy {
   StrategyOutputs run(const RunRequest& req) const override;
 
  private:
+  /// The request checked (InputError naming the fault), its shards, rank 0's chunk size and the
+  /// host values every rank uploads.
+  ShardPlan plan_shards(const RunRequest& req) const;
   /// The communicators of `devices`, made at the first use and kept (mu_ held).
   Comms& comms_for(const std::vector<int>& devices) const {
     auto it = comms_.find(devices);
@@ -291,214 +492,58 @@ class VocabParallelStrategy final : public CudaStrategy {
   mutable std::map<std::vector<int>, std::unique_ptr<Comms>> comms_;
 };
 
-StrategyOutputs VocabParallelStrategy::run(const RunRequest& req) const {
-  const std::string who = name() + " (cuda)";
-  if (req.problem == nullptr) throw InputError(who + ": RunRequest without a problem");
-  const Problem& Pb = *req.problem;
-  req.spec.validate();
-  Pb.validate(req.spec.ignore_index);
-  const Status st = can_implement(Pb, req.spec, req.recipe);
-  if (!st.ok()) throw InputError(who + " cannot run " + Pb.describe() + ": " + st.message);
-  const int P = req.ranks > 0 ? req.ranks : 1;
-  const Status ranks_ok = vocab_parallel_ranks_supported(P);
+ShardPlan VocabParallelStrategy::plan_shards(const RunRequest& req) const {
+  ShardPlan s;
+  s.who = name() + " (cuda)";
+  const std::string& who = s.who;
+  const Problem& Pb = run_setup::checked_problem(*this, req, who);
+  s.P = req.ranks > 0 ? req.ranks : 1;
+  const Status ranks_ok = vocab_parallel_ranks_supported(s.P);
   if (!ranks_ok.ok()) throw InputError(who + " cannot run: " + ranks_ok.message);
-  std::vector<VocabShard> shards;
   try {
-    shards = vocab_shards(Pb.V, P);
+    s.shards = vocab_shards(Pb.V, s.P);
   } catch (const InputError& e) {
     throw InputError(who + ": " + e.what());
   }
-  if (req.spec.reduction == Reduction::none && !req.upstream.empty()) {
-    if (static_cast<std::int64_t>(req.upstream.size()) != Pb.N)
-      throw InputError(who + ": upstream gradient has " + std::to_string(req.upstream.size()) +
-                       " entries, expected N = " + std::to_string(Pb.N));
-    for (std::size_t i = 0; i < req.upstream.size(); ++i)
-      if (!std::isfinite(req.upstream[i]))
-        throw InputError(who + ": upstream gradient [" + std::to_string(i) + "] is not finite");
-  }
-  const std::int64_t N = Pb.N, V = Pb.V;
-  const bool linear = Pb.is_linear();
-  const std::int64_t D = linear ? Pb.D : 0;
-  const DType input = Pb.input_dtype(), grad = req.recipe.grad;
-  const std::int64_t n_valid = Pb.count_valid(req.spec.ignore_index);
-  const bool has_bias = linear && Pb.bias.has_value();
+  run_setup::check_upstream(req, Pb.N, who);
+  s.N = Pb.N;
+  s.V = Pb.V;
+  s.linear = Pb.is_linear();
+  s.D = s.linear ? Pb.D : 0;
+  s.input = Pb.input_dtype();
+  s.grad = req.recipe.grad;
+  s.n_valid = Pb.count_valid(req.spec.ignore_index);
+  s.has_bias = s.linear && Pb.bias.has_value();
 
   // Every rank processes the chunks of rank 0's plan (its shard is the largest): InputError here,
   // before any device work, when the budget cannot hold one token.
-  const auto query = [&](const VocabShard& sh) {
-    return WorkspaceQuery{N, sh.size(), D, input, has_bias, req.recipe, req.want_grads};
-  };
-  const std::int64_t rows = plan(query(shards[0]), req.memory_budget, req.chunk_tokens).rows;
+  s.rows = plan(s.query(req, s.shards[0]), req.memory_budget, req.chunk_tokens).rows;
+  s.bias_f = run_setup::bias_floats(Pb);
+  s.g_scalar = run_setup::grad_scale(req, s.n_valid, s.g_host);
+  return s;
+}
 
-  std::vector<float> bias_f;
-  if (has_bias) {
-    bias_f.resize(static_cast<std::size_t>(V));
-    for (std::int64_t j = 0; j < V; ++j)
-      bias_f[static_cast<std::size_t>(j)] = static_cast<float>(Pb.bias->get(j));
-  }
-  std::vector<float> g_host;
-  RowGradScale g_scalar;
-  if (req.spec.reduction == Reduction::none && !req.upstream.empty()) {
-    g_host.resize(req.upstream.size());
-    for (std::size_t i = 0; i < g_host.size(); ++i) g_host[i] = static_cast<float>(req.upstream[i]);
-  } else if (req.spec.reduction == Reduction::mean) {
-    const std::int64_t n = req.spec.mean_count(n_valid);  // the caller's normaliser, when given
-    g_scalar.g_scalar = n > 0 ? static_cast<float>(1.0 / static_cast<double>(n)) : 0.0f;
-  } else {
-    g_scalar.g_scalar = 1.0f;
-  }
-
+StrategyOutputs VocabParallelStrategy::run(const RunRequest& req) const {
+  const ShardPlan s = plan_shards(req);
+  const int P = s.P;
   std::lock_guard<std::mutex> run_lock(mu_);
   std::vector<int> devices(static_cast<std::size_t>(P));
   std::iota(devices.begin(), devices.end(), 0);
   Comms& comms = comms_for(devices);
 
   std::vector<RankResult> res(static_cast<std::size_t>(P));
-  std::mutex done_mu;
-  std::condition_variable done_cv;
-  int finished = 0;
-  bool failed = false;
-  // The setup barrier: every rank allocates and uploads before any of them enters a collective;
-  // when one fails there, none enters, so no collective waits for a rank that never joins it.
-  int set_up = 0, setup_failed = 0;
-  // The first failure in time (its rank), the error reported: the others may only be its echo
-  // (a collective aborted because of it).
-  int first_failed_rank = -1;
-
+  RankSync sync(P);
   const auto rank_main = [&](int rank) {
     RankResult& out = res[static_cast<std::size_t>(rank)];
     bool past_barrier = false;
     try {
-      XL_CUDA_CHECK(cudaSetDevice(rank));
-      const VocabShard sh = shards[static_cast<std::size_t>(rank)];
-      const std::int64_t Vs = sh.size();
-      DeviceMemoryTracker mem;
-      RankStream stream;
-      Blas blas(mem, stream.s);
-      const DeviceContext ctx{mem, blas, stream.s};
-      const auto upload = [&](const void* src, std::int64_t bytes, const char* what) {
-        DeviceBuffer b(mem, bytes, MemKind::io, what);
-        if (bytes > 0)
-          XL_CUDA_CHECK(cudaMemcpyAsync(b.get(), src, static_cast<std::size_t>(bytes),
-                                        cudaMemcpyHostToDevice, stream.s));
-        return b;
-      };
-      DeviceRun r;
-      r.spec = req.spec;
-      r.recipe = req.recipe;
-      r.want_grads = req.want_grads;
-      r.memory_budget = req.memory_budget;
-      r.chunk_tokens = rows;
-      r.prob.N = N;
-      r.prob.V = Vs;
-      r.prob.D = D;
-      r.prob.input = input;
-      r.prob.n_valid = n_valid;
-      DeviceBuffer dH_in, dW_in, dbias, dlogits;
-      if (linear) {
-        dH_in = upload(Pb.H.data(), static_cast<std::int64_t>(Pb.H.nbytes()), "H");
-        dW_in = upload(static_cast<const char*>(Pb.W.data()) + sh.begin * D * sz(input),
-                       Vs * D * sz(input), "W shard");
-        r.prob.H = dH_in.get();
-        r.prob.W = dW_in.get();
-        if (has_bias) {
-          dbias = upload(bias_f.data() + sh.begin, Vs * 4, "bias shard");
-          r.prob.bias = dbias.as<float>();
-        }
-      } else {
-        // The shard's columns of the given logits, (N, Vs).
-        dlogits = DeviceBuffer(mem, N * Vs * sz(input), MemKind::io, "logits shard");
-        XL_CUDA_CHECK(cudaMemcpy2DAsync(
-            dlogits.get(), static_cast<std::size_t>(Vs * sz(input)),
-            static_cast<const char*>(Pb.logits.data()) + sh.begin * sz(input),
-            static_cast<std::size_t>(V * sz(input)), static_cast<std::size_t>(Vs * sz(input)),
-            static_cast<std::size_t>(N), cudaMemcpyHostToDevice, stream.s));
-        r.prob.logits = dlogits.get();
-      }
-      DeviceBuffer dtargets = upload(Pb.targets.data(), N * 8, "targets");
-      r.prob.targets = static_cast<const std::int64_t*>(dtargets.get());
-      DeviceBuffer dg;
-      r.g = g_scalar;
-      if (!g_host.empty()) {
-        dg = upload(g_host.data(), N * 4, "upstream gradient");
-        r.g.g_rows = dg.as<float>();
-      }
-      // Outputs, poisoned with NaN (all-ones bytes are NaN in fp32, fp16 and bf16).
-      const auto output = [&](std::int64_t bytes, const char* what) {
-        DeviceBuffer b(mem, bytes, MemKind::io, what);
-        if (bytes > 0)
-          XL_CUDA_CHECK(cudaMemsetAsync(b.get(), 0xFF, static_cast<std::size_t>(bytes), stream.s));
-        return b;
-      };
-      DeviceBuffer o_loss = output(N * 4, "loss"), o_lse = output(N * 4, "lse");
-      DeviceBuffer o_dH, o_dW, o_db, o_dz;
-      r.out.loss = o_loss.as<float>();
-      r.out.lse = o_lse.as<float>();
-      if (req.want_grads) {
-        if (linear) {
-          o_dH = output(N * D * sz(grad), "dH");
-          o_dW = output(Vs * D * sz(grad), "dW shard");
-          r.out.dH = o_dH.get();
-          r.out.dW = o_dW.get();
-          if (has_bias) {
-            o_db = output(Vs * sz(grad), "db shard");
-            r.out.db = o_db.get();
-          }
-        } else {
-          o_dz = output(N * Vs * sz(grad), "dz shard");
-          r.out.dz = o_dz.get();
-        }
-      }
-      const WorkspacePlan rank_plan = plan_workspace(query(sh), rows, true);
-      Workspace ws(mem, rank_plan);
-
-      RankEvent start, stop;
-      XL_CUDA_CHECK(cudaStreamSynchronize(stream.s));
-      {
-        std::unique_lock<std::mutex> lk(done_mu);
-        ++set_up;
-        past_barrier = true;
-        done_cv.notify_all();
-        done_cv.wait(lk, [&] { return set_up + setup_failed == P; });
-        // Another rank failed before any collective: none is entered.
-        if (setup_failed > 0) throw SetupAbandoned{};
-      }
-      mem.reset_peak();
-      XL_CUDA_CHECK(cudaEventRecord(start.e, stream.s));
-      rank_forward_backward(r, ctx, comms[static_cast<std::size_t>(rank)], V,
-                            ShardColumns{sh.begin, Vs}, ws);
-      XL_CUDA_CHECK(cudaEventRecord(stop.e, stream.s));
-      XL_CUDA_CHECK(cudaStreamSynchronize(stream.s));
-      XL_CUDA_CHECK(cudaEventElapsedTime(&out.ms, start.e, stop.e));
-      out.peak_extra = mem.peak_extra();
-      const auto download = [](const DeviceBuffer& b, HostArray<unsigned char>& raw) {
-        raw.resize(static_cast<std::size_t>(b.bytes()));
-        if (b.bytes() > 0)
-          XL_CUDA_CHECK(cudaMemcpy(raw.data(), b.get(), raw.size(), cudaMemcpyDeviceToHost));
-      };
-      if (rank == 0) {
-        download(o_loss, out.loss);
-        download(o_lse, out.lse);
-        download(o_dH, out.dH);
-      }
-      download(o_dW, out.dW);
-      download(o_db, out.db);
-      download(o_dz, out.dz);
+      run_rank(req, s, rank, comms[static_cast<std::size_t>(rank)], sync, out, past_barrier);
     } catch (const SetupAbandoned&) {
       // Not a failure of this rank: the one that failed is reported.
     } catch (...) {
       out.error = std::current_exception();
     }
-    {
-      std::lock_guard<std::mutex> lk(done_mu);
-      if (out.error != nullptr) {
-        if (first_failed_rank < 0) first_failed_rank = rank;
-        if (!past_barrier) ++setup_failed;  // releases the ranks waiting at the barrier
-        failed = failed || past_barrier;    // a failure among the collectives
-      }
-      ++finished;
-    }
-    done_cv.notify_all();
+    sync.finish(rank, out.error != nullptr, past_barrier);
   };
 
   std::vector<std::thread> threads;
@@ -508,78 +553,28 @@ StrategyOutputs VocabParallelStrategy::run(const RunRequest& req) const {
   } catch (...) {
     // A thread that could not start never reaches the barrier: count it as failed in setup, so
     // the started ranks return without a collective, then join them.
-    {
-      std::lock_guard<std::mutex> lk(done_mu);
-      setup_failed += P - static_cast<int>(threads.size());
-      finished += P - static_cast<int>(threads.size());
-      if (first_failed_rank < 0) first_failed_rank = static_cast<int>(threads.size());
-    }
-    done_cv.notify_all();
+    sync.not_started(static_cast<int>(threads.size()));
     for (std::thread& t : threads) t.join();
-    throw DeviceError(who + ": could not start the host thread of rank " +
+    throw DeviceError(s.who + ": could not start the host thread of rank " +
                       std::to_string(threads.size()));
   }
-  {
-    // A rank that fails after the barrier may leave the others waiting in a collective (in
-    // their stream): abort the communicators to release them.
-    std::unique_lock<std::mutex> lk(done_mu);
-    done_cv.wait(lk, [&] { return finished == P || failed; });
-    if (failed) comms.abort();
-  }
+  // A rank that fails after the barrier may leave the others waiting in a collective (in their
+  // stream): abort the communicators to release them.
+  if (sync.wait_end_or_failure()) comms.abort();
   for (std::thread& t : threads) t.join();
+  const int first_failed_rank = sync.first_failed_rank();
   if (first_failed_rank >= 0) {
-    if (failed) comms_.erase(devices);  // aborted: made anew at the next run
+    if (sync.failed()) comms_.erase(devices);  // aborted: made anew at the next run
     const RankResult& first = res[static_cast<std::size_t>(first_failed_rank)];
     try {
       std::rethrow_exception(first.error);
     } catch (const InputError& e) {
-      throw InputError(who + ", rank " + std::to_string(first_failed_rank) + ": " + e.what());
+      throw InputError(s.who + ", rank " + std::to_string(first_failed_rank) + ": " + e.what());
     } catch (const DeviceError& e) {
-      throw DeviceError(who + ", rank " + std::to_string(first_failed_rank) + ": " + e.what());
+      throw DeviceError(s.who + ", rank " + std::to_string(first_failed_rank) + ": " + e.what());
     }
   }
-
-  StrategyOutputs o;
-  o.token_rows.resize(static_cast<std::size_t>(N));
-  std::iota(o.token_rows.begin(), o.token_rows.end(), std::int64_t{0});
-  o.loss_dtype = req.recipe.accum;
-  o.grad_dtype = grad;
-  for (const RankResult& rr : res) {
-    o.seconds = std::max(o.seconds, rr.ms / 1000.0);
-    o.peak_extra_bytes = std::max(o.peak_extra_bytes, rr.peak_extra);  // per rank
-  }
-  const RankResult& r0 = res[0];
-  device_values_to_doubles(r0.loss, DType::fp32, o.loss);
-  device_values_to_doubles(r0.lse, DType::fp32, o.lse);
-  if (req.want_grads) {
-    if (linear) {
-      device_values_to_doubles(r0.dH, grad, o.dH);
-      // The shards are contiguous in rank order: dW and db are their concatenation.
-      HostArray<unsigned char> dW, db;
-      for (const RankResult& rr : res) {
-        dW.insert(dW.end(), rr.dW.begin(), rr.dW.end());
-        db.insert(db.end(), rr.db.begin(), rr.db.end());
-      }
-      device_values_to_doubles(dW, grad, o.dW);
-      if (has_bias) device_values_to_doubles(db, grad, o.db);
-    } else {
-      const std::size_t e = static_cast<std::size_t>(sz(grad));
-      HostArray<unsigned char> dz(static_cast<std::size_t>(N * V) * e);
-      for (int rank = 0; rank < P; ++rank) {
-        const VocabShard& sh = shards[static_cast<std::size_t>(rank)];
-        const auto cols = static_cast<std::size_t>(sh.size());
-        const HostArray<unsigned char>& part = res[static_cast<std::size_t>(rank)].dz;
-        for (std::int64_t i = 0; i < N; ++i)
-          std::memcpy(dz.data() + (static_cast<std::size_t>(i * V + sh.begin)) * e,
-                      part.data() + static_cast<std::size_t>(i) * cols * e, cols * e);
-      }
-      device_values_to_doubles(dz, grad, o.dz);
-    }
-  }
-  std::vector<float> loss_f(static_cast<std::size_t>(N));
-  std::memcpy(loss_f.data(), r0.loss.data(), loss_f.size() * 4);
-  o.reduced_loss = reduce_tokens(loss_f, g_host, req.spec, req.recipe.accum, n_valid);
-  return o;
+  return gather(req, s, res);
 }
 
 }  // namespace

@@ -282,21 +282,17 @@ std::int64_t EmulatedStrategy::workspace_size(const RunRequest& req) const {
   return bytes;
 }
 
-StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
-  const auto t0 = std::chrono::steady_clock::now();
-  if (!req.problem) throw InputError(name() + " (cpu-emulation): RunRequest without a problem");
-  const Problem& pb = *req.problem;
-  req.spec.validate();
-  pb.validate(req.spec.ignore_index);
-  const Status st = can_implement(pb, req.spec, req.recipe);
-  if (!st.ok()) throw InputError(st.message);
+namespace {
 
+// The engine's context of a run (everything but the bias, which float_inputs fills).
+Ctx make_context(const RunRequest& req, const DeclaredArithmetic& ar) {
+  const Problem& pb = *req.problem;
   Ctx c;
   c.req = &req;
   c.pb = &pb;
   c.sp = req.spec;
   c.rc = req.recipe;
-  c.ar = run_arithmetic(req);
+  c.ar = ar;
   c.N = pb.N;
   c.V = pb.V;
   c.D = pb.D;
@@ -307,33 +303,55 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   c.lam = static_cast<float>(req.spec.z_loss);
   c.one_minus_eps = 1.0f - c.eps;
   c.eps_over_V = c.eps / static_cast<float>(c.V);
-  const std::int64_t N = c.N, V = c.V, D = c.D;
+  return c;
+}
 
-  // Token rows.
+// The token rows of the request (all when it names none); InputError when they are out of
+// range or not sorted and unique.
+std::vector<std::int64_t> token_rows_of(const RunRequest& req, std::int64_t N,
+                                        const std::string& name) {
   std::vector<std::int64_t> rows = req.token_rows;
   for (std::size_t q = 0; q < rows.size(); ++q)
     if (rows[q] < 0 || rows[q] >= N || (q > 0 && rows[q] <= rows[q - 1]))
       throw InputError(fmt::format(
-          "{} (cpu-emulation): token_rows[{}] = {} is out of [0, {}) or not sorted/unique", name(),
-          q, rows[q], N));
+          "{} (cpu-emulation): token_rows[{}] = {} is out of [0, {}) or not sorted/unique", name, q,
+          rows[q], N));
   if (rows.empty()) {
     rows.resize(sz(N));
     for (std::int64_t i = 0; i < N; ++i) rows[sz(i)] = i;
   }
-  const auto S = static_cast<std::int64_t>(rows.size());
+  return rows;
+}
+
+// InputError unless the upstream gradient (reduction none, when given) has N finite entries.
+void check_upstream(const RunRequest& req, std::int64_t N, const std::string& name) {
   if (req.spec.reduction == Reduction::none && !req.upstream.empty()) {
     if (static_cast<std::int64_t>(req.upstream.size()) != N)
       throw InputError(fmt::format("{} (cpu-emulation): upstream has {} entries, expected N = {}",
-                                   name(), req.upstream.size(), N));
+                                   name, req.upstream.size(), N));
     for (std::size_t i = 0; i < req.upstream.size(); ++i)
       if (!std::isfinite(req.upstream[i]))
-        throw InputError(fmt::format("{} (cpu-emulation): upstream[{}] = {} is not finite", name(),
-                                     i, req.upstream[i]));
+        throw InputError(fmt::format("{} (cpu-emulation): upstream[{}] = {} is not finite", name, i,
+                                     req.upstream[i]));
   }
-  const std::int64_t n_valid = pb.count_valid(req.spec.ignore_index);
+}
 
-  // Inputs as float (exact: every stored value of fp32/fp16/bf16 is a float). W is read on demand.
-  std::vector<float> Hs;  // (S, D)
+// InputError unless the request's vocabulary rows are in [0, V), sorted and unique.
+void check_vocab_rows(const RunRequest& req, std::int64_t V, const std::string& name) {
+  for (std::size_t k = 0; k < req.vocab_rows.size(); ++k)
+    if (req.vocab_rows[k] < 0 || req.vocab_rows[k] >= V ||
+        (k > 0 && req.vocab_rows[k] <= req.vocab_rows[k - 1]))
+      throw InputError(fmt::format(
+          "{} (cpu-emulation): vocab_rows[{}] = {} is out of [0, {}) or not sorted/unique", name, k,
+          req.vocab_rows[k], V));
+}
+
+// Inputs as float (exact: every stored value of fp32/fp16/bf16 is a float): the token rows of H
+// into Hs (S, D) and the bias into c.bias. W is read on demand. Returns their bytes.
+std::int64_t float_inputs(Ctx& c, const std::vector<std::int64_t>& rows, std::vector<float>& Hs) {
+  const Problem& pb = *c.pb;
+  const std::int64_t V = c.V, D = c.D;
+  const auto S = static_cast<std::int64_t>(rows.size());
   std::int64_t extra = 0;
   if (c.linear) {
     std::vector<double> buf(sz(D));
@@ -348,6 +366,127 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
     }
     extra += static_cast<std::int64_t>((Hs.size() + c.bias.size()) * 4);
   }
+  return extra;
+}
+
+}  // namespace
+
+// Per token row of a run: the forward's loss and lse (fp32 values in the accum dtype), the
+// gradient scale g (§7: rounded once to fp32, 0 for an ignored row) and validity.
+struct EmulatedStrategy::TokenRows {
+  std::vector<std::int64_t> rows;
+  std::vector<float> loss_f, lse_f, g_f;
+  std::vector<char> valid;
+
+  TokenRows(const RunRequest& req, std::vector<std::int64_t> token_rows, std::int64_t n_valid)
+      : rows(std::move(token_rows)) {
+    const Problem& pb = *req.problem;
+    const auto S = static_cast<std::int64_t>(rows.size());
+    loss_f.assign(sz(S), 0.0f);
+    lse_f.assign(sz(S), 0.0f);
+    g_f.assign(sz(S), 0.0f);
+    valid.assign(sz(S), 0);
+    for (std::int64_t q = 0; q < S; ++q) {
+      const std::int64_t i = rows[sz(q)];
+      valid[sz(q)] = pb.targets[sz(i)] != req.spec.ignore_index;
+      double g = 0.0;
+      switch (req.spec.reduction) {
+        case Reduction::mean: {
+          const std::int64_t n = req.spec.mean_count(n_valid);
+          g = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
+          break;
+        }
+        case Reduction::sum:
+          g = 1.0;
+          break;
+        case Reduction::none:
+          g = req.upstream.empty() ? 1.0 : req.upstream[sz(i)];
+          break;
+      }
+      g_f[sz(q)] = valid[sz(q)] ? static_cast<float>(g) : 0.0f;  // §7: g rounded once to fp32
+    }
+  }
+
+  // §6: token reduction, pairwise over token index in the accum dtype. Ignored rows add exact 0.
+  float reduced_loss(const RunRequest& req, std::int64_t N, std::int64_t n_valid, DType A) const {
+    const auto S = static_cast<std::int64_t>(rows.size());
+    std::vector<float> terms(sz(S));
+    std::int64_t valid_in_sample = 0;
+    for (std::int64_t q = 0; q < S; ++q) {
+      valid_in_sample += valid[sz(q)];
+      float v = valid[sz(q)] ? loss_f[sz(q)] : 0.0f;
+      if (req.spec.reduction == Reduction::none) v = rnd(g_f[sz(q)] * v, A);
+      terms[sz(q)] = v;
+    }
+    float red = emu::sum_pairwise(terms.data(), S, A);
+    if (req.spec.reduction == Reduction::mean) {
+      // As the reference: a sample's mean is over its own valid rows, unless a normaliser is
+      // given.
+      const std::int64_t n =
+          req.spec.normalizer > 0 ? req.spec.normalizer : (S < N ? valid_in_sample : n_valid);
+      if (n == 0)
+        red =
+            req.spec.empty_mean == EmptyMean::nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+      else
+        red = rnd(red / static_cast<float>(n), A);
+    }
+    return red;
+  }
+};
+
+void EmulatedStrategy::forward_block(const EngineContext& c, TokenRows& tr, std::int64_t q0,
+                                     std::int64_t q1, float* zbuf, bool par,
+                                     StrategyOutputs& out) const {
+  const Problem& pb = *c.pb;
+  const std::int64_t V = c.V;
+  const bool grads = c.req->want_grads;
+  const DType G = c.rc.grad;
+#pragma omp parallel if (par)
+  {
+    std::vector<float> x(sz(V)), scratch(sz(V));
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t q = q0; q < q1; ++q) {
+      const std::int64_t i = tr.rows[sz(q)];
+      const std::int64_t t = pb.targets[sz(i)];
+      const bool v = tr.valid[sz(q)] != 0;
+      float* z = zbuf + (q - q0) * V;
+      if (!c.linear) row_given_logits(c, i, z);
+      row_kernel_logits(c, z, x.data());
+      const VocabSums vs = vocab_sums(c, x.data(), v && c.eps > 0.0f, scratch.data());
+      const RowOut ro = row_forward(c, x.data(), vs, t, v);
+      tr.lse_f[sz(q)] = ro.lse;
+      tr.loss_f[sz(q)] = ro.loss;
+      if (!grads) continue;
+      // A strategy that recomputes z in its backward (checkpointed: from H and W in the forward's
+      // precision; fused: each tile) gets values bit-identical to these by construction.
+      if (v)
+        row_dz(c, z, x.data(), ro.lse, t, tr.g_f[sz(q)], z);
+      else
+        std::fill(z, z + V, 0.0f);
+      if (!c.linear)
+        for (std::int64_t j = 0; j < V; ++j) out.dz[sz(q * V + j)] = rnd(z[j], G);
+    }
+  }
+}
+
+StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!req.problem) throw InputError(name() + " (cpu-emulation): RunRequest without a problem");
+  const Problem& pb = *req.problem;
+  req.spec.validate();
+  pb.validate(req.spec.ignore_index);
+  const Status st = can_implement(pb, req.spec, req.recipe);
+  if (!st.ok()) throw InputError(st.message);
+
+  Ctx c = make_context(req, run_arithmetic(req));
+  const std::int64_t N = c.N, V = c.V, D = c.D;
+  std::vector<std::int64_t> rows = token_rows_of(req, N, name());
+  const auto S = static_cast<std::int64_t>(rows.size());
+  check_upstream(req, N, name());
+  const std::int64_t n_valid = pb.count_valid(req.spec.ignore_index);
+
+  std::vector<float> Hs;  // (S, D)
+  std::int64_t extra = float_inputs(c, rows, Hs);
 
   const DType A = c.rc.accum, G = c.rc.grad;
   StrategyOutputs out;
@@ -356,27 +495,7 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   out.lse.assign(sz(S), 0.0);
   out.loss_dtype = A;
   out.grad_dtype = G;
-  std::vector<float> loss_f(sz(S), 0.0f), lse_f(sz(S), 0.0f), g_f(sz(S), 0.0f);
-  std::vector<char> valid(sz(S), 0);
-  for (std::int64_t q = 0; q < S; ++q) {
-    const std::int64_t i = rows[sz(q)];
-    valid[sz(q)] = pb.targets[sz(i)] != req.spec.ignore_index;
-    double g = 0.0;
-    switch (req.spec.reduction) {
-      case Reduction::mean: {
-        const std::int64_t n = req.spec.mean_count(n_valid);
-        g = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
-        break;
-      }
-      case Reduction::sum:
-        g = 1.0;
-        break;
-      case Reduction::none:
-        g = req.upstream.empty() ? 1.0 : req.upstream[sz(i)];
-        break;
-    }
-    g_f[sz(q)] = valid[sz(q)] ? static_cast<float>(g) : 0.0f;  // §7: g rounded once to fp32
-  }
+  TokenRows tr(req, std::move(rows), n_valid);
 
   const bool grads = req.want_grads;
   const std::vector<std::int64_t> dH_begins = dH_vocab_begins(c);
@@ -387,12 +506,7 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   block = std::max<std::int64_t>(1, std::min(block, S));
   const bool par = S * V * (D + 4) >= (std::int64_t{1} << 18);
   // Vocabulary rows of dW/db (all, or RunRequest::vocab_rows); J of them are computed.
-  for (std::size_t k = 0; k < req.vocab_rows.size(); ++k)
-    if (req.vocab_rows[k] < 0 || req.vocab_rows[k] >= V ||
-        (k > 0 && req.vocab_rows[k] <= req.vocab_rows[k - 1]))
-      throw InputError(fmt::format(
-          "{} (cpu-emulation): vocab_rows[{}] = {} is out of [0, {}) or not sorted/unique", name(),
-          k, req.vocab_rows[k], V));
+  check_vocab_rows(req, V, name());
   const std::int64_t J =
       req.vocab_rows.empty() ? V : static_cast<std::int64_t>(req.vocab_rows.size());
   if (grads) {
@@ -417,33 +531,8 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   for (std::int64_t q0 = 0; q0 < S; q0 += block) {
     const std::int64_t q1 = std::min(S, q0 + block), R = q1 - q0;
     if (c.linear) block_linear_logits(c, Hs.data() + q0 * D, R, zbuf.data(), par);
-      // Forward (§2–5) and dz (§7) per row; dz overwrites the row's logits.
-#pragma omp parallel if (par)
-    {
-      std::vector<float> x(sz(V)), scratch(sz(V));
-#pragma omp for schedule(dynamic, 1)
-      for (std::int64_t q = q0; q < q1; ++q) {
-        const std::int64_t i = rows[sz(q)];
-        const std::int64_t t = pb.targets[sz(i)];
-        const bool v = valid[sz(q)] != 0;
-        float* z = zbuf.data() + (q - q0) * V;
-        if (!c.linear) row_given_logits(c, i, z);
-        row_kernel_logits(c, z, x.data());
-        const VocabSums vs = vocab_sums(c, x.data(), v && c.eps > 0.0f, scratch.data());
-        const RowOut ro = row_forward(c, x.data(), vs, t, v);
-        lse_f[sz(q)] = ro.lse;
-        loss_f[sz(q)] = ro.loss;
-        if (!grads) continue;
-        // A strategy that recomputes z in its backward (checkpointed: from H and W in the forward's
-        // precision; fused: each tile) gets values bit-identical to these by construction.
-        if (v)
-          row_dz(c, z, x.data(), ro.lse, t, g_f[sz(q)], z);
-        else
-          std::fill(z, z + V, 0.0f);
-        if (!c.linear)
-          for (std::int64_t j = 0; j < V; ++j) out.dz[sz(q * V + j)] = rnd(z[j], G);
-      }
-    }
+    // Forward (§2–5) and dz (§7) per row; dz overwrites the row's logits.
+    forward_block(c, tr, q0, q1, zbuf.data(), par, out);
     if (!grads || !c.linear) continue;
     const float* dz = zbuf.data();
     block_dH(c, dz, R, dHacc.data(), par, dH_begins);
@@ -469,30 +558,11 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
     for (std::size_t j = 0; j < db_acc.size(); ++j) out.db[j] = rnd(db_acc[j], G);
   }
 
-  // §6: token reduction, pairwise over token index in the accum dtype. Ignored rows add exact 0.
   for (std::int64_t q = 0; q < S; ++q) {
-    out.loss[sz(q)] = loss_f[sz(q)];
-    out.lse[sz(q)] = lse_f[sz(q)];
+    out.loss[sz(q)] = tr.loss_f[sz(q)];
+    out.lse[sz(q)] = tr.lse_f[sz(q)];
   }
-  std::vector<float> terms(sz(S));
-  std::int64_t valid_in_sample = 0;
-  for (std::int64_t q = 0; q < S; ++q) {
-    valid_in_sample += valid[sz(q)];
-    float v = valid[sz(q)] ? loss_f[sz(q)] : 0.0f;
-    if (req.spec.reduction == Reduction::none) v = rnd(g_f[sz(q)] * v, A);
-    terms[sz(q)] = v;
-  }
-  float red = emu::sum_pairwise(terms.data(), S, A);
-  if (req.spec.reduction == Reduction::mean) {
-    // As the reference: a sample's mean is over its own valid rows, unless a normaliser is given.
-    const std::int64_t n =
-        req.spec.normalizer > 0 ? req.spec.normalizer : (S < N ? valid_in_sample : n_valid);
-    if (n == 0)
-      red = req.spec.empty_mean == EmptyMean::nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
-    else
-      red = rnd(red / static_cast<float>(n), A);
-  }
-  out.reduced_loss = red;
+  out.reduced_loss = tr.reduced_loss(req, N, n_valid, A);
   out.peak_extra_bytes = extra;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

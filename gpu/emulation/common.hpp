@@ -17,7 +17,7 @@
 //                    thread and 256-tile,       likewise per vocabulary tile of
 //                    quad, warps, vocabulary    256; db fp32)
 //                    ranges pairwise (by the
-//                    SM count: gpu/fused_plan.hpp;
+//                    SM count: gpu/plans/fused_plan.hpp;
 //                    declared online_tree, as
 //                    the CUDA kernel)
 //   vocab_parallel   per rank blocked over its  as chunked (each rank's own       a chunk
@@ -109,6 +109,13 @@ class EmulatedStrategy : public Strategy {
   virtual std::vector<std::int64_t> dH_vocab_begins(const EngineContext&) const { return {}; }
   /// §8 dW += dzᵀ·H (and db += Σ_rows dz) of one block, in this strategy's order.
   virtual void add_block_grads(const BlockGrads& b) const = 0;
+
+ private:
+  struct TokenRows;  // per token row: loss, lse, gradient scale, validity (common.cpp)
+  /// Forward (§2–5) and dz (§7) of token rows [q0, q1) whose logits are in zbuf (block, V): loss
+  /// and lse into tr, dz over the logits (and into out.dz for a logits problem).
+  void forward_block(const EngineContext& c, TokenRows& tr, std::int64_t q0, std::int64_t q1,
+                     float* zbuf, bool par, StrategyOutputs& out) const;
 };
 
 // ---- Building blocks of the hooks (common.cpp) --------------------------------------------------

@@ -1,5 +1,5 @@
 // CPU emulation of the fused strategy: no logits tensor; the forward's online (max, sum) tree over
-// vocabulary tiles of 256, the backward recomputes tiles (gpu/fused_plan.hpp: the launch
+// vocabulary tiles of 256, the backward recomputes tiles (gpu/plans/fused_plan.hpp: the launch
 // decomposition shared with gpu/cuda/fused/). Its reduction orders (docs/arithmetic.md, §9;
 // docs/fused.md):
 //   vocabulary  the kernel's online states: kFusedThreadColumns columns per thread and tile, the
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "gpu/emulation/common.hpp"
-#include "gpu/fused_plan.hpp"
+#include "gpu/plans/fused_plan.hpp"
 
 namespace xentlab::emulation {
 namespace {
@@ -46,13 +46,13 @@ void fused_merge(FusedState& a, const FusedState& b, DType A) {
   a.sx = rnd(a.sx + b.sx, A);
 }
 
-// The row's state through the kernel's decomposition (gpu/fused_plan.hpp): per vocabulary range,
-// kFusedRowThreads threads per row each fold their kFusedThreadColumns columns of every tile of
-// the range (column n0 + (T/W)·w + 8·j + 2·q + e for warp w < W = kFusedRowWarps, lane-in-quad q,
-// j < T/(8W), e < 2, in that order; today 16 threads of 8 columns) into an online state; the quad
-// merges (q ⊕ q^1, then ⊕ q^2, lower lane first), then the W warps in order; the ranges' states
-// are merged pairwise (binary-counter stack, older first), as the finalize kernel does. Columns
-// past V are −inf (nothing added).
+// The row's state through the kernel's decomposition (gpu/plans/fused_plan.hpp): per vocabulary
+// range, kFusedRowThreads threads per row each fold their kFusedThreadColumns columns of every tile
+// of the range (column n0 + (T/W)·w + 8·j + 2·q + e for warp w < W = kFusedRowWarps, lane-in-quad
+// q, j < T/(8W), e < 2, in that order; today 16 threads of 8 columns) into an online state; the
+// quad merges (q ⊕ q^1, then ⊕ q^2, lower lane first), then the W warps in order; the ranges'
+// states are merged pairwise (binary-counter stack, older first), as the finalize kernel does.
+// Columns past V are −inf (nothing added).
 FusedState fused_row_state(const EngineContext& c, const float* x, bool smoothing) {
   const DType A = c.rc.accum;
   constexpr std::int64_t T = gpu::kFusedVocabTile, W = gpu::kFusedRowWarps,

@@ -1,8 +1,8 @@
 // CPU emulation of the vocab_parallel strategy: tensor parallelism over the LM head's vocabulary.
 // P = RunRequest::ranks virtual ranks (≤ 0 means 1), rank r owning the contiguous vocabulary rows
-// of vocab_shards(V, P) (gpu/vocab_shards.hpp: the first V mod P shards one row larger). Token rows
-// are processed in chunks exactly as chunked (chunk_rows). Its declared arithmetic, shared with
-// the CUDA/NCCL strategy (docs/arithmetic.md §10; docs/vocab_parallel.md):
+// of vocab_shards(V, P) (gpu/plans/vocab_shards.hpp: the first V mod P shards one row larger).
+// Token rows are processed in chunks exactly as chunked (chunk_rows). Its declared arithmetic,
+// shared with the CUDA/NCCL strategy (docs/arithmetic.md §10; docs/vocab_parallel.md):
 //   1. each rank's maximum m_r of the row's kernel logits over its shard (exact); m = max_r m_r
 //      (all-reduce MAX, exact in any order);
 //   2. each rank's s_r = Σ_{j in shard} rnd_accum(expf(x_j − m)) with the GLOBAL m, in the blocked
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "gpu/emulation/chunked.hpp"
-#include "gpu/vocab_shards.hpp"
+#include "gpu/plans/vocab_shards.hpp"
 #include "numerics/error.hpp"
 
 namespace xentlab::emulation {

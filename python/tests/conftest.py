@@ -12,8 +12,10 @@ pytest_plugins = ["pytester"]
 
 @pytest.fixture(scope="session")
 def cli():
-    """Runs the xentlab command: XENTLAB_CLI, else build/tools/xentlab of the source tree."""
-    exe = os.environ.get("XENTLAB_CLI") or os.path.join(os.path.dirname(__file__), "..", "..", "build", "tools", "xentlab")
+    """Runs the xentlab command: XENTLAB_CLI, else build/cli/xentlab of the source tree."""
+    exe = os.environ.get("XENTLAB_CLI") or os.path.join(
+        os.path.dirname(__file__), "..", "..", "build", "tools", "xentlab"
+    )
     if not os.path.exists(exe):
         pytest.skip(f"the xentlab command is not built ({exe}; set XENTLAB_CLI)")
 

@@ -18,7 +18,9 @@ def _forward(H, W, logit_scale):
     return H, W, (H @ W.T) * np.float32(logit_scale)
 
 
-def _loss_and_grads(H, W, z, lse, targets, ignore_index, eps, logit_scale, reduction, smooth_ignored=False):
+def _loss_and_grads(
+    H, W, z, lse, targets, ignore_index, eps, logit_scale, reduction, smooth_ignored=False
+):
     N, V = z.shape
     valid = targets != ignore_index
     t = np.where(valid, targets, 0)
@@ -30,23 +32,33 @@ def _loss_and_grads(H, W, z, lse, targets, ignore_index, eps, logit_scale, reduc
     n = max(int(valid.sum()), 1)
     scale = np.float32(1.0 / n) if reduction == "mean" else np.float32(1.0)
     dz = p - eps / np.float32(V)
-    dz[np.arange(N), t] -= (1 - eps)
+    dz[np.arange(N), t] -= 1 - eps
     keep = (valid | smooth_ignored)[:, None]
     if smooth_ignored:  # an ignored row's gradient of the smoothing term: eps·(p − 1/V)
         dz = np.where(valid[:, None], dz, eps * (p - np.float32(1.0) / np.float32(V)))
     dz = (dz * keep * scale * np.float32(logit_scale)).astype(np.float32)
     loss = loss_i.sum(dtype=np.float32) * scale if reduction != "none" else loss_i
-    return np.float32(loss) if reduction != "none" else loss, (dz @ W).astype(np.float32), (dz.T @ H).astype(np.float32)
+    return (
+        np.float32(loss) if reduction != "none" else loss,
+        (dz @ W).astype(np.float32),
+        (dz.T @ H).astype(np.float32),
+    )
 
 
-def ce_fp32(H, W, targets, ignore_index=-100, label_smoothing=0.0, logit_scale=1.0, reduction="mean", **_):
+def ce_fp32(
+    H, W, targets, ignore_index=-100, label_smoothing=0.0, logit_scale=1.0, reduction="mean", **_
+):
     H, W, z = _forward(H, W, logit_scale)
     m = z.max(axis=1)
     lse = m + np.log(np.exp(z - m[:, None]).sum(axis=1, dtype=np.float32))
-    return _loss_and_grads(H, W, z, lse, targets, ignore_index, label_smoothing, logit_scale, reduction)
+    return _loss_and_grads(
+        H, W, z, lse, targets, ignore_index, label_smoothing, logit_scale, reduction
+    )
 
 
-def ce_bf16_sumexp(H, W, targets, ignore_index=-100, label_smoothing=0.0, logit_scale=1.0, reduction="mean", **_):
+def ce_bf16_sumexp(
+    H, W, targets, ignore_index=-100, label_smoothing=0.0, logit_scale=1.0, reduction="mean", **_
+):
     H, W, z = _forward(H, W, logit_scale)
     m = z.max(axis=1)
     e = np.exp(z - m[:, None])
@@ -54,12 +66,26 @@ def ce_bf16_sumexp(H, W, targets, ignore_index=-100, label_smoothing=0.0, logit_
     for j in range(z.shape[1]):  # sequential, every partial sum rounded to bf16
         s = (s.astype(np.float32) + e[:, j]).astype(ml_dtypes.bfloat16)
     lse = m + np.log(s.astype(np.float32))
-    return _loss_and_grads(H, W, z, lse, targets, ignore_index, label_smoothing, logit_scale, reduction)
+    return _loss_and_grads(
+        H, W, z, lse, targets, ignore_index, label_smoothing, logit_scale, reduction
+    )
 
 
-def ce_smoothing_on_ignored(H, W, targets, ignore_index=-100, label_smoothing=0.0, logit_scale=1.0, reduction="mean", **_):
+def ce_smoothing_on_ignored(
+    H, W, targets, ignore_index=-100, label_smoothing=0.0, logit_scale=1.0, reduction="mean", **_
+):
     H, W, z = _forward(H, W, logit_scale)
     m = z.max(axis=1)
     lse = m + np.log(np.exp(z - m[:, None]).sum(axis=1, dtype=np.float32))
-    return _loss_and_grads(H, W, z, lse, targets, ignore_index, label_smoothing, logit_scale, reduction,
-                           smooth_ignored=True)
+    return _loss_and_grads(
+        H,
+        W,
+        z,
+        lse,
+        targets,
+        ignore_index,
+        label_smoothing,
+        logit_scale,
+        reduction,
+        smooth_ignored=True,
+    )

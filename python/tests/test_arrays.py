@@ -55,7 +55,9 @@ def test_bf16_numpy_round_trip_and_reference_agree():
     H, W, t = _linear(dtype=BF16)
     p = xentlab.Problem.linear(H[:, ::1], W, t)
     assert p.input_dtype == "bf16" and p.H.dtype == BF16 and _same_bits(p.H, H)
-    ref_view = xentlab.reference(xentlab.Problem.linear(np.asfortranarray(H), W, t), tier="compensated")
+    ref_view = xentlab.reference(
+        xentlab.Problem.linear(np.asfortranarray(H), W, t), tier="compensated"
+    )
     ref = xentlab.reference(p, tier="compensated")
     assert _same_bits(ref.dH, ref_view.dH)
 
@@ -73,7 +75,11 @@ def test_torch_tensors_bf16_and_strided():
     p = xentlab.Problem.linear(Ht, Wt, torch.from_numpy(t))
     assert p.input_dtype == "bf16"
     back = p.arrays("torch")
-    assert back["H"].dtype == torch.bfloat16 and torch.equal(back["H"], Ht) and torch.equal(back["W"], Wt)
+    assert (
+        back["H"].dtype == torch.bfloat16
+        and torch.equal(back["H"], Ht)
+        and torch.equal(back["W"], Wt)
+    )
 
 
 def test_bad_dtypes_are_type_errors():
@@ -88,10 +94,12 @@ def test_bad_dtypes_are_type_errors():
 
 def test_bad_values_and_shapes_are_value_errors_with_the_librarys_messages():
     H, W, t = _linear()
-    bad = t.copy(); bad[2] = 50
+    bad = t.copy()
+    bad[2] = 50
     with pytest.raises(xentlab.InputError, match=r"target"):
         xentlab.Problem.linear(H, W, bad)
-    nan = H.copy(); nan[1, 3] = np.nan
+    nan = H.copy()
+    nan[1, 3] = np.nan
     with pytest.raises(ValueError, match=r"H"):
         xentlab.Problem.linear(nan, W, t)
     with pytest.raises(ValueError, match=r"W: expected a 2-D array"):

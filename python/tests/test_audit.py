@@ -12,34 +12,60 @@ RECIPES = ["fp32/fp32/fp32/fp32", "bf16/fp32/fp32/bf16", "bf16/bf16/bf16/bf16"]
 def _attrs_and_data(path):
     out = {}
     with h5py.File(path, "r") as f:
+
         def visit(name, obj):
             for k, v in obj.attrs.items():
                 if k not in ("created", "command", "seconds", "xentlab_version", "date_utc"):
                     out[f"{name}@{k}"] = np.asarray(v).tobytes()
             if isinstance(obj, h5py.Dataset):
                 out[name] = obj[()].tobytes()
+
         f["runs"].visititems(visit)
     return out
 
 
 def test_audit_agrees_with_the_command(cli, tmp_path):
-    r = cli("audit", "--problems", "stories260k", "--strategies", "naive,chunked", "--recipes", ",".join(RECIPES),
-            "--backend", "cpu", "--quiet", "--out", tmp_path / "cli.h5")
+    r = cli(
+        "audit",
+        "--problems",
+        "stories260k",
+        "--strategies",
+        "naive,chunked",
+        "--recipes",
+        ",".join(RECIPES),
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--out",
+        tmp_path / "cli.h5",
+    )
     assert r.returncode in (0, 1), r.stderr
-    res = xentlab.audit(["stories260k"], strategies=["naive", "chunked"], recipes=RECIPES, out=tmp_path / "py.h5")
-    assert len(res.runs) == 2 * len(RECIPES)  # strategies × recipes (a recipe names its input dtype)
+    res = xentlab.audit(
+        ["stories260k"], strategies=["naive", "chunked"], recipes=RECIPES, out=tmp_path / "py.h5"
+    )
+    assert len(res.runs) == 2 * len(
+        RECIPES
+    )  # strategies × recipes (a recipe names its input dtype)
     assert r.stdout.startswith(res.summary)
     a, b = _attrs_and_data(tmp_path / "cli.h5"), _attrs_and_data(tmp_path / "py.h5")
     assert sorted(a) == sorted(b)
     differ = [k for k in a if a[k] != b[k] and not k.endswith("@seconds")]
     assert differ == [], differ[:5]
-    with h5py.File(tmp_path / "py.h5", "r") as f:  # one line finds a run: by_key/PROBLEM/RECIPE/STRATEGY
+    with h5py.File(
+        tmp_path / "py.h5", "r"
+    ) as f:  # one line finds a run: by_key/PROBLEM/RECIPE/STRATEGY
         assert f["by_key/stories260k/bf16/fp32/fp32/bf16/chunked"].attrs["strategy"] == "chunked"
-        assert f["by_key/stories260k/bf16/fp32/fp32/bf16/chunked"].attrs["recipe"] == "bf16/fp32/fp32/bf16"
+        assert (
+            f["by_key/stories260k/bf16/fp32/fp32/bf16/chunked"].attrs["recipe"]
+            == "bf16/fp32/fp32/bf16"
+        )
     run = res.find("stories260k", "fp32/fp32/fp32/fp32", "naive")
     assert run["disposition"] == "passed" and run["outputs"]["loss"]["normwise_rel_err"] < 1e-5
     bf16_accum = res.find("stories260k", "bf16/bf16/bf16/bf16", "naive")
-    assert bf16_accum["outputs"]["loss"]["normwise_rel_err"] > run["outputs"]["loss"]["normwise_rel_err"]
+    assert (
+        bf16_accum["outputs"]["loss"]["normwise_rel_err"]
+        > run["outputs"]["loss"]["normwise_rel_err"]
+    )
 
 
 def test_audit_refusals():

@@ -36,8 +36,15 @@ def test_bf16_accumulation_of_the_sum_of_exponentials_is_caught(cache_dir):
 def smoothed_ignored(cache_dir):
     """A problem with ignored rows and label smoothing 0.1 (fp32, so float32 kernels are judged
     on their arithmetic alone)."""
-    return xentlab.cached_golden("part-ignored", N=32, V=2000, D=32, dtype="fp32", cache_dir=cache_dir,
-                                 spec={"label_smoothing": 0.1})
+    return xentlab.cached_golden(
+        "part-ignored",
+        N=32,
+        V=2000,
+        D=32,
+        dtype="fp32",
+        cache_dir=cache_dir,
+        spec={"label_smoothing": 0.1},
+    )
 
 
 def test_label_smoothing_on_ignored_rows_is_caught(smoothed_ignored):
@@ -66,11 +73,18 @@ def test_per_token_losses_with_reduction_none(cache_dir):
 
 
 def test_assert_close_to_reference_raises_with_the_report(cache_dir):
-    xentlab.testing.assert_close_to_reference(ce_fp32, problem="stories260k", policy="fp32", cache_dir=cache_dir)
+    xentlab.testing.assert_close_to_reference(
+        ce_fp32, problem="stories260k", policy="fp32", cache_dir=cache_dir
+    )
     with pytest.raises(AssertionError) as e:
-        xentlab.testing.assert_close_to_reference(ce_bf16_sumexp, problem="stories260k", policy="fp32",
-                                                  cache_dir=cache_dir)
-    assert "incorrect" in str(e.value) and "max e/tol" in str(e.value) and "worst element" in str(e.value)
+        xentlab.testing.assert_close_to_reference(
+            ce_bf16_sumexp, problem="stories260k", policy="fp32", cache_dir=cache_dir
+        )
+    assert (
+        "incorrect" in str(e.value)
+        and "max e/tol" in str(e.value)
+        and "worst element" in str(e.value)
+    )
 
 
 def test_a_problem_made_from_arrays_is_checked(cache_dir):
@@ -96,8 +110,13 @@ def test_missing_gradient_of_a_torch_loss_fails(cache_dir):
 
     def detached_H(H, W, targets, ignore_index, label_smoothing, reduction, **_):
         z = H.detach().float() @ W.float().T
-        return torch.nn.functional.cross_entropy(z, targets, ignore_index=ignore_index,
-                                                 label_smoothing=label_smoothing, reduction=reduction)
+        return torch.nn.functional.cross_entropy(
+            z,
+            targets,
+            ignore_index=ignore_index,
+            label_smoothing=label_smoothing,
+            reduction=reduction,
+        )
 
     rep = xentlab.check(detached_H, framework="torch", policy="fp32", cache_dir=cache_dir)
     assert not rep.passed and rep.output("dH").status == "failed"
@@ -108,8 +127,13 @@ def test_torch_cross_entropy_passes_and_wrong_smoothing_fails(smoothed_ignored):
     F = torch.nn.functional
 
     def torch_ce(H, W, targets, ignore_index, label_smoothing, reduction, **_):
-        return F.cross_entropy(H @ W.T, targets, ignore_index=ignore_index,
-                               label_smoothing=label_smoothing, reduction=reduction)
+        return F.cross_entropy(
+            H @ W.T,
+            targets,
+            ignore_index=ignore_index,
+            label_smoothing=label_smoothing,
+            reduction=reduction,
+        )
 
     def smoothing_everywhere(H, W, targets, ignore_index, label_smoothing, reduction, **_):
         z = H @ W.T
@@ -120,8 +144,12 @@ def test_torch_cross_entropy_passes_and_wrong_smoothing_fails(smoothed_ignored):
         loss = (1 - label_smoothing) * nll + label_smoothing * smooth
         return loss.sum() / valid.sum()
 
-    assert xentlab.check(torch_ce, problem=smoothed_ignored, framework="torch", policy="fp32").passed
-    assert not xentlab.check(smoothing_everywhere, problem=smoothed_ignored, framework="torch", policy="fp32").passed
+    assert xentlab.check(
+        torch_ce, problem=smoothed_ignored, framework="torch", policy="fp32"
+    ).passed
+    assert not xentlab.check(
+        smoothing_everywhere, problem=smoothed_ignored, framework="torch", policy="fp32"
+    ).passed
 
 
 @pytest.mark.parametrize("returned", [None, "2.7731771", True, 3, np.array([1, 2])])
@@ -136,13 +164,29 @@ def _returning(change):
     return lambda H, W, targets, **spec: change(*ce_fp32(H, W, targets, **spec))
 
 
-@pytest.mark.parametrize("fn,message", [
-    (_returning(lambda l, dH, dW: (l, dH[None], dW)), r"dH of shape \(1, 256, 64\); expected \(256, 64\) \(N, D\)"),
-    (_returning(lambda l, dH, dW: (l, dH.reshape(2, 128, 64), dW)), r"dH of shape \(2, 128, 64\); expected \(256, 64\)"),
-    (_returning(lambda l, dH, dW: (l, dH, dW.T)), r"dW of shape \(64, 512\); expected \(512, 64\) \(V, D\)"),
-    (_returning(lambda l, dH, dW: {"reduced_loss": l, "db": np.zeros((512, 1), np.float32)}),
-     r"db of shape \(512, 1\); expected \(512,\) \(V\)"),
-])
+@pytest.mark.parametrize(
+    "fn,message",
+    [
+        (
+            _returning(lambda loss, dH, dW: (loss, dH[None], dW)),
+            r"dH of shape \(1, 256, 64\); expected \(256, 64\) \(N, D\)",
+        ),
+        (
+            _returning(lambda loss, dH, dW: (loss, dH.reshape(2, 128, 64), dW)),
+            r"dH of shape \(2, 128, 64\); expected \(256, 64\)",
+        ),
+        (
+            _returning(lambda loss, dH, dW: (loss, dH, dW.T)),
+            r"dW of shape \(64, 512\); expected \(512, 64\) \(V, D\)",
+        ),
+        (
+            _returning(
+                lambda loss, dH, dW: {"reduced_loss": loss, "db": np.zeros((512, 1), np.float32)}
+            ),
+            r"db of shape \(512, 1\); expected \(512,\) \(V\)",
+        ),
+    ],
+)
 def test_outputs_of_another_shape_are_refused_naming_the_expected_one(cache_dir, fn, message):
     """A gradient with an extra leading dimension used to crash the worst-element report; no
     shape other than the problem's (or the golden file's sampled rows) is scored."""
@@ -152,7 +196,7 @@ def test_outputs_of_another_shape_are_refused_naming_the_expected_one(cache_dir,
 
 def test_a_per_token_loss_of_shape_N_by_1_is_refused(cache_dir):
     g = xentlab.cached_golden("stories260k", cache_dir=cache_dir, spec={"reduction": "none"})
-    fn = _returning(lambda l, dH, dW: (l[:, None], dH, dW))
+    fn = _returning(lambda loss, dH, dW: (loss[:, None], dH, dW))
     with pytest.raises(ValueError, match=r"loss of shape \(256, 1\); expected \(256,\) \(N\)"):
         xentlab.check(fn, problem=g, policy="fp32")
 
@@ -186,12 +230,19 @@ def test_requiring_what_a_golden_cannot_judge_is_refused_before_the_function_run
         ran.append(1)
         return ce_fp32(H, W, targets, **spec)
 
-    with pytest.raises(ValueError, match=r"require: dW cannot be judged on .*: the golden file holds no "
-                                         r"reference dW \(token rows were sampled\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"require: dW cannot be judged on .*: the golden file holds no "
+        r"reference dW \(token rows were sampled\)",
+    ):
         xentlab.check(fn, problem=sampled_golden, policy="fp32", require=["dH", "dW"])
     assert not ran
-    with pytest.raises(ValueError, match=r"nothing loss_fn returned \(reduced_loss\) can be judged"):
-        xentlab.check(lambda H, W, t, **s: ce_fp32(H, W, t, **s)[0], problem=sampled_golden, policy="fp32")
+    with pytest.raises(
+        ValueError, match=r"nothing loss_fn returned \(reduced_loss\) can be judged"
+    ):
+        xentlab.check(
+            lambda H, W, t, **s: ce_fp32(H, W, t, **s)[0], problem=sampled_golden, policy="fp32"
+        )
 
 
 def test_a_forward_only_golden_judges_the_loss_and_skips_the_gradients(tmp_path):
@@ -199,14 +250,18 @@ def test_a_forward_only_golden_judges_the_loss_and_skips_the_gradients(tmp_path)
     rep = xentlab.check(ce_fp32, problem=str(tmp_path / "fwd.h5"), policy="fp32")
     assert rep.passed, str(rep)
     assert rep.output("reduced_loss").status == "passed"
-    assert rep.output("dH").status == "skipped" and "not computed for this problem" in rep.output("dH").message
+    assert (
+        rep.output("dH").status == "skipped"
+        and "not computed for this problem" in rep.output("dH").message
+    )
 
 
 def test_cached_golden_of_a_problem_file_follows_its_contents(tmp_path):
     """A problem file changed in place — same path, size and modification time — is a new
     problem: its golden file is written again, not served from the cache."""
-    import h5py
     import os
+
+    import h5py
 
     path = tmp_path / "p.h5"
 
@@ -228,16 +283,21 @@ def test_cached_golden_of_a_problem_file_follows_its_contents(tmp_path):
         H = f["H"][()]
     assert second.problem.H.tobytes() == H.tobytes()
     assert first.problem.H.tobytes() != H.tobytes() and second.path != first.path
-    assert xentlab.cached_golden(str(path), cache_dir=tmp_path / "cache").path == second.path  # cached again
+    assert (
+        xentlab.cached_golden(str(path), cache_dir=tmp_path / "cache").path == second.path
+    )  # cached again
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"framework": 1}, r"framework: expected a string, got int 1"),
-    ({"tier": None}, r"tier: expected a string, got NoneType None"),
-    ({"require": "dH"}, r"require: expected a list of names, got the string 'dH'"),
-    ({"require": [1]}, r"require\[0\]: expected a name \(a string\), got int 1"),
-    ({"implementation": 3}, r"implementation: expected a string, got int 3"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"framework": 1}, r"framework: expected a string, got int 1"),
+        ({"tier": None}, r"tier: expected a string, got NoneType None"),
+        ({"require": "dH"}, r"require: expected a list of names, got the string 'dH'"),
+        ({"require": [1]}, r"require\[0\]: expected a name \(a string\), got int 1"),
+        ({"implementation": 3}, r"implementation: expected a string, got int 3"),
+    ],
+)
 def test_check_argument_types_are_named(cache_dir, kwargs, message):
     with pytest.raises(TypeError, match=message):
         xentlab.check(ce_fp32, problem="stories260k", cache_dir=cache_dir, **kwargs)

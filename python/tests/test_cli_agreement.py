@@ -3,8 +3,8 @@ the command's messages (the text after "xentlab: invalid input: " / "bad file: "
 
 import re
 
-import numpy as np
 import h5py
+import numpy as np
 import pytest
 
 import xentlab
@@ -15,7 +15,11 @@ from kernels import ce_bf16_sumexp, ce_fp32
 def _datasets(path):
     out = {}
     with h5py.File(path, "r") as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+        f.visititems(
+            lambda name, obj: (
+                out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
     return out
 
 
@@ -23,7 +27,7 @@ def _cli_message(result):
     line = result.stderr.strip().splitlines()[-1]
     for prefix in ("xentlab: invalid input: ", "xentlab: bad file: "):
         if line.startswith(prefix):
-            return line[len(prefix):]
+            return line[len(prefix) :]
     raise AssertionError(f"no message of the command in {result.stderr!r}")
 
 
@@ -49,26 +53,49 @@ def test_golden_files_are_equal_bit_for_bit(goldens):
 def test_reference_on_the_golden_problem_equals_the_commands(goldens):
     g = xentlab.read_golden(goldens[0])
     r = xentlab.reference(g.problem, g.spec, vocab_rows=g.vocab_rows)
-    for name in ("loss", "loss_bound", "lse", "lse_bound", "dH", "dH_bound", "dW", "dW_bound", "db", "db_bound"):
+    for name in (
+        "loss",
+        "loss_bound",
+        "lse",
+        "lse_bound",
+        "dH",
+        "dH_bound",
+        "dW",
+        "dW_bound",
+        "db",
+        "db_bound",
+    ):
         assert getattr(r, name).tobytes() == g.reference[name].tobytes(), name
     assert r.reduced_loss == g.reduced_loss and r.reduced_loss_bound == g.reduced_loss_bound
 
 
-@pytest.mark.parametrize("kernel,policy,passed", [(ce_fp32, "fp32", True), (ce_bf16_sumexp, "fp32", False),
-                                                  (ce_fp32, "bf16/fp32/fp32/bf16", True)])
-def test_verify_report_and_junit_equal_the_commands(cli, tmp_path, cache_dir, kernel, policy, passed):
+@pytest.mark.parametrize(
+    "kernel,policy,passed",
+    [
+        (ce_fp32, "fp32", True),
+        (ce_bf16_sumexp, "fp32", False),
+        (ce_fp32, "bf16/fp32/fp32/bf16", True),
+    ],
+)
+def test_verify_report_and_junit_equal_the_commands(
+    cli, tmp_path, cache_dir, kernel, policy, passed
+):
     g = xentlab.cached_golden("stories260k", cache_dir=cache_dir)
     p = g.problem
     loss, dH, dW = kernel(p.H, p.W, p.targets)
     cand = tmp_path / "cand.h5"
-    xentlab.write_candidate(cand, {"reduced_loss": loss, "dH": dH, "dW": dW}, implementation="numpy float32")
+    xentlab.write_candidate(
+        cand, {"reduced_loss": loss, "dH": dH, "dW": dW}, implementation="numpy float32"
+    )
     r = cli("verify", g.path, cand, "--policy", policy, "--junit", tmp_path / "cli.xml")
     rep = xentlab.verify(g.path, cand, policy=policy, junit=tmp_path / "py.xml")
     assert rep.passed is passed and r.returncode == (0 if passed else 1)
     # The report names the differential check's baseline with its wall time: the one field that
     # may differ between two runs of the same verification.
     timed = re.compile(r"rows, \d+\.\d+ s")
-    assert timed.sub("rows, T s", r.stdout) == timed.sub("rows, T s", rep.text + f"junit      {tmp_path / 'cli.xml'}\n")
+    assert timed.sub("rows, T s", r.stdout) == timed.sub(
+        "rows, T s", rep.text + f"junit      {tmp_path / 'cli.xml'}\n"
+    )
     assert (tmp_path / "cli.xml").read_bytes() == (tmp_path / "py.xml").read_bytes()
 
 
@@ -83,15 +110,29 @@ def test_explicit_tolerance_and_require_as_the_command(cli, tmp_path, cache_dir)
     assert r.stdout == rep.text and not rep.passed and rep.output("dW").status == "failed"
 
 
-@pytest.mark.parametrize("args,call", [
-    (["--label-smoothing", "-1"], lambda: xentlab.LossSpec(label_smoothing=-1)),
-    (["--z-loss", "nan"], lambda: xentlab.LossSpec(z_loss=float("nan"))),
-    (["--reduction", "avg"], lambda: xentlab.LossSpec(reduction="avg")),
-    (["--dataset", "no-such-thing"], lambda: xentlab.problem("no-such-thing")),
-    (["--dataset", "/nonexistent/p.safetensors"], lambda: xentlab.problem("/nonexistent/p.safetensors")),
-    (["--dataset", "calibrated", "--param", "nonsense=1"], lambda: xentlab.problem("calibrated", params={"nonsense": 1})),
-    (["--reference", "fastest"], lambda: xentlab.reference(xentlab.problem("calibrated", N=2, V=10, D=2), tier="fastest")),
-])
+@pytest.mark.parametrize(
+    "args,call",
+    [
+        (["--label-smoothing", "-1"], lambda: xentlab.LossSpec(label_smoothing=-1)),
+        (["--z-loss", "nan"], lambda: xentlab.LossSpec(z_loss=float("nan"))),
+        (["--reduction", "avg"], lambda: xentlab.LossSpec(reduction="avg")),
+        (["--dataset", "no-such-thing"], lambda: xentlab.problem("no-such-thing")),
+        (
+            ["--dataset", "/nonexistent/p.safetensors"],
+            lambda: xentlab.problem("/nonexistent/p.safetensors"),
+        ),
+        (
+            ["--dataset", "calibrated", "--param", "nonsense=1"],
+            lambda: xentlab.problem("calibrated", params={"nonsense": 1}),
+        ),
+        (
+            ["--reference", "fastest"],
+            lambda: xentlab.reference(
+                xentlab.problem("calibrated", N=2, V=10, D=2), tier="fastest"
+            ),
+        ),
+    ],
+)
 def test_bad_input_messages_are_the_commands(cli, tmp_path, args, call):
     r = cli("golden", "--out", tmp_path / "g.h5", *args)
     assert r.returncode == 2
@@ -118,15 +159,18 @@ def test_a_file_that_is_no_golden_file_is_a_format_error(cli, tmp_path):
     assert str(e.value) == _cli_message(r)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"k": -1}, "k must be a finite number > 0, got -1"),
-    ({"k": float("nan")}, "k must be a finite number > 0, got nan"),
-    ({"atol": -1}, "atol must be a finite number ≥ 0, got -1"),
-    ({"rtol": float("inf")}, "rtol must be a finite number ≥ 0, got inf"),
-    ({"atol": 1e-3, "k": 2}, "k does not apply with atol/rtol"),
-    ({"require": ["dX"]}, "dX"),
-    ({"policy": "bf17"}, "bf17"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"k": -1}, "k must be a finite number > 0, got -1"),
+        ({"k": float("nan")}, "k must be a finite number > 0, got nan"),
+        ({"atol": -1}, "atol must be a finite number ≥ 0, got -1"),
+        ({"rtol": float("inf")}, "rtol must be a finite number ≥ 0, got inf"),
+        ({"atol": 1e-3, "k": 2}, "k does not apply with atol/rtol"),
+        ({"require": ["dX"]}, "dX"),
+        ({"policy": "bf17"}, "bf17"),
+    ],
+)
 def test_verify_options_are_checked(cache_dir, tmp_path, kwargs, message):
     g = xentlab.cached_golden("stories260k", cache_dir=cache_dir)
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
@@ -180,7 +224,9 @@ def test_verify_bad_check_options_raise(cli, tmp_path, cache_dir):
     # baseline_backend: the command's values and message, with the keyword's name; refused where
     # no baseline runs (check='bound'), as by the command.
     r = cli("verify", g.path, cand, "--baseline-backend", "gpu")
-    with pytest.raises(ValueError, match="baseline_backend must be cpu, cuda, all or auto, got 'gpu'"):
+    with pytest.raises(
+        ValueError, match="baseline_backend must be cpu, cuda, all or auto, got 'gpu'"
+    ):
         xentlab.verify(g.path, cand, baseline_backend="gpu")
     with pytest.raises(ValueError, match="baseline_backend does not apply with check='bound'"):
         xentlab.verify(g.path, cand, baseline_backend="cpu", check="bound")
@@ -195,12 +241,17 @@ def test_verify_bad_check_options_raise(cli, tmp_path, cache_dir):
         with pytest.raises(ValueError, match="baseline_backend cuda: "):
             xentlab.verify(g.path, cand, baseline_backend="cuda")
         assert "--baseline-backend cuda: " in r.stderr and r.returncode == 2
+
         # auto falls back to the emulation: the same verdicts and baselines as the default.
         def verdicts(rep):
-            return [(o.name, o.status, o.differential["status"], o.differential["baseline_normwise"])
-                    for o in rep.outputs]
+            return [
+                (o.name, o.status, o.differential["status"], o.differential["baseline_normwise"])
+                for o in rep.outputs
+            ]
+
         assert verdicts(xentlab.verify(g.path, cand, baseline_backend="auto")) == verdicts(
-            xentlab.verify(g.path, cand))
+            xentlab.verify(g.path, cand)
+        )
     # A JUnit report is never written over the files it reports on, even with force.
     before = cand.read_bytes()
     with pytest.raises(ValueError, match="is the candidate file itself"):
@@ -217,8 +268,21 @@ def test_ignore_index_of_a_catalog_problem_is_applied_as_the_command_applies_it(
     p = xentlab.problem("calibrated", N=16, V=50, D=8, ignore_index=cls)
     assert p.spec.ignore_index == cls and (p.targets == base.targets).all()
     assert xentlab.reference(p).n_valid == int((base.targets != cls).sum()) < 16
-    r = cli("golden", "--dataset", "calibrated", "-N", "16", "-V", "50", "-D", "8", "--ignore-index", cls,
-            "--out", tmp_path / "cli.h5")
+    r = cli(
+        "golden",
+        "--dataset",
+        "calibrated",
+        "-N",
+        "16",
+        "-V",
+        "50",
+        "-D",
+        "8",
+        "--ignore-index",
+        cls,
+        "--out",
+        tmp_path / "cli.h5",
+    )
     assert r.returncode == 0, r.stderr
     xentlab.write_golden(tmp_path / "py.h5", p)
     a, b = _datasets(tmp_path / "cli.h5"), _datasets(tmp_path / "py.h5")
@@ -227,8 +291,21 @@ def test_ignore_index_of_a_catalog_problem_is_applied_as_the_command_applies_it(
         assert a[name].tobytes() == b[name].tobytes(), name
     # An entry that marks ignored rows with -100 keeps its targets: another ignore_index makes
     # them invalid, refused with the command's message.
-    r = cli("golden", "--dataset", "part-ignored", "-N", "4", "-V", "10", "-D", "2", "--ignore-index", "-1",
-            "--out", tmp_path / "pi.h5")
+    r = cli(
+        "golden",
+        "--dataset",
+        "part-ignored",
+        "-N",
+        "4",
+        "-V",
+        "10",
+        "-D",
+        "2",
+        "--ignore-index",
+        "-1",
+        "--out",
+        tmp_path / "pi.h5",
+    )
     with pytest.raises(ValueError) as e:
         xentlab.problem("part-ignored", N=4, V=10, D=2, ignore_index=-1)
     assert r.returncode == 2 and str(e.value) == _cli_message(r)
@@ -250,8 +327,21 @@ def test_float64_H_and_W_are_refused_when_the_problem_is_made(cli, tmp_path):
     assert _cli_message(r) == f"{tmp_path / 'f64.h5'}: {from_arrays.value}"
     with pytest.raises(ValueError, match=r"^W is float64"):
         xentlab.Problem.linear(H.astype(np.float32), W, t)
-    r = cli("golden", "--dataset", "calibrated", "-N", "4", "-V", "10", "-D", "2", "--dtype", "fp64",
-            "--out", tmp_path / "c.h5")
+    r = cli(
+        "golden",
+        "--dataset",
+        "calibrated",
+        "-N",
+        "4",
+        "-V",
+        "10",
+        "-D",
+        "2",
+        "--dtype",
+        "fp64",
+        "--out",
+        tmp_path / "c.h5",
+    )
     with pytest.raises(ValueError) as catalog:
         xentlab.problem("calibrated", N=4, V=10, D=2, dtype="fp64")
     assert r.returncode == 2 and str(catalog.value) == _cli_message(r)
@@ -267,9 +357,11 @@ def test_an_xml_file_that_is_no_report_of_verify_is_kept_without_force(cli, tmp_
     loss, dH, dW = ce_fp32(p.H, p.W, p.targets)
     cand = tmp_path / "cand.h5"
     xentlab.write_candidate(cand, {"reduced_loss": loss})
-    for text in ('<?xml version="1.0"?>\n<project><modelVersion/></project>\n',
-                 '<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"><testsuite name="pytest"/>'
-                 '</testsuites>\n'):
+    for text in (
+        '<?xml version="1.0"?>\n<project><modelVersion/></project>\n',
+        '<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"><testsuite name="pytest"/>'
+        "</testsuites>\n",
+    ):
         (tmp_path / "other.xml").write_text(text)
         r = cli("verify", g.path, cand, "--junit", tmp_path / "other.xml")
         with pytest.raises(ValueError) as e:
@@ -284,22 +376,56 @@ def test_an_xml_file_that_is_no_report_of_verify_is_kept_without_force(cli, tmp_
     assert (tmp_path / "other.xml").read_text() == report
 
 
-@pytest.mark.parametrize("call,message", [
-    (lambda: xentlab.problem("calibrated", N="8"), r"^N: expected an integer, got str '8'$"),
-    (lambda: xentlab.problem("calibrated", N=8.0), r"^N: expected an integer, got float 8.0$"),
-    (lambda: xentlab.problem("calibrated", dtype=16), r"^dtype: expected a string, got int 16$"),
-    (lambda: xentlab.problem("calibrated", params={"fraction": "half"}), r"^params\['fraction'\]: expected a number"),
-    (lambda: xentlab.LossSpec(ignore_index=2.5), r"^ignore_index: expected an integer, got float 2.5$"),
-    (lambda: xentlab.LossSpec(label_smoothing="0.1"), r"^label_smoothing: expected a number, got str '0.1'$"),
-    (lambda: xentlab.reference(xentlab.problem("calibrated", N=2, V=10, D=2), tier=5), r"^tier: expected a string"),
-    (lambda: xentlab.write_golden("x.h5", xentlab.problem("calibrated", N=2, V=10, D=2), rows=1.5),
-     r"^rows: expected an integer, got float 1.5$"),
-    (lambda: xentlab.write_candidate("x.h5", [("reduced_loss", 1.0)]), r"^outputs: expected a dict"),
-    (lambda: xentlab.verify("g.h5", "c.h5", policy=32), r"^policy: expected a string, got int 32$"),
-    (lambda: xentlab.verify("g.h5", "c.h5", k="2"), r"^k: expected a number, got str '2'$"),
-    (lambda: xentlab.audit(strategies=["naive", 2]), r"^strategies\[1\]: expected a name \(a string\), got int 2$"),
-    (lambda: xentlab.audit(datasets=[5]), r"^datasets\[0\]: expected a catalog name, a problem file or a xentlab.Problem"),
-])
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: xentlab.problem("calibrated", N="8"), r"^N: expected an integer, got str '8'$"),
+        (lambda: xentlab.problem("calibrated", N=8.0), r"^N: expected an integer, got float 8.0$"),
+        (
+            lambda: xentlab.problem("calibrated", dtype=16),
+            r"^dtype: expected a string, got int 16$",
+        ),
+        (
+            lambda: xentlab.problem("calibrated", params={"fraction": "half"}),
+            r"^params\['fraction'\]: expected a number",
+        ),
+        (
+            lambda: xentlab.LossSpec(ignore_index=2.5),
+            r"^ignore_index: expected an integer, got float 2.5$",
+        ),
+        (
+            lambda: xentlab.LossSpec(label_smoothing="0.1"),
+            r"^label_smoothing: expected a number, got str '0.1'$",
+        ),
+        (
+            lambda: xentlab.reference(xentlab.problem("calibrated", N=2, V=10, D=2), tier=5),
+            r"^tier: expected a string",
+        ),
+        (
+            lambda: xentlab.write_golden(
+                "x.h5", xentlab.problem("calibrated", N=2, V=10, D=2), rows=1.5
+            ),
+            r"^rows: expected an integer, got float 1.5$",
+        ),
+        (
+            lambda: xentlab.write_candidate("x.h5", [("reduced_loss", 1.0)]),
+            r"^outputs: expected a dict",
+        ),
+        (
+            lambda: xentlab.verify("g.h5", "c.h5", policy=32),
+            r"^policy: expected a string, got int 32$",
+        ),
+        (lambda: xentlab.verify("g.h5", "c.h5", k="2"), r"^k: expected a number, got str '2'$"),
+        (
+            lambda: xentlab.audit(strategies=["naive", 2]),
+            r"^strategies\[1\]: expected a name \(a string\), got int 2$",
+        ),
+        (
+            lambda: xentlab.audit(datasets=[5]),
+            r"^datasets\[0\]: expected a catalog name, a problem file or a xentlab.Problem",
+        ),
+    ],
+)
 def test_arguments_of_the_wrong_type_are_named(call, message):
     """Not nanobind's generic "incompatible function arguments" (which names neither the argument
     nor what it takes), nor a silent int() of 1.5 or float() of a string."""
@@ -307,11 +433,18 @@ def test_arguments_of_the_wrong_type_are_named(call, message):
         call()
 
 
-@pytest.mark.parametrize("call,message", [
-    (lambda: xentlab.problem("calibrated", seed=-1), "seed must be an integer >= 0, got -1"),
-    (lambda: xentlab.write_golden("x.h5", xentlab.problem("calibrated", N=2, V=10, D=2), sample_seed=-2),
-     "sample_seed must be an integer >= 0, got -2"),
-])
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: xentlab.problem("calibrated", seed=-1), "seed must be an integer >= 0, got -1"),
+        (
+            lambda: xentlab.write_golden(
+                "x.h5", xentlab.problem("calibrated", N=2, V=10, D=2), sample_seed=-2
+            ),
+            "sample_seed must be an integer >= 0, got -2",
+        ),
+    ],
+)
 def test_negative_seeds_are_value_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()

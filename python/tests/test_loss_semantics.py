@@ -11,7 +11,7 @@ import xentlab
 
 from kernels import ce_fp32
 
-U = 2.0 ** -53  # unit roundoff of float64
+U = 2.0**-53  # unit roundoff of float64
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,21 @@ def test_random_upstream_is_the_commands(cli, tmp_path, prob):
     g = xentlab.random_upstream(24, 1)
     assert g.shape == (24,) and np.all(g * 8 == np.round(g * 8)) and g.min() >= -1 and g.max() <= 2
     assert not np.array_equal(g, xentlab.random_upstream(24, 2))
-    r = cli("golden", "--dataset", "calibrated", "-N", "24", "-V", "300", "-D", "16", "--reduction", "none",
-            "--out", tmp_path / "cli.h5")
+    r = cli(
+        "golden",
+        "--dataset",
+        "calibrated",
+        "-N",
+        "24",
+        "-V",
+        "300",
+        "-D",
+        "16",
+        "--reduction",
+        "none",
+        "--out",
+        tmp_path / "cli.h5",
+    )
     assert r.returncode == 0, r.stderr
     assert "upstream random, seed 1" in r.stdout
     cli_golden = xentlab.read_golden(tmp_path / "cli.h5")
@@ -70,7 +83,9 @@ def test_golden_with_upstream_gradient_holds_the_chain_rule(tmp_path, prob):
     terms = g * r1.loss
     n = prob.N
     gamma = n * U / (1 - n * U)
-    tol = gold.reduced_loss_bound + np.sum(np.abs(g) * r1.loss_bound) + gamma * np.sum(np.abs(terms))
+    tol = (
+        gold.reduced_loss_bound + np.sum(np.abs(g) * r1.loss_bound) + gamma * np.sum(np.abs(terms))
+    )
     assert abs(gold.reduced_loss - terms.sum()) <= tol
     # A golden file without it (g = 1) is another loss: its reduced loss is far outside.
     assert abs(r1.reduced_loss - terms.sum()) > 100 * tol
@@ -89,25 +104,48 @@ def test_normaliser_divides_the_sum(tmp_path, prob):
     r1 = _sum_reference(prob)
     want = r1.loss.sum() / n
     gamma = prob.N * U / (1 - prob.N * U)
-    tol = gold.reduced_loss_bound + r1.loss_bound.sum() / n + gamma * np.abs(r1.loss).sum() / n + U * abs(want)
+    tol = (
+        gold.reduced_loss_bound
+        + r1.loss_bound.sum() / n
+        + gamma * np.abs(r1.loss).sum() / n
+        + U * abs(want)
+    )
     assert abs(gold.reduced_loss - want) <= tol
     w = r1.dW / n
-    assert np.all(np.abs(gold.reference["dW"] - w) <= gold.reference["dW_bound"] + r1.dW_bound / n + U * np.abs(w))
+    assert np.all(
+        np.abs(gold.reference["dW"] - w)
+        <= gold.reference["dW_bound"] + r1.dW_bound / n + U * np.abs(w)
+    )
 
 
 def test_audit_takes_chunk_width_upstream_and_normaliser(tmp_path):
     p = xentlab.problem("calibrated", N=16, V=300, D=16)
-    none = xentlab.Problem.linear(p.H, p.W, p.targets, spec={"reduction": "none"}, name="calibrated-none")
-    res = xentlab.audit(datasets=[none], strategies=["naive", "chunked"], recipes=["fp32/fp32/fp32/fp32"],
-                        rows=0, chunk_tokens=3, upstream="random", out=tmp_path / "a.h5")
+    none = xentlab.Problem.linear(
+        p.H, p.W, p.targets, spec={"reduction": "none"}, name="calibrated-none"
+    )
+    res = xentlab.audit(
+        datasets=[none],
+        strategies=["naive", "chunked"],
+        recipes=["fp32/fp32/fp32/fp32"],
+        rows=0,
+        chunk_tokens=3,
+        upstream="random",
+        out=tmp_path / "a.h5",
+    )
     assert res.passed == 2, res.summary
     assert all(r["chunk_tokens"] == 3 and r["upstream"] == "random" for r in res.runs)
     with pytest.raises(xentlab.InputError, match="chunk_tokens must be an integer >= 0"):
         xentlab.audit(datasets=[none], chunk_tokens=-1)
     with pytest.raises(xentlab.InputError, match="needs reduction none"):
-        xentlab.audit(datasets=[p], strategies=["naive"], recipes=["fp32/fp32/fp32/fp32"], upstream="random")
-    norm = xentlab.Problem.linear(p.H, p.W, p.targets, spec={"normalizer": 40}, name="calibrated-norm")
-    rn = xentlab.audit(datasets=[norm], strategies=["naive"], recipes=["fp32/fp32/fp32/fp32"], rows=0)
+        xentlab.audit(
+            datasets=[p], strategies=["naive"], recipes=["fp32/fp32/fp32/fp32"], upstream="random"
+        )
+    norm = xentlab.Problem.linear(
+        p.H, p.W, p.targets, spec={"normalizer": 40}, name="calibrated-norm"
+    )
+    rn = xentlab.audit(
+        datasets=[norm], strategies=["naive"], recipes=["fp32/fp32/fp32/fp32"], rows=0
+    )
     assert rn.passed == 1 and "normalizer=40" in rn.runs[0]["spec"], rn.summary
 
 
@@ -136,9 +174,11 @@ def test_check_refuses_own_gradients_on_a_golden_with_upstream(tmp_path, prob, c
     gold = xentlab.read_golden(tmp_path / "g.h5")
     with pytest.raises(xentlab.InputError, match="upstream gradient"):
         xentlab.check(ce_fp32, problem=gold, policy="fp32", cache_dir=cache_dir)
+
     # Without gradients the per-token loss alone is judged (g does not enter the loss).
     def loss_only(H, W, targets, **spec):
         return ce_fp32(H, W, targets, **spec)[0]
+
     rep = xentlab.check(loss_only, problem=gold, policy="fp32", cache_dir=cache_dir)
     assert rep.output("loss").passed
 
@@ -148,8 +188,13 @@ def test_loss_spec_is_immutable_and_upstream_must_be_floats(tmp_path, prob):
     with pytest.raises(AttributeError, match="replace"):
         s.normalizer = -1
     assert s.normalizer == 5 and s.replace(normalizer=7).normalizer == 7
-    for bad in ("random", np.arange(prob.N), np.ones(prob.N, dtype=bool),
-                np.ones(prob.N, dtype=complex), np.array(["1"] * prob.N, dtype=object)):
+    for bad in (
+        "random",
+        np.arange(prob.N),
+        np.ones(prob.N, dtype=bool),
+        np.ones(prob.N, dtype=complex),
+        np.array(["1"] * prob.N, dtype=object),
+    ):
         with pytest.raises(TypeError):
             xentlab.write_golden(tmp_path / "u.h5", prob, {"reduction": "none"}, upstream=bad)
     # Values the kernels cannot take as the same g in fp32 are refused by the library, naming the

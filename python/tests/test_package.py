@@ -38,16 +38,19 @@ def test_reference_values_and_bounds_on_an_exact_case():
     H = np.zeros((N, D), np.float32)
     W = np.arange(V * D, dtype=np.float32).reshape(V, D) / 8
     t = np.array([0, 3, 6, 3])
-    r = xentlab.reference(xentlab.Problem.linear(H, W, t, bias=np.zeros(V, np.float32)), tier="compensated")
+    r = xentlab.reference(
+        xentlab.Problem.linear(H, W, t, bias=np.zeros(V, np.float32)), tier="compensated"
+    )
     lnV = np.log(V)
-    assert np.all(np.abs(r.loss - lnV) <= r.loss_bound + 2 ** -52 * lnV)
-    assert np.all(np.abs(r.lse - lnV) <= r.lse_bound + 2 ** -52 * lnV)
+    assert np.all(np.abs(r.loss - lnV) <= r.loss_bound + 2**-52 * lnV)
+    assert np.all(np.abs(r.lse - lnV) <= r.lse_bound + 2**-52 * lnV)
     assert np.all(r.dW == 0) and r.dW.shape == (V, D)
-    onehot = np.zeros((N, V)); onehot[np.arange(N), t] = 1
+    onehot = np.zeros((N, V))
+    onehot[np.arange(N), t] = 1
     db = (1.0 / V - onehot).sum(axis=0) / N
-    assert np.all(np.abs(r.db - db) <= r.db_bound + 2 ** -52)
+    assert np.all(np.abs(r.db - db) <= r.db_bound + 2**-52)
     assert r.dH.shape == (N, D) and r.dH_bound.shape == (N, D) and np.all(r.dH_bound >= 0)
-    assert abs(r.reduced_loss - lnV) <= r.reduced_loss_bound + 2 ** -52 * lnV
+    assert abs(r.reduced_loss - lnV) <= r.reduced_loss_bound + 2**-52 * lnV
 
 
 def test_reference_samples_rows_and_returns_dz():
@@ -74,9 +77,13 @@ def _import_in_child(code, **env_changes):
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "XENTLAB_BLAS_PROBE")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "XENTLAB_BLAS_PROBE")
+    }
     env.update(env_changes)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -91,7 +98,8 @@ def test_a_failed_blas_probe_warns_once_with_its_cause_and_the_import_goes_on():
         "    warnings.simplefilter('always')\n"
         "    import xentlab\n"
         "print(len(w)); print(w[0].category.__name__); print(w[0].message)\n"
-        "print(xentlab.problem('calibrated', N=2, V=10, D=2).N)\n")
+        "print(xentlab.problem('calibrated', N=2, V=10, D=2).N)\n"
+    )
     count, category, message, n = out.strip().split("\n")
     assert (count, category, n) == ("1", "RuntimeWarning", "2")
     assert "probe of OpenBLAS's kernels failed" in message
@@ -99,7 +107,9 @@ def test_a_failed_blas_probe_warns_once_with_its_cause_and_the_import_goes_on():
 
 
 def test_a_working_blas_probe_imports_without_a_warning():
-    out = _import_in_child("import warnings\nwarnings.simplefilter('error')\nimport xentlab\nprint('ok')\n")
+    out = _import_in_child(
+        "import warnings\nwarnings.simplefilter('error')\nimport xentlab\nprint('ok')\n"
+    )
     assert out.strip() == "ok"
 
 

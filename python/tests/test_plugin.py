@@ -46,12 +46,17 @@ def _run(pytester, *args):
 def test_fixtures_options_and_junit(pytester, tmp_path):
     xml = tmp_path / "junit.xml"
     cache = tmp_path / "cache"
-    result = _run(pytester, "--xentlab-policy", "fp32", f"--xentlab-cache={cache}", f"--junitxml={xml}")
+    result = _run(
+        pytester, "--xentlab-policy", "fp32", f"--xentlab-cache={cache}", f"--junitxml={xml}"
+    )
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["*xentlab 0.*: policy fp32*", "*reduced_loss incorrect*"])
     assert any(p.suffix == ".h5" for p in cache.iterdir())  # the golden file was cached there
     cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
-    props = lambda name: {p.get("name"): p.get("value") for p in cases[name].iter("property")}
+
+    def props(name):
+        return {p.get("name"): p.get("value") for p in cases[name].iter("property")}
+
     ok, bad = props("test_correct"), props("test_wrong")
     assert ok["xentlab.passed"] == "True" and ok["xentlab.dW.status"] == "passed"
     assert float(ok["xentlab.dW.ratio"]) <= 1 and ok["xentlab.dW.worst"].startswith("dW[")
@@ -70,8 +75,10 @@ def test_default_policy_is_the_problems_dtype(pytester, tmp_path):
 def test_bad_option_values_end_the_session_at_start_up(pytester):
     """One usage error at start-up, not one failure per test."""
     pytester.makepyfile("def test_nothing():\n    pass\n")
-    for args, message in ((["--xentlab-strictness", "hard"], "expected default, strict or lenient"),
-                          (["--xentlab-policy", "bf17"], "--xentlab-policy bf17")):
+    for args, message in (
+        (["--xentlab-strictness", "hard"], "expected default, strict or lenient"),
+        (["--xentlab-policy", "bf17"], "--xentlab-policy bf17"),
+    ):
         r = _run(pytester, *args)
         assert r.ret == pytest.ExitCode.USAGE_ERROR, r.stdout.str() + r.stderr.str()
         assert message in r.stderr.str()

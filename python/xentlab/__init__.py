@@ -21,8 +21,12 @@ def _last_error(stderr: str) -> str:
     ("ModuleNotFoundError: …") or fatal error, else the last line."""
     import re
 
-    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
-    named = [l for l in lines if re.match(r"(Fatal Python error|[A-Za-z_][\w.]*(Error|Exception)\b)", l)]
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    named = [
+        line
+        for line in lines
+        if re.match(r"(Fatal Python error|[A-Za-z_][\w.]*(Error|Exception)\b)", line)
+    ]
     return (named or lines or ["no message"])[-1]
 
 
@@ -40,14 +44,23 @@ def _load_extension():
     """
     if "OPENBLAS_CORETYPE" in _os.environ or _os.environ.get("XENTLAB_BLAS_PROBE"):
         from . import _xentlab
+
         return _xentlab
     want, failure = "", ""
     try:
         env = dict(_os.environ, XENTLAB_BLAS_PROBE="1")
         probe = _subprocess.run(
-            [_sys.executable, "-c", "from xentlab import _xentlab as x; print(x.preferred_blas_coretype() or '')"],
-            env=env, capture_output=True, text=True, timeout=60,
-            cwd=_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+            [
+                _sys.executable,
+                "-c",
+                "from xentlab import _xentlab as x; print(x.preferred_blas_coretype() or '')",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))),
+        )
         if probe.returncode == 0:
             want = probe.stdout.strip()
         else:
@@ -64,7 +77,9 @@ def _load_extension():
             f"with OpenBLAS's own choice, which on a processor it does not recognise is its oldest "
             f"kernels: the BLAS reference tier may then be slower and its last bits may differ from "
             f"the xentlab command's (set OPENBLAS_CORETYPE to choose the kernels and skip the probe)",
-            RuntimeWarning, stacklevel=2)
+            RuntimeWarning,
+            stacklevel=2,
+        )
     if want:
         _os.environ["OPENBLAS_CORETYPE"] = want
     try:
@@ -76,27 +91,28 @@ def _load_extension():
 
 
 _load_extension()
+# Kept in this order (the extension's version first, the testing helpers last): not sorted.
+# isort: off
 from ._xentlab import __version__
+from ._audit import AuditResult, audit, default_recipes, strategies
 from ._core import (
-    AuditResult,
     DeviceError,
     FormatError,
-    Golden,
     InputError,
     LossSpec,
     OutputError,
     Problem,
     Reference,
+    datasets,
+    problem,
+    reference,
+)
+from ._golden import (
+    Golden,
     VerifyOutput,
     VerifyReport,
-    audit,
-    datasets,
-    default_recipes,
-    problem,
     random_upstream,
     read_golden,
-    reference,
-    strategies,
     verify,
     write_candidate,
     write_golden,
@@ -104,10 +120,35 @@ from ._core import (
 from .check import CheckReport, OutputCheck, cached_golden, check
 from . import testing
 
+# isort: on
+
 __all__ = [
-    "AuditResult", "CheckReport", "DeviceError", "FormatError", "Golden", "InputError", "LossSpec",
-    "OutputCheck", "OutputError", "Problem", "Reference", "VerifyOutput", "VerifyReport", "audit",
-    "cached_golden", "check", "datasets", "default_recipes", "problem", "random_upstream", "read_golden",
+    "AuditResult",
+    "CheckReport",
+    "DeviceError",
+    "FormatError",
+    "Golden",
+    "InputError",
+    "LossSpec",
+    "OutputCheck",
+    "OutputError",
+    "Problem",
+    "Reference",
+    "VerifyOutput",
+    "VerifyReport",
+    "audit",
+    "cached_golden",
+    "check",
+    "datasets",
+    "default_recipes",
+    "problem",
+    "random_upstream",
+    "read_golden",
     "reference",
-    "strategies", "testing", "verify", "write_candidate", "write_golden", "__version__",
+    "strategies",
+    "testing",
+    "verify",
+    "write_candidate",
+    "write_golden",
+    "__version__",
 ]

@@ -54,13 +54,19 @@ def from_raw(raw: np.ndarray, dtype: str, framework: str = "numpy", device=None)
     if framework == "numpy":
         if dtype == "bf16":
             if BFLOAT16 is None:
-                raise ImportError("bf16 arrays in numpy need the package ml_dtypes (pip install ml_dtypes)")
+                raise ImportError(
+                    "bf16 arrays in numpy need the package ml_dtypes (pip install ml_dtypes)"
+                )
             return raw.view(BFLOAT16)
         return raw
     if framework == "torch":
         import torch
 
-        t = torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16) if dtype == "bf16" else torch.from_numpy(raw)
+        t = (
+            torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16)
+            if dtype == "bf16"
+            else torch.from_numpy(raw)
+        )
         return t.to(device) if device is not None else t
     raise ValueError(f"framework '{framework}': expected numpy or torch")
 

@@ -1,5 +1,5 @@
 """``xentlab.check``: runs a user's loss function on a golden problem and scores what it returns
-with ``verify`` (tools/golden/verify.hpp: the policies and tolerances of docs/verify.md).
+with ``verify`` (harness/verify/verify.hpp: the policies and tolerances of docs/verify.md).
 
 The function is called as ``loss_fn(H, W, targets, **spec)`` (linear problems; ``bias=`` is
 added when the problem has one) or ``loss_fn(logits, targets, **spec)`` (logits problems), where
@@ -29,15 +29,32 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 from . import _xentlab as _x
 from ._arrays import is_torch, to_numpy64
-from ._core import Golden, InputError, LossSpec, Problem, VerifyReport, problem as make_problem
-from ._core import _names, _path, _shown, _text, read_golden, verify, write_candidate, write_golden
+from ._core import (
+    InputError,
+    LossSpec,
+    Problem,
+    _names,
+    _path,
+    _shown,
+    _text,
+)
+from ._core import problem as make_problem
+from ._golden import (
+    Golden,
+    VerifyReport,
+    read_golden,
+    verify,
+    write_candidate,
+    write_golden,
+)
 
 _LOSS_KWARGS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_scale", "reduction")
 
@@ -45,16 +62,31 @@ _LOSS_KWARGS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_s
 def _cache_dir(cache_dir) -> str:
     if cache_dir is not None:
         cache_dir = _path(cache_dir, "cache_dir")
-    d = cache_dir or os.environ.get("XENTLAB_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "xentlab")
+    d = (
+        cache_dir
+        or os.environ.get("XENTLAB_CACHE_DIR")
+        or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "xentlab"
+        )
+    )
     os.makedirs(d, exist_ok=True)
     return os.fspath(d)
 
 
-def cached_golden(name: str = "stories260k", *, cache_dir=None, N: Optional[int] = None, V: Optional[int] = None,
-                  D: Optional[int] = None, dtype: Optional[str] = None, sigma: Optional[float] = None,
-                  seed: int = 1, params: Optional[Mapping[str, float]] = None,
-                  spec: Optional[LossSpec | Mapping] = None, tier: str = "auto") -> Golden:
+def cached_golden(
+    name: str = "stories260k",
+    *,
+    cache_dir=None,
+    N: Optional[int] = None,
+    V: Optional[int] = None,
+    D: Optional[int] = None,
+    dtype: Optional[str] = None,
+    sigma: Optional[float] = None,
+    seed: int = 1,
+    params: Optional[Mapping[str, float]] = None,
+    spec: Optional[LossSpec | Mapping] = None,
+    tier: str = "auto",
+) -> Golden:
     """The golden file of a catalog problem or a problem file (all token and vocabulary rows),
     written once into ``cache_dir`` (default ``$XENTLAB_CACHE_DIR``, else ``~/.cache/xentlab``)
     under a name that holds a digest of every argument, the xentlab version and, for a problem
@@ -67,10 +99,23 @@ def cached_golden(name: str = "stories260k", *, cache_dir=None, N: Optional[int]
     if spec is not None:
         p = p.with_spec(spec)
     catalog = p._c.generator.startswith("catalog:")
-    key = json.dumps({"name": name, "N": N, "V": V, "D": D, "dtype": dtype, "sigma": sigma, "seed": seed,
-                      "params": dict(params or {}), "spec": p.spec.as_dict(), "tier": tier,
-                      "content": None if catalog else _content_digest(name),
-                      "version": _x.__version__}, sort_keys=True)
+    key = json.dumps(
+        {
+            "name": name,
+            "N": N,
+            "V": V,
+            "D": D,
+            "dtype": dtype,
+            "sigma": sigma,
+            "seed": seed,
+            "params": dict(params or {}),
+            "spec": p.spec.as_dict(),
+            "tier": tier,
+            "content": None if catalog else _content_digest(name),
+            "version": _x.__version__,
+        },
+        sort_keys=True,
+    )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.path.basename(name))
     path = os.path.join(_cache_dir(cache_dir), f"{safe}-{digest}.h5")
@@ -94,7 +139,11 @@ def _content_digest(path: str) -> str:
                 h.update(block)
 
     if os.path.isdir(path):
-        for rel in sorted(os.path.relpath(os.path.join(root, f), path) for root, _, files in os.walk(path) for f in files):
+        for rel in sorted(
+            os.path.relpath(os.path.join(root, f), path)
+            for root, _, files in os.walk(path)
+            for f in files
+        ):
             h.update(rel.encode() + b"\0")
             feed(os.path.join(path, rel))
     else:
@@ -114,14 +163,16 @@ def _golden_of(problem, cache_dir, tier, tmp) -> Golden:
         if os.path.exists(s):
             return read_golden(s)
         return cached_golden(s, cache_dir=cache_dir, tier=tier)
-    raise TypeError(f"problem: expected a catalog name, a golden file path, a xentlab.Golden or a xentlab.Problem, "
-                    f"got {type(problem).__name__}")
+    raise TypeError(
+        f"problem: expected a catalog name, a golden file path, a xentlab.Golden or a xentlab.Problem, "
+        f"got {type(problem).__name__}"
+    )
 
 
 @dataclass
 class OutputCheck:
     """One output of a check: ``status`` (verify's: passed, incorrect, failed, skipped),
-    ``stats`` (numerics/stats.hpp's statistics, dict), ``ratio`` = max |e| / tolerance (the
+    ``stats`` (judge/stats.hpp's statistics, dict), ``ratio`` = max |e| / tolerance (the
     output passes when ratio ≤ k and, for the per-token loss, the bias test holds), and
     ``worst``: the element with the largest ratio — its index in the golden file's numbering
     (token or vocabulary row, column), candidate and reference values, |e| and tolerance."""
@@ -161,16 +212,25 @@ class CheckReport:
         raise KeyError(name)
 
     def __str__(self) -> str:
-        lines = [self.verify.text.rstrip("\n"), "",
-                 f"worst element per output (golden file's numbering; ratio = |e| / tolerance, an output "
-                 f"passes at ratio <= k = {self.k:g}):"]
+        lines = [
+            self.verify.text.rstrip("\n"),
+            "",
+            f"worst element per output (golden file's numbering; ratio = |e| / tolerance, an output "
+            f"passes at ratio <= k = {self.k:g}):",
+        ]
         for o in self.outputs:
             if o.worst is None:
-                lines.append(f"  {o.name:<12} {o.status}: {o.message}" if o.message else f"  {o.name:<12} {o.status}")
+                lines.append(
+                    f"  {o.name:<12} {o.status}: {o.message}"
+                    if o.message
+                    else f"  {o.name:<12} {o.status}"
+                )
                 continue
             w = o.worst
-            lines.append(f"  {o.name:<12} {w['element']:<28} candidate {w['candidate']:.9g}  reference {w['reference']:.9g}"
-                         f"  |e| {w['error']:.3g}  tolerance {w['tolerance']:.3g}  ratio {o.ratio:.3g}  {o.status}")
+            lines.append(
+                f"  {o.name:<12} {w['element']:<28} candidate {w['candidate']:.9g}  reference {w['reference']:.9g}"
+                f"  |e| {w['error']:.3g}  tolerance {w['tolerance']:.3g}  ratio {o.ratio:.3g}  {o.status}"
+            )
         return "\n".join(lines) + "\n"
 
 
@@ -199,12 +259,16 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
     grads = ("dH", "dW", "db") if linear else ("dz",)
     outputs: dict = {}
     upstream = getattr(g, "upstream", None)
+
     def refuse_own_gradients(names):
         if upstream is not None and names:
-            raise InputError(f"this golden problem has a per-token upstream gradient (reduction none, {len(upstream)} "
-                             f"values, not all ones), and loss_fn returned its own {', '.join(names)}, which cannot "
-                             f"have applied it: return the per-token loss as a torch tensor (autograd applies the "
-                             f"upstream gradient), or use a golden file without one")
+            raise InputError(
+                f"this golden problem has a per-token upstream gradient (reduction none, {len(upstream)} "
+                f"values, not all ones), and loss_fn returned its own {', '.join(names)}, which cannot "
+                f"have applied it: return the per-token loss as a torch tensor (autograd applies the "
+                f"upstream gradient), or use a golden file without one"
+            )
+
     if isinstance(out, Mapping):
         refuse_own_gradients([k for k in out if k in grads])
         outputs = dict(out)
@@ -213,8 +277,10 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
         return outputs, [k for k in outputs]
     if isinstance(out, (tuple, list)):
         if len(out) < 1 or len(out) > 1 + len(grads):
-            raise InputError(f"loss_fn returned {len(out)} values; expected the loss, then up to {len(grads)} "
-                             f"gradient(s) in the order {', '.join(grads)}")
+            raise InputError(
+                f"loss_fn returned {len(out)} values; expected the loss, then up to {len(grads)} "
+                f"gradient(s) in the order {', '.join(grads)}"
+            )
         loss, rest = out[0], out[1:]
         refuse_own_gradients([grads[i] for i, v in enumerate(rest) if v is not None])
         outputs.update({grads[i]: v for i, v in enumerate(rest) if v is not None})
@@ -223,21 +289,37 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
     # A loss is a number: a float, a numpy floating scalar or array, or a torch tensor. Anything
     # else (None, a string, a bool, an integer array) would be coerced by numpy into something
     # that scores, so it is refused naming what came back.
-    is_float_array = isinstance(loss, np.ndarray) and np.issubdtype(loss.dtype, np.floating) or (
-        isinstance(loss, np.ndarray) and loss.dtype.name == "bfloat16")
-    if not (is_torch(loss) or is_float_array or isinstance(loss, np.floating) or
-            (isinstance(loss, float) and not isinstance(loss, bool))):
-        raise TypeError(f"loss_fn returned a loss of type {type(loss).__name__} ({loss!r:.60}); expected a "
-                        f"float, a numpy floating scalar or array, or a torch tensor")
-    if is_torch(loss) and framework == "torch" and loss.requires_grad and not isinstance(out, (tuple, list)):
+    is_float_array = (
+        isinstance(loss, np.ndarray)
+        and np.issubdtype(loss.dtype, np.floating)
+        or (isinstance(loss, np.ndarray) and loss.dtype.name == "bfloat16")
+    )
+    if not (
+        is_torch(loss)
+        or is_float_array
+        or isinstance(loss, np.floating)
+        or (isinstance(loss, float) and not isinstance(loss, bool))
+    ):
+        raise TypeError(
+            f"loss_fn returned a loss of type {type(loss).__name__} ({loss!r:.60}); expected a "
+            f"float, a numpy floating scalar or array, or a torch tensor"
+        )
+    if (
+        is_torch(loss)
+        and framework == "torch"
+        and loss.requires_grad
+        and not isinstance(out, (tuple, list))
+    ):
         import torch
 
         if loss.ndim == 0:
             loss.backward()
         elif upstream is not None:
             if tuple(loss.shape) != (len(upstream),):
-                raise InputError(f"loss_fn returned a per-token loss of shape {tuple(loss.shape)}; expected "
-                                 f"({len(upstream)},) to apply the golden problem's upstream gradient")
+                raise InputError(
+                    f"loss_fn returned a per-token loss of shape {tuple(loss.shape)}; expected "
+                    f"({len(upstream)},) to apply the golden problem's upstream gradient"
+                )
             loss.backward(torch.as_tensor(upstream, dtype=loss.dtype, device=loss.device))
         else:
             loss.backward(torch.ones_like(loss))
@@ -250,12 +332,17 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
         required = list(outputs)
     scalar = np.ndim(to_numpy64(loss)) == 0
     if not scalar and spec["reduction"] != "none":
-        raise InputError(f"loss_fn returned a loss of shape {tuple(np.shape(to_numpy64(loss)))} with reduction "
-                         f"'{spec['reduction']}'; expected a scalar")
+        raise InputError(
+            f"loss_fn returned a loss of shape {tuple(np.shape(to_numpy64(loss)))} with reduction "
+            f"'{spec['reduction']}'; expected a scalar"
+        )
     name = "reduced_loss" if scalar else "loss"
     # a numpy scalar keeps its dtype; a Python float is a float64
-    outputs[name] = loss if (is_torch(loss) or isinstance(loss, np.ndarray)) else np.asarray(
-        loss, dtype=loss.dtype if isinstance(loss, np.generic) else np.float64)
+    outputs[name] = (
+        loss
+        if (is_torch(loss) or isinstance(loss, np.ndarray))
+        else np.asarray(loss, dtype=loss.dtype if isinstance(loss, np.generic) else np.float64)
+    )
     required.append(name)
     return outputs, required
 
@@ -269,10 +356,15 @@ def _check_shapes(g: Golden, outputs: dict) -> None:
     the golden file's sampled rows. Refused otherwise, naming both (a gradient with an extra
     leading dimension, a per-token loss of shape (N, 1), dW transposed)."""
     N, V, D, S, J = g.N, g.V, g.D, g.S, g.J
-    rows = {"loss": ((N,), (S,), "(N)", "(S)"), "lse": ((N,), (S,), "(N)", "(S)"),
-            "dH": ((N, D), (S, D), "(N, D)", "(S, D)"), "dz": ((N, V), (S, V), "(N, V)", "(S, V)"),
-            "dW": ((V, D), (J, D), "(V, D)", "(J, D)"), "db": ((V,), (J,), "(V)", "(J)"),
-            "reduced_loss": ((), (), "()", "()")}
+    rows = {
+        "loss": ((N,), (S,), "(N)", "(S)"),
+        "lse": ((N,), (S,), "(N)", "(S)"),
+        "dH": ((N, D), (S, D), "(N, D)", "(S, D)"),
+        "dz": ((N, V), (S, V), "(N, V)", "(S, V)"),
+        "dW": ((V, D), (J, D), "(V, D)", "(J, D)"),
+        "db": ((V,), (J,), "(V)", "(J)"),
+        "reduced_loss": ((), (), "()", "()"),
+    }
     for name, x in outputs.items():
         if name not in rows:
             continue  # write_candidate names the unknown output
@@ -281,8 +373,11 @@ def _check_shapes(g: Golden, outputs: dict) -> None:
         if got in (full, sampled):
             continue
         which = "token" if name in ("loss", "lse", "dH", "dz") else "vocabulary"
-        want = f"{full} {full_t}" + ("" if sampled == full else
-                                     f" or {sampled} {sampled_t}, the golden file's sampled {which} rows")
+        want = f"{full} {full_t}" + (
+            ""
+            if sampled == full
+            else f" or {sampled} {sampled_t}, the golden file's sampled {which} rows"
+        )
         raise InputError(f"loss_fn returned {name} of shape {got}; expected {want}")
 
 
@@ -291,8 +386,10 @@ def _unjudged_reason(g: Golden, name: str) -> Optional[str]:
     held = g.reduced_loss is not None if name == "reduced_loss" else name in g.reference
     if held:
         return None
-    return (f"the golden file holds no reference {name} ("
-            f"{'token rows were sampled' if g.partial else 'not computed for this problem'})")
+    return (
+        f"the golden file holds no reference {name} ("
+        f"{'token rows were sampled' if g.partial else 'not computed for this problem'})"
+    )
 
 
 def _worst(g: Golden, name: str, stats: dict, cand, shape: list) -> Optional[dict]:
@@ -302,8 +399,15 @@ def _worst(g: Golden, name: str, stats: dict, cand, shape: list) -> Optional[dic
     if name == "reduced_loss":
         ref = g.reduced_loss
         c = float(to_numpy64(cand))
-        return {"element": "reduced_loss", "index": (), "flat_index": 0, "candidate": c, "reference": ref,
-                "error": stats["max_ratio_err"], "tolerance": stats["max_ratio_bound"]}
+        return {
+            "element": "reduced_loss",
+            "index": (),
+            "flat_index": 0,
+            "candidate": c,
+            "reference": ref,
+            "error": stats["max_ratio_err"],
+            "tolerance": stats["max_ratio_bound"],
+        }
     rows = g.vocab_rows if name in ("dW", "db") else g.token_rows
     cols = shape[1] if len(shape) == 2 else 1
     q, col = divmod(i, cols)
@@ -314,17 +418,40 @@ def _worst(g: Golden, name: str, stats: dict, cand, shape: list) -> Optional[dic
     c = c.reshape(-1)[i] if c.size else float("nan")
     ref = g.reference[name].reshape(-1)[i] if name in g.reference else float("nan")
     label = "vocab row" if name in ("dW", "db") else "token"
-    element = f"{name}[{row}, {col}] ({label} {row}, col {col})" if len(shape) == 2 else f"{name}[{row}] ({label} {row})"
-    return {"element": element, "index": (row, col) if len(shape) == 2 else (row,), "flat_index": int(i),
-            "candidate": float(c), "reference": float(ref), "error": stats["max_ratio_err"],
-            "tolerance": stats["max_ratio_bound"]}
+    element = (
+        f"{name}[{row}, {col}] ({label} {row}, col {col})"
+        if len(shape) == 2
+        else f"{name}[{row}] ({label} {row})"
+    )
+    return {
+        "element": element,
+        "index": (row, col) if len(shape) == 2 else (row,),
+        "flat_index": int(i),
+        "candidate": float(c),
+        "reference": float(ref),
+        "error": stats["max_ratio_err"],
+        "tolerance": stats["max_ratio_bound"],
+    }
 
 
-def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str] = None, *, framework: str = "numpy",
-          device=None, strictness: str = "default", k: Optional[float] = None, atol: Optional[float] = None,
-          rtol: Optional[float] = None, require=None, cache_dir=None, tier: str = "auto",
-          implementation: Optional[str] = None, check: str = "both",
-          baseline_backend: Optional[str] = None) -> CheckReport:
+def check(
+    loss_fn: Callable,
+    problem: Any = "stories260k",
+    policy: Optional[str] = None,
+    *,
+    framework: str = "numpy",
+    device=None,
+    strictness: str = "default",
+    k: Optional[float] = None,
+    atol: Optional[float] = None,
+    rtol: Optional[float] = None,
+    require=None,
+    cache_dir=None,
+    tier: str = "auto",
+    implementation: Optional[str] = None,
+    check: str = "both",
+    baseline_backend: Optional[str] = None,
+) -> CheckReport:
     """Runs ``loss_fn`` on a golden problem and scores its outputs against the certified
     reference with verify (docs/verify.md; see this module's docstring for the calling
     convention and what loss_fn may return).
@@ -362,7 +489,10 @@ def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str]
                 raise InputError(f"require: {n} cannot be judged on {g.path}: {why}")
         outputs, returned = _call(loss_fn, g, framework, device)
         _check_shapes(g, outputs)
-        impl = implementation or f"{getattr(loss_fn, '__module__', '')}.{getattr(loss_fn, '__qualname__', repr(loss_fn))} ({framework})"
+        impl = (
+            implementation
+            or f"{getattr(loss_fn, '__module__', '')}.{getattr(loss_fn, '__qualname__', repr(loss_fn))} ({framework})"
+        )
         cand = os.path.join(tmp, "candidate.h5")
         write_candidate(cand, outputs, implementation=impl)  # refuses an unknown output's name
         # By default what the function returned is required, as far as the golden file holds
@@ -370,16 +500,38 @@ def check(loss_fn: Callable, problem: Any = "stories260k", policy: Optional[str]
         judged = [n for n in outputs if not _unjudged_reason(g, n)]
         if not judged:
             reasons = "; ".join(_unjudged_reason(g, n) for n in outputs)
-            raise InputError(f"nothing loss_fn returned ({', '.join(outputs)}) can be judged on {g.path}: {reasons}"
-                             + ("; return per-token losses (reduction='none') or dH, or use a golden file of "
-                                "every token row" if g.partial else ""))
+            raise InputError(
+                f"nothing loss_fn returned ({', '.join(outputs)}) can be judged on {g.path}: {reasons}"
+                + (
+                    "; return per-token losses (reduction='none') or dH, or use a golden file of "
+                    "every token row"
+                    if g.partial
+                    else ""
+                )
+            )
         required = [n for n in returned if n in judged] if asked is None else asked
-        rep = verify(g, cand, policy=policy, strictness=strictness, k=k, atol=atol, rtol=rtol,
-                     require=required, check=check, baseline_backend=baseline_backend)
+        rep = verify(
+            g,
+            cand,
+            policy=policy,
+            strictness=strictness,
+            k=k,
+            atol=atol,
+            rtol=rtol,
+            require=required,
+            check=check,
+            baseline_backend=baseline_backend,
+        )
     checks = []
     for o in rep.outputs:
         stats = o.stats
         ratio = stats["max_ratio"] if stats else float("nan")
-        worst = _worst(g, o.name, stats, outputs[o.name], o.shape) if stats and o.name in outputs else None
-        checks.append(OutputCheck(o.name, o.status, o.message, o.dtype, o.shape, stats, ratio, worst))
+        worst = (
+            _worst(g, o.name, stats, outputs[o.name], o.shape)
+            if stats and o.name in outputs
+            else None
+        )
+        checks.append(
+            OutputCheck(o.name, o.status, o.message, o.dtype, o.shape, stats, ratio, worst)
+        )
     return CheckReport(rep.passed, rep.reason, rep.policy, rep.k, checks, rep, impl)

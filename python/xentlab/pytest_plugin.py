@@ -28,12 +28,18 @@ import pytest
 
 def pytest_addoption(parser):
     group = parser.getgroup("xentlab", "xentlab: loss functions against the certified reference")
-    group.addoption("--xentlab-policy", default=None,
-                    help="verify policy of xentlab_check: bf16, fp16, fp32 or a recipe in/logits/accum/grad "
-                         "(default: the problem's input dtype)")
+    group.addoption(
+        "--xentlab-policy",
+        default=None,
+        help="verify policy of xentlab_check: bf16, fp16, fp32 or a recipe in/logits/accum/grad "
+        "(default: the problem's input dtype)",
+    )
     group.addoption("--xentlab-strictness", default="default", help="default, strict or lenient")
-    group.addoption("--xentlab-cache", default=None,
-                    help="folder of cached golden files (default: pytest's cache, d/xentlab-golden)")
+    group.addoption(
+        "--xentlab-cache",
+        default=None,
+        help="folder of cached golden files (default: pytest's cache, d/xentlab-golden)",
+    )
 
 
 def pytest_configure(config):
@@ -42,7 +48,9 @@ def pytest_configure(config):
     when it names a file."""
     strictness = config.getoption("xentlab_strictness", default="default")
     if strictness not in ("default", "strict", "lenient"):
-        raise pytest.UsageError(f"--xentlab-strictness {strictness}: expected default, strict or lenient")
+        raise pytest.UsageError(
+            f"--xentlab-strictness {strictness}: expected default, strict or lenient"
+        )
     cache = config.getoption("xentlab_cache", default=None)
     if cache and os.path.exists(cache) and not os.path.isdir(cache):
         raise pytest.UsageError(f"--xentlab-cache {cache}: is a file, not a folder")
@@ -65,8 +73,10 @@ def pytest_report_header(config):
         import xentlab
     except Exception as e:  # noqa: BLE001 - reported, not raised
         return f"xentlab: not loaded ({type(e).__name__}: {e})"
-    return (f"xentlab {xentlab.__version__}: policy {config.getoption('xentlab_policy') or '(input dtype)'}, "
-            f"strictness {config.getoption('xentlab_strictness')}")
+    return (
+        f"xentlab {xentlab.__version__}: policy {config.getoption('xentlab_policy') or '(input dtype)'}, "
+        f"strictness {config.getoption('xentlab_strictness')}"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -128,7 +138,9 @@ def xentlab_check(request, record_property, xentlab_golden, xentlab_policy):
             record_property(f"xentlab.{o.name}.status", o.status)
             if o.stats:
                 record_property(f"xentlab.{o.name}.ratio", f"{o.ratio:.6g}")
-                record_property(f"xentlab.{o.name}.normwise_rel_err", f"{o.stats['normwise_rel_err']:.6g}")
+                record_property(
+                    f"xentlab.{o.name}.normwise_rel_err", f"{o.stats['normwise_rel_err']:.6g}"
+                )
             if o.worst:
                 record_property(f"xentlab.{o.name}.worst", o.worst["element"])
         if not report.passed:

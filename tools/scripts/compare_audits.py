@@ -11,6 +11,7 @@ line by line, except lines naming the files themselves (not compared when neithe
 Usage: compare_audits.py BEFORE.h5 AFTER.h5 [--allow-new NAME ...]
 Exit 0: identical; 1: a difference (each printed); 2: a file cannot be read.
 """
+
 import argparse
 import os
 import sys
@@ -28,7 +29,9 @@ PROVENANCE = {"created", "updated", "xentlab_version", "seconds"}
 def attrs_equal(a, b):
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=False) or (
-            np.asarray(a).dtype.kind == "f" and np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
+            np.asarray(a).dtype.kind == "f"
+            and np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+        )
     if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
         return True  # both NaN
     return a == b
@@ -87,9 +90,12 @@ def compare_markdown(before, after):
 
     def lines(p):
         with open(p, encoding="utf-8") as f:
-            return [l for l in f.read().splitlines() if not l.startswith("results:")]
+            return [line for line in f.read().splitlines() if not line.startswith("results:")]
+
     a, b = lines(before), lines(after)
-    out = [f"{before}: line {i + 1}: {x!r} -> {y!r}" for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    out = [
+        f"{before}: line {i + 1}: {x!r} -> {y!r}" for i, (x, y) in enumerate(zip(a, b)) if x != y
+    ]
     if len(a) != len(b):
         out.append(f"{before}: {len(a)} lines, {after}: {len(b)} lines")
     return out
@@ -99,7 +105,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before")
     ap.add_argument("after")
-    ap.add_argument("--allow-new", nargs="*", default=[], help="names of attributes or datasets the after file may add")
+    ap.add_argument(
+        "--allow-new",
+        nargs="*",
+        default=[],
+        help="names of attributes or datasets the after file may add",
+    )
     a = ap.parse_args()
     try:
         diffs = compare(a.before, a.after, set(a.allow_new))

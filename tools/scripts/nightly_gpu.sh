@@ -17,8 +17,8 @@
 #    where the emulation does not model the GPU within 2×; reported, not failing);
 # 4. with BASELINE.h5 (a previous OUTDIR/audit.h5): xentlab regress BASELINE.h5 OUTDIR/audit.h5
 #    (the embedded set's runs; the 128K audit's are not compared with a baseline).
-#    A baseline from before the Llama-3-8B head was audited in bf16 only (2026-12-02) holds its
-#    fp16 and fp32 runs as passed, now not supported: regress reports them; refresh the baseline.
+#    A baseline from before the Llama-3-8B head was audited in bf16 only holds its fp16 and fp32
+#    runs as passed, now not supported: regress reports them; refresh the baseline.
 # Exit status: non-zero when a test failed, a run was incorrect or failed, or a regression was found.
 # Environment: BUILD_DIR (build-nightly), JOBS (nproc), ROWS_128K (sub-batch rows, 8),
 # VOCAB_ROWS_128K (vocabulary rows of its dW, 256; 0 = all),
@@ -67,7 +67,7 @@ share=$(( jobs / 4 > 0 ? jobs / 4 : 1 ))
 
 # The CPU emulation's audit of the embedded set (for the fidelity step) needs no GPU: it runs
 # beside the tests and the GPU audit.
-OMP_NUM_THREADS=$share timeout "$limit" "$build/tools/xentlab" audit --backend cpu --out "$out/audit-cpu.h5" --force ${AUDIT_ARGS:-} \
+OMP_NUM_THREADS=$share timeout "$limit" "$build/cli/xentlab" audit --backend cpu --out "$out/audit-cpu.h5" --force ${AUDIT_ARGS:-} \
   >"$out/audit-cpu.txt" 2>&1 &
 cpu_audit=$!
 
@@ -90,7 +90,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 
 step "audit: embedded set on the GPU"
-timeout "$limit" "$build/tools/xentlab" audit --backend cuda --out "$out/audit.h5" --force ${AUDIT_ARGS:-} \
+timeout "$limit" "$build/cli/xentlab" audit --backend cuda --out "$out/audit.h5" --force ${AUDIT_ARGS:-} \
   >"$out/audit-embedded.txt" 2>&1 || status=1
 grep -E '^runs:|HOLDS|REFUTED' "$out/audit-embedded.txt" | tee -a "$out/summary.txt"
 echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
@@ -106,7 +106,7 @@ if [ -n "$tests_pid" ]; then
 fi
 
 step "audit: the Llama-3-8B head at N=131072, calibrated targets (sub-batch of ${ROWS_128K:-8} rows)"
-timeout "$limit" "$build/tools/xentlab" audit --backend cuda --dataset llama3-8b --tokens 131072 \
+timeout "$limit" "$build/cli/xentlab" audit --backend cuda --dataset llama3-8b --tokens 131072 \
   --rows "${ROWS_128K:-8}" --vocab-rows "${VOCAB_ROWS_128K:-256}" --recipes "${RECIPES_128K:-bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16,bf16/bf16/bf16/bf16}" \
   --out "$out/audit-128k.h5" --force >"$out/audit-128k.txt" 2>&1 || status=1
 grep -E '^runs:' "$out/audit-128k.txt" | tee -a "$out/summary.txt"
@@ -114,13 +114,13 @@ echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
 
 step "fidelity: the CPU emulation of the same set against the GPU runs (reported, not failing)"
 wait "$cpu_audit" &&
-  "$build/tools/xentlab" fidelity "$out/audit-cpu.h5" "$out/audit.h5" >"$out/fidelity.txt" 2>&1
+  "$build/cli/xentlab" fidelity "$out/audit-cpu.h5" "$out/audit.h5" >"$out/fidelity.txt" 2>&1
 tail -n 1 "$out/fidelity.txt" 2>/dev/null | tee -a "$out/summary.txt"
 echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
 
 if [ -n "$baseline" ]; then
   step "regression check against $baseline"
-  "$build/tools/xentlab" regress "$baseline" "$out/audit.h5" | tee "$out/regress.txt" | tail -n 20 ||
+  "$build/cli/xentlab" regress "$baseline" "$out/audit.h5" | tee "$out/regress.txt" | tail -n 20 ||
     status=1
   tail -n 1 "$out/regress.txt" >>"$out/summary.txt"
 fi

@@ -19,14 +19,18 @@ Exit status: 0 done, 2 invalid input (arguments, a file that is not a readable r
 folder that cannot be used or holds plots), 3 a plot could not be written or h5py/numpy/matplotlib
 is missing (tools/setup.sh --python installs them). Errors are one line on stderr.
 """
+
 import argparse
 import os
 import sys
 
 OUTPUTS = ("loss", "dz", "dH", "dW")
-# Every file this script may write (tools/cli/audit_cmd.cpp, check_plots_folder, lists the same).
-PLOT_NAMES = ([f"error_vs_recipe_{o}.png" for o in OUTPUTS] + [f"ulp_{o}.png" for o in OUTPUTS]
-              + ["loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png", "verdict_heatmap.png"])
+# Every file this script may write (cli/audit_cmd.cpp, check_plots_folder, lists the same).
+PLOT_NAMES = (
+    [f"error_vs_recipe_{o}.png" for o in OUTPUTS]
+    + [f"ulp_{o}.png" for o in OUTPUTS]
+    + ["loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png", "verdict_heatmap.png"]
+)
 
 PROG = "plot_audit.py"
 
@@ -49,8 +53,9 @@ def import_libraries():
         import matplotlib.pyplot as plt
         import numpy as np
     except ImportError as e:
-        raise CannotWrite(f"needs h5py, numpy and matplotlib ({e}); tools/setup.sh --python "
-                          "installs them")
+        raise CannotWrite(
+            f"needs h5py, numpy and matplotlib ({e}); tools/setup.sh --python installs them"
+        ) from e
 
 
 def runs_table(f):
@@ -85,8 +90,11 @@ def plot_error_vs_recipe(runs, out, path):
     for k, p in enumerate(problems):
         xs, ys, inf_x = [], [], []
         for i, rec in enumerate(recipes):
-            errs = [normwise(r, out) for r in runs
-                    if s(r["recipe"]) == rec and s(r["problem"]) + "." + s(r["input_dtype"]) == p]
+            errs = [
+                normwise(r, out)
+                for r in runs
+                if s(r["recipe"]) == rec and s(r["problem"]) + "." + s(r["input_dtype"]) == p
+            ]
             errs = [e for e in errs if e is not None]
             if not errs:
                 continue
@@ -160,7 +168,9 @@ def plot_ulp(runs, out, path):
             o = r["outputs"].get(out)
             if s(r["recipe"]) != rec or o is None:
                 continue
-            f0, f1, f2, f4 = (float(o[k]) for k in ("frac_ulp_0", "frac_ulp_le1", "frac_ulp_le2", "frac_ulp_le4"))
+            f0, f1, f2, f4 = (
+                float(o[k]) for k in ("frac_ulp_0", "frac_ulp_le1", "frac_ulp_le2", "frac_ulp_le4")
+            )
             acc += np.array([f0, f1 - f0, f2 - f1, f4 - f2, 1 - f4])
             n += 1
         fr.append(acc / n if n else acc)
@@ -175,7 +185,9 @@ def plot_ulp(runs, out, path):
     ax.set_xticks(range(len(recipes)))
     ax.set_xticklabels(recipes, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel(f"fraction of {out} elements")
-    ax.set_title(f"{out}: ULP distance to the correctly rounded reference (mean over problems and strategies)")
+    ax.set_title(
+        f"{out}: ULP distance to the correctly rounded reference (mean over problems and strategies)"
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     save(fig, path)
@@ -190,13 +202,17 @@ def plot_verdict_heatmap(runs, path):
     (docs/audit.md), which a small base error can put far above the ratio 2."""
     from matplotlib.colors import LogNorm
 
-    u = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "fp32": 2.0 ** -24}
+    u = {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp32": 2.0**-24}
 
     def worst(problem, recipe, out):
         # "dH/dz": dH of a linear problem, dz of a logits problem (one row each)
         names = out.split("/")
-        errs = [normwise(r, o) for r in runs for o in names
-                if s(r["recipe"]) == recipe and s(r["problem"]) + "." + s(r["input_dtype"]) == problem]
+        errs = [
+            normwise(r, o)
+            for r in runs
+            for o in names
+            if s(r["recipe"]) == recipe and s(r["problem"]) + "." + s(r["input_dtype"]) == problem
+        ]
         errs = [e for e in errs if e is not None]
         return max(errs) if errs else None
 
@@ -205,8 +221,14 @@ def plot_verdict_heatmap(runs, path):
         return "/".join(("X" if d == x else d) for d in (logits, accum, grad))
 
     regimes = sorted({s(r["problem"]) + "." + s(r["input_dtype"]) for r in runs})
-    regimes = [g for g in regimes if len({tail(s(r["recipe"])) for r in runs
-                                          if s(r["problem"]) + "." + s(r["input_dtype"]) == g}) > 1]
+    regimes = [
+        g
+        for g in regimes
+        if len(
+            {tail(s(r["recipe"])) for r in runs if s(r["problem"]) + "." + s(r["input_dtype"]) == g}
+        )
+        > 1
+    ]
     tails = sorted({tail(s(r["recipe"])) for r in runs})
     panels = []
     for out in ("loss", "dH/dz", "dW"):
@@ -227,8 +249,12 @@ def plot_verdict_heatmap(runs, path):
             panels.append((out, ratio, beyond))
     if not panels:
         return False
-    fig, axes = plt.subplots(len(panels), 1, squeeze=False,
-                             figsize=(max(8, 0.7 * len(tails) + 3), 1.5 + 0.4 * len(regimes) * len(panels)))
+    fig, axes = plt.subplots(
+        len(panels),
+        1,
+        squeeze=False,
+        figsize=(max(8, 0.7 * len(tails) + 3), 1.5 + 0.4 * len(regimes) * len(panels)),
+    )
     norm = LogNorm(vmin=0.5, vmax=1e4)
     for ax, (out, ratio, beyond) in zip(axes[:, 0], panels):
         shown = np.where(np.isinf(ratio), 1e4, ratio)
@@ -239,18 +265,31 @@ def plot_verdict_heatmap(runs, path):
                 if np.isnan(v):
                     continue
                 txt = "inf" if np.isinf(v) else (f"{v:.2g}" if v < 100 else f"{v:.0e}")
-                ax.text(j, i, txt + (" ✗" if beyond[i, j] else ""), ha="center", va="center", fontsize=6,
-                        fontweight="bold" if beyond[i, j] else "normal")
+                ax.text(
+                    j,
+                    i,
+                    txt + (" ✗" if beyond[i, j] else ""),
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    fontweight="bold" if beyond[i, j] else "normal",
+                )
         ax.set_yticks(range(len(regimes)))
         ax.set_yticklabels(regimes, fontsize=7)
         ax.set_xticks(range(len(tails)))
-        ax.set_xticklabels(tails if ax is axes[-1, 0] else [""] * len(tails), rotation=60, ha="right", fontsize=7)
-        ax.set_title(f"{out}: error / error of X/fp32/fp32/X (bold ✗: beyond max(2x, one rounding of X))",
-                     fontsize=9)
+        ax.set_xticklabels(
+            tails if ax is axes[-1, 0] else [""] * len(tails), rotation=60, ha="right", fontsize=7
+        )
+        ax.set_title(
+            f"{out}: error / error of X/fp32/fp32/X (bold ✗: beyond max(2x, one rounding of X))",
+            fontsize=9,
+        )
         cb = fig.colorbar(im, ax=ax, fraction=0.03, pad=0.01)
         cb.ax.axhline(2, color="black", linewidth=1.5)
         cb.ax.tick_params(labelsize=6)
-    axes[-1, 0].set_xlabel("recipe: logits / accumulation / gradient dtype (X: the input dtype of the row)")
+    axes[-1, 0].set_xlabel(
+        "recipe: logits / accumulation / gradient dtype (X: the input dtype of the row)"
+    )
     fig.tight_layout()
     save(fig, path)
     return True
@@ -258,13 +297,12 @@ def plot_verdict_heatmap(runs, path):
 
 def save(fig, path):
     """Writes the figure to a temporary name beside path and renames it into place."""
-    tmp = os.path.join(os.path.dirname(path) or ".",
-                       f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.tmp-{os.getpid()}")
     try:
         fig.savefig(tmp, dpi=110, format="png")
         os.replace(tmp, path)
     except OSError as e:
-        raise CannotWrite(f"{path}: cannot write the plot: {e.strerror or e}")
+        raise CannotWrite(f"{path}: cannot write the plot: {e.strerror or e}") from e
     finally:
         plt.close(fig)
         if os.path.exists(tmp):
@@ -280,15 +318,16 @@ def check_folder(outdir, force):
         try:
             os.mkdir(outdir)
         except OSError as e:
-            raise BadInput(f"{outdir}: cannot create the folder: {e.strerror or e}")
+            raise BadInput(f"{outdir}: cannot create the folder: {e.strerror or e}") from e
     if not os.access(outdir, os.W_OK | os.X_OK):
         raise BadInput(f"{outdir}: the folder cannot be written to")
     if force:
         return
     held = [n for n in PLOT_NAMES if os.path.exists(os.path.join(outdir, n))]
     if held:
-        raise BadInput(f"{outdir}: holds plots already ({', '.join(held)}); pass --force to "
-                       "overwrite them")
+        raise BadInput(
+            f"{outdir}: holds plots already ({', '.join(held)}); pass --force to overwrite them"
+        )
 
 
 def plot_all(src, outdir):
@@ -297,40 +336,61 @@ def plot_all(src, outdir):
     try:
         f = h5py.File(src, "r")
     except OSError as e:
-        raise BadInput(f"{src}: not a readable HDF5 file ({e})")
+        raise BadInput(f"{src}: not a readable HDF5 file ({e})") from e
     made = []
     with f:
         if s(f.attrs.get("format", "")) != "xentlab-results":
-            raise BadInput(f"{src}: not an xentlab results file (no format=\"xentlab-results\" "
-                           "attribute)")
+            raise BadInput(
+                f'{src}: not an xentlab results file (no format="xentlab-results" attribute)'
+            )
         try:
             runs = runs_table(f)
             plots = []
             for out in OUTPUTS:
-                plots.append((f"error_vs_recipe_{out}.png",
-                              lambda p, out=out: plot_error_vs_recipe(runs, out, p)))
+                plots.append(
+                    (
+                        f"error_vs_recipe_{out}.png",
+                        lambda p, out=out: plot_error_vs_recipe(runs, out, p),
+                    )
+                )
                 plots.append((f"ulp_{out}.png", lambda p, out=out: plot_ulp(runs, out, p)))
-            plots.append(("loss_error_vs_ptarget.png", lambda p: plot_loss_vs_covariate(
-                f, runs, "p_target", p, "p_target (reference)", "log")))
-            plots.append(("loss_error_vs_maxlogit.png", lambda p: plot_loss_vs_covariate(
-                f, runs, "max_logit", p, "max logit of the row", "symlog")))
+            plots.append(
+                (
+                    "loss_error_vs_ptarget.png",
+                    lambda p: plot_loss_vs_covariate(
+                        f, runs, "p_target", p, "p_target (reference)", "log"
+                    ),
+                )
+            )
+            plots.append(
+                (
+                    "loss_error_vs_maxlogit.png",
+                    lambda p: plot_loss_vs_covariate(
+                        f, runs, "max_logit", p, "max logit of the row", "symlog"
+                    ),
+                )
+            )
             plots.append(("verdict_heatmap.png", lambda p: plot_verdict_heatmap(runs, p)))
             for name, plot in plots:
                 p = os.path.join(outdir, name)
                 if plot(p):
                     made.append(p)
         except (KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
-            what = (f"missing '{e.args[0]}'" if isinstance(e, KeyError) and e.args
-                    else f"{type(e).__name__}: {e}")
-            raise BadInput(f"{src}: not a readable xentlab results file ({what})")
+            what = (
+                f"missing '{e.args[0]}'"
+                if isinstance(e, KeyError) and e.args
+                else f"{type(e).__name__}: {e}"
+            )
+            raise BadInput(f"{src}: not a readable xentlab results file ({what})") from e
         except OSError as e:
-            raise BadInput(f"{src}: cannot be read ({e})")
+            raise BadInput(f"{src}: cannot be read ({e})") from e
     return made
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(
-        prog=PROG, description="Plots of an xentlab audit results file (see the file's comment).")
+        prog=PROG, description="Plots of an xentlab audit results file (see the file's comment)."
+    )
     ap.add_argument("results", help="audit results file (xentlab audit --out)")
     ap.add_argument("outdir", help="folder for the PNGs (created when missing)")
     ap.add_argument("--force", action="store_true", help="overwrite plots already in the folder")

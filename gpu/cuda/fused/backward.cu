@@ -1,9 +1,12 @@
-// The fused strategy's backward kernels as the strategy runs them (backward.cuh, launch.cuh).
+// The fused strategy's backward: its launches (launch.cuh) of the kernels of backward.cuh.
 #include "gpu/cuda/fused/backward.cuh"
 
 namespace xentlab::gpu::fused {
 
-template void launch_fused_backward<FusedStrategyBackward>(DType input, bool vec, bool wgmma,
-                                                           const FusedArgs& a, cudaStream_t stream);
+void launch_fused_backward(DType input, bool vec, bool wgmma, const FusedArgs& a,
+                           cudaStream_t stream) {
+  input == DType::bf16 ? launch_backward<__nv_bfloat16>(vec, wgmma, a, stream)
+                       : launch_backward<__half>(vec, wgmma, a, stream);
+}
 
 }  // namespace xentlab::gpu::fused

@@ -2,8 +2,9 @@
 // The fused strategy's backward (launch.cuh): 3. per (token block, vocabulary block) tile the
 // logits recomputed, dz formed in shared memory, then dH += dz·W and dW += dzᵀ·H on tensor cores
 // with fp32 additions in a fixed order, and db. Two kernels — mma.sync (every device) and wgmma
-// with TMA (sm_90a) — templates on a FusedBackwardVariant (launch.cuh): the strategy instantiates
-// FusedStrategyBackward (backward.cu); a timing probe may instantiate others.
+// with TMA (sm_90a) — launched by launch_fused_backward (backward.cu). One configuration: the
+// timing-only variants measured against it are a lab copy (lab/probes/fused_variants/, timed by
+// lab/probes/fused_breakdown.cu; docs/fused.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -11,9 +12,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "gpu/cuda/cuda_check.hpp"
+#include "gpu/cuda/common/cuda_check.hpp"
 #include "gpu/cuda/fused/common.cuh"
-#include "gpu/fused_raster.hpp"
+#include "gpu/plans/fused_raster.hpp"
 
 namespace xentlab::gpu::fused {
 
@@ -74,7 +75,7 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
 //   dW[vocabulary block v, half, slice]  token blocks in increasing order (turn = next block);
 //   db[vocabulary block v, half]         token blocks in increasing order.
 // That is the CPU emulation's order (gpu/emulation/fused.cpp). A tile's turn comes after those of
-// tiles with a smaller raster index only (backward_tile, gpu/fused_raster.hpp), and
+// tiles with a smaller raster index only (backward_tile, gpu/plans/fused_raster.hpp), and
 // CTAs take their tiles from a counter in increasing order (claim_tile), so each waits only on
 // tiles already running or done: the smallest unfinished tile never waits, and the whole grid
 // finishes (no assumption about the order in which the hardware starts CTAs). A tile whose token
@@ -125,24 +126,20 @@ __device__ __forceinline__ void pass_turns(int* p, int turn, int* q = nullptr, i
   if (q != nullptr)
     asm volatile("st.relaxed.gpu.global.s32 [%0], %1;\n" ::"l"(q), "r"(turn_q) : "memory");
 }
-/// add() in its turn. kOrdered: `leader` waits until *p == tp (and *q == tq where q is not null),
-/// sync() (a barrier of the threads that add), add(), sync(), then `leader` hands the turns on
-/// (tp + 1, tq + 1). Otherwise add() alone (its additions are atomic).
-template <bool kOrdered, class Sync, class Add>
+/// add() in its turn: `leader` waits until *p == tp (and *q == tq where q is not null), sync() (a
+/// barrier of the threads that add), add(), sync(), then `leader` hands the turns on (tp + 1,
+/// tq + 1).
+template <class Sync, class Add>
 __device__ __forceinline__ void add_in_turn(bool leader, int* p, int tp, int* q, int tq, Sync sync,
                                             Add add) {
-  if constexpr (kOrdered) {
-    if (leader) {
-      wait_turn(p, tp);
-      if (q != nullptr) wait_turn(q, tq);
-    }
-    sync();
+  if (leader) {
+    wait_turn(p, tp);
+    if (q != nullptr) wait_turn(q, tq);
   }
+  sync();
   add();
-  if constexpr (kOrdered) {
-    sync();
-    if (leader) pass_turns(p, tp + 1, q, tq + 1);
-  }
+  sync();
+  if (leader) pass_turns(p, tp + 1, q, tq + 1);
 }
 /// This CTA's tile index: the next from the counter a.order[0] (every thread; a barrier).
 __device__ __forceinline__ std::int64_t claim_tile(const FusedArgs& a) {
@@ -151,36 +148,24 @@ __device__ __forceinline__ std::int64_t claim_tile(const FusedArgs& a) {
   __syncthreads();
   return claimed;
 }
-/// dst[0] += x: an L2 load, fp32 add and store (kLoadStore: for a caller that holds the turn) or
-/// an fp32 reduction (red.global.add: atomic, or in a turn).
-template <bool kLoadStore>
+/// dst[0] += x: an L2 load, fp32 add and store, for a caller that holds the turn.
 __device__ __forceinline__ void add_into(float* dst, float x) {
-  if constexpr (kLoadStore) {
-    __stcg(dst, __fadd_rn(__ldcg(dst), x));
-  } else {
-    atomicAdd(dst, x);
-  }
+  __stcg(dst, __fadd_rn(__ldcg(dst), x));
 }
 
 /// Adds a warp's fp32 fragment of 16 rows × 8·J columns into dst (rows × D): acc[4j + 2h + e] is
 /// row r0 + g + 8h, column c0 + 8j + 2c + e (g = lane/4, c = lane%4: the accumulator layout of
-/// mma m16n8 tiles side by side and of wgmma m64nN per warp). kLoadStore: a load from L2, an fp32
-/// add (round to nearest) and a store, for a caller that holds the turn of these lines (below);
-/// else fp32 reductions (red.global.add: atomic, or in a turn). Vector path (sm_90, D % 8 == 0):
-/// partner lanes (c, c^1) swap one pair so that each lane adds one float4 of 4 consecutive columns
-/// per j — even lanes row g, odd lanes row g + 8.
-template <bool kVec, int J, bool kLoadStore>
+/// mma m16n8 tiles side by side and of wgmma m64nN per warp): a load from L2, an fp32 add (round
+/// to nearest) and a store, for a caller that holds the turn of these lines (below). Vector path
+/// (kVec: D % 8 == 0): partner lanes (c, c^1) swap one pair so that each lane adds one float4 of 4
+/// consecutive columns per j — even lanes row g, odd lanes row g + 8.
+template <bool kVec, int J>
 __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::int64_t r0,
                                            std::int64_t rows, std::int64_t c0, std::int64_t D,
                                            int g, int c) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool kVec4 = kVec;  // float4 reductions exist from sm_90; float4 loads/stores anywhere
-#else
-  constexpr bool kVec4 = kVec && kLoadStore;
-#endif
-  if constexpr (kVec4) {
-    // Each lane's float4 per j; kLoadStore: all J loads issued before any add and store, so that
-    // their L2 round trips overlap.
+  if constexpr (kVec) {
+    // Each lane's float4 per j; all J loads issued before any add and store, so that their L2
+    // round trips overlap.
     const bool even = (c & 1) == 0;
     float4 v[J];
     float4* p[J];
@@ -195,21 +180,15 @@ __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::in
       v[j] = even ? make_float4(f[0], f[1], q0, q1) : make_float4(q0, q1, f[2], f[3]);
       p[j] = row < rows && cc < D ? reinterpret_cast<float4*>(dst + row * D + cc) : nullptr;
     }
-    if constexpr (kLoadStore) {
-      float4 o[J];
+    float4 o[J];
 #pragma unroll
-      for (int j = 0; j < J; ++j)
-        if (p[j] != nullptr) o[j] = __ldcg(p[j]);
+    for (int j = 0; j < J; ++j)
+      if (p[j] != nullptr) o[j] = __ldcg(p[j]);
 #pragma unroll
-      for (int j = 0; j < J; ++j)
-        if (p[j] != nullptr)
-          __stcg(p[j], make_float4(__fadd_rn(o[j].x, v[j].x), __fadd_rn(o[j].y, v[j].y),
-                                   __fadd_rn(o[j].z, v[j].z), __fadd_rn(o[j].w, v[j].w)));
-    } else {
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-        if (p[j] != nullptr) atomicAdd(p[j], v[j]);
-    }
+    for (int j = 0; j < J; ++j)
+      if (p[j] != nullptr)
+        __stcg(p[j], make_float4(__fadd_rn(o[j].x, v[j].x), __fadd_rn(o[j].y, v[j].y),
+                                 __fadd_rn(o[j].z, v[j].z), __fadd_rn(o[j].w, v[j].w)));
   } else {
 #pragma unroll
     for (int j = 0; j < J; ++j) {
@@ -219,8 +198,8 @@ __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::in
       for (int h = 0; h < 2; ++h) {
         const std::int64_t row = r0 + g + 8 * h;
         if (row >= rows) continue;
-        if (col < D) add_into<kLoadStore>(dst + row * D + col, f[2 * h]);
-        if (col + 1 < D) add_into<kLoadStore>(dst + row * D + col + 1, f[2 * h + 1]);
+        if (col < D) add_into(dst + row * D + col, f[2 * h]);
+        if (col + 1 < D) add_into(dst + row * D + col + 1, f[2 * h + 1]);
       }
     }
   }
@@ -228,28 +207,32 @@ __device__ __forceinline__ void flush_frag(float* dst, const float* acc, std::in
 
 /// A warp's 32×32 result of the mma.sync backward (acc[i][j][e]: row r0 + 16i + g + 8(e/2),
 /// column c0 + 8j + 2c + e%2) into dst: two 16-row fragments.
-template <bool kVec, bool kLoadStore>
+template <bool kVec>
 __device__ __forceinline__ void flush_tile(float* dst, const float (&acc)[2][4][4], std::int64_t r0,
                                            std::int64_t rows, std::int64_t c0, std::int64_t D,
                                            int g, int c) {
 #pragma unroll
   for (int i = 0; i < 2; ++i)
-    flush_frag<kVec, 4, kLoadStore>(dst, &acc[i][0][0], r0 + 16 * i, rows, c0, D, g, c);
+    flush_frag<kVec, 4>(dst, &acc[i][0][0], r0 + 16 * i, rows, c0, D, g, c);
 }
 
+/// Token blocks per raster group (L2 reuse; docs/fused.md): the mma.sync kernel's 16 was measured
+/// against 64 (docs/benchmarks.md), the wgmma kernel's 8 against 16 and 32 (docs/fused.md).
+constexpr int kMmaRasterGroup = 16, kWgmmaRasterGroup = 8;
+
 /// The backward's tile of raster index b for tiles of kBM tokens × BN vocabulary entries
-/// (gpu/fused_raster.hpp): raster groups of GROUP token blocks (L2 reuse of both the H rows and the
-/// W rows that the CTAs in flight read, and of the gradient lines they add into; the last group
-/// may be smaller), ordered within a group as RASTER says. A bijection of [0, MB·VB) in which the
-/// tiles of the previous token block and of the previous vocabulary block have smaller indexes
+/// (gpu/plans/fused_raster.hpp): raster groups of GROUP token blocks (L2 reuse of both the H rows
+/// and the W rows that the CTAs in flight read, and of the gradient lines they add into; the last
+/// group may be smaller), token block fastest within a group. A bijection of [0, MB·VB) in which
+/// the tiles of the previous token block and of the previous vocabulary block have smaller indexes
 /// (the order of the additions relies on it).
 struct BwdTile {
   std::int64_t mb, vb, m0, n0;
 };
-template <int BN, int GROUP, FusedRaster RASTER>
+template <int BN, int GROUP>
 __device__ __forceinline__ BwdTile backward_tile(const FusedArgs& a, std::int64_t b) {
   const std::int64_t MB = (a.N + kBM - 1) / kBM, VB = (a.V + BN - 1) / BN;
-  const FusedTile f = fused_backward_tile(b, MB, VB, GROUP, RASTER);
+  const FusedTile f = fused_backward_tile(b, MB, VB, GROUP, FusedRaster::token_fastest);
   BwdTile t;
   t.mb = f.mb;
   t.vb = f.vb;
@@ -272,11 +255,7 @@ __device__ __forceinline__ bool block_has_targets(const FusedArgs& a, std::int64
 /// A tile whose token block has no valid target adds nothing, but the tile of the next token block
 /// and the same vocabulary block waits for its db turn (before its gradient slices) and its dW
 /// turns (each of `halves` halves, slice by slice in increasing order): it waits for each and
-/// passes it on, in that order. One thread. kWaitW false (FusedHandOver::helper_warps_no_wait,
-/// whose helpers overwrite the dW flags without waiting): the dW turns are passed unwaited.
-/// kGroup: the turns are those of groups of kGroup slices (hand_over_turns), whose flags are the
-/// groups' first slices' (the others are never passed, so never waited for).
-template <bool kWaitW = true, int kGroup = 1>
+/// passes it on, in that order. One thread.
 __device__ __forceinline__ void pass_skipped_turns(const FusedArgs& a, const BwdTile& tl,
                                                    int halves) {
   const BwdOrder o = bwd_order(a);
@@ -287,26 +266,22 @@ __device__ __forceinline__ void pass_skipped_turns(const FusedArgs& a, const Bwd
       wait_turn(f, mine);
       pass_turns(f, mine + 1);
     }
-  for (std::int64_t s = 0; s < o.S; s += kGroup)
+  for (std::int64_t s = 0; s < o.S; ++s)
     for (int h = 0; h < halves; ++h) {
       int* f = o.turn_w(tl.vb, h, s);
-      if (kWaitW) wait_turn(f, mine);
+      wait_turn(f, mine);
       pass_turns(f, mine + 1);
     }
 }
 
-/// The D slice (of S) a tile's gradient phase starts at. Ordered: 0 for every tile, so that the
-/// tiles whose turns come before this one's (previous token block, previous vocabulary block:
-/// started earlier) reach each slice at the same step as this one, and this tile waits at most
-/// for their hand-over. (Any cyclic rotation that differs between the two wraps around: with
-/// −(mb + vb) mod S this tile's first slice was its predecessors' last, and the backward ran
-/// tile after tile — 2815 ms against 118 ms at N = 8192 on an H200, docs/fused.md.) Tiles that
-/// add at the same time still add into different lines: those that share lines take turns.
-/// Atomic: (mb + vb) mod S, so that concurrent CTAs add elsewhere.
-template <bool kOrdered>
-__device__ __forceinline__ std::int64_t first_slice(const BwdTile& tl, std::int64_t S) {
-  return kOrdered ? 0 : (tl.mb + tl.vb) % S;
-}
+/// The D slice (of S) a tile's gradient phase starts at, then walks the slices cyclically (step i:
+/// slice (kFirstSlice + i) mod S): 0 for every tile, so that the tiles whose turns come before this
+/// one's (previous token block, previous vocabulary block: started earlier) reach each slice at
+/// the same step as this one, and this tile waits at most for their hand-over. (A start that
+/// differs between tiles wraps around: a tile's first slice becomes its predecessors' last, and
+/// the tiles run one after another; docs/fused.md.) Tiles that add at the same time still add into
+/// different lines: those that share lines take turns.
+constexpr int kFirstSlice = 0;
 
 /// What dz of one row needs: target, lse, upstream gradient, and whether the row has a valid
 /// target (rows past N and ignored rows get dz = 0).
@@ -335,20 +310,16 @@ __device__ __forceinline__ float dz_of(float acc, std::int64_t col, const DzRow&
                               : 0.0f;
 }
 
-template <class Variant, class T, bool kVec>
+template <class T, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a) {
-  constexpr bool kOrdered = Variant::work == FusedBackwardWork::full;
-  // An ordered addition's load, add and store, or its fp32 reduction (FusedOrderedAdd).
-  constexpr bool kLdSt = kOrdered && Variant::ordered_add == FusedOrderedAdd::load_add_store;
   extern __shared__ __align__(16) std::uint16_t smem[];
   std::uint16_t* dzs = smem + kRegionHalves;  // (kBM, kLdz) dz tile in the operand dtype
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, c = lane % 4;
-  const BwdTile tl = backward_tile<kBN, Variant::mma_group, Variant::raster>(
-      a, kOrdered ? claim_tile(a) : blockIdx.x);
+  const BwdTile tl = backward_tile<kBN, kMmaRasterGroup>(a, claim_tile(a));
   const std::int64_t mb = tl.mb, vb = tl.vb, m0 = tl.m0, n0 = tl.n0;
   if (!block_has_targets(a, m0)) {
-    if (kOrdered && threadIdx.x == 0) pass_skipped_turns(a, tl, 1);
+    if (threadIdx.x == 0) pass_skipped_turns(a, tl, 1);
     return;
   }
   const BwdOrder order = bwd_order(a);
@@ -373,34 +344,28 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
       }
   }
   __syncthreads();
-  if constexpr (Variant::work == FusedBackwardWork::dz_only) {  // timing: recompute and dz only
-    if (dzs[threadIdx.x] == 12345) a.dH[0] = 1.0f;
-    return;
-  }
-  // db: column sums of the tile (fp32, increasing row), added in db's turn (or atomically).
+  // db: column sums of the tile (fp32, increasing row), added in db's turn.
   const auto sync_cta = [] { __syncthreads(); };
   if (a.db != nullptr)
-    add_in_turn<kOrdered>(threadIdx.x == 0, order.turn_b(vb, 0), mb_turn, nullptr, 0, sync_cta,
-                          [&] {
-                            if (threadIdx.x < kBN && n0 + threadIdx.x < a.V) {
-                              float sum = 0.0f;
-                              for (int r = 0; r < kBM; ++r) {
-                                T v;
-                                memcpy(&v, dzs + r * kLdz + threadIdx.x, 2);
-                                sum = __fadd_rn(sum, to_f(v));
-                              }
-                              add_into<kLdSt>(a.db + n0 + threadIdx.x, sum);
-                            }
-                          });
+    add_in_turn(threadIdx.x == 0, order.turn_b(vb, 0), mb_turn, nullptr, 0, sync_cta, [&] {
+      if (threadIdx.x < kBN && n0 + threadIdx.x < a.V) {
+        float sum = 0.0f;
+        for (int r = 0; r < kBM; ++r) {
+          T v;
+          memcpy(&v, dzs + r * kLdz + threadIdx.x, 2);
+          sum = __fadd_rn(sum, to_f(v));
+        }
+        add_into(a.db + n0 + threadIdx.x, sum);
+      }
+    });
 
   // Gradient GEMMs over D in slices of kDS, double-buffered; warps 4 (M) × 2 (N), warp tile
   // 32 × 32 for both dH (rows × hidden, K = vocabulary) and dW (vocabulary × hidden, K = rows).
   const int wm = warp / 2, wn = warp % 2;
   const std::int64_t slices = (a.D + kDS - 1) / kDS;
-  const std::int64_t first = first_slice<kOrdered>(tl, slices);
   auto stage = [&](int st) { return smem + st * (kBM + kBN) * kLdg; };
   auto load_slice = [&](std::int64_t k, int st) {
-    const std::int64_t d0 = ((first + k) % slices) * kDS;
+    const std::int64_t d0 = ((kFirstSlice + k) % slices) * kDS;
     std::uint16_t* Ws = stage(st);
     load_tile<kVec, kBN, kDS, kLdg>(Ws, a.W, n0, a.V, d0, a.D, a.D);
     load_tile<kVec, kBM, kDS, kLdg>(Ws + kBN * kLdg, a.H, m0, a.N, d0, a.D, a.D);
@@ -441,18 +406,13 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
           mma<T>(accW[i][j], aw[i], bh[j / 2][(j % 2) * 2], bh[j / 2][(j % 2) * 2 + 1]);
         }
     }
-    if constexpr (Variant::work != FusedBackwardWork::without_reductions) {
-      const std::int64_t s = (first + k) % slices, d0 = s * kDS;
-      // dH's turn of this token block, dW's of this vocabulary block.
-      add_in_turn<kOrdered>(
-          threadIdx.x == 0, order.turn_h(mb, 0, s), vb_turn, order.turn_w(vb, 0, s), mb_turn,
-          sync_cta, [&] {
-            flush_tile<kVec, kLdSt>(a.dH, accH, m0 + wm * 32, a.N, d0 + wn * 32, a.D, g, c);
-            flush_tile<kVec, kLdSt>(a.dW, accW, n0 + wm * 32, a.V, d0 + wn * 32, a.D, g, c);
-          });
-    } else {  // timing: keep the GEMMs, drop their reductions
-      if (accH[0][0][0] == 12345.0f && accW[0][0][0] == 12345.0f) a.dH[0] = 1.0f;
-    }
+    const std::int64_t s = (kFirstSlice + k) % slices, d0 = s * kDS;
+    // dH's turn of this token block, dW's of this vocabulary block.
+    add_in_turn(threadIdx.x == 0, order.turn_h(mb, 0, s), vb_turn, order.turn_w(vb, 0, s), mb_turn,
+                sync_cta, [&] {
+                  flush_tile<kVec>(a.dH, accH, m0 + wm * 32, a.N, d0 + wn * 32, a.D, g, c);
+                  flush_tile<kVec>(a.dW, accW, n0 + wm * 32, a.V, d0 + wn * 32, a.D, g, c);
+                });
   }
 }
 
@@ -461,9 +421,9 @@ __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a
 // producer warpgroup as the forward. The producer streams the H (128 × 64) and W (256 × 64) boxes
 // of the tile twice through a 3-stage ring: first in increasing k for the recompute (the forward's
 // mainloop, so z is the forward's bit for bit), then the D slices of the gradient GEMMs
-// (first_slice). The dz tile (bf16/fp16, 64 KiB) lives in four 128-byte-swizzled blocks of 64
-// vocabulary entries, which makes it both the K-major A operand of dH = dz·W and the MN-major A
-// operand of dW = dzᵀ·H; the W and H boxes are the MN-major B operands (hopper.cuh smem_desc_mn).
+// (from kFirstSlice, above). The dz tile (bf16/fp16, 64 KiB) lives in four 128-byte-swizzled blocks
+// of 64 vocabulary entries, which makes it both the K-major A operand of dH = dz·W and the MN-major
+// A operand of dW = dzᵀ·H; the W and H boxes are the MN-major B operands (hopper.cuh smem_desc_mn).
 // Per D slice of 64 each consumer warpgroup computes dH[64 rows × 64] (K = 256, 16 wgmma
 // m64n64k16) and dW[128 vocabulary rows × 64] (K = 128, 2 × 8), then adds them into the fp32
 // accumulators with float4 loads and stores in its turn (ordered additions, above), which a warp of
@@ -475,7 +435,7 @@ using BwdRing = hopper::WgmmaRingT<3>;
 constexpr int kDzBlockBytes = kBM * 128;  // 128 rows × 64 entries × 2 bytes
 constexpr int kWbSmem = BwdRing::kStages * BwdRing::kStageBytes + 4 * kDzBlockBytes + 1024;
 static_assert(kWbBN == kFusedBackwardVocabTile,
-              "the CPU emulation's dH partials (gpu/fused_plan.hpp)");
+              "the CPU emulation's dH partials (gpu/plans/fused_plan.hpp)");
 static_assert(kWbBN == 4 * 64 && BwdRing::kBK == 64,
               "four dz blocks of 64 entries; D slices of 64");
 static_assert(kWbSmem <= 227 * 1024, "one CTA per SM within the H100/H200's 227 KiB");
@@ -486,159 +446,72 @@ __device__ __forceinline__ int dz_byte(int r, int v) {
   return (v >> 6) * kDzBlockBytes + r * 128 + ((((v >> 3) & 7) ^ (r & 7)) << 4) + (v & 7) * 2;
 }
 
-/// Named barriers of the wgmma backward with helper warps (FusedHandOver::helper_warps), per
-/// consumer warpgroup c: kBarReady + c (the helper arrives once the turns of the next D slice are
-/// held, the consumers sync before adding) and kBarDone + c (the consumers arrive after adding,
-/// the helper syncs before handing the turns on); each counts the warpgroup's 128 threads and the
-/// helper's 32. (0: __syncthreads, 1: both consumer warpgroups, 2 + c: one consumer warpgroup.)
+/// Named barriers of the wgmma backward's hand-over by helper warps, per consumer warpgroup c:
+/// kBarReady + c (the helper arrives once the turns of the next D slice are held, the consumers
+/// sync before adding) and kBarDone + c (the consumers arrive after adding, the helper syncs before
+/// handing the turns on); each counts the warpgroup's 128 threads and the helper's 32.
+/// (0: __syncthreads, 1: both consumer warpgroups, 2 + c: one consumer warpgroup.)
 constexpr int kBarReady = 4, kBarDone = 6, kHandOverThreads = 128 + 32;
+static_assert(1 + kWgConsumers <= 4, "the producer warpgroup's streaming and helper warps");
 
-/// The helper warp of consumer warpgroup c: for each addition of the consumers, in their order,
-/// lane 0 waits for its turns, the warp arrives at kBarReady + c (the consumers' sync then orders
-/// their loads after the acquire), syncs on kBarDone + c (after the consumers' stores) and lane 0
-/// hands the turns on (fence, relaxed stores: cumulative over the consumers' stores, which the
-/// barrier orders before it). The two barriers alternate, so neither side runs more than one
-/// barrier phase ahead. kWait false (timing only) skips the waits. Additions: per D slice (from
-/// `first`) dH's turn of the tile's 64 rows of half c with dW's of its 128 vocabulary rows of half
-/// c; or, kSplit, dH's alone, then dW's alone. kGroup > 1 (not with kSplit): one turn covers
-/// kGroup consecutive slices (the last group may be shorter): its flags are those of the group's
-/// first slice, waited for before that slice and handed on (one fence) after the group's last;
-/// the consumers still sync and arrive slice by slice. Every tile walks the same groups (ordered:
-/// from slice 0), so each output element still receives its partials in the same order.
-template <bool kSplit, bool kWait, int kGroup = 1>
+/// The helper warp of consumer warpgroup c: per D slice, in the consumers' order, lane 0 waits
+/// for dH's turn of the tile's 64 rows of half c and dW's of its 128 vocabulary rows of half c,
+/// the warp arrives at kBarReady + c (the consumers' sync then orders their loads after the
+/// acquire), syncs on kBarDone + c (after the consumers' stores) and lane 0 hands both turns on
+/// (fence, relaxed stores: cumulative over the consumers' stores, which the barrier orders before
+/// it). The two barriers alternate, so neither side runs more than one barrier phase ahead.
 __device__ __forceinline__ void hand_over_turns(const BwdOrder& o, const BwdTile& tl, int c,
-                                                int slices, int first, bool lane0) {
-  static_assert(kGroup >= 1 && (kGroup == 1 || !kSplit), "slice groups need joint dH/dW turns");
+                                                int slices, bool lane0) {
   const int mb_turn = static_cast<int>(tl.mb), vb_turn = static_cast<int>(tl.vb);
-  for (int e = 0; e < (kSplit ? 2 : 1) * slices; ++e) {
-    const int i = kSplit ? e / 2 : e;  // the slice's ordinal in this tile's walk
-    const bool group_first = i % kGroup == 0,
-               group_last = i % kGroup == kGroup - 1 || i == slices - 1;
-    const int s = (first + i - i % kGroup) % slices;  // the group's first slice: its flags
-    const bool h = !kSplit || e % 2 == 0, w = !kSplit || e % 2 == 1;
+  for (int i = 0; i < slices; ++i) {
+    const int s = (kFirstSlice + i) % slices;
     int* ph = o.turn_h(tl.mb, c, s);
     int* pw = o.turn_w(tl.vb, c, s);
-    if (kWait && lane0 && group_first) {
-      if (h) wait_turn(ph, vb_turn);
-      if (w) wait_turn(pw, mb_turn);
+    if (lane0) {
+      wait_turn(ph, vb_turn);
+      wait_turn(pw, mb_turn);
     }
     __syncwarp();
     hopper::named_barrier_arrive(kBarReady + c, kHandOverThreads);
     hopper::named_barrier(kBarDone + c, kHandOverThreads);
-    if (lane0 && group_last) {
-      if (h && w) {
-        pass_turns(ph, vb_turn + 1, pw, mb_turn + 1);
-      } else {
-        pass_turns(h ? ph : pw, (h ? vb_turn : mb_turn) + 1);
-      }
-    }
+    if (lane0) pass_turns(ph, vb_turn + 1, pw, mb_turn + 1);
   }
-}
-/// FusedHandOver::helper_warps_split (timing only): kBarDone + c counts a third party, the
-/// fencing warp of consumer warpgroup c.
-constexpr int kSplitDoneThreads = 128 + 32 + 32;
-static_assert(2 + kWgConsumers <= 4,
-              "the producer warpgroup's streaming, polling and fencing warps");
-/// The polling warp of helper_warps_split: per D slice, for consumer warpgroups 0 and 1 in turn,
-/// lane 0 waits for dH's and dW's turns of half c and the warp arrives at kBarReady + c; then it
-/// syncs on kBarDone + 0 and + 1 (the consumers have added; the fencing warps have handed the
-/// previous slice on), so it is never more than one barrier phase ahead.
-__device__ __forceinline__ void poll_turns_split(const BwdOrder& o, const BwdTile& tl, int slices,
-                                                 int first, bool lane0) {
-  const int mb_turn = static_cast<int>(tl.mb), vb_turn = static_cast<int>(tl.vb);
-  for (int i = 0; i < slices; ++i) {
-    const int s = (first + i) % slices;
-    for (int c = 0; c < kWgConsumers; ++c) {
-      if (lane0) {
-        wait_turn(o.turn_h(tl.mb, c, s), vb_turn);
-        wait_turn(o.turn_w(tl.vb, c, s), mb_turn);
-      }
-      __syncwarp();
-      hopper::named_barrier_arrive(kBarReady + c, kHandOverThreads);
-    }
-    for (int c = 0; c < kWgConsumers; ++c) hopper::named_barrier(kBarDone + c, kSplitDoneThreads);
-  }
-}
-/// The fencing warp of consumer warpgroup c (helper_warps_split): per D slice it syncs on
-/// kBarDone + c (after the consumers' stores) and lane 0 hands dH's and dW's turns of half c on
-/// (fence, relaxed stores), while the polling warp lets the consumers go on to the next slice.
-__device__ __forceinline__ void fence_turns_split(const BwdOrder& o, const BwdTile& tl, int c,
-                                                  int slices, int first, bool lane0) {
-  const int mb_turn = static_cast<int>(tl.mb), vb_turn = static_cast<int>(tl.vb);
-  for (int i = 0; i < slices; ++i) {
-    const int s = (first + i) % slices;
-    __syncwarp();
-    hopper::named_barrier(kBarDone + c, kSplitDoneThreads);
-    if (lane0) pass_turns(o.turn_h(tl.mb, c, s), vb_turn + 1, o.turn_w(tl.vb, c, s), mb_turn + 1);
-  }
-}
-/// Keeps the compiler from moving reads of a wgmma accumulator above the wait for it.
-template <int K>
-__device__ __forceinline__ void fence_accumulator(float (&r)[K]) {
-#pragma unroll
-  for (int i = 0; i < K; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
 /// The wgmma backward. kPlain (the host checks: no bias, scale 1, no softcap, no label smoothing,
 /// no z-loss) forms dz without the operations that are then identities (adding no bias, ×1, a
 /// tanh-free chain, subtracting 0), as the forward's plain fold does; T is the logits dtype.
-template <class Variant, class T, bool kPlain>
+template <class T, bool kPlain>
 __global__ void __launch_bounds__(kWgThreads, 1)
     fused_backward_wgmma_kernel(const __grid_constant__ CUtensorMap tm_h,
                                 const __grid_constant__ CUtensorMap tm_w, FusedArgs a) {
   using namespace hopper;
-  constexpr bool kOrdered = Variant::work == FusedBackwardWork::full;
-  // An ordered addition's load, add and store, or its fp32 reduction (FusedOrderedAdd).
-  constexpr bool kLdSt = kOrdered && Variant::ordered_add == FusedOrderedAdd::load_add_store;
-  constexpr bool kHelpers = kOrdered && Variant::hand_over != FusedHandOver::consumers;
-  constexpr bool kOverlap =
-      kOrdered && Variant::hand_over == FusedHandOver::helper_warps_overlapped;
-  constexpr bool kSplitHandOver =
-      kOrdered && Variant::hand_over == FusedHandOver::helper_warps_split;
-  // Timing only: helpers that do not wait for the turns (the additions' order is the schedule's).
-  constexpr bool kNoWait = Variant::hand_over == FusedHandOver::helper_warps_no_wait ||
-                           Variant::hand_over == FusedHandOver::helper_warps_no_wait_rotated;
-  constexpr bool kRotated = Variant::hand_over == FusedHandOver::helper_warps_no_wait_rotated;
-  // The consumers' arrivals at kBarDone + c count with one helper warp, or two when split.
-  constexpr int kDoneThreads = kSplitHandOver ? kSplitDoneThreads : kHandOverThreads;
   extern __shared__ std::uint8_t wg_smem_raw[];
   __shared__ __align__(8) std::uint64_t full[BwdRing::kStages], empty[BwdRing::kStages];
   std::uint8_t* base = align_1024(wg_smem_raw);
   const BwdRing ring{base, full, empty};
   std::uint8_t* dzs = base + BwdRing::kStages * BwdRing::kStageBytes;
-  const BwdTile tl = backward_tile<kWbBN, Variant::wgmma_group, Variant::raster>(
-      a, kOrdered ? claim_tile(a) : blockIdx.x);
+  const BwdTile tl = backward_tile<kWbBN, kWgmmaRasterGroup>(a, claim_tile(a));
   if (!block_has_targets(a, tl.m0)) {
-    if (kOrdered && threadIdx.x == 0)
-      pass_skipped_turns<!kNoWait, Variant::turn_slices>(a, tl, kWgConsumers);
+    if (threadIdx.x == 0) pass_skipped_turns(a, tl, kWgConsumers);
     return;
   }
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const int kblocks = static_cast<int>((a.D + BwdRing::kBK - 1) / BwdRing::kBK);
-  constexpr bool kFromSliceZero = kOrdered && !kRotated;
-  const int first = static_cast<int>(first_slice<kFromSliceZero>(tl, kblocks));
   if (threadIdx.x == 0) ring.init(kWgConsumers);
   __syncthreads();
   if (wg == kWgConsumers) {  // producer warpgroup: warp 0 streams, warps 1 + c hand turns on
     setmaxnreg_dec<40>();
-    if constexpr (kSplitHandOver) {  // warp 1 polls for both; warps 2 + c fence and hand on
-      const int pw = t / 32;
-      if (pw == 1) poll_turns_split(bwd_order(a), tl, kblocks, first, t % 32 == 0);
-      if (pw >= 2 && pw < 2 + kWgConsumers)
-        fence_turns_split(bwd_order(a), tl, pw - 2, kblocks, first, t % 32 == 0);
-    } else if constexpr (kHelpers) {
-      const int pw = t / 32;
-      if (pw >= 1 && pw <= kWgConsumers)
-        hand_over_turns<kOverlap, !kNoWait, Variant::turn_slices>(bwd_order(a), tl, pw - 1, kblocks,
-                                                                  first, t % 32 == 0);
-    }
+    const int pw = t / 32;
+    if (pw >= 1 && pw <= kWgConsumers)
+      hand_over_turns(bwd_order(a), tl, pw - 1, kblocks, t % 32 == 0);
     if (t == 0) {
       const int m0 = static_cast<int>(tl.m0), n0 = static_cast<int>(tl.n0);
       for (int kb = 0; kb < kblocks; ++kb)
         ring.produce(kb, &tm_h, &tm_w, kb * BwdRing::kBK, m0, n0);
-      if constexpr (Variant::work != FusedBackwardWork::dz_only)  // (dz_only: nothing to feed)
-        for (int i = 0; i < kblocks; ++i)
-          ring.produce(kblocks + i, &tm_h, &tm_w, ((first + i) % kblocks) * BwdRing::kBK, m0, n0);
+      for (int i = 0; i < kblocks; ++i)
+        ring.produce(kblocks + i, &tm_h, &tm_w, ((kFirstSlice + i) % kblocks) * BwdRing::kBK, m0,
+                     n0);
     }
     return;
   }
@@ -680,21 +553,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
   fence_proxy_async_shared();  // dz: written here, read by wgmma
   named_barrier(1, 128 * kWgConsumers);
-  if constexpr (Variant::work == FusedBackwardWork::dz_only) {  // timing: recompute and dz only
-    if (dzs[threadIdx.x] == 123) a.dH[0] = 1.0f;
-    return;
-  }
   // The additions of consumer warpgroup c (dH rows 64c…, dW and db vocabulary rows 128c…) take
   // their own turns (BwdOrder half c): db's with a barrier of its 128 threads (add_in_turn), the
-  // gradient slices' through its helper warp (hand_over_turns) or likewise.
+  // gradient slices' through its helper warp (hand_over_turns).
   const BwdOrder order = bwd_order(a);
-  const int mb_turn = static_cast<int>(tl.mb), vb_turn = static_cast<int>(tl.vb);
+  const int mb_turn = static_cast<int>(tl.mb);
   const int bar = 2 + c;  // 0: __syncthreads, 1: both consumer warpgroups
-  // db: column sums of the tile (fp32, increasing row), added in db's turn (or atomically); one
-  // column per thread.
+  // db: column sums of the tile (fp32, increasing row), added in db's turn; one column per thread.
   const auto sync_wg = [bar] { named_barrier(bar, 128); };
   if (a.db != nullptr)
-    add_in_turn<kOrdered>(t == 0, order.turn_b(tl.vb, c), mb_turn, nullptr, 0, sync_wg, [&] {
+    add_in_turn(t == 0, order.turn_b(tl.vb, c), mb_turn, nullptr, 0, sync_wg, [&] {
       if (tl.n0 + threadIdx.x < a.V) {
         const int v = static_cast<int>(threadIdx.x);
         float sum = 0.0f;
@@ -703,12 +571,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           memcpy(&x, dzs + dz_byte(r, v), 2);
           sum = __fadd_rn(sum, to_f(x));
         }
-        add_into<kLdSt>(a.db + tl.n0 + v, sum);
+        add_into(a.db + tl.n0 + v, sum);
       }
     });
-  // Per D slice: both GEMMs, then their reductions. (Issuing each GEMM's reductions while the
-  // other runs, and dH's A operand from registers, were measured slower with atomic additions:
-  // docs/fused.md; kOverlap does the former for the ordered additions.)
+  // Per D slice: both GEMMs, then their additions in the helper warp's turn (the variants that
+  // overlap them: lab/probes/fused_breakdown.cu, docs/fused.md).
   float accH[32], accW[2][32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) accH[i] = accW[0][i] = accW[1][i] = 0.0f;
@@ -731,73 +598,41 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                                  smem_desc_mn(hs + kk * 2048), kk > 0 ? 1 : 0);
   };
   const auto add_dH = [&](std::int64_t d0) {
-    flush_frag<true, 8, kLdSt>(a.dH, accH, tl.m0 + 64 * c + 16 * w, a.N, d0, a.D, g, q);
+    flush_frag<true, 8>(a.dH, accH, tl.m0 + 64 * c + 16 * w, a.N, d0, a.D, g, q);
   };
   const auto add_dW = [&](std::int64_t d0) {
 #pragma unroll
     for (int i2 = 0; i2 < 2; ++i2)
-      flush_frag<true, 8, kLdSt>(a.dW, accW[i2], tl.n0 + 64 * (2 * c + i2) + 16 * w, a.V, d0, a.D,
-                                 g, q);
+      flush_frag<true, 8>(a.dW, accW[i2], tl.n0 + 64 * (2 * c + i2) + 16 * w, a.V, d0, a.D, g, q);
   };
   // An addition whose turns the helper warp holds (hand_over_turns).
   const auto in_helpers_turn = [&](auto add) {
     named_barrier(kBarReady + c, kHandOverThreads);
     add();
-    named_barrier_arrive(kBarDone + c, kDoneThreads);
+    named_barrier_arrive(kBarDone + c, kHandOverThreads);
   };
-  std::int64_t d0_prev = 0;
   for (int i = 0; i < kblocks; ++i, ++it) {
     const std::uint8_t* hs = ring.wait_full(it);     // H[m0 : m0+128, slice]
     const std::uint8_t* ws = hs + BwdRing::kABytes;  // W[n0 : n0+256, slice]
-    const int s = (first + i) % kblocks;
+    const int s = (kFirstSlice + i) % kblocks;
     const std::int64_t d0 = std::int64_t(s) * BwdRing::kBK;
-    if constexpr (kOverlap) {
-      // dH's GEMM runs while dW of the previous slice is added, dW's while dH is added.
-      wgmma_fence();
-      gemm_dH(ws);
-      wgmma_commit();
-      if (i > 0) in_helpers_turn([&] { add_dW(d0_prev); });
-      wgmma_wait<0>();
-      fence_accumulator(accH);
-      wgmma_fence();
-      gemm_dW(hs);
-      wgmma_commit();
-      in_helpers_turn([&] { add_dH(d0); });
-      wgmma_wait<0>();
-      fence_accumulator(accW[0]);
-      fence_accumulator(accW[1]);
-      if (t == 0) ring.release(it);
-      d0_prev = d0;
-      continue;
-    }
     wgmma_fence();
     gemm_dH(ws);
     gemm_dW(hs);
     wgmma_commit();
     wgmma_wait<0>();
     if (t == 0) ring.release(it);
-    if constexpr (Variant::work != FusedBackwardWork::without_reductions) {
-      const auto add = [&] {
-        add_dH(d0);
-        add_dW(d0);
-      };
-      // dH's turn of these 64 rows, dW's of these 128 vocabulary rows: held by the helper warp
-      // (hand_over_turns), or taken and passed on here.
-      if constexpr (kHelpers) {
-        in_helpers_turn(add);
-      } else {
-        add_in_turn<kOrdered>(t == 0, order.turn_h(tl.mb, c, s), vb_turn, order.turn_w(tl.vb, c, s),
-                              mb_turn, sync_wg, add);
-      }
-    } else {  // timing: keep the GEMMs, drop their reductions
-      if (accH[0] == 12345.0f && accW[0][0] == 12345.0f && accW[1][0] == 1.0f) a.dH[0] = 1.0f;
-    }
+    // dH's turn of these 64 rows, dW's of these 128 vocabulary rows: held by the helper warp
+    // (hand_over_turns).
+    in_helpers_turn([&] {
+      add_dH(d0);
+      add_dW(d0);
+    });
   }
-  if constexpr (kOverlap) in_helpers_turn([&] { add_dW(d0_prev); });
 }
 
 // ---- host side -------------------------------------------------------------------------------
-template <class Variant, class T>
+template <class T>
 void launch_backward(bool vec, bool wgmma, const FusedArgs& a, cudaStream_t stream) {
   const std::int64_t MB = (a.N + kBM - 1) / kBM;
   if (wgmma) {
@@ -806,25 +641,16 @@ void launch_backward(bool vec, bool wgmma, const FusedArgs& a, cudaStream_t stre
     // The plain dz where its dropped operations are identities (fused_backward_wgmma_kernel).
     const bool plain = a.bias == nullptr && a.p.scale == 1.0f && !(a.p.softcap > 0.0f) &&
                        !a.p.smoothing && !a.p.zloss;
-    auto k = plain ? fused_backward_wgmma_kernel<Variant, T, true>
-                   : fused_backward_wgmma_kernel<Variant, T, false>;
+    auto k = plain ? fused_backward_wgmma_kernel<T, true> : fused_backward_wgmma_kernel<T, false>;
     XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWbSmem));
     k<<<static_cast<unsigned>(MB * VB), kWgThreads, kWbSmem, stream>>>(m.h, m.w, a);
   } else {
     const std::int64_t VB = (a.V + kBN - 1) / kBN;
-    auto k =
-        vec ? fused_backward_kernel<Variant, T, true> : fused_backward_kernel<Variant, T, false>;
+    auto k = vec ? fused_backward_kernel<T, true> : fused_backward_kernel<T, false>;
     XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kBwdSmem));
     k<<<static_cast<unsigned>(MB * VB), kThreads, kBwdSmem, stream>>>(a);
   }
   XL_CUDA_CHECK(cudaGetLastError());
-}
-
-template <class Variant>
-void launch_fused_backward(DType input, bool vec, bool wgmma, const FusedArgs& a,
-                           cudaStream_t stream) {
-  input == DType::bf16 ? launch_backward<Variant, __nv_bfloat16>(vec, wgmma, a, stream)
-                       : launch_backward<Variant, __half>(vec, wgmma, a, stream);
 }
 
 }  // namespace xentlab::gpu::fused

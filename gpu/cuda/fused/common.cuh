@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gpu/cuda/common/hopper.cuh"
 #include "gpu/cuda/fused/launch.cuh"
-#include "gpu/cuda/hopper.cuh"
-#include "gpu/fused_plan.hpp"
+#include "gpu/plans/fused_plan.hpp"
 
 namespace xentlab::gpu::fused {
 
@@ -33,7 +33,7 @@ constexpr int kBwdSmem = (kRegionHalves + kBM * kLdz) * 2;  // 108544 B
 
 static_assert(kBM == kFusedBlockTokens,
               "the CPU emulation models this decomposition "
-              "(gpu/fused_plan.hpp)");
+              "(gpu/plans/fused_plan.hpp)");
 
 // ---- PTX wrappers --------------------------------------------------------------------------
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
@@ -172,21 +172,21 @@ __device__ __forceinline__ void merge_state(float& m, float& s, float m2, float 
 // in the layout of wgmma's m64n256 accumulator fragment: the thread with lane l of warp w (w over
 // the CTA's 8 row groups of 16) has d[4j + 2h + e] = logit(row m0 + 16w + l/4 + 8h, column
 // n0 + 8j + 2(l % 4) + e), j < 32. So each row of a tile is folded by the 4 threads of a quad, 64
-// columns each, and both kernels fold the same tree (gpu/fused_plan.hpp, the CPU emulation).
+// columns each, and both kernels fold the same tree (gpu/plans/fused_plan.hpp, the CPU emulation).
 constexpr int kFBN = 256;
 // wgmma kernel: 2 consumer warpgroups of 64 rows + 1 producer warpgroup (one thread issues the
 // TMA copies); K blocks of 64. The producer gives registers up (setmaxnreg) so that the
 // consumers may hold the 128 accumulators and the fold (ptxas: 168 registers, no spills). A
 // first version with a producer warp instead of a warpgroup (288 threads, 180 registers) was
-// refused at every launch on the H200 with cudaErrorLaunchOutOfResources (2026-11-30; the cause
-// was not established): this kernel is launched in whole warpgroups.
+// refused at every launch on the H200 with cudaErrorLaunchOutOfResources (the cause was not
+// established): this kernel is launched in whole warpgroups.
 constexpr int kWgConsumers = 2;
 constexpr int kWgThreads = 128 * (kWgConsumers + 1);
 using Ring = hopper::WgmmaRing;  // 128 × 256 tiles, K blocks of 64, 4 stages (hopper.cuh)
 static_assert(kBM == 64 * kWgConsumers && kFBN == 256, "the ring's tile is the forward's");
 static_assert(kFBN == kFusedVocabTile && kFusedRowWarps == 1 && kFusedThreadColumns == 64,
               "the forward's fold: 4 threads per row of a 256-column tile, 64 columns each — the "
-              "layout the CPU emulation folds (gpu/fused_plan.hpp)");
+              "layout the CPU emulation folds (gpu/plans/fused_plan.hpp)");
 
 /// TMA maps of H (boxes of 64 × 128) and W (64 × 256) for the wgmma kernels.
 struct OperandMaps {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "gpu/cuda/cuda_check.hpp"
+#include "gpu/cuda/common/cuda_check.hpp"
 #include "gpu/cuda/fused/common.cuh"
 
 namespace xentlab::gpu::fused {
@@ -165,7 +165,7 @@ __device__ __forceinline__ FwdRange forward_range(const FusedArgs& a) {
 /// The forward on mma.sync: 8 warps of 16 rows × 256 columns (any sm_80+ device, any shape).
 /// Registers capped at 240 (ptxas takes 234–240, no spills but 8 bytes of stack in the vector
 /// variant). The cap was set while diagnosing a launch failure that was the wgmma kernel's (see
-/// kWgThreads); the uncapped 255-register build also ran on the H200 (2026-11-30).
+/// kWgThreads); the uncapped 255-register build also ran on the H200.
 constexpr int kFwdMmaRegs = 240;
 template <class T, bool kVec>
 __global__ void __maxnreg__(kFwdMmaRegs) fused_forward_mma_kernel(FusedArgs a) {

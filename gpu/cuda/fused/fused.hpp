@@ -2,9 +2,9 @@
 // The fused CUDA strategy (gpu/cuda/fused/) as tests and probes see it: the choice of kernel path
 // and which kernels a run took. Forward and backward each have two kernels: wgmma with TMA loads
 // (sm_90a devices; D % 8 == 0, 16-byte-aligned H and W, N ≥ 128, V ≥ 256, D ≥ 64) and mma.sync
-// (every other case). The two forwards fold the same reduction tree (gpu/fused_plan.hpp): their
-// loss and lse must agree bit for bit; the two backwards differ only in the order of their fp32
-// gradient sums (test_gpu_strategies). Host C++: no CUDA header is needed to include this.
+// (every other case). The two forwards fold the same reduction tree (gpu/plans/fused_plan.hpp):
+// their loss and lse must agree bit for bit; the two backwards differ only in the order of their
+// fp32 gradient sums (test_gpu_strategies). Host C++: no CUDA header is needed to include this.
 #include <memory>
 
 #include "gpu/strategy.hpp"

@@ -4,8 +4,8 @@
 // this folder:
 //   common.cuh    tile configuration, PTX wrappers, tile loads and epilogue helpers both passes use
 //   forward.cu    1. the forward kernels (wgmma, mma.sync) and 2. finalize
-//   backward.cuh  3. the backward kernels (wgmma, mma.sync), templates on a FusedBackwardVariant
-//   backward.cu   the strategy's backward (FusedStrategyBackward)
+//   backward.cuh  3. the backward kernels (wgmma, mma.sync)
+//   backward.cu   the backward's launches (launch_fused_backward)
 //   strategy.cu   the strategy: plan, kernel choice, launches, refusals
 //   fused.hpp     the public switches (kernel path) and record (kernels of the last run)
 //
@@ -40,7 +40,7 @@
 // can_implement. Linear problems only (a logits problem has its logits in memory already).
 // Extra device memory: the fp32 dH and dW accumulators (none when the grad dtype is fp32: the
 // outputs accumulate), the fp32 db accumulator, the per-row partial states ((3·ranges + 1)·4
-// bytes a row: 24.5 MiB at N = 131072; gpu/fused_plan.hpp), and with
+// bytes a row: 24.5 MiB at N = 131072; gpu/plans/fused_plan.hpp), and with
 // gradients the backward's order flags (4·fused_order_ints bytes: about 1 MiB at N = 131072,
 // V = 128256, D = 4096).
 #include <cuda_runtime.h>
@@ -48,9 +48,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "gpu/cuda/ce_math.cuh"
+#include "gpu/cuda/common/ce_math.cuh"
 #include "gpu/cuda/fused/fused.hpp"
-#include "gpu/fused_raster.hpp"
 #include "numerics/recipe.hpp"
 
 namespace xentlab::gpu::fused {
@@ -91,87 +90,6 @@ inline std::int64_t fused_order_ints(std::int64_t N, std::int64_t V, std::int64_
   return 1 + MB * 2 * S + VB * 2 * S + VB * 2;
 }
 
-/// What the backward kernels do once dz is formed. The strategy does all of it in a fixed order
-/// (bitwise deterministic); the three others are timing-only experiments
-/// (tools/probes/fused_breakdown.cu): the previous atomic additions (right up to their order),
-/// and two whose gradients are wrong by construction (docs/fused.md, "What limits it").
-enum class FusedBackwardWork {
-  full,  ///< db, both gradient GEMMs and their fp32 additions into dH and dW, in a fixed order
-  atomic_reductions,   ///< the same with fp32 atomics, in an order that depends on scheduling
-  without_reductions,  ///< db and the gradient GEMMs; their reductions into dH and dW dropped
-  dz_only,             ///< the logits recomputed and dz formed, then nothing
-};
-
-/// Who waits for and hands on the turns of the wgmma backward's ordered additions into dH and dW
-/// (backward.cuh; the mma.sync kernel's CTA always does it itself).
-enum class FusedHandOver {
-  /// One thread of each consumer warpgroup: it polls the flags, the warpgroup syncs, adds, syncs,
-  /// and the thread fences and stores the next turn — all on the consumers' path.
-  consumers,
-  /// An idle warp of the producer warpgroup per consumer warpgroup: it polls the flags while the
-  /// consumers compute and fences and stores the next turn after they have added; the consumers
-  /// only sync on one named barrier before their additions and arrive at another after them.
-  helper_warps,
-  /// helper_warps, and each consumer warpgroup adds one GEMM's result while its other GEMM runs
-  /// (dW of the previous D slice during dH's wgmma, dH during dW's): dH and dW take separate turns.
-  helper_warps_overlapped,
-  /// Timing only: helper_warps that hand the turns on without waiting for them, so the order of
-  /// the additions is the schedule's (with FusedOrderedAdd::reduction the sums stay atomic; with
-  /// load_add_store additions are lost): what the waiting costs.
-  helper_warps_no_wait,
-  /// Timing only: helper_warps_no_wait with every tile starting its D slices where the atomic
-  /// kernel does, (mb + vb) mod S, so that tiles in flight add into different lines at a time:
-  /// what same-line contention costs the no-wait variant, apart from the hand-over protocol.
-  helper_warps_no_wait_rotated,
-  /// Timing only: one warp polls the turns for both consumer warpgroups and a second warp per
-  /// consumer warpgroup fences and hands them on, so that the consumers may add the next D slice
-  /// while the previous slice's fence waits (one slice of slack). Measured no faster than
-  /// helper_warps (H200, 2026-12-02T14:43Z; docs/fused.md).
-  helper_warps_split,
-};
-
-/// How an ordered addition (FusedBackwardWork::full) adds a partial into dH, dW or db in its turn.
-enum class FusedOrderedAdd {
-  /// A load through L2, an fp32 add in the SM (round to nearest, subnormals kept) and a store.
-  load_add_store,
-  /// An fp32 reduction (red.global.add, performed at L2: round to nearest, but subnormal inputs
-  /// and results flushed to zero, PTX ISA "red"), still one turn at a time: half the traffic.
-  reduction,
-};
-
-/// A compile-time configuration of the backward kernels: token blocks per raster group of the
-/// mma.sync kernel (kMmaGroup) and of the wgmma kernel (kWgmmaGroup), the work done, who hands
-/// the wgmma kernel's turns on, how an ordered addition adds, and the order of the tiles within a
-/// raster group (gpu/fused_raster.hpp), and how many consecutive D slices one turn of the wgmma
-/// kernel's helper-warp hand-over covers (kTurnSlices: one wait before the group, one fence and
-/// hand-over after it; the additions' order is the same for any value; the mma.sync kernel takes
-/// one turn per slice whatever its value). 1, the strategy's, was measured against 4, 8 and 16:
-/// each slice more per turn is a slice more that a tile lags its predecessor, and the time grew
-/// with it (docs/fused.md).
-template <int kMmaGroup, int kWgmmaGroup, FusedBackwardWork kWork,
-          FusedHandOver kHandOver = FusedHandOver::helper_warps,
-          FusedOrderedAdd kAdd = FusedOrderedAdd::load_add_store,
-          FusedRaster kRaster = FusedRaster::token_fastest, int kTurnSlices = 1>
-struct FusedBackwardVariant {
-  static_assert(kMmaGroup >= 1 && kWgmmaGroup >= 1, "a raster group holds a token block at least");
-  static_assert(kTurnSlices >= 1 && (kTurnSlices == 1 || kHandOver == FusedHandOver::helper_warps),
-                "slice groups per turn are a variant of the helper-warp hand-over");
-  static constexpr int mma_group = kMmaGroup;
-  static constexpr int wgmma_group = kWgmmaGroup;
-  static constexpr FusedBackwardWork work = kWork;
-  static constexpr FusedHandOver hand_over = kHandOver;
-  static constexpr FusedOrderedAdd ordered_add = kAdd;
-  static constexpr FusedRaster raster = kRaster;
-  static constexpr int turn_slices = kTurnSlices;
-};
-/// The strategy's backward: the defaults — helper warps hand the wgmma kernel's turns on, each
-/// ordered addition a load, add and store, tiles token block fastest (each measured against the
-/// alternatives on the H200, docs/fused.md, "Determinism"). Token blocks per raster group (L2
-/// reuse; docs/fused.md): the mma.sync kernel's 16 was measured against 64 (2026-11-30,
-/// docs/benchmarks.md); the wgmma kernel's 8 against 16 and 32 (2026-11-30 20:25 UTC: 119.9,
-/// 125.8, 137.2 ms at N = 8192; 1947.6, 2071.6, 2261.0 ms at N = 131072).
-using FusedStrategyBackward = FusedBackwardVariant<16, 8, FusedBackwardWork::full>;
-
 /// Launches the forward of `a` (input: bf16 or fp16, the dtype of H and W) on `stream`: the wgmma
 /// kernel when `wgmma` (the caller has checked that it applies), else mma.sync with vector loads
 /// when `vec` (D % 8 == 0 and 16-byte-aligned H and W). Throws DeviceError.
@@ -180,15 +98,15 @@ void launch_fused_forward(DType input, bool vec, bool wgmma, const FusedArgs& a,
 /// Merges the forward's partial states of each row into lse (N) and loss (N). Throws DeviceError.
 void launch_fused_finalize(const FusedArgs& a, float* loss, float* lse, cudaStream_t stream);
 /// Launches the backward of `a` (dH, dW, db zeroed by the caller) as launch_fused_forward chooses
-/// its kernel. Defined in backward.cuh; backward.cu instantiates FusedStrategyBackward, a timing
-/// probe the variants it measures.
-template <class Variant>
+/// its kernel (backward.cu). Throws DeviceError.
 void launch_fused_backward(DType input, bool vec, bool wgmma, const FusedArgs& a,
                            cudaStream_t stream);
+/// A backward launch: launch_fused_backward, or a timing variant of it that a lab probe passes to
+/// make_cuda_fused_variant (lab/probes/fused_breakdown.cu).
 using FusedBackwardLaunch = void (*)(DType, bool, bool, const FusedArgs&, cudaStream_t);
 
 /// The fused strategy with kernel path `path` and backward `backward` (make_cuda_fused(path) is
-/// this with launch_fused_backward<FusedStrategyBackward>).
+/// this with launch_fused_backward).
 std::unique_ptr<Strategy> make_cuda_fused_variant(FusedKernelPath path,
                                                   FusedBackwardLaunch backward);
 

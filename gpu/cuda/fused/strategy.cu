@@ -9,12 +9,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "gpu/cuda/cuda_check.hpp"
-#include "gpu/cuda/cuda_strategy.cuh"
+#include "gpu/cuda/common/cuda_check.hpp"
 #include "gpu/cuda/fused/common.cuh"
 #include "gpu/cuda/fused/fused.hpp"
 #include "gpu/cuda/fused/launch.cuh"
-#include "gpu/fused_plan.hpp"
+#include "gpu/cuda/steps.cuh"
+#include "gpu/plans/fused_plan.hpp"
 
 namespace xentlab::gpu {
 namespace fused {
@@ -33,7 +33,7 @@ class FusedStrategy final : public CudaStrategy {
   }
 
   DeclaredArithmetic arithmetic(const Recipe& r) const override {
-    // The kernel's own tree (gpu/fused_plan.hpp; numerics/bounds.hpp online_tree), declared
+    // The kernel's own tree (gpu/plans/fused_plan.hpp; judge/bounds.hpp online_tree), declared
     // alike by its CPU emulation.
     DeclaredArithmetic d = fused_declared_arithmetic();
     d.note =
@@ -70,7 +70,7 @@ class FusedStrategy final : public CudaStrategy {
   void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
     const DeviceProblem& P = r.prob;
     if (!P.linear()) throw InputError("fused: needs a linear problem (H, W)");
-    const WorkspaceQuery q{P.N, P.V, P.D, P.input, P.bias != nullptr, r.recipe, r.want_grads};
+    const WorkspaceQuery q = workspace_query(r);
     const WorkspacePlan wp = plan(q, r.memory_budget, r.chunk_tokens);
     if (r.memory_budget > 0 && wp.total() > r.memory_budget)
       throw InputError("fused needs " + std::to_string(wp.total()) +
@@ -189,8 +189,7 @@ std::unique_ptr<Strategy> make_cuda_fused_variant(FusedKernelPath path,
 }  // namespace fused
 
 std::unique_ptr<Strategy> make_cuda_fused(FusedKernelPath path) {
-  return fused::make_cuda_fused_variant(
-      path, &fused::launch_fused_backward<fused::FusedStrategyBackward>);
+  return fused::make_cuda_fused_variant(path, &fused::launch_fused_backward);
 }
 
 std::unique_ptr<Strategy> make_cuda_fused() {

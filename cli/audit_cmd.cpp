@@ -1,0 +1,526 @@
+// `xentlab audit`: every strategy × recipe on the embedded problem set (or chosen problems),
+// against the certified reference; HDF5 results, summary table, Markdown, plots, and the verdict on
+// "logits may be bf16 while accumulation must be fp32". Exit status 1 when any run is incorrect or
+// failed.
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+#include <spawn.h>  // posix_spawnp, environ
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "cli/options/loss.hpp"
+#include "cli/options/reference.hpp"
+#include "datasets/catalog.hpp"
+#include "datasets/io/atomic_file.hpp"
+#include "datasets/io/h5.hpp"
+#include "gpu/registry.hpp"
+#include "harness/audit/audit.hpp"
+#include "harness/text.hpp"
+#include "numerics/error.hpp"
+#ifdef XENTLAB_HAVE_CUDA
+#include "gpu/cuda/common/device.hpp"
+#endif
+
+extern char** environ;
+
+namespace xentlab::cli {
+namespace {
+
+struct AuditArgs {
+  std::vector<std::string> problems, datasets, strategies, recipes;
+  bool tokens_given = false, hidden_given = false;
+  std::int64_t vocab = 0;  ///< --dataset generators: V (0 = the entry's default)
+  std::string backend = "auto";
+  ReferenceChoice reference;
+  std::int64_t rows = 8, vocab_rows = 256, tokens = 16, hidden = 64;
+  std::uint64_t seed = 1;
+  std::string policy = "audit";
+  std::string out = "xentlab-audit.h5", markdown, plots;
+  bool force = false, append = false, quiet = false;
+  LossOptions loss;  ///< LossDefaults::problem: overrides applied to every problem when given
+  std::int64_t chunk_tokens = 0;
+  std::int64_t ranks = 1;
+  bool ranks_given = false;
+};
+
+Backend choose_backend(const std::string& b, std::string& device, int& sms) {
+  bool have_gpu = false;
+  std::string why = "this build has no CUDA backend";
+#ifdef XENTLAB_HAVE_CUDA
+  const gpu::DeviceInfo d = gpu::query_device();
+  have_gpu = d.available;
+  why = d.reason;
+  if (have_gpu) {
+    device = fmt::format("{} (sm_{}{}, {} SMs, {:.0f} GiB)", d.name, d.sm_major, d.sm_minor,
+                         d.multiprocessors, d.memory_gib);
+    sms = d.multiprocessors;
+  }
+#endif
+  if (b == "cpu") {
+    device = "cpu-emulation";
+    sms = 0;
+    return Backend::cpu_emulation;
+  }
+  if (b == "cuda") {
+    if (!have_gpu) throw InputError("--backend cuda: " + why);
+    return Backend::cuda;
+  }
+  if (b != "auto") throw InputError("--backend must be auto, cpu or cuda, got '" + b + "'");
+  if (have_gpu && !make_strategies(Backend::cuda).empty()) return Backend::cuda;
+  device = "cpu-emulation";
+  sms = 0;
+  return Backend::cpu_emulation;
+}
+
+/// --plots DIR, before the work: DIR is a folder (created here when missing, its parent must
+/// exist) that takes files, and holds none of tools/scripts/plot_audit.py's PNGs unless --force.
+void check_plots_folder(const std::string& dir, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw InputError(fmt::format("--plots {}: exists and is not a folder", dir));
+  if (!fs::exists(dir, ec) && !fs::create_directory(dir, ec))
+    throw InputError(fmt::format("--plots {}: cannot create the folder: {}", dir, ec.message()));
+  AtomicOutput((fs::path(dir) / "error_vs_recipe_loss.png").string(), true).check_writable();
+  if (force) return;
+  // Every file tools/scripts/plot_audit.py may write (its PLOT_NAMES; it makes the same check
+  // itself).
+  for (const char* name :
+       {"error_vs_recipe_loss.png", "error_vs_recipe_dz.png", "error_vs_recipe_dH.png",
+        "error_vs_recipe_dW.png", "ulp_loss.png", "ulp_dz.png", "ulp_dH.png", "ulp_dW.png",
+        "loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png", "verdict_heatmap.png"})
+    if (fs::exists(fs::path(dir) / name, ec))
+      throw InputError(
+          fmt::format("--plots {}: holds plots already ({}); pass --force to "
+                      "overwrite them",
+                      dir, name));
+}
+
+// A list option given with nothing in it ('' or ',') is a mistake, not "all" (the default when
+// the option is left out); a name given twice would run or be counted twice.
+std::vector<std::string> checked_list(const char* opt, const std::vector<std::string>& given) {
+  const std::vector<std::string> items = split_commas(given);
+  if (!given.empty() && items.empty())
+    throw InputError(fmt::format("{}: empty value (leave the option out for the default)", opt));
+  for (std::size_t i = 0; i < items.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (items[i] == items[j])
+        throw InputError(fmt::format("{}: '{}' is named twice", opt, items[i]));
+  return items;
+}
+
+// The audit's configuration from the options, every value checked before any work.
+audit::AuditConfig config_of(const AuditArgs& a) {
+  audit::AuditConfig cfg;
+  cfg.strategies = checked_list("--strategies", a.strategies);
+  for (const auto& r : checked_list("--recipes", a.recipes)) cfg.recipes.push_back(parse_recipe(r));
+  (void)checked_list("--problems", a.problems);
+  (void)checked_list("--dataset", a.datasets);
+  if (a.vocab > 0 && a.datasets.empty())
+    throw InputError(
+        "--vocab sets V of --dataset generators; the embedded set has V = 128256 "
+        "(give --dataset, or leave --vocab out)");
+  {
+    ReferenceOptions ro;
+    apply_reference_choice(a.reference, ro);
+    cfg.reference_tier = ro.tier;
+    cfg.reference_memory = ro.max_bytes;
+  }
+  cfg.backend = choose_backend(a.backend, cfg.device, cfg.device_sms);
+  cfg.rows = a.rows;
+  cfg.vocab_rows = a.vocab_rows;
+  cfg.seed = a.seed;
+  cfg.policy = a.policy;
+  policy_by_name(cfg.policy);  // unknown policy: fail before any work
+  cfg.chunk_tokens = a.chunk_tokens;
+  cfg.ranks = a.ranks;
+  if (a.ranks_given) {
+    // --ranks is a parameter of the strategies that shard the vocabulary only: given without one,
+    // it would be silently ignored.
+    bool sharding = false;
+    for (const std::string& s : cfg.strategies)
+      sharding = sharding || strategy_traits(s).shards_vocabulary;  // an unknown name: its error
+    if (!sharding) {
+      std::vector<std::string> names;
+      for (const StrategyEntry& e : strategy_table())
+        if (e.traits.shards_vocabulary) names.emplace_back(e.name);
+      throw InputError(fmt::format(
+          "--ranks {} applies to the strategies that shard the vocabulary ({}), and --strategies "
+          "names none (e.g. --strategies {} --ranks {})",
+          a.ranks, fmt::join(names, ", "), names.empty() ? "" : names.front(), a.ranks));
+    }
+    // Before the problems are generated: a backend that cannot give every rank a device.
+    for (const std::string& s : cfg.strategies) {
+      const StrategyEntry* e = find_strategy_entry(s);
+      if (e == nullptr || !e->traits.shards_vocabulary) continue;
+      if (const auto st = make_strategy(cfg.backend, s)) {
+        const Status ok = st->can_run_ranks(a.ranks);
+        if (!ok.ok())
+          throw InputError(fmt::format("--ranks {}: {} on the {} backend: {}", a.ranks, s,
+                                       to_string(cfg.backend), ok.message));
+      }
+    }
+  }
+  if (a.chunk_tokens > 0 && !cfg.strategies.empty()) {
+    // A chunk width for strategies none of which chunks tokens would be recorded, not used.
+    bool chunking = false;
+    for (const std::string& s : cfg.strategies)
+      chunking = chunking || strategy_traits(s).chunks_tokens;
+    if (!chunking) {
+      std::vector<std::string> chunkers;
+      for (const StrategyEntry& e : strategy_table())
+        if (e.traits.chunks_tokens) chunkers.emplace_back(e.name);
+      throw InputError(fmt::format(
+          "--chunk-tokens {}: none of the strategies named ({}) works through the tokens in "
+          "chunks; leave the option out, or name one that does ({})",
+          a.chunk_tokens, fmt::join(cfg.strategies, ", "), fmt::join(chunkers, ", ")));
+    }
+  }
+  cfg.upstream = a.loss.upstream_kind();
+  return cfg;
+}
+
+// --append: one seed per file (runs of another seed would be compared as runs of the same
+// problems), likewise one chunk width and one upstream gradient (absent in version 1: 0, ones),
+// and one number of vocabulary-parallel ranks among the runs that record one.
+void check_append(const AuditArgs& a, const audit::AuditConfig& cfg) {
+  const h5::File f = audit::open_results_file(a.out);
+  if (!f.exists("runs")) return;
+  bool sharding = false;  // this audit runs a strategy that shards the vocabulary
+  for (const std::string& s : cfg.strategies)
+    if (const StrategyEntry* e = find_strategy_entry(s))
+      sharding = sharding || e->traits.shards_vocabulary;
+  if (sharding)
+    for (const auto& id : f.open_group("runs").children()) {
+      const h5::Group run = f.open_group("runs/" + id);
+      if (run.has_attr("ranks") && run.attr_int("ranks") != cfg.ranks)
+        throw InputError(fmt::format(
+            "--append: {} holds {} runs of --ranks {}, this audit's are of --ranks {}; write "
+            "it to another file",
+            a.out, run.attr_string("strategy"), run.attr_int("ranks"), cfg.ranks));
+    }
+  for (const auto& id : f.open_group("runs").children()) {
+    const h5::Group run = f.open_group("runs/" + id);
+    const std::int64_t s = run.attr_int("seed");
+    if (s != static_cast<std::int64_t>(a.seed))
+      throw InputError(
+          fmt::format("--append: {} holds runs of seed {}, this audit's is {}; "
+                      "write it to another file",
+                      a.out, s, a.seed));
+    const std::int64_t c = run.has_attr("chunk_tokens") ? run.attr_int("chunk_tokens") : 0;
+    const std::string u = run.has_attr("upstream") ? run.attr_string("upstream") : "ones";
+    if (c != a.chunk_tokens || u != cfg.upstream)
+      throw InputError(fmt::format(
+          "--append: {} holds runs of --chunk-tokens {} --upstream {}, this audit's are "
+          "{} and {}; write it to another file",
+          a.out, c, u, a.chunk_tokens, cfg.upstream));
+    break;
+  }
+}
+
+// The results file, before the work: an hour of audit must not end on "file exists".
+void check_results_file(const AuditArgs& a, const audit::AuditConfig& cfg,
+                        const std::string& md_path) {
+  if (same_output_file(md_path, a.out))
+    throw InputError(fmt::format("--markdown {} is the results file {} itself", md_path, a.out));
+  for (const std::string& d : checked_list("--dataset", a.datasets))  // inputs, not outputs
+    for (const std::string& out : {a.out, md_path})
+      if (same_output_file(out, d))
+        throw InputError(fmt::format(
+            "{} is the problem file --dataset {} itself: write the audit elsewhere", out, d));
+  if (a.append && std::filesystem::exists(a.out)) check_append(a, cfg);
+  // The Markdown of an appending audit describes its own runs: it never replaces the summary of
+  // the runs already in the file without --force.
+  if (a.append && !a.force && std::filesystem::exists(md_path))
+    throw InputError(fmt::format(
+        "--append: the Markdown summary {} exists (it describes the runs already in {}); this "
+        "audit's summary covers its own runs only: give --markdown another file, or --force to "
+        "replace it",
+        md_path, a.out));
+  AtomicOutput probe(a.out, a.force || a.append);  // folder exists, not a device, no clobbering
+  probe.check_writable();  // permissions, a read-only file system: before the work, with why
+}
+
+// The embedded problems named by --problems (all when none), each refused before it is generated
+// when its reference would not fit.
+void add_embedded_problems(const AuditArgs& a, const audit::AuditConfig& cfg,
+                           const std::shared_ptr<const TargetEngine>& targets,
+                           std::vector<audit::AuditProblem>& problems) {
+  const auto wanted = split_commas(a.problems);
+  std::vector<audit::AuditProblem> all = audit::default_problem_set(
+      a.seed, a.tokens, a.hidden, wanted,
+      [&a](const std::string& name) {
+        return a.quiet ? GenerationProgress{} : progress_printer("generating " + name);
+      },
+      cfg.backend != Backend::cpu_emulation,
+      [&cfg](const audit::ProblemShape& ps) {
+        // The reference of the sub-batch the audit will run on
+        // (harness/audit/audit.cpp, prepare), before generating.
+        const std::int64_t r = ps.rows >= 0 ? ps.rows : cfg.rows;
+        const std::int64_t S = r > 0 ? std::min(r, ps.N) : ps.N;
+        const std::int64_t vr = ps.vocab_rows >= 0 ? ps.vocab_rows : cfg.vocab_rows;
+        const std::int64_t J = ps.D == 0 ? 0 : (vr > 0 ? std::min(vr, ps.V) : ps.V);
+        ReferenceOptions ro;
+        ro.tier = cfg.reference_tier;
+        ro.max_bytes = cfg.reference_memory;
+        ro.want_dz = ps.D == 0;
+        check_reference_fits(S, ps.V, ps.D, J, ro);
+      },
+      targets);
+  for (auto& p : all)
+    if (wanted.empty() || std::find(wanted.begin(), wanted.end(), p.name) != wanted.end())
+      problems.push_back(std::move(p));
+  for (const auto& w : wanted) {
+    bool found = false;
+    for (const auto& p : problems) found = found || p.name == w;
+    if (!found && w == "llama3-8b")
+      throw InputError(
+          "the embedded problem 'llama3-8b' (the Llama-3-8B head at N = 8192, every row, full "
+          "dW) is audited on a GPU backend only: the CPU emulation would take hours a run "
+          "(use --backend cuda on a machine with a GPU, or --dataset llama3-8b with --rows)");
+    if (!found)
+      throw InputError(
+          fmt::format("unknown problem '{}' of the embedded set (see xentlab audit --help; "
+                      "catalog datasets and files go to --dataset)",
+                      w));
+  }
+}
+
+// The problems of the audit: the embedded set (or the named part of it) unless only --dataset is
+// given, then each --dataset; the loss options override each problem's spec.
+std::vector<audit::AuditProblem> make_problems(const AuditArgs& a, const audit::AuditConfig& cfg) {
+  std::vector<audit::AuditProblem> problems;
+  // Calibrated targets of linear heads where the reference runs: on the GPU with the cuda tier.
+  const std::shared_ptr<const TargetEngine> targets = target_engine_for(cfg.reference_tier);
+  const auto datasets = split_commas(a.datasets);
+  if (!split_commas(a.problems).empty() || datasets.empty())
+    add_embedded_problems(a, cfg, targets, problems);
+  for (const auto& d : datasets) {
+    DatasetParams params;
+    params.seed = a.seed;
+    if (a.tokens_given) params.N = a.tokens;
+    if (a.hidden_given) params.D = a.hidden;
+    if (a.vocab > 0) params.V = a.vocab;
+    params.targets = targets;
+    if (!a.quiet)
+      params.progress = progress_printer(
+          "generating " + d + (targets ? " (targets on " + targets->describe() + ")" : ""));
+    DatasetInstance inst = load_dataset(d, params);
+    problems.push_back({inst.source, inst.regime.empty() ? inst.generator : inst.regime,
+                        std::move(inst.problem), inst.spec});
+  }
+  audit::check_problem_names(problems);  // before the work (run_audit checks it too)
+  for (auto& p : problems) {
+    p.spec = a.loss.over(p.spec);
+    try {
+      p.spec.validate();  // an out-of-range override is an InputError naming it
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("problem {}: {}", p.name, e.what()));
+    }
+  }
+  return problems;
+}
+
+// The audit's progress on stderr: on a terminal one line redrawn in place; otherwise (a log) a
+// line per tenth of the runs.
+std::function<void(std::int64_t, std::int64_t, const std::string&)> progress_display(
+    std::chrono::steady_clock::time_point t0) {
+  const bool tty = isatty(fileno(stderr)) != 0;
+  auto last_tenth = std::make_shared<std::int64_t>(-1);
+  return [t0, tty, last_tenth](std::int64_t done, std::int64_t total, const std::string& what) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double eta =
+        done > 0 ? el / static_cast<double>(done) * static_cast<double>(total - done) : 0.0;
+    if (tty) {
+      fmt::print(stderr, "\r[{:>4}/{}] {:>5.0f}s elapsed, ETA {:>4.0f}s  {:<60.60}", done, total,
+                 el, eta, what);
+      if (done == total) fmt::print(stderr, "\n");
+    } else {
+      const std::int64_t tenth = total > 0 ? done * 10 / total : 10;
+      if (tenth == *last_tenth) return;
+      *last_tenth = tenth;
+      fmt::print(stderr, "[{:>4}/{}] {:.0f}s elapsed, ETA {:.0f}s: {}\n", done, total, el, eta,
+                 what);
+    }
+  };
+}
+
+// The Markdown summary into md_out's temporary file (committed by the caller).
+void write_markdown(const AuditArgs& a, const audit::AuditConfig& cfg,
+                    const std::vector<audit::AuditProblem>& problems, const audit::AuditResult& res,
+                    const AtomicOutput& md_out, const std::string& md_path) {
+  errno = 0;
+  std::ofstream md(md_out.temp_path());
+  // Problems with their own sub-batch (the real-shape problem: every row, full dW) say so.
+  std::string own;
+  const auto count = [](std::int64_t n, const char* all) {
+    return n > 0 ? std::to_string(n) : std::string(all);
+  };
+  for (const auto& p : problems)
+    if (p.rows >= 0 || p.vocab_rows >= 0)
+      own += fmt::format("; {}: {} token rows, {} vocabulary rows of dW", p.name,
+                         count(p.rows >= 0 ? p.rows : cfg.rows, "every"),
+                         count(p.vocab_rows >= 0 ? p.vocab_rows : cfg.vocab_rows, "all"));
+  // The strategies that shard the vocabulary name their ranks (the results file records each
+  // run's ranks and shards).
+  std::string ranks;
+  for (const std::string& s : cfg.strategies)
+    if (strategy_traits(s).shards_vocabulary)
+      ranks += fmt::format("; {}: {} vocabulary-parallel ranks", s, cfg.ranks);
+  md << "# xentlab audit\n\nbackend: " << cfg.device << ", seed " << cfg.seed << ", policy "
+     << cfg.policy << ", sub-batch rows " << cfg.rows << own << ranks << "\n\n"
+     << (a.append ? fmt::format("The runs of this audit, appended to {}; the file holds the "
+                                "earlier runs as well.\n\n",
+                                a.out)
+                  : std::string())
+     << audit::format_summary(res, true);
+  md.close();
+  const int err = errno;
+  if (!md)
+    throw OutputError(
+        fmt::format("{}: cannot write the Markdown summary ({}; the results file "
+                    "{} is written)",
+                    md_path, err != 0 ? std::strerror(err) : "unknown reason", a.out));
+}
+
+// --plots: tools/scripts/plot_audit.py on the results file (no shell: the arguments go to python3
+// as they are). 0, or 3 when the plots could not be made.
+int make_plots(const AuditArgs& a) {
+  const std::string script = std::string(XENTLAB_SOURCE_DIR) + "/tools/scripts/plot_audit.py";
+  std::vector<std::string> args{"python3", script, a.out, a.plots};
+  if (a.force) args.push_back("--force");  // the folder was checked before, with the same rule
+  std::vector<char*> argv;
+  for (auto& x : args) argv.push_back(x.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int status = -1;
+  const bool ok = posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ) == 0 &&
+                  waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!ok) {
+    fmt::print(stderr,
+               "xentlab audit: the plots were not made: python3 {} failed (its message is "
+               "above; where h5py or matplotlib is missing, tools/setup.sh --python installs "
+               "them). The results files are written.\n",
+               script);
+    return 3;  // an output that could not be written
+  }
+  fmt::print("plots: {}/\n", a.plots);
+  return 0;
+}
+
+int run_audit_command(const AuditArgs& a) {
+  audit::AuditConfig cfg = config_of(a);
+  // Every output is checked before any work.
+  const std::string md_path = a.markdown.empty() ? a.out + ".md" : a.markdown;
+  check_results_file(a, cfg, md_path);
+  AtomicOutput md_out(md_path, a.force);
+  md_out.check_writable();
+  if (!a.plots.empty()) check_plots_folder(a.plots, a.force);
+  // The loss-spec overrides are checked before any problem is generated (each problem's spec is
+  // checked again, with its own defaults).
+  (void)a.loss.check_given();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!a.quiet) fmt::print(stderr, "xentlab audit: generating problems (seed {})\n", a.seed);
+  const std::vector<audit::AuditProblem> problems = make_problems(a, cfg);
+  // A problem the file records under the same name as another (its shape, rows or spec) is
+  // refused now, not after the work.
+  if (a.append) audit::check_append_problems(a.out, problems, cfg);
+  if (!a.quiet) cfg.progress = progress_display(t0);
+  const audit::AuditResult res = audit::run_audit(problems, cfg);
+  audit::require_some_run(res);
+  audit::write_results(a.out, res, cfg, a.force, a.append);
+  write_markdown(a, cfg, problems, res, md_out, md_path);
+  md_out.commit();
+  fmt::print("{}", audit::format_summary(res, false));
+  fmt::print("\nresults: {} (HDF5), {} (Markdown)\n", a.out, md_path);
+  std::fflush(stdout);  // the plot script writes to the same terminal
+  if (!a.plots.empty() && make_plots(a) != 0) return 3;
+  return (res.incorrect > 0 || res.failed > 0) ? 1 : 0;
+}
+
+}  // namespace
+
+void register_audit(CLI::App& app) {
+  auto a = std::make_shared<AuditArgs>();
+  CLI::App* c = app.add_subcommand(
+      "audit",
+      "Every strategy x recipe against the certified reference, on the embedded problem set; "
+      "writes HDF5 results, a Markdown summary and the verdict. Exit 1 if any run is incorrect or "
+      "failed.");
+  c->add_option("--problems", a->problems,
+                "problems of the embedded set (comma list): stories260k, calibrated, confident, "
+                "offset, masked, all-options; default all");
+  c->add_option(
+      "--dataset,-d", a->datasets,
+      "catalog datasets (xentlab datasets) or problem files (HDF5, .safetensors, a folder of "
+      ".npy) to audit instead of the embedded set (repeatable, comma list)");
+  c->add_option("--strategies", a->strategies,
+                "strategies (comma list); default all registered but vocab_parallel, which runs "
+                "when named");
+  c->add_option(
+      "--recipes", a->recipes,
+      "recipes input/logits/accum/grad (comma list); default: the grid of logits x accum in "
+      "{fp32,bf16,fp16} for bf16 and fp16 inputs, plus all-fp32");
+  c->add_option("--backend", a->backend, "auto (GPU if present), cpu (emulation) or cuda")
+      ->capture_default_str();
+  c->add_option("--rows", a->rows, "token rows of each problem's audited sub-batch (0 = all)")
+      ->capture_default_str()
+      ->check(non_negative());
+  c->add_option("--vocab-rows", a->vocab_rows, "vocabulary rows compared for dW/db (0 = all)")
+      ->capture_default_str()
+      ->check(non_negative());
+  auto* tok = c->add_option("--tokens,-N", a->tokens, "tokens N generated per synthetic problem")
+                  ->capture_default_str();
+  c->add_option("--vocab,-V", a->vocab,
+                "vocabulary V of catalog datasets given with --dataset (default: the entry's)")
+      ->check(positive());
+  auto* hid = c->add_option("--hidden,-D", a->hidden, "hidden size D of the synthetic heads")
+                  ->capture_default_str();
+  c->add_option("--seed", a->seed, "seed of every generator and sample")->capture_default_str();
+  c->add_option("--policy", a->policy, "pass/fail policy: audit, default, strict, lenient")
+      ->capture_default_str();
+  c->add_option("--out,-o", a->out, "HDF5 results file")->capture_default_str();
+  c->add_option("--markdown", a->markdown, "Markdown summary (default: <out>.md)");
+  c->add_option("--plots", a->plots,
+                "folder for PNG plots (needs python3 with h5py and matplotlib)");
+  c->add_flag("--force", a->force, "overwrite an existing results file");
+  c->add_flag("--append", a->append, "add the runs to an existing results file");
+  c->add_flag("--quiet,-q", a->quiet, "no progress display");
+  a->loss.defaults = LossDefaults::problem;
+  add_loss_options(
+      c, a->loss,
+      {LossOption::reduction, LossOption::label_smoothing, LossOption::z_loss, LossOption::softcap,
+       LossOption::logit_scale, LossOption::normalizer, LossOption::upstream});
+  c->add_option("--chunk-tokens", a->chunk_tokens,
+                "token rows per chunk of chunked and checkpointed (0 = their default; naive and "
+                "fused do not chunk tokens)")
+      ->check(non_negative())
+      ->capture_default_str();
+  auto* ranks = c->add_option("--ranks", a->ranks,
+                              "vocabulary-parallel ranks P of vocab_parallel (its shards: "
+                              "docs/vocab_parallel.md), 1 to V; only with --strategies naming it")
+                    ->capture_default_str();
+  add_reference_options(c, a->reference);
+  c->callback([a, tok, hid, ranks]() {
+    a->tokens_given = tok->count() > 0;
+    a->hidden_given = hid->count() > 0;
+    a->ranks_given = ranks->count() > 0;
+    const int rc = run_audit_command(*a);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace xentlab::cli

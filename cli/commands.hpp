@@ -1,0 +1,40 @@
+#pragma once
+// Subcommands of the xentlab program. One file per subcommand under tools/cli/, each with one
+// explicit registration function called from cli/main.cpp (no static self-registration).
+#include <CLI/CLI.hpp>
+
+namespace xentlab::cli {
+
+/// `xentlab reference`: the certified reference on the embedded example or a generated problem.
+void register_reference(CLI::App& app);
+/// `xentlab datasets`: the catalog of named problem sources (datasets/catalog.hpp).
+void register_datasets(CLI::App& app);
+/// `xentlab golden`: write a golden file (harness/verify/golden.hpp, docs/formats.md).
+void register_golden(CLI::App& app);
+/// `xentlab verify`: score a candidate file against a golden file (harness/verify/verify.hpp).
+void register_verify(CLI::App& app);
+/// `xentlab candidate`: one of the lab's strategies on a golden problem, written as a candidate.
+void register_candidate(CLI::App& app);
+/// `xentlab audit`: the main job (tools/audit/).
+void register_audit(CLI::App& app);
+/// `xentlab regress`: compare two audit results files (nightly regression check).
+void register_regress(CLI::App& app);
+/// `xentlab fidelity`: CPU emulation against a device audit, run by run.
+void register_fidelity(CLI::App& app);
+/// `xentlab bench`: the memory/throughput table of the CUDA strategies (tools/bench/).
+void register_bench(CLI::App& app);
+/// Makes every integer option of `app` and its subcommands accept only plain decimal integers in
+/// the range of a 64-bit integer (CLI11 would read "010" as octal 8, "0x10" as hexadecimal, "-1"
+/// as 2^64 − 1 for an unsigned option, and clamp past the range without a word). Call after
+/// every subcommand is registered; a rejected value is a parse error (exit 2) naming the value.
+/// Floating-point options likewise refuse an empty value (CLI11 would read '' as 0).
+void require_decimal_integers(CLI::App& app);
+/// Validators with plain messages ("must be ≥ 0, got -1"; CLI11's NonNegativeNumber and
+/// PositiveNumber print a range with a 300-digit bound). A value that is not a number is left to
+/// the option's type conversion.
+const CLI::Validator& non_negative();
+const CLI::Validator& positive();
+/// Records the command line (shell-quoted) for the outputs that carry it (bench).
+void set_command_line(int argc, char** argv);
+
+}  // namespace xentlab::cli

@@ -1,0 +1,563 @@
+// Softmax/cross-entropy kernels; the arithmetic is specified in ce_kernels.cuh and
+// docs/arithmetic.md. Template instantiations are kept few (CI compiles this on 2 cores):
+// ce_rows 3 logit dtypes × 3 accumulators, dz_rows 3 × 3, the rest dispatch the accumulator at
+// run time.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "gpu/cuda/common/ce_kernels.cuh"
+#include "gpu/cuda/common/ce_math.cuh"
+#include "gpu/cuda/common/cuda_check.hpp"
+
+namespace xentlab::gpu {
+namespace {
+using namespace cemath;
+
+constexpr int kThreads = 256;  // T of docs/arithmetic.md §4
+constexpr int kGroup = 8;      // elements per 16-byte load of a 16-bit dtype
+
+// ---- 8-element loads/stores with the contract's ownership --------------------------------------
+template <class T>
+__device__ __forceinline__ void load8(const T* row, std::int64_t j0, std::int64_t V, bool aligned,
+                                      float (&v)[kGroup]) {
+  if (aligned && j0 + kGroup <= V) {
+    if constexpr (sizeof(T) == 2) {
+      const uint4 q = *reinterpret_cast<const uint4*>(row + j0);
+      const T* e = reinterpret_cast<const T*>(&q);
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) v[k] = to_f(e[k]);
+    } else {
+      const float4 a = *reinterpret_cast<const float4*>(row + j0);
+      const float4 b = *reinterpret_cast<const float4*>(row + j0 + 4);
+      v[0] = a.x;
+      v[1] = a.y;
+      v[2] = a.z;
+      v[3] = a.w;
+      v[4] = b.x;
+      v[5] = b.y;
+      v[6] = b.z;
+      v[7] = b.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k) v[k] = j0 + k < V ? to_f(row[j0 + k]) : -INFINITY;
+  }
+}
+
+template <class T>
+__device__ __forceinline__ void store8(T* row, std::int64_t j0, std::int64_t V, bool aligned,
+                                       const float (&v)[kGroup]) {
+  if (aligned && j0 + kGroup <= V) {
+    if constexpr (sizeof(T) == 2) {
+      uint4 q;
+      T* e = reinterpret_cast<T*>(&q);
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) e[k] = from_f<T>(v[k]);
+      *reinterpret_cast<uint4*>(row + j0) = q;
+    } else {
+      *reinterpret_cast<float4*>(row + j0) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>(row + j0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k)
+      if (j0 + k < V) row[j0 + k] = from_f<T>(v[k]);
+  }
+}
+
+__device__ __forceinline__ float block_max(float v, float* red) {
+  const int t = threadIdx.x;
+  red[t] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (t < s) red[t] = fmaxf(red[t], red[t + s]);
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+
+/// The contract's tree over the 256 partials, each add rounded to A.
+template <class A>
+__device__ __forceinline__ float block_tree_sum(float v, float* red) {
+  const int t = threadIdx.x;
+  red[t] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (t < s) red[t] = rnd<A>(__fadd_rn(red[t], red[t + s]));
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+
+// ---- kernels ---------------------------------------------------------------------------------
+// One 16-byte group per thread in flight (4 loaded before use was measured slower: 5.4 vs 2.8 ms).
+constexpr std::int64_t kStride = std::int64_t(kThreads) * kGroup;  // a thread's next group
+
+/// The per-element transform of the contract, or the identity when Plain (scale 1, no softcap:
+/// __fmul_rn(1, z) = z exactly, so both give the same bits).
+template <bool Plain>
+__device__ __forceinline__ float xform(float z, const RowLossParams& p, float& th) {
+  if constexpr (Plain) {
+    th = 0.0f;
+    return z;
+  } else {
+    return transform(z, p, th);
+  }
+}
+
+/// One row of ce_rows_kernel. Plain (scale 1, no softcap, no label smoothing, no z-loss) drops
+/// the operations that are exact identities there (×scale, ×chain = ×1, the unused branches), so
+/// it gives the general path's bits with fewer instructions; full 16-byte groups skip the
+/// per-element bounds checks (the tail group keeps them). The kernel is issue-bound, not
+/// bandwidth-bound (docs/benchmarks.md), hence the care.
+template <bool Plain, class L, class A>
+__device__ __forceinline__ void ce_row(L* zr, std::int64_t row, const std::int64_t* targets,
+                                       float* loss, float* lse_out, const RowLossParams& p,
+                                       bool write_dz, const RowGradScale& g, float* red) {
+  const std::int64_t V = p.V;
+  const int tid = threadIdx.x;
+  const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
+  const std::int64_t t = targets[row];
+  const bool valid = t != p.ignore_index && t >= 0 && t < V;
+  const bool bad_target = t != p.ignore_index && !valid;
+
+  // Pass 1: row max (exact in any order).
+  float m = -INFINITY;
+  for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kStride) {
+    float v[kGroup];
+    load8(zr, j0, V, aligned, v);
+    float th;
+    if (j0 + kGroup <= V) {
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) m = fmaxf(m, xform<Plain>(v[k], p, th));
+    } else {
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k)
+        if (j0 + k < V) m = fmaxf(m, xform<Plain>(v[k], p, th));
+    }
+  }
+  m = block_max(m, red);
+
+  // Pass 2: sum-exp (and Σx for label smoothing) in the accumulator dtype, contract order.
+  float s = 0.0f, sx = 0.0f;
+  if (m != -INFINITY) {
+    for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kStride) {
+      float v[kGroup];
+      load8(zr, j0, V, aligned, v);
+      const int n = j0 + kGroup <= V ? kGroup : static_cast<int>(V - j0);
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) {
+        if (n == kGroup || k < n) {
+          float th;
+          const float x = xform<Plain>(v[k], p, th);
+          s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
+          if (!Plain && p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
+        }
+      }
+    }
+  }
+  // The target logit, read by every thread before any in-place dz write (barriers follow).
+  float th_t = 0.0f;
+  const float x_t = valid ? xform<Plain>(to_f(zr[t]), p, th_t) : 0.0f;
+  s = block_tree_sum<A>(s, red);
+  if (!Plain && p.smoothing) sx = block_tree_sum<A>(sx, red);
+
+  const float lse = row_lse(m, s, RoundTo<A>{});
+  if (tid == 0) {
+    const float l = row_loss(lse, x_t, sx, valid, bad_target, p, RoundTo<A>{});
+    loss[row] = l;
+    lse_out[row] = lse;
+  }
+  if (!write_dz) return;
+
+  // Pass 3: dz in place of the logits.
+  const float gi = g.g_rows != nullptr ? g.g_rows[row] : g.g_scalar;
+  for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kStride) {
+    float v[kGroup];
+    if (!valid) {
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) v[k] = bad_target ? NAN : 0.0f;
+    } else {
+      load8(zr, j0, V, aligned, v);
+      const std::int64_t kt = t - j0;  // the target's place in this group, if it is in it
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) {
+        if constexpr (Plain) {
+          // dz_value with scale 1 and no options: ((p_j − [j=t]·(1−ε))·1)·g, ×1 dropped.
+          float pj = expf(__fsub_rn(v[k], lse));
+          if (k == kt) pj = __fsub_rn(pj, p.one_minus_eps);
+          v[k] = __fmul_rn(pj, gi);
+        } else {
+          float th;
+          const float x = transform(v[k], p, th);
+          v[k] = dz_value(x, th, k == kt, lse, gi, p);
+        }
+      }
+    }
+    store8(zr, j0, V, aligned, v);
+  }
+}
+
+/// Grid-stride over rows: block b handles rows b, b + gridDim.x, … (a smaller grid keeps fewer
+/// rows in flight, so the second and third passes over a row can hit L2). Each pass reads a
+/// thread's 16-byte groups in increasing j (the contract's order). general_path forces the
+/// general per-element arithmetic (tests compare the two paths bit for bit).
+template <class L, class A>
+__global__ void __launch_bounds__(kThreads, 8)
+    ce_rows_kernel(L* z /* (rows, V) */, std::int64_t rows, const std::int64_t* targets,
+                   float* loss, float* lse_out, RowLossParams p, bool write_dz, RowGradScale g) {
+  __shared__ float red[kThreads];
+  const bool plain =
+      !p.general_path && p.scale == 1.0f && !(p.softcap > 0.0f) && !p.smoothing && !p.zloss;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    L* zr = z + row * p.V;
+    if (plain)
+      ce_row<true, L, A>(zr, row, targets, loss, lse_out, p, write_dz, g, red);
+    else
+      ce_row<false, L, A>(zr, row, targets, loss, lse_out, p, write_dz, g, red);
+  }
+}
+
+/// dz of rows whose columns [col0, col0 + cols) the buffers hold (col0 = 0, cols = p.V: whole
+/// rows); the target is a full-row index.
+template <class Z, class O>
+__global__ void __launch_bounds__(kThreads)
+    dz_rows_kernel(const Z* z /* (rows, cols) */, O* dz /* (rows, cols) */,
+                   const std::int64_t* targets, const float* lse_in, RowLossParams p,
+                   RowGradScale g, int logits_code, std::int64_t col0, std::int64_t cols) {
+  const std::int64_t row = blockIdx.x;
+  const std::int64_t V = p.V;
+  const Z* zr = z + row * cols;
+  O* dr = dz + row * cols;
+  const bool aligned =
+      ((reinterpret_cast<std::uintptr_t>(zr) | reinterpret_cast<std::uintptr_t>(dr)) & 15) == 0;
+  const std::int64_t t = targets[row];
+  const bool valid = t != p.ignore_index && t >= 0 && t < V;
+  const bool bad_target = t != p.ignore_index && !valid;
+  const float lse = lse_in[row];
+  const float gi = g.g_rows != nullptr ? g.g_rows[row] : g.g_scalar;
+  const std::int64_t t_local = t - col0;  // the target's column in these buffers, if it is one
+  for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols;
+       j0 += std::int64_t(kThreads) * kGroup) {
+    float v[kGroup];
+    load8(zr, j0, cols, aligned, v);
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k) {
+      float th;
+      const float x = transform(v[k], p, th);
+      // rnd_logits first (dz is held in the logits dtype, docs/arithmetic.md §7), then the store
+      // rounds to the output dtype (a no-op when it is the logits dtype).
+      v[k] = valid ? rnd_rt(dz_value(x, th, j0 + k == t_local, lse, gi, p), logits_code)
+                   : (bad_target ? NAN : 0.0f);
+    }
+    store8(dr, j0, cols, aligned, v);
+  }
+}
+
+/// One block per row of a vocabulary shard: the shard's maximum and the owned target logit (the
+/// first pass of ce_row over the shard's columns).
+template <class L>
+__global__ void __launch_bounds__(kThreads)
+    shard_row_max_kernel(const L* z, std::int64_t rows, std::int64_t col0, std::int64_t cols,
+                         const std::int64_t* targets, RowLossParams p, float* m_out,
+                         float* xt_out) {
+  __shared__ float red[kThreads];
+  const int tid = threadIdx.x;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const L* zr = z + row * cols;
+    const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
+    float m = -INFINITY;
+    for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < cols; j0 += kStride) {
+      float v[kGroup];
+      load8(zr, j0, cols, aligned, v);
+      float th;
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k)
+        if (j0 + k < cols) m = fmaxf(m, transform(v[k], p, th));
+    }
+    m = block_max(m, red);
+    if (tid == 0) {
+      const std::int64_t t = targets[row];
+      const bool valid = t != p.ignore_index && t >= 0 && t < p.V;
+      float x_t = 0.0f;
+      if (valid && t >= col0 && t < col0 + cols) {
+        float th;
+        x_t = transform(to_f(zr[t - col0]), p, th);
+      }
+      m_out[row] = m;
+      xt_out[row] = x_t;
+    }
+  }
+}
+
+/// One block per row of a vocabulary shard: sum-exp (and Σx) with the row's global maximum, in
+/// ce_row's order over the shard's columns (its second pass), stored as A values.
+template <class L, class A>
+__global__ void __launch_bounds__(kThreads)
+    shard_row_sums_kernel(const L* z, std::int64_t rows, std::int64_t cols, const float* m_in,
+                          RowLossParams p, A* sums) {
+  __shared__ float red[kThreads];
+  const int tid = threadIdx.x;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const L* zr = z + row * cols;
+    const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
+    const float m = m_in[row];
+    float s = 0.0f, sx = 0.0f;
+    if (m != -INFINITY) {
+      for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < cols; j0 += kStride) {
+        float v[kGroup];
+        load8(zr, j0, cols, aligned, v);
+        const int n = j0 + kGroup <= cols ? kGroup : static_cast<int>(cols - j0);
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k) {
+          if (n == kGroup || k < n) {
+            float th;
+            const float x = transform(v[k], p, th);
+            s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
+            if (p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
+          }
+        }
+      }
+    }
+    s = block_tree_sum<A>(s, red);
+    if (p.smoothing) sx = block_tree_sum<A>(sx, red);
+    if (tid == 0) {
+      sums[row] = from_f<A>(s);
+      sums[rows + row] = from_f<A>(p.smoothing ? sx : 0.0f);
+    }
+  }
+}
+
+/// Grid-stride over rows, a thread per row: lse and loss from the all-reduced statistics.
+template <class A>
+__global__ void shard_row_loss_kernel(std::int64_t rows, const std::int64_t* targets,
+                                      const float* m_in, const A* sums, const float* xt_in,
+                                      RowLossParams p, float* loss, float* lse_out) {
+  for (std::int64_t row = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; row < rows;
+       row += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t t = targets[row];
+    const bool valid = t != p.ignore_index && t >= 0 && t < p.V;
+    const bool bad_target = t != p.ignore_index && !valid;
+    const float s = to_f(sums[row]), sx = to_f(sums[rows + row]);
+    const float lse = row_lse(m_in[row], s, RoundTo<A>{});
+    loss[row] = row_loss(lse, xt_in[row], sx, valid, bad_target, p, RoundTo<A>{});
+    lse_out[row] = lse;
+  }
+}
+
+template <class O>
+__global__ void round_rows_kernel(const float* src, const float* bias, std::int64_t rows,
+                                  std::int64_t cols, O* dst) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += std::int64_t(gridDim.x) * blockDim.x) {
+    float v = src[k];
+    if (bias != nullptr) v = __fadd_rn(v, bias[k % cols]);
+    dst[k] = from_f<O>(v);
+  }
+}
+
+template <class S, class D>
+__global__ void convert_kernel(const S* src, D* dst, std::int64_t n) {
+  for (std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += std::int64_t(gridDim.x) * blockDim.x)
+    dst[k] = from_f<D>(to_f(src[k]));
+}
+
+template <class Z>
+__global__ void db_accumulate_kernel(const Z* dz, std::int64_t rows, std::int64_t V, int acc,
+                                     float* out) {
+  const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= V) return;
+  float a = out[j];
+  for (std::int64_t i = 0; i < rows; ++i) a = rnd_rt(__fadd_rn(a, to_f(dz[i * V + j])), acc);
+  out[j] = a;
+}
+
+__global__ void accumulate_kernel(float* acc, const float* add, std::int64_t n, int accum) {
+  for (std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n;
+       k += std::int64_t(gridDim.x) * blockDim.x)
+    acc[k] = rnd_rt(__fadd_rn(acc[k], add[k]), accum);
+}
+
+// ---- dispatch ----------------------------------------------------------------------------------
+unsigned grid_for(std::int64_t n) {
+  const std::int64_t blocks = (n + 255) / 256;
+  return static_cast<unsigned>(blocks < 65536 ? (blocks < 1 ? 1 : blocks) : 65536);
+}
+
+void check_rows(std::int64_t rows, const char* what) {
+  if (rows > 0x7fffffffLL)
+    throw InputError(std::string(what) + ": " + std::to_string(rows) +
+                     " rows in one launch exceed the grid limit 2^31−1");
+}
+
+template <class F>
+void with_type(DType t, F&& f) {
+  switch (t) {
+    case DType::fp32:
+      f(float{});
+      return;
+    case DType::fp16:
+      f(__half{});
+      return;
+    case DType::bf16:
+      f(__nv_bfloat16{});
+      return;
+    default:
+      throw InputError(std::string("gpu kernels: unsupported dtype ") + std::string(to_string(t)));
+  }
+}
+
+}  // namespace
+
+std::int64_t default_ce_grid(std::int64_t rows, std::int64_t row_bytes) {
+  (void)row_bytes;
+  return rows;  // one block per row
+}
+
+void launch_ce_rows(DType z_dtype, void* z, std::int64_t rows, const std::int64_t* targets,
+                    float* loss, float* lse, const RowLossParams& p, bool write_dz, RowGradScale g,
+                    cudaStream_t stream, std::int64_t grid_rows) {
+  if (rows <= 0) return;
+  if (grid_rows <= 0) grid_rows = default_ce_grid(rows, p.V * size_of(z_dtype));
+  grid_rows = std::min<std::int64_t>(std::min<std::int64_t>(grid_rows, rows), 0x7fffffffLL);
+  with_type(z_dtype, [&](auto zt) {
+    using L = decltype(zt);
+    with_type(p.accum, [&](auto at) {
+      using A = decltype(at);
+      ce_rows_kernel<L, A><<<static_cast<unsigned>(grid_rows), kThreads, 0, stream>>>(
+          static_cast<L*>(z), rows, targets, loss, lse, p, write_dz, g);
+      XL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_dz_rows(DType z_dtype, const void* z, DType logits_dtype, DType dz_dtype, void* dz,
+                    std::int64_t rows, const std::int64_t* targets, const float* lse,
+                    const RowLossParams& p, RowGradScale g, cudaStream_t stream) {
+  if (rows <= 0) return;
+  check_rows(rows, "dz_rows");
+  with_type(z_dtype, [&](auto zt) {
+    using Z = decltype(zt);
+    with_type(dz_dtype, [&](auto ot) {
+      using O = decltype(ot);
+      dz_rows_kernel<Z, O><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+          static_cast<const Z*>(z), static_cast<O*>(dz), targets, lse, p, g, acc_code(logits_dtype),
+          0, p.V);
+      XL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_shard_row_max(DType z_dtype, const void* z, std::int64_t rows, ShardColumns sh,
+                          const std::int64_t* targets, const RowLossParams& p, float* m, float* x_t,
+                          cudaStream_t stream) {
+  if (rows <= 0) return;
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(rows, 0x7fffffffLL));
+  with_type(z_dtype, [&](auto zt) {
+    using L = decltype(zt);
+    shard_row_max_kernel<L><<<grid, kThreads, 0, stream>>>(static_cast<const L*>(z), rows, sh.col0,
+                                                           sh.cols, targets, p, m, x_t);
+    XL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_shard_row_sums(DType z_dtype, const void* z, std::int64_t rows, ShardColumns sh,
+                           const float* m, const RowLossParams& p, void* sums,
+                           cudaStream_t stream) {
+  if (rows <= 0) return;
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(rows, 0x7fffffffLL));
+  with_type(z_dtype, [&](auto zt) {
+    using L = decltype(zt);
+    with_type(p.accum, [&](auto at) {
+      using A = decltype(at);
+      shard_row_sums_kernel<L, A><<<grid, kThreads, 0, stream>>>(
+          static_cast<const L*>(z), rows, sh.cols, m, p, static_cast<A*>(sums));
+      XL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_shard_row_loss(std::int64_t rows, const std::int64_t* targets, const float* m,
+                           const void* sums, const float* x_t, const RowLossParams& p, float* loss,
+                           float* lse, cudaStream_t stream) {
+  if (rows <= 0) return;
+  with_type(p.accum, [&](auto at) {
+    using A = decltype(at);
+    shard_row_loss_kernel<A><<<grid_for(rows), 256, 0, stream>>>(
+        rows, targets, m, static_cast<const A*>(sums), x_t, p, loss, lse);
+    XL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_shard_dz_rows(DType z_dtype, const void* z, DType logits_dtype, DType dz_dtype,
+                          void* dz, std::int64_t rows, ShardColumns sh, const std::int64_t* targets,
+                          const float* lse, const RowLossParams& p, RowGradScale g,
+                          cudaStream_t stream) {
+  if (rows <= 0 || sh.cols <= 0) return;
+  check_rows(rows, "shard dz_rows");
+  with_type(z_dtype, [&](auto zt) {
+    using Z = decltype(zt);
+    with_type(dz_dtype, [&](auto ot) {
+      using O = decltype(ot);
+      dz_rows_kernel<Z, O><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+          static_cast<const Z*>(z), static_cast<O*>(dz), targets, lse, p, g, acc_code(logits_dtype),
+          sh.col0, sh.cols);
+      XL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_round_rows(const float* src, const float* bias, std::int64_t rows, std::int64_t cols,
+                       DType dst_dtype, void* dst, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  with_type(dst_dtype, [&](auto ot) {
+    using O = decltype(ot);
+    round_rows_kernel<O>
+        <<<grid_for(rows * cols), 256, 0, stream>>>(src, bias, rows, cols, static_cast<O*>(dst));
+    XL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_convert(DType src_dtype, const void* src, DType dst_dtype, void* dst, std::int64_t n,
+                    cudaStream_t stream) {
+  if (n <= 0) return;
+  with_type(src_dtype, [&](auto st) {
+    using S = decltype(st);
+    with_type(dst_dtype, [&](auto dt) {
+      using D = decltype(dt);
+      convert_kernel<S, D>
+          <<<grid_for(n), 256, 0, stream>>>(static_cast<const S*>(src), static_cast<D*>(dst), n);
+      XL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_db_accumulate(DType dz_dtype, const void* dz, std::int64_t rows, std::int64_t V,
+                          DType accum, float* acc, cudaStream_t stream) {
+  if (rows <= 0 || V <= 0) return;
+  with_type(dz_dtype, [&](auto zt) {
+    using Z = decltype(zt);
+    db_accumulate_kernel<Z><<<static_cast<unsigned>((V + 255) / 256), 256, 0, stream>>>(
+        static_cast<const Z*>(dz), rows, V, acc_code(accum), acc);
+    XL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_accumulate(float* acc, const float* add, std::int64_t n, DType accum,
+                       cudaStream_t stream) {
+  if (n <= 0) return;
+  accumulate_kernel<<<grid_for(n), 256, 0, stream>>>(acc, add, n, acc_code(accum));
+  XL_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace xentlab::gpu

@@ -1,0 +1,33 @@
+#include "gpu/plans/vocab_shards.hpp"
+
+#include <fmt/format.h>
+
+#include "numerics/error.hpp"
+
+namespace xentlab {
+
+std::vector<VocabShard> vocab_shards(std::int64_t V, std::int64_t P) {
+  if (P < 1)
+    throw InputError(fmt::format("vocabulary-parallel ranks must be at least 1 (got {})", P));
+  if (P > V)
+    throw InputError(fmt::format(
+        "vocabulary-parallel ranks ({}) exceed the vocabulary ({} rows): a rank would own no row",
+        P, V));
+  const std::int64_t q = V / P, rem = V % P;
+  std::vector<VocabShard> out(static_cast<std::size_t>(P));
+  std::int64_t begin = 0;
+  for (std::int64_t r = 0; r < P; ++r) {
+    const std::int64_t size = q + (r < rem ? 1 : 0);
+    out[static_cast<std::size_t>(r)] = {begin, begin + size};
+    begin += size;
+  }
+  return out;
+}
+
+std::int64_t vocab_shard_of(std::int64_t v, std::int64_t V, std::int64_t P) {
+  const std::int64_t q = V / P, rem = V % P;
+  const std::int64_t big = rem * (q + 1);  // rows held by the larger shards
+  return v < big ? v / (q + 1) : rem + (v - big) / q;
+}
+
+}  // namespace xentlab

@@ -1,0 +1,455 @@
+#include "harness/audit/audit.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "datasets/problem_ops.hpp"
+#include "gpu/plans/vocab_shards.hpp"
+#include "gpu/registry.hpp"
+#include "judge/bounds_for.hpp"
+#include "judge/emulation_check.hpp"
+#include "numerics/error.hpp"
+#include "reference/reference.hpp"
+
+namespace xentlab::audit {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+const OutputRecord* find_output(const RunRecord& r, const std::string& name) {
+  for (const auto& o : r.outputs)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+// The reference and bounds of one problem in one input dtype.
+struct Prepared {
+  Problem problem;
+  ReferenceResult ref;
+  std::vector<std::int64_t> orig_rows;
+  std::vector<double> upstream;  ///< reduction none: g over the sub-batch's rows; empty = ones
+};
+
+// The problem has no version in an input dtype (e.g. fp32 values beyond fp16's range): its runs
+// of that dtype are not-supported. Any other InputError (a reference refused over its memory
+// budget, a tier not available) ends the audit with its own message.
+struct NoInputVersion : InputError {
+  using InputError::InputError;
+};
+
+}  // namespace
+
+AuditedRows audited_rows(const AuditProblem& ap, const AuditConfig& cfg) {
+  AuditedRows r;
+  const std::int64_t N = ap.problem.N;
+  const std::int64_t rows = ap.rows >= 0 ? ap.rows : cfg.rows;
+  if (rows > 0 && rows < N) {
+    r.token_rows = sample_rows(N, rows, cfg.seed);
+  } else {
+    r.token_rows.resize(static_cast<std::size_t>(N));
+    for (std::int64_t i = 0; i < N; ++i) r.token_rows[static_cast<std::size_t>(i)] = i;
+  }
+  const std::int64_t vocab_rows = ap.vocab_rows >= 0 ? ap.vocab_rows : cfg.vocab_rows;
+  if (ap.problem.is_linear() && vocab_rows > 0 && vocab_rows < ap.problem.V)
+    r.vocab_rows = sample_rows(ap.problem.V, vocab_rows, cfg.seed + 1);
+  return r;
+}
+
+namespace {
+
+Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
+  Problem converted;
+  try {
+    converted = with_input_dtype(ap.problem, input, ap.spec.ignore_index);
+  } catch (const InputError& e) {
+    throw NoInputVersion(e.what());
+  }
+  Prepared p{std::move(converted), {}, {}, {}};
+  AuditedRows chosen = audited_rows(ap, cfg);
+  p.orig_rows = std::move(chosen.token_rows);
+  if (static_cast<std::int64_t>(p.orig_rows.size()) < p.problem.N)
+    p.problem = select_rows(p.problem, p.orig_rows, ap.spec.ignore_index);
+  ReferenceOptions o;
+  o.tier = cfg.reference_tier;
+  o.max_bytes = cfg.reference_memory;
+  o.want_dz = !p.problem.is_linear();
+  o.vocab_rows = std::move(chosen.vocab_rows);
+  if (cfg.upstream == "random") p.upstream = random_upstream(p.problem.N, cfg.seed + 2);
+  o.upstream = p.upstream;
+  p.ref = compute_reference(p.problem, ap.spec, o);
+  return p;
+}
+
+// The statistics of every output a run produced, in a fixed order (assessed_outputs).
+std::vector<OutputRecord> outputs_of(const RunAssessment& a) {
+  std::vector<OutputRecord> recs;
+  for (const auto& [name, stats] : assessed_outputs(a)) recs.push_back({name, *stats});
+  return recs;
+}
+
+// A run record with its identity filled in (problem, strategy, recipe, …); verdict and
+// statistics come later.
+RunRecord new_record(const AuditProblem& ap, const Strategy& st, const Recipe& recipe, DType input,
+                     const AuditConfig& cfg) {
+  RunRecord rec;
+  rec.problem = ap.name;
+  rec.regime = ap.regime;
+  rec.strategy = st.name();
+  rec.backend = std::string(to_string(st.backend()));
+  rec.device = cfg.device;
+  rec.recipe = recipe;
+  rec.spec = ap.spec.describe();
+  rec.input = input;
+  rec.chunk_tokens = cfg.chunk_tokens;
+  rec.upstream = cfg.upstream;
+  if (strategy_traits(st.name()).shards_vocabulary) {
+    rec.ranks = cfg.ranks;
+    for (const VocabShard& s : vocab_shards(ap.problem.V, cfg.ranks))
+      rec.shard_begins.push_back(s.begin);
+  }
+  return rec;
+}
+
+// Throws InputError for a configuration the audit cannot run (see run_audit); `chosen`, the
+// strategies it runs.
+void check_config(const std::vector<AuditProblem>& problems, const AuditConfig& cfg,
+                  const std::vector<const Strategy*>& chosen) {
+  if (problems.empty()) throw InputError("audit: no problems to audit");
+  if (cfg.ranks < 1)
+    throw InputError(
+        fmt::format("audit: vocabulary-parallel ranks must be at least 1 (got {})", cfg.ranks));
+  if (cfg.ranks > std::numeric_limits<int>::max())
+    throw InputError(fmt::format(
+        "audit: vocabulary-parallel ranks {} is past the largest int (each rank is a device)",
+        cfg.ranks));
+  for (const Strategy* st : chosen) {
+    if (!strategy_traits(st->name()).shards_vocabulary) continue;
+    const Status ranks_ok = st->can_run_ranks(cfg.ranks);
+    if (!ranks_ok.ok())
+      throw InputError(fmt::format("audit: {} ({}) with --ranks {}: {}", st->name(),
+                                   to_string(st->backend()), cfg.ranks, ranks_ok.message));
+    for (const AuditProblem& ap : problems) try {
+        (void)vocab_shards(ap.problem.V, cfg.ranks);
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("audit: {} on problem {}: {}", st->name(), ap.name, e.what()));
+      }
+  }
+  if (cfg.chunk_tokens < 0)
+    throw InputError(fmt::format(
+        "audit: chunk_tokens must be >= 0 token rows per chunk (0 = each strategy's default), "
+        "got {}",
+        cfg.chunk_tokens));
+  if (cfg.upstream != "ones" && cfg.upstream != "random")
+    throw InputError(fmt::format("audit: upstream must be ones or random, got '{}'", cfg.upstream));
+  if (cfg.upstream == "random")
+    for (const AuditProblem& ap : problems)
+      if (ap.spec.reduction != Reduction::none)
+        throw InputError(fmt::format(
+            "audit: upstream random needs reduction none, and problem {} has reduction {} "
+            "(give reduction none for every problem, e.g. xentlab audit --reduction none)",
+            ap.name, to_string(ap.spec.reduction)));
+}
+
+// The strategies of `registered` that cfg.strategies names (those of the default set when it is
+// empty), in registry order. Throws InputError for a name that is not registered.
+std::vector<const Strategy*> choose_strategies(
+    const std::vector<std::unique_ptr<Strategy>>& registered, const AuditConfig& cfg) {
+  std::vector<const Strategy*> chosen;
+  for (const auto& s : registered)
+    if (cfg.strategies.empty() ? strategy_traits(s->name()).in_default_set
+                               : std::find(cfg.strategies.begin(), cfg.strategies.end(),
+                                           s->name()) != cfg.strategies.end())
+      chosen.push_back(s.get());
+  for (const auto& name : cfg.strategies) {
+    bool known = false;
+    for (const auto& s : registered) known = known || s->name() == name;
+    if (!known) {
+      std::string names;
+      for (const auto& s : registered) names += (names.empty() ? "" : ", ") + s->name();
+      throw InputError(fmt::format("audit: unknown strategy '{}' (registered: {})", name, names));
+    }
+  }
+  return chosen;
+}
+
+// What every run of an audit shares: the configuration, the strategies, the recipes, the policy
+// and the CPU emulations a device run is held to.
+struct AuditPlan {
+  explicit AuditPlan(const AuditConfig& c)
+      : cfg(c), registered(make_strategies(c.backend, StrategySet::all)) {}
+  const AuditConfig& cfg;
+  std::vector<std::unique_ptr<Strategy>> registered;
+  std::vector<const Strategy*> chosen;
+  std::vector<Recipe> recipes;
+  Policy policy;
+  std::vector<std::unique_ptr<Strategy>> emulations;  ///< empty for a CPU-emulation audit
+  std::int64_t total = 0, done = 0;
+  bool timings = false;  ///< XENTLAB_AUDIT_TIMINGS: each run's wall time on stderr
+
+  void progress(const std::string& what) const {
+    if (cfg.progress) cfg.progress(done, total, what);
+  }
+  const Strategy* emulation_of(const Strategy& st) const {
+    for (const auto& e : emulations)
+      if (e->name() == st.name()) return e.get();
+    return nullptr;
+  }
+};
+
+// Every run of the problem in input dtype `input` is not supported, for `reason`.
+void record_not_supported(AuditPlan& plan, const AuditProblem& ap, DType input,
+                          const std::string& reason, AuditResult& res) {
+  for (const Recipe& recipe : plan.recipes) {
+    if (recipe.input != input) continue;
+    for (const Strategy* st : plan.chosen) {
+      RunRecord rec = new_record(ap, *st, recipe, input, plan.cfg);
+      rec.verdict = verdict_not_run(Disposition::not_supported, reason);
+      res.runs.push_back(std::move(rec));
+      ++plan.done;
+    }
+  }
+}
+
+// The problem is audited in other input dtypes only (AuditProblem::inputs): the reason of its runs
+// of dtype `input`, naming the dtypes it is audited in.
+std::string not_audited_in(const AuditProblem& ap, DType input) {
+  std::string in;
+  for (const DType t : ap.inputs) in += (in.empty() ? "" : ", ") + std::string(to_string(t));
+  return fmt::format(
+      "{} is audited with {} inputs only (a real model's head in the dtype its weights are "
+      "stored in), not {}",
+      ap.name, in, to_string(input));
+}
+
+// The problem's record: its sub-batch rows, compared vocabulary rows (a linear problem's; a logits
+// problem has no dW/db) and the reference's per-token covariates.
+ProblemRecord problem_record(const AuditProblem& ap, DType input, const Prepared& pr) {
+  ProblemRecord p;
+  p.name = ap.name;
+  p.regime = ap.regime;
+  p.input = input;
+  p.spec = ap.spec.describe();
+  p.describe = pr.problem.describe();
+  p.targets_drawn_by = pr.problem.targets_drawn_by;
+  p.token_rows = pr.orig_rows;
+  if (pr.problem.is_linear()) p.vocab_rows = pr.ref.vocab_rows;
+  p.loss = pr.ref.loss;
+  p.lse = pr.ref.lse;
+  p.p_target = pr.ref.p_target;
+  p.max_logit = pr.ref.max_logit;
+  p.entropy = pr.ref.entropy;
+  return p;
+}
+
+// The multiply-adds of a problem's logits (S·V·D; S·V for given logits): the size the baseline
+// emulation is limited by (AuditConfig::baseline_max_macs).
+double logits_macs(const Problem& pb) {
+  return static_cast<double>(pb.N) * static_cast<double>(pb.V) *
+         static_cast<double>(std::max<std::int64_t>(pb.D, 1));
+}
+
+// Runs one strategy on one recipe of a prepared problem and judges it: the record of the run
+// (statistics, bounds, verdict). A strategy's refusal is a not-supported or failed record; an
+// exception of the run a failed one.
+RunRecord audit_run(const AuditPlan& plan, const AuditProblem& ap, DType input, const Prepared& pr,
+                    const Recipe& recipe, const Strategy& st) {
+  const AuditConfig& cfg = plan.cfg;
+  RunRecord rec = new_record(ap, st, recipe, input, cfg);
+  RunRequest req;
+  req.problem = &pr.problem;
+  req.spec = ap.spec;
+  req.recipe = recipe;
+  req.emulated_sms = cfg.device_sms;
+  req.chunk_tokens = cfg.chunk_tokens;
+  req.ranks = static_cast<int>(cfg.ranks);
+  req.upstream = pr.upstream;
+  rec.arith = st.run_arithmetic(req);
+  const Status can = st.can_implement(pr.problem, ap.spec, recipe);
+  if (!can.ok()) {
+    rec.verdict = verdict_not_run(
+        can.code == Status::Code::not_supported ? Disposition::not_supported : Disposition::failed,
+        can.message);
+    return rec;
+  }
+  try {
+    const auto t0 = std::chrono::steady_clock::now();
+    const StrategyOutputs out = st.run(req);
+    rec.seconds =
+        out.seconds > 0
+            ? out.seconds
+            : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rec.peak_extra_bytes = out.peak_extra_bytes;
+    const auto t_assess = std::chrono::steady_clock::now();
+    const RunAssessment as =
+        assess_run(pr.problem, ap.spec, recipe, rec.arith, out, pr.ref, plan.policy);
+    const auto t_baseline = std::chrono::steady_clock::now();
+    rec.c_vocab = as.bounds.c_vocab;
+    rec.bound_meaningful = as.bounds.meaningful;
+    rec.bound_note = as.bounds.note;
+    rec.outputs = outputs_of(as);
+    rec.verdict = as.verdict;
+    // Baseline-relative check against the CPU emulation of the same strategy and recipe.
+    const Strategy* emulation = plan.emulation_of(st);
+    if (cfg.baseline && rec.verdict.disposition == Disposition::passed &&
+        !plan.emulations.empty()) {
+      const double macs = logits_macs(pr.problem);
+      if (macs > cfg.baseline_max_macs)
+        rec.baseline_note = fmt::format(
+            "baseline not run: the CPU emulation of this problem ({:.3g} multiply-adds of "
+            "logits) is past its limit of {:.3g}; judged by its bound alone",
+            macs, cfg.baseline_max_macs);
+      else if (emulation)
+        rec.verdict = judge_against_emulation(as,
+                                              assess_run(pr.problem, ap.spec, recipe, rec.arith,
+                                                         emulation->run(req), pr.ref, plan.policy),
+                                              plan.policy);
+    }
+    if (plan.timings)
+      fmt::print(
+          stderr,
+          "audit timing: {} {} {}: run {:.2f} s (device {:.2f} s), assessment "
+          "{:.2f} s (bounds {:.2f} s), baseline {:.2f} s\n",
+          ap.name, st.name(), recipe.name(), std::chrono::duration<double>(t_assess - t0).count(),
+          out.seconds, std::chrono::duration<double>(t_baseline - t_assess).count(),
+          as.bounds_seconds,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_baseline).count());
+    rec.loss_abs_err.resize(out.loss.size());
+    for (std::size_t q = 0; q < out.loss.size(); ++q)
+      rec.loss_abs_err[q] = std::fabs(out.loss[q] - pr.ref.loss[q]);
+  } catch (const std::exception& e) {
+    rec.verdict = verdict_not_run(Disposition::failed, e.what());
+  }
+  return rec;
+}
+
+// Every run of one problem in one input dtype: the reference (its problem record), then each
+// recipe of that input dtype × each chosen strategy.
+void audit_problem_input(AuditPlan& plan, const AuditProblem& ap, DType input, AuditResult& res) {
+  plan.progress(fmt::format("{} {}: reference", ap.name, to_string(input)));
+  std::optional<Prepared> prepared;
+  try {
+    prepared.emplace(prepare(ap, input, plan.cfg));
+  } catch (const NoInputVersion& e) {
+    // E.g. fp32 inputs beyond fp16's range: the problem has no fp16 version. The other dtypes
+    // go on.
+    record_not_supported(
+        plan, ap, input,
+        fmt::format("the problem's inputs have no {} version: {}", to_string(input), e.what()),
+        res);
+    return;
+  }
+  res.problems.push_back(problem_record(ap, input, *prepared));
+  for (const Recipe& recipe : plan.recipes) {
+    if (recipe.input != input) continue;
+    for (const Strategy* st : plan.chosen) {
+      plan.progress(fmt::format("{} {} {}", ap.name, st->name(), recipe.name()));
+      ++plan.done;
+      res.runs.push_back(audit_run(plan, ap, input, *prepared, recipe, *st));
+    }
+  }
+}
+
+void count_dispositions(AuditResult& res) {
+  for (const auto& r : res.runs) {
+    switch (r.verdict.disposition) {
+      case Disposition::passed:
+        ++res.passed;
+        break;
+      case Disposition::incorrect:
+        ++res.incorrect;
+        break;
+      case Disposition::not_supported:
+        ++res.not_supported;
+        break;
+      case Disposition::failed:
+        ++res.failed;
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+double RunRecord::normwise(const std::string& output) const {
+  const OutputRecord* o = find_output(*this, output);
+  if (!o) return kNaN;
+  if (o->stats.nonfinite_where_ref_finite > 0 || o->stats.finiteness_mismatches > 0) return kInf;
+  return o->stats.normwise_rel_err;
+}
+
+void require_some_run(const AuditResult& res) {
+  if (res.passed + res.incorrect + res.failed == 0)
+    throw InputError(fmt::format(
+        "no strategy supports any of the {} selected runs (every one is not supported: e.g. "
+        "fp64 is no recipe dtype, the CUDA fused strategy takes linear problems only): nothing "
+        "was audited and no file was written; see xentlab audit --help for the recipes",
+        res.not_supported));
+}
+
+void check_problem_names(const std::vector<AuditProblem>& problems) {
+  for (std::size_t i = 0; i < problems.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (problems[i].name == problems[j].name)
+        throw InputError(fmt::format(
+            "two problems of this audit are named '{}' ('{}' and '{}'): their runs would be "
+            "recorded and compared as one problem's; audit them separately",
+            problems[i].name, problems[j].problem.describe(), problems[i].problem.describe()));
+}
+
+AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& cfg) {
+  check_problem_names(problems);
+  AuditPlan plan(cfg);
+  if (plan.registered.empty())
+    throw InputError(
+        fmt::format("audit: no strategies are registered for backend {}", to_string(cfg.backend)));
+  plan.chosen = choose_strategies(plan.registered, cfg);
+  check_config(problems, cfg, plan.chosen);
+  // Every GPU run is judged against its emulated twin as well as the bound: refuse, before any
+  // work, a strategy whose registry row has no CPU emulation.
+  if (cfg.backend != Backend::cpu_emulation) {
+    std::vector<std::string> names;
+    for (const Strategy* s : plan.chosen) names.push_back(s->name());
+    const std::vector<std::string> orphans = without_emulated_twin(names, strategy_table());
+    if (!orphans.empty())
+      throw InputError(fmt::format(
+          "audit: {} strategy '{}' has no CPU emulation in the registry (gpu/registry.cpp), and "
+          "the audit holds every {} run to its emulated twin as well as its bound; add its "
+          "emulation (gpu/emulation/{}.cpp) or leave it out with --strategies",
+          to_string(cfg.backend), orphans.front(), to_string(cfg.backend), orphans.front()));
+  }
+  plan.recipes = cfg.recipes.empty() ? default_recipe_grid() : cfg.recipes;
+  plan.policy = policy_by_name(cfg.policy);
+  if (cfg.backend != Backend::cpu_emulation)
+    plan.emulations = make_strategies(Backend::cpu_emulation, StrategySet::all);
+  plan.total = static_cast<std::int64_t>(problems.size()) *
+               static_cast<std::int64_t>(plan.recipes.size()) *
+               static_cast<std::int64_t>(plan.chosen.size());
+  plan.timings = std::getenv("XENTLAB_AUDIT_TIMINGS") != nullptr;
+
+  std::set<DType> inputs;
+  for (const Recipe& r : plan.recipes) inputs.insert(r.input);
+  AuditResult res;
+  for (const AuditProblem& ap : problems)
+    for (DType input : inputs) {
+      if (ap.inputs.empty() ||
+          std::find(ap.inputs.begin(), ap.inputs.end(), input) != ap.inputs.end())
+        audit_problem_input(plan, ap, input, res);
+      else  // its runs of this input dtype are not supported, with the reason
+        record_not_supported(plan, ap, input, not_audited_in(ap, input), res);
+    }
+  count_dispositions(res);
+  res.verdict = compute_verdict(res.runs);
+  if (cfg.progress) cfg.progress(plan.total, plan.total, "done");
+  return res;
+}
+
+}  // namespace xentlab::audit

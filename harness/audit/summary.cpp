@@ -1,0 +1,303 @@
+// Terminal and Markdown summaries of an audit.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "harness/audit/audit.hpp"
+
+namespace xentlab::audit {
+namespace {
+
+char letter(Disposition d) {
+  switch (d) {
+    case Disposition::passed:
+      return 'P';
+    case Disposition::incorrect:
+      return 'I';
+    case Disposition::not_supported:
+      return 'n';
+    case Disposition::failed:
+      return 'F';
+  }
+  return '?';
+}
+
+std::string num(double x) {
+  if (std::isnan(x)) return "-";
+  if (std::isinf(x)) return "non-finite";
+  return fmt::format("{:.2e}", x);
+}
+
+/// The count line. "passed" means consistent with the recipe's declared arithmetic, which says
+/// nothing of accuracy when that arithmetic has no finite bound (bf16 accumulation over a large
+/// vocabulary): those runs are counted apart, with the largest loss error among them.
+std::string runs_line(const AuditResult& res) {
+  std::int64_t bounded = 0, unbounded = 0;
+  double worst_unbounded = NAN;
+  for (const auto& r : res.runs) {
+    if (r.verdict.disposition != Disposition::passed) continue;
+    if (r.bound_meaningful) {
+      ++bounded;
+      continue;
+    }
+    ++unbounded;
+    const double e = r.normwise("loss");
+    if (!std::isnan(e))
+      worst_unbounded = std::isnan(worst_unbounded) ? e : std::max(worst_unbounded, e);
+  }
+  std::string s = fmt::format(
+      "\nruns: {} passed ({} within the finite a-priori bound of their recipe's arithmetic",
+      res.passed, bounded);
+  if (unbounded > 0)
+    s += fmt::format(
+        ", {} whose recipe has no finite bound: only finiteness checked, loss errors up to {}",
+        unbounded, num(worst_unbounded));
+  s += fmt::format("), {} incorrect, {} not supported, {} failed\n", res.incorrect,
+                   res.not_supported, res.failed);
+  s += "(passed = consistent with the recipe's declared arithmetic, not accurate: the errors are "
+       "in the table, "
+       "the answers below compare the recipes)\n";
+  return s;
+}
+
+std::string factor(double err, double base) {
+  if (std::isnan(err) || std::isnan(base)) return "-";
+  if (std::isinf(err)) return "non-finite";
+  if (base <= 0) return err <= 0 ? "×1" : "×inf";
+  const double f = err / base;
+  return f >= 100 ? fmt::format("×{:.0e}", f) : fmt::format("×{:.3g}", f);
+}
+
+/// "a ×1.2, b ×3" for at most four entries, then "and N more".
+std::string name_list(const std::vector<std::string>& items) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size() && i < 4; ++i) s += (i ? ", " : "") + items[i];
+  if (items.size() > 4) s += fmt::format(" and {} more", items.size() - 4);
+  return s;
+}
+
+/// Plain-language answers to the two questions of the verdict, per output, before its table:
+/// may the logits be bf16 (and what it costs), must accumulation be fp32 (bf16 and fp16 apart).
+std::string plain_answers(const std::vector<VerdictRow>& rows, bool md) {
+  if (rows.empty()) return "";
+  std::vector<std::string> outputs;
+  for (const auto& v : rows)
+    if (std::find(outputs.begin(), outputs.end(), v.output) == outputs.end())
+      outputs.push_back(v.output);
+  const std::string item = md ? "- " : "  ";
+  std::string s = md ? "\n## Answers\n\n"
+                     : "\nANSWERS (×: the normwise error ÷ that of the same recipe with fp32 "
+                       "logits, or with fp32 accumulation "
+                       "(for accumulation: the recipe that makes it harmless, or the worst where "
+                       "it is harmful); errors worst over the strategies)\n";
+  s += md ? "**May the logits be bf16?** (yes where the error stays within 2× that of fp32 logits, "
+            "or — marked ≤u — "
+            "within one rounding of the input dtype)\n\n"
+          : "May the logits be bf16? (yes where the error stays within 2x that of fp32 logits, or "
+            "-- marked <=u -- "
+            "within one rounding of the input dtype)\n";
+  for (const auto& out : outputs) {
+    std::vector<std::string> yes, no;
+    for (const auto& v : rows) {
+      if (v.output != out) continue;
+      // "≤u": a yes by the floor (within one rounding of the input dtype), not by the factor
+      const bool by_floor = v.logits_bf16_ok && v.err_bf16_logits > 2 * v.err_fp32_logits;
+      const std::string e =
+          fmt::format("{}.{} {}{}", v.regime, v.input, factor(v.err_bf16_logits, v.err_fp32_logits),
+                      by_floor ? " ≤u" : "");
+      (v.logits_bf16_ok ? yes : no).push_back(e);
+    }
+    const std::size_t n = yes.size() + no.size();
+    std::string line = fmt::format("{}{}: ", item, out);
+    if (no.empty())
+      line += fmt::format("yes, in all {} regimes ({})", n, name_list(yes));
+    else if (yes.empty())
+      line += fmt::format("NO, in all {} regimes ({})", n, name_list(no));
+    else
+      line += fmt::format("only in {} of {} regimes ({}); NO in {}", yes.size(), n, name_list(yes),
+                          name_list(no));
+    s += line + "\n";
+  }
+  s += md ? "\n**Must accumulation be fp32?** (a reduced accumulation is harmless where its error "
+            "stays within 2× "
+            "that of its fp32-accumulation twin, or within one rounding of the input dtype)\n\n"
+          : "Must accumulation be fp32? (a reduced accumulation is harmless where its error stays "
+            "within 2x that of "
+            "its fp32-accumulation twin, or within one rounding of the input dtype)\n";
+  for (const bool bf16 : {true, false}) {
+    for (const auto& out : outputs) {
+      std::vector<std::string> harmful, harmless;
+      for (const auto& v : rows) {
+        const VerdictRow::Accum& a = bf16 ? v.accum_bf16 : v.accum_fp16;
+        if (v.output != out || !a.tested) continue;
+        // Harmless: the factor of the recipe that makes it so (its best); harmful: its worst.
+        const bool by_floor = a.harmless && a.err > 2 * a.twin_err;
+        if (a.harmless)
+          harmless.push_back(fmt::format("{}.{} {}{}", v.regime, v.input, factor(a.err, a.twin_err),
+                                         by_floor ? " ≤u" : ""));
+        else
+          harmful.push_back(fmt::format("{}.{} up to {}", v.regime, v.input,
+                                        factor(a.worst_err, a.worst_twin_err)));
+      }
+      const std::size_t n = harmful.size() + harmless.size();
+      if (n == 0) continue;
+      std::string line = fmt::format("{}{} accumulation, {}: ", item, bf16 ? "bf16" : "fp16", out);
+      if (harmless.empty())
+        line += fmt::format("yes, fp32 is needed: harmful in all {} regimes ({})", n,
+                            name_list(harmful));
+      else if (harmful.empty())
+        line += fmt::format("no: harmless in all {} regimes ({})", n, name_list(harmless));
+      else
+        line += fmt::format("depends on the regime: harmful in {} of {} ({}); harmless in {}",
+                            harmful.size(), n, name_list(harmful), name_list(harmless));
+      s += line + "\n";
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string format_summary(const AuditResult& res, bool md) {
+  std::string s;
+  // Per problem × input dtype × recipe: dispositions per strategy and the worst errors.
+  std::vector<std::string> strategies;
+  for (const auto& r : res.runs)
+    if (std::find(strategies.begin(), strategies.end(), r.strategy) == strategies.end())
+      strategies.push_back(r.strategy);
+  // One distinct letter per strategy (naive n, chunked c, checkpointed h, fused f, …).
+  std::string strat_hdr;
+  for (const auto& st : strategies)
+    for (char ch : st)
+      if (strat_hdr.find(ch) == std::string::npos) {
+        strat_hdr += ch;
+        break;
+      }
+  const std::string grad_hdr = "dH/dz";
+  if (md) {
+    s += "| problem | recipe | " + fmt::format("{}", fmt::join(strategies, " | ")) +
+         " | loss err | " + grad_hdr + " err | dW err | max ratio |\n|---|---|";
+    for (std::size_t k = 0; k < strategies.size(); ++k) s += "---|";
+    s += "---|---|---|---|\n";
+  } else {
+    s += fmt::format("{:<22} {:<20} {:<6} {:>10} {:>10} {:>10} {:>10}\n", "problem", "recipe",
+                     strat_hdr, "loss err", "dH/dz err", "dW err", "max ratio");
+  }
+  std::map<std::tuple<std::string, std::string, std::string>, std::vector<const RunRecord*>> groups;
+  std::vector<std::tuple<std::string, std::string, std::string>> order;
+  for (const auto& r : res.runs) {
+    auto key = std::make_tuple(r.problem + "." + std::string(to_string(r.input)), r.recipe.name(),
+                               std::string());
+    if (!groups.count(key)) order.push_back(key);
+    groups[key].push_back(&r);
+  }
+  for (const auto& key : order) {
+    const auto& rs = groups[key];
+    std::string letters, cells;
+    double el = NAN, eg = NAN, ew = NAN, ratio = 0;
+    bool unbounded = false;  // some run's declared arithmetic has no finite bound
+    auto worst = [](double acc, double v) {
+      return std::isnan(v) ? acc : (std::isnan(acc) ? v : std::max(acc, v));
+    };
+    for (const auto& st : strategies) {
+      const RunRecord* run = nullptr;
+      for (const RunRecord* r : rs)
+        if (r->strategy == st) run = r;
+      const char c = run ? letter(run->verdict.disposition) : ' ';
+      letters += c;
+      cells += fmt::format(" {} |", run ? std::string(to_string(run->verdict.disposition)) : "");
+      if (!run) continue;
+      el = worst(el, run->normwise("loss"));
+      eg = worst(eg, worst(run->normwise("dH"), run->normwise("dz")));
+      ew = worst(ew, run->normwise("dW"));
+      ratio = std::max(ratio, run->verdict.ratio);
+      unbounded = unbounded || !run->bound_meaningful;
+    }
+    // "no bound": the declared arithmetic has no finite a-priori bound (c·u_accum ≥ 1), so only
+    // the finite parts were held to one; the verdict judges such recipes by their errors.
+    const std::string ratio_cell = unbounded ? "no bound" : num(ratio);
+    if (md)
+      s += fmt::format("| {} | {} |{} {} | {} | {} | {} |\n", std::get<0>(key), std::get<1>(key),
+                       cells, num(el), num(eg), num(ew), ratio_cell);
+    else
+      s += fmt::format("{:<22} {:<20} {:<6} {:>10} {:>10} {:>10} {:>10}\n", std::get<0>(key),
+                       std::get<1>(key), letters, num(el), num(eg), num(ew), ratio_cell);
+  }
+  if (!md)
+    s += fmt::format(
+        "(columns {} = {}; P passed (consistent with the recipe), I incorrect, n not supported, F "
+        "failed; errors are "
+        "normwise relative, worst over strategies; ratio = max |e|/bound; \"no bound\": the "
+        "recipe's declared "
+        "arithmetic has no finite a-priori bound, docs/audit.md)\n",
+        strat_hdr, fmt::join(strategies, ", "));
+  s += runs_line(res);
+  s += plain_answers(res.verdict, md);
+
+  // The verdict.
+  s += md ? "\n## Verdict: \"logits may be bf16 while accumulation must be fp32\"\n\n"
+          : "\nVERDICT: \"logits may be bf16 while accumulation must be fp32\"\n";
+  if (md)
+    s += "| regime | input | output | err fp32 logits | err bf16 logits | logits may be bf16 | "
+         "best reduced-accum err | accum must be fp32 |\n"
+         "|---|---|---|---|---|---|---|---|\n";
+  else
+    s += fmt::format("{:<22} {:<5} {:<5} {:>10} {:>10} {:>6} {:>12} {:>6}\n", "regime", "input",
+                     "out", "fp32-lgt", "bf16-lgt", "bf16ok", "best-redacc", "fp32!");
+  std::map<std::string, std::pair<int, int>> logits_ok, accum_needed;
+  for (const auto& v : res.verdict) {
+    if (md)
+      s += fmt::format("| {} | {} | {} | {} | {} | {} | {} ({}) | {} |\n", v.regime, v.input,
+                       v.output, num(v.err_fp32_logits), num(v.err_bf16_logits),
+                       v.logits_bf16_ok ? "yes" : "**no**", num(v.err_reduced_accum_best),
+                       v.reduced_accum_best_recipe,
+                       !v.accum_tested       ? "untested"
+                       : v.accum_fp32_needed ? "yes"
+                                             : "**no**");
+    else
+      s += fmt::format("{:<22} {:<5} {:<5} {:>10} {:>10} {:>6} {:>12} {:>6}\n", v.regime, v.input,
+                       v.output, num(v.err_fp32_logits), num(v.err_bf16_logits),
+                       v.logits_bf16_ok ? "yes" : "NO", num(v.err_reduced_accum_best),
+                       !v.accum_tested       ? "-"
+                       : v.accum_fp32_needed ? "yes"
+                                             : "NO");
+    auto& a = logits_ok[v.output];
+    a.first += v.logits_bf16_ok;
+    ++a.second;
+    auto& b = accum_needed[v.output];
+    b.first += v.accum_fp32_needed;
+    b.second += v.accum_tested;
+  }
+  s += md ? "\n" : "";
+  for (const auto& [out, c] : logits_ok) {
+    const auto& a = accum_needed[out];
+    std::string what;
+    if (c.first != c.second)
+      what = "is REFUTED (bf16 logits cost accuracy somewhere)";
+    else if (a.second == 0)
+      what = "is UNTESTED for accumulation (no reduced-accumulation recipe ran)";
+    else if (a.first != a.second)
+      what = "is REFUTED (reduced accumulation was harmless somewhere)";
+    else
+      what = "HOLDS";
+    s += fmt::format(
+        "{}{}: logits may be bf16 in {}/{} regimes; accumulation must be fp32 in {}/{} tested: the "
+        "rule {}\n",
+        md ? "- " : "  ", out, c.first, c.second, a.first, a.second, what);
+  }
+  // The reasons, one per regime/output where the rule fails.
+  for (const auto& v : res.verdict) {
+    if (!v.logits_bf16_ok)
+      s += fmt::format("{}{} {} {}: bf16 logits: {}\n", md ? "  - " : "    ", v.regime, v.input,
+                       v.output, v.logits_why);
+    if (v.accum_tested && !v.accum_fp32_needed)
+      s += fmt::format("{}{} {} {}: accumulation: {}\n", md ? "  - " : "    ", v.regime, v.input,
+                       v.output, v.accum_why);
+  }
+  return s;
+}
+
+}  // namespace xentlab::audit

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""PyTorch baseline for `xentlab bench`: forward+backward of the LM-head
+cross-entropy, the way most training code writes it, on the same shapes and input distribution.
+
+  python3 harness/bench/torch_baseline.py [--sizes 8192x128256x4096,131072x128256x4096]
+                                        [--tokens N --vocab V --hidden D | --preset llama3-8b-128k]
+                                        [--repeats 5] [--warmup 1] [--json out.jsonl] [--csv bench.csv]
+
+Variants (H (N, D), W (V, D) bf16 leaf tensors with requires_grad, targets uniform, mean):
+  upcast:    F.cross_entropy(F.linear(H, W).float(), t)   (bf16 logits, fp32 softmax/CE)
+  no-upcast: F.cross_entropy(F.linear(H, W), t)           (bf16 throughout)
+Inputs: H ~ N(0, 1), W ~ N(0, 4/D), as xentlab bench generates them (same distribution, not the
+same bits). Time: CUDA events around forward+backward, warm-up runs excluded, median (and min/max)
+of the repeats. Memory: torch.cuda.max_memory_allocated() during a run minus the bytes allocated
+before it (inputs, targets and the gradient buffers, which exist after the warm-up): peak extra
+bytes beyond inputs and gradients, the quantity xentlab bench reports. An out-of-memory is
+reported as such.
+
+--csv appends rows to a CSV: to an existing `xentlab bench --csv` file with that file's header
+(the columns this script knows are filled, the others left empty; strategy "torch:upcast" or
+"torch:no-upcast"), or to a new file with the columns below.
+"""
+
+import argparse
+import csv
+import datetime
+import fcntl
+import gc
+import json
+import math
+import os
+import statistics
+import sys
+
+try:  # imported here, refused in main(): --help works without PyTorch
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = None
+
+PRESETS = {"llama3-8b-128k": (131072, 128256, 4096)}
+RECIPE = {"upcast": "torch bf16 logits, fp32 CE, bf16 grads", "no-upcast": "torch bf16 throughout"}
+
+
+def run(N, V, D, upcast, repeats, warmup):
+    g = torch.Generator(device="cuda").manual_seed(1)
+    H = torch.randn(N, D, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
+    W = (torch.randn(V, D, device="cuda", generator=g) * (2.0 / math.sqrt(D))).to(torch.bfloat16)
+    W.requires_grad_()
+    t = torch.randint(0, V, (N,), device="cuda", generator=g)
+
+    # H, W and t are deleted at the end of run() (the GPU memory freed), after the last step().
+    def step():
+        z = F.linear(H, W)  # noqa: F821
+        loss = F.cross_entropy(z.float() if upcast else z, t)  # noqa: F821
+        loss.backward()
+        return loss
+
+    for _ in range(max(1, warmup)):  # the first creates H.grad, W.grad
+        step()
+    torch.cuda.synchronize()
+    times = []
+    peak_extra = 0
+    for _ in range(repeats):
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        loss = step()
+        e1.record()
+        torch.cuda.synchronize()
+        times.append(e0.elapsed_time(e1))
+        peak_extra = max(peak_extra, torch.cuda.max_memory_allocated() - base)
+        del loss
+    assert math.isfinite(H.grad.float().abs().sum().item())
+    del H, W, t
+    torch.cuda.empty_cache()
+    return times, peak_extra
+
+
+def append_csv(path, rows):
+    """Rows (dicts) under the existing file's header, or a new file with the rows' own columns.
+    Holds the exclusive lock `xentlab bench` takes on PATH.lock (docs/formats.md) and writes '\n'
+    line ends, as the bench's CSV does."""
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            with open(path, newline="") as f:
+                header = next(csv.reader(f))
+            with open(path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                needs_newline = f.read(1) != b"\n"
+            new = False
+        else:
+            header = list(rows[0].keys())
+            new = True
+            needs_newline = False
+        with open(path, "a", newline="") as f:
+            if needs_newline:
+                f.write("\n")
+            w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore", lineterminator="\n")
+            if new:
+                w.writeheader()
+            for r in rows:
+                w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="8192x128256x4096,131072x128256x4096")
+    ap.add_argument("--tokens", "-N", type=int)
+    ap.add_argument("--vocab", "-V", type=int)
+    ap.add_argument("--hidden", "-D", type=int)
+    ap.add_argument("--preset", choices=sorted(PRESETS))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--json", default="")
+    ap.add_argument("--csv", default="")
+    a = ap.parse_args()
+    if a.preset:
+        sizes = [PRESETS[a.preset]]
+    elif a.tokens or a.vocab or a.hidden:
+        if not (a.tokens and a.vocab and a.hidden):
+            ap.error("--tokens, --vocab and --hidden go together")
+        sizes = [(a.tokens, a.vocab, a.hidden)]
+    else:
+        sizes = [tuple(int(x) for x in s.split("x")) for s in a.sizes.split(",")]
+    if torch is None:
+        print(
+            "torch_baseline: PyTorch is not installed here (pip install torch; the baseline "
+            "needs a CUDA build and an NVIDIA GPU)",
+            file=sys.stderr,
+        )
+        return 4
+    if not torch.cuda.is_available():
+        print(
+            "torch_baseline: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr
+        )
+        return 4
+    gpu = torch.cuda.get_device_name(0)
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    print(f"torch {torch.__version__}, {gpu}")
+    out = open(a.json, "w") if a.json else None
+    rows = []
+    print(
+        f"{'N':<8} {'V':<7} {'D':<5} {'variant':<10} {'median_ms':>10} {'min-max ms':>17} "
+        f"{'TFLOP/s':>9} {'extra_GiB':>10}"
+    )
+    for N, V, D in sizes:
+        for upcast in (True, False):
+            name = "upcast" if upcast else "no-upcast"
+            row = dict(
+                date_utc=date,
+                gpu=gpu,
+                command=" ".join(sys.argv),
+                preset=a.preset or "",
+                N=N,
+                V=V,
+                D=D,
+                strategy="torch:" + name,
+                recipe=RECIPE[name],
+                warmup=a.warmup,
+                input_copies=1,
+            )
+            try:
+                times, extra = run(N, V, D, upcast, a.repeats, a.warmup)
+                ms = statistics.median(times)
+                tf = 6.0 * N * V * D / (ms * 1e-3) / 1e12
+                print(
+                    f"{N:<8} {V:<7} {D:<5} {name:<10} {ms:>10.2f} "
+                    f"{min(times):>8.2f}-{max(times):<8.2f} {tf:>9.1f} {extra / 2**30:>10.3f}",
+                    flush=True,
+                )
+                rec = dict(
+                    N=N,
+                    V=V,
+                    D=D,
+                    variant=name,
+                    median_ms=ms,
+                    min_ms=min(times),
+                    max_ms=max(times),
+                    tflops=tf,
+                    peak_extra_bytes=extra,
+                )
+                row.update(
+                    status="ok",
+                    repeats=len(times),
+                    median_ms=ms,
+                    min_ms=min(times),
+                    max_ms=max(times),
+                    tflops=tf,
+                    peak_extra_bytes=extra,
+                )
+            except torch.cuda.OutOfMemoryError as e:
+                msg = str(e).splitlines()[0][:200]
+                print(f"{N:<8} {V:<7} {D:<5} {name:<10} out of memory: {msg[:120]}", flush=True)
+                rec = dict(N=N, V=V, D=D, variant=name, oom=True)
+                row.update(status="does-not-fit", message="out of memory: " + msg)
+            # Outside the handler: the exception's traceback no longer pins run()'s tensors, so
+            # the next variant starts with the memory the failed one held released.
+            gc.collect()
+            torch.cuda.empty_cache()
+            rows.append(row)
+            if out:
+                out.write(json.dumps(rec) + "\n")
+    if a.csv and rows:
+        append_csv(a.csv, rows)
+        print(f"csv: {a.csv} ({len(rows)} rows appended)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+// `xentlab verify` (harness/verify/verify.hpp): reads a candidate file and judges each output.
+#include "harness/verify/verify.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "datasets/io/h5.hpp"
+#include "judge/output_verdict.hpp"
+#include "numerics/error.hpp"
+#include "numerics/version.hpp"
+
+namespace xentlab {
+
+VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path,
+                              const VerifyPolicy& pol, const std::vector<std::string>& required) {
+  VerifyOptions o;
+  o.required = required;
+  return verify_candidate(g, candidate_path, pol, o);
+}
+
+namespace {
+
+// Opens the candidate file and checks its format, its version and the loss semantics it declares
+// against the golden file's; fills rep.implementation. Throws FormatError naming the mismatch.
+h5::File open_candidate(const Golden& g, const std::string& candidate_path, VerifyReport& rep) {
+  h5::File f = h5::File::open_read(candidate_path);
+  if (!f.has_attr("format"))
+    throw FormatError(
+        fmt::format("{}: not a xentlab candidate file (no 'format' attribute at the root; "
+                    "write format=\"{}\", format_version={})",
+                    candidate_path, kCandidateFormat, kCandidateVersion));
+  const std::string fmt_name = f.attr_string("format");
+  if (fmt_name != kCandidateFormat)
+    throw FormatError(fmt::format(
+        "{}: its format attribute is '{}', not '{}'{}", candidate_path, fmt_name, kCandidateFormat,
+        fmt_name == kGoldenFormat ? " (a golden file was given as the candidate)" : ""));
+  const std::int64_t ver = f.attr_int("format_version");
+  if (ver < 1 || ver > kCandidateVersion)
+    throw FormatError(
+        fmt::format("{}: candidate format_version {}; this xentlab ({}) reads versions 1 to {}",
+                    candidate_path, ver, kVersion, kCandidateVersion));
+  if (f.has_attr("implementation")) rep.implementation = f.attr_string("implementation");
+  // Version 2: the loss semantics the candidate declares it implemented must be the golden
+  // file's (a candidate that divided by its own token count where the golden file has a
+  // normaliser is judged against another loss, and every gradient would fail for that reason).
+  if (ver >= 2 && f.has_attr("reduction")) {
+    const std::string red = f.attr_string("reduction");
+    if (red != to_string(g.spec.reduction))
+      throw FormatError(fmt::format(
+          "{}: the candidate declares reduction '{}', the golden file {} has reduction '{}'",
+          candidate_path, red, g.path, to_string(g.spec.reduction)));
+  }
+  if (ver >= 2 && f.has_attr("normalizer")) {
+    const std::int64_t n = f.attr_int("normalizer");
+    if (n != g.spec.normalizer)
+      throw FormatError(fmt::format(
+          "{}: the candidate declares normalizer {}, the golden file {} has {} (0 = the batch's "
+          "own count of valid tokens)",
+          candidate_path, n, g.path, g.spec.normalizer));
+  }
+  return f;
+}
+
+// What judging one output of the candidate needs.
+struct OutputContext {
+  const Golden& g;
+  const VerifyPolicy& pol;
+  const PolicyBounds& pb;
+  const VerifyReport& rep;  ///< its required outputs and baseline
+  bool bound_check, diff_check, explain;
+  bool required(const std::string& name) const {
+    return std::find(rep.required.begin(), rep.required.end(), name) != rep.required.end();
+  }
+};
+
+// Output `name` of the candidate file f judged by the bound check and the differential check;
+// nullopt when the candidate lacks it and it is not required. With c.explain, the values
+// compared are appended to `compared`.
+std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const h5::File& f,
+                                                   const std::string& name,
+                                                   std::vector<ComparedOutput>& compared) {
+  const Golden& g = c.g;
+  const VerifyPolicy& pol = c.pol;
+  const PolicyBounds& pb = c.pb;
+  const bool bound_check = c.bound_check, diff_check = c.diff_check;
+  OutputReport o;
+  o.name = name;
+  RefOutput ro;
+  ref_output(g, name, ro);
+  o.shape = ro.shape;
+  if (!f.exists(name)) {
+    if (c.required(name)) {
+      o.status = "failed";
+      o.message = fmt::format("required (--require), but the candidate holds no {}", name);
+      return o;
+    }
+    return std::nullopt;
+  }
+  const h5::Dataset d = f.open_dataset(name);
+  const h5::DatasetInfo inf = d.info();
+  if (ro.ref->empty()) {
+    o.status = "skipped";
+    o.message =
+        fmt::format("the golden file holds no reference {} ({})", name,
+                    g.partial ? "token rows were sampled" : "not computed for this problem");
+    return o;
+  }
+  Tensor t;
+  try {
+    t = d.read_tensor();
+  } catch (const FormatError& e) {
+    o.status = "failed";
+    o.message = fmt::format("unusable dtype: {}", e.what());
+    return o;
+  }
+  o.dtype = t.dtype();
+  o.dtype_known = true;
+  std::vector<double> out(static_cast<std::size_t>(t.numel()));
+  t.read(0, t.numel(), out.data());
+  const bool scalar = name == "reduced_loss";
+  if (scalar ? t.numel() != 1 : inf.shape != ro.shape) {
+    if (!scalar && inf.shape == ro.full_shape) {
+      const std::int64_t cols = ro.shape.size() == 2 ? ro.shape[1] : 1;
+      out = select_rows(out, cols, *ro.rows);
+    } else {
+      o.status = "failed";
+      o.message = fmt::format("shape {} does not match the golden file's {}{}",
+                              shape_text(inf.shape), shape_text(ro.shape),
+                              scalar || ro.shape == ro.full_shape
+                                  ? ""
+                                  : fmt::format(" (or the full {})", shape_text(ro.full_shape)));
+      return o;
+    }
+  }
+  const std::vector<double>& ref = *ro.ref;
+  if (!pol.explicit_tol) {
+    std::vector<double> scalar_b;
+    const BoundView pbv = bound_of(pb, name, scalar_b);
+    if (pbv.size() != ref.size() && !diff_check) {
+      o.status = "skipped";
+      o.message =
+          fmt::format("no a-priori bound for {} from this golden file{}", name,
+                      name == "db" ? " (it lacks db_cond: S·V was too large to form dz)" : "");
+      return o;
+    }
+  }
+  const std::vector<double> tol = tolerance_from(g, pol, pb, name, o.dtype, ro);
+  o.stats = compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()),
+                                o.dtype, tol.data());
+  if (diff_check) o.differential = differential_check(g, *c.rep.baseline, name, out, ref);
+  if (c.explain) compared.push_back({name, out});
+  // The bound check. An infinite bound is "no bound" when the differential check judges the
+  // output instead; without it, the policy decides (incorrect under default and strict).
+  const bool diff_judges = diff_check && o.differential.status != "not judged";
+  Policy bound_policy = pol.judge;
+  if (diff_judges) bound_policy.require_meaningful_bound = false;
+  // --check differential: the finiteness check alone (statistics without bounds).
+  const std::optional<ErrorStats> finiteness_only =
+      bound_check ? std::nullopt
+                  : std::optional<ErrorStats>(compute_error_stats(
+                        out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), o.dtype));
+  const Verdict v =
+      judge({{name, bound_check ? &*o.stats : &*finiteness_only, name == "loss"}}, bound_policy);
+  const bool infinite = o.stats->n_infinite_bound > 0;
+  o.bound_status = !bound_check                           ? "not run"
+                   : v.disposition != Disposition::passed ? "incorrect"
+                   : infinite                             ? "no bound"
+                                                          : "passed";
+  const bool bound_ok = v.disposition == Disposition::passed;
+  o.differential_only = bound_ok && diff_judges && (infinite || !bound_check);
+  OutputChecks checks;
+  checks.bound = v;
+  checks.bound_checked = bound_check;
+  checks.baseline_judged = diff_judges;
+  checks.baseline =
+      o.differential.status == "passed" ? Disposition::passed : Disposition::incorrect;
+  const std::optional<Disposition> judged = judge_output(checks);
+  o.status = judged ? std::string(to_string(*judged)) : "skipped";
+  if (o.status == "skipped")
+    o.message = fmt::format("the differential check cannot judge it: {}", o.differential.message);
+  if (bound_ok && o.status == "incorrect") o.message = "differential: " + o.differential.message;
+  if (!bound_ok) {
+    o.message = v.reason;
+    o.index = v.index;
+    if (v.index >= 0 && v.index < static_cast<std::int64_t>(ref.size())) {
+      const auto k = static_cast<std::size_t>(v.index);
+      o.element = element_name(g, name, ro.shape, v.index);
+      o.candidate = out[k];
+      o.reference = ref[k];
+      o.error = std::fabs(out[k] - ref[k]);
+      o.tolerance = pol.judge.k * tol[k];
+    }
+  }
+  return o;
+}
+
+// The overall verdict: every compared output passes, nothing failed, and at least one output was
+// compared; a required output that could not be checked fails.
+void overall_verdict(VerifyReport& rep, bool bound_check, bool diff_check) {
+  // A required output that could not be checked (no reference, no bound) fails: what was asked
+  // for was not shown.
+  for (auto& o : rep.outputs)
+    if (o.status == "skipped" &&
+        std::find(rep.required.begin(), rep.required.end(), o.name) != rep.required.end()) {
+      o.status = "failed";
+      o.message = fmt::format("required (--require), but not checked: {}", o.message);
+    }
+  // Overall: every compared output passes, nothing failed, and at least one output was compared.
+  int compared = 0;
+  rep.passed = true;
+  for (const auto& o : rep.outputs) {
+    if (o.status == "skipped") continue;
+    ++compared;
+    if (o.status != "passed") {
+      if (rep.passed) {
+        const bool finite = std::isfinite(o.candidate) && std::isfinite(o.reference);
+        rep.reason =
+            o.element.empty() || !finite
+                ? fmt::format("{} {}: {}{}", o.name, o.status,
+                              o.element.empty()
+                                  ? ""
+                                  : fmt::format("{}: candidate {}, reference {}: ", o.element,
+                                                o.candidate, o.reference),
+                              o.message)
+                : fmt::format(
+                      "{} {}: {}: candidate {:.17g}, reference {:.17g}, |e| = {:.3g} > "
+                      "tolerance {:.3g} (ratio {:.3g})",
+                      o.name, o.status, o.element, o.candidate, o.reference, o.error, o.tolerance,
+                      o.tolerance > 0 ? o.error / o.tolerance : INFINITY);
+      }
+      rep.passed = false;
+    }
+  }
+  if (compared == 0) {
+    rep.passed = false;
+    std::string names;
+    for (const auto& n : candidate_output_names()) names += (names.empty() ? "" : ", ") + n;
+    const auto undecided = std::find_if(
+        rep.outputs.begin(), rep.outputs.end(),
+        [](const OutputReport& o) { return o.status == "skipped" && o.bound_status == "not run"; });
+    rep.reason =
+        undecided != rep.outputs.end()
+            ? fmt::format("no output could be judged: {} {}", undecided->name, undecided->message)
+            : fmt::format(
+                  "the candidate holds no output that the golden file can check (looked for {})",
+                  names);
+  } else if (rep.passed) {
+    int both = 0, diff_only = 0, bound_only = 0;
+    for (const auto& o : rep.outputs) {
+      if (o.status != "passed") continue;
+      if (o.differential_only)
+        ++diff_only;
+      else if (o.differential.status == "passed")
+        ++both;
+      else
+        ++bound_only;
+    }
+    if (!diff_check) {
+      rep.reason = fmt::format("{} output(s) within tolerance", compared);
+    } else {
+      std::vector<std::string> parts;
+      if (both)
+        parts.push_back(fmt::format("{} within the bound and the differential check", both));
+      if (bound_only)
+        parts.push_back(fmt::format("{} within the bound (no differential baseline)", bound_only));
+      if (diff_only)
+        parts.push_back(
+            fmt::format("{} by the differential check alone ({})", diff_only,
+                        bound_check ? "no finite a-priori bound" : "--check differential"));
+      std::string t;
+      for (const auto& q : parts) t += (t.empty() ? "" : ", ") + q;
+      rep.reason = fmt::format("{} output(s) passed: {}", compared, t);
+    }
+  }
+}
+
+}  // namespace
+
+VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path,
+                              const VerifyPolicy& pol, const VerifyOptions& options) {
+  VerifyReport rep;
+  rep.required = parse_required_outputs(options.required);
+  rep.check = options.check;
+  const bool bound_check = options.check != VerifyCheck::differential;
+  const bool diff_check = options.check != VerifyCheck::bound && !pol.explicit_tol;
+  if (options.check == VerifyCheck::differential && pol.explicit_tol)
+    throw InputError(
+        "--check differential needs a recipe to emulate: an explicit --atol/--rtol tolerance "
+        "declares none (give --policy instead)");
+  rep.golden = g.path;
+  rep.candidate = candidate_path;
+  rep.policy = pol.describe(g.problem.input_dtype());
+  rep.provenance = g.provenance;
+  const h5::File f = open_candidate(g, candidate_path, rep);
+
+  PolicyBounds pb;
+  if (!pol.explicit_tol) policy_bounds(g, pol, pb);
+  if (diff_check) {
+    const Recipe r = *policy_recipe(pol, g.problem.input_dtype());
+    if (options.baseline_given && !(options.baseline_given->recipe == r))
+      throw InputError(fmt::format("the baseline given is of recipe {}, the policy's is {}",
+                                   options.baseline_given->recipe.name(), r.name()));
+    rep.baseline =
+        options.baseline_given ? *options.baseline_given : emulate_baseline(g, r, options.baseline);
+  }
+  // The candidate's values of each compared output, kept for --explain.
+  std::vector<ComparedOutput> compared_values;
+  rep.outputs.reserve(candidate_output_names().size());
+  const OutputContext ctx{g, pol, pb, rep, bound_check, diff_check, options.explain};
+  for (const std::string& name : candidate_output_names())
+    if (std::optional<OutputReport> o = judge_candidate_output(ctx, f, name, compared_values))
+      rep.outputs.push_back(std::move(*o));
+  overall_verdict(rep, bound_check, diff_check);
+  if (options.explain) {
+    std::vector<Baseline> computed;
+    if (!options.explain_given)
+      for (const Recipe& r : explain_recipes(g))
+        computed.push_back(emulate_baseline(g, r, options.baseline));
+    rep.explain = match_recipes(g, compared_values,
+                                options.explain_given ? *options.explain_given : computed);
+  }
+  return rep;
+}
+
+}  // namespace xentlab

@@ -1,0 +1,50 @@
+#pragma once
+// The set-up shared by the tests of the xentlab program (tests/cli/*.cpp: one executable, test_cli,
+// label "cpu", tests/CMakeLists.txt): the program run as a user runs it
+// (tests/support/program.hpp), two file helpers, and the fixture of the commands that take a
+// dataset (golden, audit, reference, datasets).
+//
+// The xentlab program's refusals and file handling, run as a user runs them (the binary, its exit
+// status and its output): verify's number options, --junit on a re-run, --require; golden's and
+// audit's dataset paths and loss-spec checks; the loss options reference, golden and audit share;
+// audit's, --append's and candidate's refusals; the datasets listing's suggestion; and
+// tools/scripts/plot_audit.py (bad input, existing plots, --force; skipped where python3
+// lacks h5py or matplotlib).
+//
+// The tests, by command: verify.cpp (verify and candidate), datasets.cpp (dataset paths, the
+// normaliser and upstream gradient, the listing's suggestion), options/loss.cpp (the loss options
+// every command shares), audit.cpp, scripts.cpp (examples/torch_candidate.py and
+// tools/scripts/plot_audit.py), options/reference.cpp (the reference tier and memory budget).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "tests/support/program.hpp"
+#include "tests/support/temp_folder.hpp"
+
+namespace xentlab::cli_tests {
+namespace fs = std::filesystem;
+using testing::expect_exit_2_naming;
+using testing::Ran;
+using testing::shell_quote;
+using testing::xentlab;
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+inline bool contains(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// A temporary folder for the files of the commands that take a dataset (golden, audit, reference).
+class DatasetProgram : public testing::TempFolderTest {
+ protected:
+  DatasetProgram() : TempFolderTest("cli-datasets") {}
+};
+
+}  // namespace xentlab::cli_tests

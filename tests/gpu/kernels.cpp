@@ -1,0 +1,182 @@
+// GPU tests of single kernels of gpu/cuda (label "gpu"; skip without a device).
+//
+// ce_rows' plain path (scale 1, no softcap, label smoothing or z-loss) leaves out operations that
+// are exact identities there (×1, unused option branches) and the per-element bounds checks of
+// full groups. It must give the general path's bits: loss, lse and the in-place dz are compared
+// bit for bit (NaN equal to NaN) over the three logit dtypes and three accumulators, row lengths
+// around the 2048-element stride and the group of 8 (rows not 16-byte aligned when V is odd),
+// ignored, valid and out-of-range targets, a row of −inf logits and a row with a NaN logit,
+// per-row and scalar upstream gradients, with and without dz.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/cuda/common/ce_kernels.cuh"
+#include "gpu/cuda/common/device.hpp"
+#include "numerics/dtype.hpp"
+
+namespace xentlab {
+namespace {
+
+const gpu::DeviceInfo& device() {
+  static const gpu::DeviceInfo d = gpu::query_device();
+  return d;
+}
+
+/// Host bytes of rows×V Gaussian logits (σ = 4) stored in dtype t.
+std::vector<unsigned char> logits_bytes(DType t, std::int64_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd(0.0, 4.0);
+  std::vector<unsigned char> out(static_cast<std::size_t>(n) * size_of(t));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double x = nd(rng);
+    if (t == DType::fp32) {
+      const float f = static_cast<float>(x);
+      std::memcpy(&out[i * 4], &f, 4);
+    } else {
+      const std::uint16_t b =
+          t == DType::bf16 ? bf16_bits_from_double(x) : fp16_bits_from_double(x);
+      std::memcpy(&out[i * 2], &b, 2);
+    }
+  }
+  return out;
+}
+
+struct RowsOut {
+  std::vector<float> loss, lse;
+  std::vector<unsigned char> dz;
+};
+
+/// One launch of ce_rows on a device copy of z_host. per_row: the upstream gradient g_rows[i] per
+/// row (else g_rows[0] for every row); write_dz: dz in place (else z comes back unchanged).
+RowsOut run_ce_rows(DType t, const std::vector<unsigned char>& z_host, std::int64_t rows,
+                    const std::vector<std::int64_t>& targets, const std::vector<float>& g_rows,
+                    gpu::RowLossParams p, bool per_row, bool write_dz) {
+  RowsOut o;
+  void* z = nullptr;
+  std::int64_t* tg = nullptr;
+  float *loss = nullptr, *lse = nullptr, *g = nullptr;
+  EXPECT_EQ(cudaMalloc(&z, z_host.size()), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&tg), rows * 8), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&loss), rows * 4), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&lse), rows * 4), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&g), rows * 4), cudaSuccess);
+  cudaMemcpy(z, z_host.data(), z_host.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(tg, targets.data(), rows * 8, cudaMemcpyHostToDevice);
+  cudaMemcpy(g, g_rows.data(), rows * 4, cudaMemcpyHostToDevice);
+  gpu::launch_ce_rows(t, z, rows, tg, loss, lse, p, write_dz,
+                      gpu::RowGradScale{per_row ? g : nullptr, g_rows[0]}, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  o.loss.resize(rows);
+  o.lse.resize(rows);
+  o.dz.resize(z_host.size());
+  cudaMemcpy(o.loss.data(), loss, rows * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(o.lse.data(), lse, rows * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(o.dz.data(), z, z_host.size(), cudaMemcpyDeviceToHost);
+  for (void* q : {z, static_cast<void*>(tg), static_cast<void*>(loss), static_cast<void*>(lse),
+                  static_cast<void*>(g)})
+    cudaFree(q);
+  return o;
+}
+
+bool same_bits_or_both_nan(float a, float b) {
+  if (std::isnan(a) && std::isnan(b)) return true;
+  return std::memcmp(&a, &b, 4) == 0;
+}
+
+TEST(GpuKernels, CeRowsPlainPathGivesTheGeneralPathsBits) {
+  if (!device().available) GTEST_SKIP() << "no CUDA device: " << device().reason;
+  const std::int64_t rows = 9;
+  int compared = 0;
+  for (DType t : {DType::bf16, DType::fp16, DType::fp32})
+    for (DType a : {DType::fp32, DType::bf16, DType::fp16})
+      for (std::int64_t V :
+           {std::int64_t{1}, std::int64_t{7}, std::int64_t{507}, std::int64_t{2047},
+            std::int64_t{2048}, std::int64_t{2056}, std::int64_t{20001}}) {
+        SCOPED_TRACE(std::string(to_string(t)) + " logits, " + std::string(to_string(a)) +
+                     " accumulator, V = " + std::to_string(V));
+        auto z = logits_bytes(t, rows * V, 1000 + V);
+        // Row 7: every logit −inf (lse −inf, loss +inf, dz NaN); row 8: one NaN logit.
+        const int es0 = size_of(t);
+        for (std::int64_t j = 0; j < V; ++j) {
+          unsigned char* e = &z[(7 * V + j) * es0];
+          if (t == DType::fp32) {
+            const float v = -INFINITY;
+            std::memcpy(e, &v, 4);
+          } else {
+            const std::uint16_t b = t == DType::bf16 ? 0xFF80 : 0xFC00;
+            std::memcpy(e, &b, 2);
+          }
+        }
+        {
+          unsigned char* e = &z[(8 * V + V / 2) * es0];
+          if (t == DType::fp32) {
+            const float v = NAN;
+            std::memcpy(e, &v, 4);
+          } else {
+            const std::uint16_t b = t == DType::bf16 ? 0x7FC0 : 0x7E00;
+            std::memcpy(e, &b, 2);
+          }
+        }
+        std::vector<std::int64_t> targets(rows);
+        std::vector<float> g(rows);
+        for (std::int64_t i = 0; i < rows; ++i) {
+          targets[i] = (i * 7919) % V;
+          g[i] = 1.0f / static_cast<float>(i + 3);
+        }
+        targets[2] = -100;  // ignored
+        targets[5] = V;     // out of range: NaN loss and dz
+        targets[6] = V - 1;
+        // Per-row upstream gradients with dz written in odd V, a scalar one without dz in even V.
+        const bool per_row = V % 2 == 1;
+        gpu::RowLossParams p;
+        p.V = V;
+        p.accum = a;
+        const RowsOut plain = run_ce_rows(t, z, rows, targets, g, p, per_row, per_row);
+        p.general_path = true;
+        const RowsOut general = run_ce_rows(t, z, rows, targets, g, p, per_row, per_row);
+        if (!per_row) {
+          EXPECT_EQ(plain.dz, z) << "write_dz = false changed the logits";
+        }
+        for (std::int64_t i = 0; i < rows; ++i) {
+          EXPECT_TRUE(same_bits_or_both_nan(plain.loss[i], general.loss[i]))
+              << "loss of row " << i << ": " << plain.loss[i] << " vs " << general.loss[i];
+          EXPECT_TRUE(same_bits_or_both_nan(plain.lse[i], general.lse[i]))
+              << "lse of row " << i << ": " << plain.lse[i] << " vs " << general.lse[i];
+        }
+        ASSERT_EQ(plain.dz.size(), general.dz.size());
+        const int es = size_of(t);
+        std::int64_t differing = 0;
+        for (std::size_t k = 0; k < plain.dz.size(); k += es) {
+          if (std::memcmp(&plain.dz[k], &general.dz[k], es) == 0) continue;
+          // Two NaNs with different payloads are the same value here.
+          double x = 0, y = 0;
+          if (t == DType::fp32) {
+            float fx, fy;
+            std::memcpy(&fx, &plain.dz[k], 4);
+            std::memcpy(&fy, &general.dz[k], 4);
+            x = fx;
+            y = fy;
+          } else {
+            std::uint16_t bx, by;
+            std::memcpy(&bx, &plain.dz[k], 2);
+            std::memcpy(&by, &general.dz[k], 2);
+            x = t == DType::bf16 ? bf16_bits_to_double(bx) : fp16_bits_to_double(bx);
+            y = t == DType::bf16 ? bf16_bits_to_double(by) : fp16_bits_to_double(by);
+          }
+          if (!(std::isnan(x) && std::isnan(y))) ++differing;
+        }
+        EXPECT_EQ(differing, 0) << "dz entries differ";
+        ++compared;
+      }
+  EXPECT_EQ(compared, 63);
+}
+
+}  // namespace
+}  // namespace xentlab

@@ -1,0 +1,438 @@
+// verify's differential check and --explain (harness/verify/verify.hpp), with candidates made by
+// every emulated strategy of the registry in every recipe of the default grid, on small
+// calibrated and confident problems from the catalog:
+//  - the spread of the error between correct implementations of one recipe (the strategies'
+//    reduction orders and chunk widths) stays within the factor kDifferentialK assumes;
+//  - a candidate passes the differential check of its own recipe and fails it, on that output,
+//    for every recipe at least 4× more accurate on an output;
+//  - the classic downgrade (bf16 logits declared as fp32 logits) is caught;
+//  - an infinite bound is judged by the differential check and counted apart;
+//  - one perturbed element still fails the bound check, named;
+//  - a sampled baseline records its sample; --explain names the candidate's recipe.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "datasets/catalog.hpp"
+#include "gpu/registry.hpp"
+#include "harness/verify/golden.hpp"
+#include "harness/verify/verify.hpp"
+#include "numerics/error.hpp"
+
+namespace xentlab {
+namespace {
+namespace fs = std::filesystem;
+
+// Golden files of the suite, written once (the reference of each takes well under a second).
+struct Goldens {
+  fs::path dir;
+  std::map<std::string, Golden> by_name;
+};
+Goldens* goldens = nullptr;
+
+// Small problems of the catalog: V large enough that bf16 accumulation has no finite bound
+// (c·u_bf16 ≥ 1 needs V ≥ 257), small enough that the emulations take milliseconds.
+const std::vector<std::string>& problem_names() {
+  static const std::vector<std::string> n = {"calibrated", "confident"};
+  return n;
+}
+
+class VerifyDifferential : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    goldens = new Goldens;
+    goldens->dir = fs::temp_directory_path() / fmt::format("xentlab-vdiff-{}", ::getpid());
+    fs::create_directories(goldens->dir);
+    for (const std::string& name : problem_names()) {
+      DatasetParams p;
+      p.N = 32;
+      p.V = 512;
+      p.D = 32;
+      p.seed = 7;
+      const DatasetInstance ds = make_dataset(name, p);
+      const std::string path = (goldens->dir / (name + ".h5")).string();
+      write_golden(path, ds, ds.spec, GoldenOptions{});
+      goldens->by_name.emplace(name, read_golden(path));
+    }
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(goldens->dir, ec);
+    delete goldens;
+    goldens = nullptr;
+  }
+  static const Golden& golden(const std::string& name) { return goldens->by_name.at(name); }
+  static std::string file(const std::string& name) { return (goldens->dir / name).string(); }
+
+  // The grid's recipes for the golden problem's input dtype.
+  static std::vector<Recipe> recipes(const Golden& g) {
+    std::vector<Recipe> out;
+    for (const Recipe& r : default_recipe_grid())
+      if (r.input == g.problem.input_dtype()) out.push_back(r);
+    return out;
+  }
+
+  // What strategy s returns for recipe r on the golden problem (all rows), as candidate outputs in
+  // the dtypes it returned them in (exact: every value is representable there).
+  static std::vector<std::pair<std::string, Tensor>> run_candidate(const Golden& g,
+                                                                   const Strategy& s,
+                                                                   const Recipe& r,
+                                                                   std::int64_t chunk_tokens = 0) {
+    RunRequest req;
+    req.problem = &g.problem;
+    req.spec = g.spec;
+    req.recipe = r;
+    req.chunk_tokens = chunk_tokens;
+    const StrategyOutputs o = s.run(req);
+    const auto tensor = [](const auto& v, std::vector<std::int64_t> shape, DType dt) {
+      Tensor t(dt, std::move(shape));
+      for (std::size_t k = 0; k < v.size(); ++k) t.set(static_cast<std::int64_t>(k), v[k]);
+      return t;
+    };
+    std::vector<std::pair<std::string, Tensor>> c = {
+        {"loss", tensor(o.loss, {g.N}, o.loss_dtype)},
+        {"lse", tensor(o.lse, {g.N}, o.loss_dtype)},
+        {"reduced_loss", tensor(std::vector<double>{o.reduced_loss}, {}, o.loss_dtype)},
+        {"dH", tensor(o.dH, {g.N, g.D}, o.grad_dtype)},
+        {"dW", tensor(o.dW, {g.V, g.D}, o.grad_dtype)}};
+    if (!o.db.empty()) c.emplace_back("db", tensor(o.db, {g.V}, o.grad_dtype));
+    return c;
+  }
+  static std::string write(const std::string& name,
+                           const std::vector<std::pair<std::string, Tensor>>& outputs) {
+    const std::string path = file(name);
+    write_candidate(path, true, outputs, name);
+    return path;
+  }
+  static const OutputReport& output(const VerifyReport& r, const std::string& name) {
+    for (const auto& o : r.outputs)
+      if (o.name == name) return o;
+    throw InputError("no report for " + name);
+  }
+  static VerifyReport verify(const Golden& g, const std::string& path, const std::string& policy,
+                             VerifyCheck check = VerifyCheck::both,
+                             const Baseline* baseline = nullptr) {
+    VerifyOptions o;
+    o.check = check;
+    o.baseline_given = baseline;
+    return verify_candidate(g, path, make_verify_policy(policy), o);
+  }
+};
+
+// The premise of k (docs/verify.md): a correct implementation of a recipe other than the ones the
+// baseline runs stays within kDifferentialK × the baseline + the floor, normwise and in the
+// 0.9-quantile. Each emulated strategy, at its default chunk width and at width 5 (the
+// baseline's chunked runs one chunk here), is judged against the baseline of the *other*
+// strategies (leave-one-out: a baseline that held the candidate itself would bound its ratio by
+// 1). Prints the measured spread: the largest and the smallest ratio of an implementation's
+// error to the baseline's.
+TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBaseline) {
+  const auto strategies = make_strategies(Backend::cpu_emulation);
+  double hi = 0, lo = INFINITY;
+  std::string hi_where, lo_where;
+  int compared = 0, alone = 0;
+  for (const std::string& pname : problem_names()) {
+    const Golden& g = golden(pname);
+    for (const Recipe& r : recipes(g)) {
+      for (const auto& s : strategies) {
+        if (!s->can_implement(g.problem, g.spec, r).ok()) continue;
+        BaselineOptions others;
+        others.exclude = {s->name()};
+        const Baseline b = emulate_baseline(g, r, others);
+        if (b.status != "ok") {  // no other strategy implements the recipe
+          ++alone;
+          continue;
+        }
+        // Chunk width 5 (7 chunks of the 32 tokens) beside the default (one chunk); strategies
+        // without chunks run the same twice.
+        for (const std::int64_t chunk : {std::int64_t{0}, std::int64_t{5}}) {
+          for (const auto& [name, t] : run_candidate(g, *s, r, chunk)) {
+            const ErrorProfile* bp = b.profile(name);
+            if (!bp || name == "reduced_loss") continue;
+            const std::vector<double>& ref = name == "loss"  ? g.loss
+                                             : name == "lse" ? g.lse
+                                             : name == "dH"  ? g.dH
+                                                             : g.dW;
+            std::vector<double> v(static_cast<std::size_t>(t.numel()));
+            t.read(0, t.numel(), v.data());
+            const ErrorProfile p = error_profile(v.data(), ref.data(),
+                                                 static_cast<std::int64_t>(ref.size()), t.dtype());
+            const double u = unit_roundoff(t.dtype());
+            const double f_nw = 2 * u * p.max_ref / p.norm_ref, f_q = 2 * u;
+            const std::string where =
+                fmt::format("{} {} {} by {} (chunk {})", pname, r.name(), name, s->name(), chunk);
+            EXPECT_LE(p.normwise, kDifferentialK * bp->normwise + f_nw)
+                << where << ": baseline " << bp->normwise;
+            EXPECT_LE(p.rel_q, kDifferentialK * bp->rel_q + f_q)
+                << where << ": baseline " << bp->rel_q;
+            ++compared;
+            // The spread, beyond the floor (normwise).
+            if (bp->normwise > f_nw && p.normwise > f_nw) {
+              const double ratio = p.normwise / bp->normwise;
+              if (ratio > hi) hi = ratio, hi_where = where;
+              if (ratio < lo) lo = ratio, lo_where = where;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 300);
+  EXPECT_EQ(alone, 0);  // every recipe of the grid has at least two emulated strategies
+  // The other side of k's premise (requirement 2): the most accurate implementation is still
+  // more than k/4 of the baseline, so a recipe 4× more accurate fails it.
+  EXPECT_GT(4 * lo, kDifferentialK) << lo_where;
+  std::printf(
+      "normwise error / baseline's over %d implementations × outputs: largest %.3f (%s), "
+      "smallest %.3f (%s)\n",
+      compared, hi, hi_where.c_str(), lo, lo_where.c_str());
+}
+
+// Every strategy's candidate in every recipe passes the differential check of its own recipe, and
+// fails it, on that output, for each recipe at least 4× more accurate on that output (the
+// accuracy measured by the recipes' own baselines).
+TEST_F(VerifyDifferential, OwnRecipePassesAndFourTimesMoreAccurateRecipesFail) {
+  const auto strategies = make_strategies(Backend::cpu_emulation);
+  int passes = 0, catches = 0;
+  for (const std::string& pname : problem_names()) {
+    const Golden& g = golden(pname);
+    std::map<std::string, Baseline> base;
+    for (const Recipe& r : recipes(g)) base.emplace(r.name(), emulate_baseline(g, r));
+    for (const Recipe& r : recipes(g)) {
+      for (const auto& s : strategies) {
+        if (!s->can_implement(g.problem, g.spec, r).ok()) continue;
+        const std::string path =
+            write(fmt::format("{}-{}.h5", pname, s->name()), run_candidate(g, *s, r));
+        const std::string what = fmt::format("{} {} by {}", pname, r.name(), s->name());
+        const VerifyReport own =
+            verify(g, path, r.name(), VerifyCheck::differential, &base.at(r.name()));
+        EXPECT_TRUE(own.passed) << what << "\n" << format_report(own);
+        ++passes;
+        for (const Recipe& better : recipes(g)) {
+          const Baseline& b = base.at(better.name());
+          std::optional<VerifyReport> rep;
+          for (const auto& [name, p] : base.at(r.name()).profiles) {
+            const ErrorProfile* bp = b.profile(name);
+            if (name == "reduced_loss" || !bp || !(4 * bp->normwise <= p.normwise)) continue;
+            if (!rep) rep = verify(g, path, better.name(), VerifyCheck::differential, &b);
+            EXPECT_FALSE(rep->passed) << what << " under " << better.name();
+            EXPECT_EQ(output(*rep, name).differential.status, "incorrect")
+                << what << " under " << better.name() << ", " << name << "\n"
+                << format_report(*rep);
+            ++catches;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(passes, 40);
+  EXPECT_GT(catches, 40);  // the grid has many pairs 4× apart
+}
+
+// The classic downgrade: logits kept in bf16 where the policy declares fp32 logits.
+TEST_F(VerifyDifferential, BF16LogitsDeclaredAsFP32LogitsAreCaught) {
+  const Golden& g = golden("calibrated");
+  const Recipe declared = parse_recipe("bf16/fp32/fp32/bf16");
+  const Recipe actual = parse_recipe("bf16/bf16/fp32/bf16");
+  for (const auto& s : make_strategies(Backend::cpu_emulation)) {
+    if (!s->can_implement(g.problem, g.spec, actual).ok()) continue;
+    const std::string path = write("downgrade-" + s->name() + ".h5", run_candidate(g, *s, actual));
+    const VerifyReport rep = verify(g, path, declared.name());
+    EXPECT_FALSE(rep.passed) << s->name();
+    EXPECT_EQ(output(rep, "dH").differential.status, "incorrect") << format_report(rep);
+    // Its own recipe passes both checks.
+    const VerifyReport ok = verify(g, path, actual.name());
+    EXPECT_TRUE(ok.passed) << format_report(ok);
+  }
+}
+
+// No free passes: bf16 accumulation over V = 512 has no finite a-priori bound; the differential
+// check judges it and the summary counts it apart. A bf16 running sum where fp32 is declared fails.
+TEST_F(VerifyDifferential, InfiniteBoundIsJudgedByTheDifferentialCheck) {
+  const Golden& g = golden("calibrated");
+  const Recipe bf16_acc = parse_recipe("bf16/bf16/bf16/bf16");
+  const auto strategies = make_strategies(Backend::cpu_emulation);
+  const std::string path = write("bf16acc.h5", run_candidate(g, *strategies.front(), bf16_acc));
+  const VerifyReport both = verify(g, path, bf16_acc.name());
+  EXPECT_TRUE(both.passed) << format_report(both);
+  EXPECT_EQ(output(both, "lse").bound_status, "no bound");
+  EXPECT_TRUE(output(both, "lse").differential_only);
+  EXPECT_NE(both.reason.find("by the differential check alone (no finite a-priori bound)"),
+            std::string::npos)
+      << both.reason;
+  const VerifyReport bound = verify(g, path, bf16_acc.name(), VerifyCheck::bound);
+  EXPECT_FALSE(bound.passed);
+  EXPECT_NE(bound.reason.find("no meaningful a-priori bound"), std::string::npos) << bound.reason;
+  // Declared fp32 accumulation: the bf16 sums fail the differential check.
+  const VerifyReport declared = verify(g, path, "bf16/bf16/fp32/bf16");
+  EXPECT_FALSE(declared.passed);
+  EXPECT_EQ(output(declared, "dH").differential.status, "incorrect") << format_report(declared);
+}
+
+// One element perturbed: the differential check may not notice (one of 16384), the bound check
+// does, and names the element.
+TEST_F(VerifyDifferential, OnePerturbedElementFailsTheBoundCheckNamed) {
+  const Golden& g = golden("calibrated");
+  const Recipe r = parse_recipe("bf16/fp32/fp32/bf16");
+  auto c = run_candidate(g, *make_strategies(Backend::cpu_emulation).front(), r);
+  const std::vector<double> tol =
+      verify_tolerance(g, make_verify_policy(r.name()), "dW", DType::bf16);
+  const std::int64_t j = 411, d = 17, flat = j * g.D + d;
+  for (auto& [name, t] : c)
+    if (name == "dW") t.set(flat, t.get(flat) + 64 * tol[static_cast<std::size_t>(flat)]);
+  const VerifyReport rep = verify(g, write("perturbed.h5", c), r.name());
+  EXPECT_FALSE(rep.passed);
+  const OutputReport& o = output(rep, "dW");
+  EXPECT_EQ(o.bound_status, "incorrect");
+  EXPECT_EQ(o.index, flat);
+  EXPECT_NE(o.element.find("dW[411, 17] (vocab row 411, col 17"), std::string::npos) << o.element;
+  EXPECT_NE(rep.reason.find("dW[411, 17]"), std::string::npos) << rep.reason;
+}
+
+// A sampled baseline: the rows are recorded and loss, lse, dH compared on them; dW, a sum over all
+// tokens, is not judged by it. A candidate of the recipe passes, bf16 logits fail.
+TEST_F(VerifyDifferential, SampledBaselineRecordsItsSample) {
+  const Golden& g = golden("confident");
+  const Recipe r = parse_recipe("bf16/fp32/fp32/bf16");
+  VerifyOptions o;
+  o.baseline.rows = 12;
+  o.baseline.seed = 3;
+  const auto strategies = make_strategies(Backend::cpu_emulation);
+  const std::string path = write("sampled.h5", run_candidate(g, *strategies.back(), r));
+  const VerifyReport rep = verify_candidate(g, path, make_verify_policy(r.name()), o);
+  ASSERT_TRUE(rep.baseline);
+  EXPECT_TRUE(rep.baseline->sampled);
+  EXPECT_EQ(rep.baseline->token_rows, [&] {
+    std::vector<std::int64_t> v;
+    for (const auto q : sample_rows(g.S, 12, 3))
+      v.push_back(g.token_rows[static_cast<std::size_t>(q)]);
+    return v;
+  }());
+  EXPECT_NE(rep.baseline->describe().find("12 of 32 token rows (seed 3)"), std::string::npos)
+      << rep.baseline->describe();
+  EXPECT_TRUE(rep.passed) << format_report(rep);
+  EXPECT_EQ(output(rep, "dH").differential.status, "passed");
+  EXPECT_EQ(output(rep, "dH").differential.candidate.n, 12 * g.D);
+  EXPECT_EQ(output(rep, "dW").differential.status, "not judged");
+  EXPECT_NE(output(rep, "dW").differential.message.find("--baseline-rows 32 runs them all"),
+            std::string::npos);
+  const std::string bad = write(
+      "sampled-bad.h5", run_candidate(g, *strategies.back(), parse_recipe("bf16/bf16/fp32/bf16")));
+  EXPECT_FALSE(verify_candidate(g, bad, make_verify_policy(r.name()), o).passed);
+}
+
+// --explain names the recipe of candidates made by every strategy in several recipes. Under bf16
+// accumulation the logits' dtype does not show (the sums' error dominates every output): there the
+// recipe is among the consistent ones, and every consistent recipe accumulates in bf16.
+TEST_F(VerifyDifferential, ExplainClassifiesEmulatedCandidatesByTheirRecipe) {
+  const Golden& g = golden("calibrated");
+  std::vector<Baseline> grid;
+  for (const Recipe& r : explain_recipes(g)) grid.push_back(emulate_baseline(g, r));
+  VerifyOptions o;
+  o.explain = true;
+  o.explain_given = &grid;
+  o.check = VerifyCheck::bound;
+  for (const char* name : {"bf16/fp32/fp32/bf16", "bf16/bf16/fp32/bf16", "bf16/fp16/fp32/bf16",
+                           "bf16/fp32/fp16/bf16", "bf16/bf16/bf16/bf16"}) {
+    const Recipe r = parse_recipe(name);
+    for (const auto& s : make_strategies(Backend::cpu_emulation)) {
+      if (!s->can_implement(g.problem, g.spec, r).ok()) continue;
+      const std::string path = write("explain.h5", run_candidate(g, *s, r));
+      const VerifyReport rep = verify_candidate(g, path, make_verify_policy(name), o);
+      ASSERT_EQ(rep.explain.size(), grid.size());
+      const std::string what = fmt::format("{} by {}\n{}", name, s->name(), format_report(rep));
+      if (r.accum != DType::bf16) {
+        EXPECT_EQ(rep.explain.front().recipe, r) << what;
+        EXPECT_TRUE(rep.explain.front().consistent) << what;
+      } else {
+        bool found = false;
+        for (const RecipeMatch& m : rep.explain) {
+          found = found || (m.recipe == r && m.consistent);
+          if (m.consistent) {
+            EXPECT_EQ(m.recipe.accum, DType::bf16) << what;
+          }
+        }
+        EXPECT_TRUE(found) << what;
+      }
+    }
+  }
+}
+
+// RunRequest::vocab_rows (the baseline's dW/db on the compared rows only): every emulated
+// strategy returns, row for row, the bits of its full run; unsorted or out-of-range rows are
+// refused naming the row.
+TEST_F(VerifyDifferential, EmulationVocabRowsAreTheFullRunsRows) {
+  const Golden& g = golden("calibrated");
+  const Recipe r = parse_recipe("bf16/bf16/fp16/bf16");  // a low-precision cross-chunk sum
+  for (const auto& s : make_strategies(Backend::cpu_emulation)) {
+    if (!s->can_implement(g.problem, g.spec, r).ok()) continue;
+    RunRequest req;
+    req.problem = &g.problem;
+    req.spec = g.spec;
+    req.recipe = r;
+    req.chunk_tokens = 5;
+    const StrategyOutputs full = s->run(req);
+    req.vocab_rows = {3, 17, 256, 511};
+    const StrategyOutputs part = s->run(req);
+    ASSERT_EQ(part.dW.size(), req.vocab_rows.size() * static_cast<std::size_t>(g.D)) << s->name();
+    for (std::size_t k = 0; k < req.vocab_rows.size(); ++k)
+      for (std::int64_t d = 0; d < g.D; ++d)
+        ASSERT_EQ(part.dW[k * static_cast<std::size_t>(g.D) + static_cast<std::size_t>(d)],
+                  full.dW[static_cast<std::size_t>(req.vocab_rows[k] * g.D + d)])
+            << s->name() << " row " << req.vocab_rows[k] << " col " << d;
+    EXPECT_EQ(part.dH, full.dH) << s->name();
+    EXPECT_EQ(part.loss, full.loss) << s->name();
+    for (const std::vector<std::int64_t>& bad :
+         {std::vector<std::int64_t>{5, 3}, std::vector<std::int64_t>{512}}) {
+      req.vocab_rows = bad;
+      try {
+        s->run(req);
+        ADD_FAILURE() << s->name();
+      } catch (const InputError& e) {
+        EXPECT_NE(std::string(e.what()).find("is out of [0, 512) or not sorted/unique"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
+TEST(VerifyCheckNames, ParseAndRefuse) {
+  EXPECT_EQ(parse_verify_check("bound"), VerifyCheck::bound);
+  EXPECT_EQ(parse_verify_check("differential"), VerifyCheck::differential);
+  EXPECT_EQ(parse_verify_check("both"), VerifyCheck::both);
+  for (const char* bad : {"", "Both", "bounds", "diff"}) {
+    try {
+      parse_verify_check(bad);
+      ADD_FAILURE() << bad;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("one of bound, differential, both"), std::string::npos);
+    }
+  }
+}
+
+// The profile's numbers, from their definitions on values chosen by hand.
+TEST(ErrorProfile, NumbersFromTheirDefinitions) {
+  const std::vector<double> ref = {1, -2, 4, 0.5};
+  const std::vector<double> out = {1, -2.5, 4, 0.75};  // errors 0, -0.5, 0, 0.25
+  const ErrorProfile p = error_profile(out.data(), ref.data(), 4, DType::fp32);
+  EXPECT_EQ(p.n, 4);
+  EXPECT_DOUBLE_EQ(p.normwise, std::sqrt(0.25 + 0.0625) / std::sqrt(1 + 4 + 16 + 0.25));
+  // relative errors 0, 0.25, 0, 0.5: nearest-rank 0.9-quantile is the 4th smallest
+  EXPECT_DOUBLE_EQ(p.rel_q, 0.5);
+  EXPECT_DOUBLE_EQ(p.rel_p50, 0.0);
+  EXPECT_DOUBLE_EQ(p.max_ref, 4);
+  EXPECT_DOUBLE_EQ(p.bias, (-0.25 / 4) / std::sqrt((1 + 4 + 16 + 0.25) / 4));
+  EXPECT_DOUBLE_EQ(p.ulp_hist[0], 0.5);  // two exact elements
+  EXPECT_THROW(error_profile(out.data(), ref.data(), -1, DType::fp32), InputError);
+}
+
+}  // namespace
+}  // namespace xentlab

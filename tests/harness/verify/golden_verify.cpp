@@ -1,0 +1,340 @@
+// Golden files and verify (tools/golden/): golden → candidate equal to the reference → verify
+// passes; one element of dW perturbed by 100× its tolerance → verify fails and names that element,
+// its index and both values; damaged, foreign and wrong-version files are FormatErrors; shape and
+// dtype mismatches and NaN in a candidate are reported failures, never exceptions.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "datasets/catalog.hpp"
+#include "datasets/io/h5.hpp"
+#include "harness/verify/golden.hpp"
+#include "harness/verify/verify.hpp"
+#include "numerics/error.hpp"
+#include "reference/reference.hpp"
+#include "tests/support/temp_folder.hpp"
+
+namespace xentlab {
+namespace {
+namespace fs = std::filesystem;
+
+class GoldenVerify : public testing::TempFolderTest {
+ protected:
+  GoldenVerify() : TempFolderTest("golden") {}
+  void SetUp() override {
+    TempFolderTest::SetUp();
+    DatasetParams p;
+    p.N = 32;
+    p.seed = 4;
+    ds_ = make_dataset("stories260k", p);
+  }
+
+  // A tensor of the given shape holding values (rounded once into dtype).
+  template <class Values = std::vector<double>>
+  static Tensor tensor(const Values& v, std::vector<std::int64_t> shape, DType dt = DType::fp64) {
+    Tensor t(dt, std::move(shape));
+    for (std::size_t k = 0; k < v.size(); ++k) t.set(static_cast<std::int64_t>(k), v[k]);
+    return t;
+  }
+  // Candidate = the golden's own reference, every output, in dtype dt.
+  std::vector<std::pair<std::string, Tensor>> exact_candidate(const Golden& g,
+                                                              DType dt = DType::fp64) const {
+    return {{"loss", tensor(g.loss, {g.S}, dt)},
+            {"lse", tensor(g.lse, {g.S}, dt)},
+            {"reduced_loss", tensor({*g.reduced_loss}, {}, dt)},
+            {"dH", tensor(g.dH, {g.S, g.D}, dt)},
+            {"dW", tensor(g.dW, {g.J, g.D}, dt)},
+            {"db", tensor(g.db, {g.J}, dt)}};
+  }
+  const OutputReport& output(const VerifyReport& r, const std::string& name) {
+    for (const auto& o : r.outputs)
+      if (o.name == name) return o;
+    ADD_FAILURE() << "no report for " << name;
+    return r.outputs.front();
+  }
+
+  DatasetInstance ds_;
+};
+
+TEST_F(GoldenVerify, GoldenHoldsTheProblemBitExactAndTheReference) {
+  GoldenOptions o;
+  const GoldenSummary s = write_golden(path("g.h5"), ds_, ds_.spec, o);
+  EXPECT_FALSE(s.partial);
+  const Golden g = read_golden(path("g.h5"));
+  EXPECT_EQ(g.problem.targets, ds_.problem.targets);
+  ASSERT_EQ(g.problem.H.nbytes(), ds_.problem.H.nbytes());
+  EXPECT_EQ(0, std::memcmp(g.problem.H.data(), ds_.problem.H.data(), ds_.problem.H.nbytes()));
+  EXPECT_EQ(0, std::memcmp(g.problem.W.data(), ds_.problem.W.data(), ds_.problem.W.nbytes()));
+  const ReferenceResult r = compute_reference(ds_.problem, ds_.spec);
+  EXPECT_EQ(g.loss, r.loss);
+  EXPECT_EQ(g.dW, std::vector<double>(r.dW.begin(), r.dW.end()));
+  EXPECT_EQ(g.dH_bound, std::vector<double>(r.dH_bound.begin(), r.dH_bound.end()));
+  EXPECT_EQ(g.p_target, r.p_target);
+  EXPECT_EQ(*g.reduced_loss, r.reduced_loss);
+  EXPECT_EQ(g.spec.describe(), ds_.spec.describe());
+  // Provenance and the schema attributes, as h5py would read them.
+  const h5::File f = h5::File::open_read(path("g.h5"));
+  EXPECT_EQ(f.attr_string("format"), kGoldenFormat);
+  EXPECT_EQ(f.attr_int("format_version"), kGoldenVersion);
+  EXPECT_EQ(f.attr_string("generator"), "catalog:stories260k");
+  EXPECT_EQ(f.attr_int("seed"), 4);
+  // Never overwritten without force.
+  EXPECT_THROW(write_golden(path("g.h5"), ds_, ds_.spec, o), InputError);
+  o.force = true;
+  EXPECT_NO_THROW(write_golden(path("g.h5"), ds_, ds_.spec, o));
+}
+
+// Given-logits problems (no H, W): the golden file holds dz, and its per-row covariates come from
+// the stored logits (max |z| checked here against the logits themselves); the reference itself
+// passes verify. (Writing one used to read the linear head's Σ|h||w| buffer, empty here.)
+TEST_F(GoldenVerify, LogitsProblemsMakeGoldenFilesThatVerify) {
+  for (const char* name : {"masked", "heavy"}) {
+    DatasetParams p;
+    p.N = 8;
+    p.seed = 3;
+    const DatasetInstance ds = make_dataset(name, p);
+    GoldenOptions o;
+    const std::string file = path(std::string(name) + ".h5");
+    write_golden(file, ds, ds.spec, o);
+    const Golden g = read_golden(file);
+    ASSERT_EQ(g.S, 8) << name;
+    ASSERT_FALSE(g.dz.empty()) << name;
+    std::vector<double> row(static_cast<std::size_t>(g.V));
+    for (std::int64_t q = 0; q < g.S; ++q) {
+      ds.problem.logits.read(g.token_rows[static_cast<std::size_t>(q)] * g.V, g.V, row.data());
+      double mx = 0;
+      for (double z : row)
+        if (std::isfinite(z)) mx = std::max(mx, std::fabs(z));  // logit scale 1, no softcap
+      EXPECT_EQ(g.max_abs_logit[static_cast<std::size_t>(q)], mx) << name << " row " << q;
+    }
+    const std::string cand = path(std::string(name) + "-cand.h5");
+    write_candidate(cand, false,
+                    {{"loss", tensor(g.loss, {g.S})}, {"dz", tensor(g.dz, {g.S, g.V})}},
+                    "the reference itself");
+    VerifyOptions vo;
+    vo.check = VerifyCheck::bound;
+    const VerifyReport rep = verify_candidate(g, cand, make_verify_policy("fp32"), vo);
+    EXPECT_TRUE(rep.passed) << name << "\n" << format_report(rep);
+  }
+}
+
+TEST_F(GoldenVerify, RoundTripPassesAndOnePerturbedDwElementFails) {
+  write_golden(path("g.h5"), ds_, ds_.spec, {});
+  const Golden g = read_golden(path("g.h5"));
+  const VerifyPolicy pol = make_verify_policy("fp32");
+  for (DType dt : {DType::fp64, DType::fp32}) {
+    const std::string c = path(std::string("exact-") + std::string(to_string(dt)) + ".h5");
+    write_candidate(c, false, exact_candidate(g, dt), "test: the reference itself");
+    const VerifyReport r = verify_candidate(g, c, pol);
+    EXPECT_TRUE(r.passed) << format_report(r);
+    EXPECT_EQ(r.outputs.size(), 6u);
+    for (const auto& o : r.outputs) EXPECT_EQ(o.status, "passed") << o.name << ": " << o.message;
+  }
+  // One dW element moved by 100× its tolerance.
+  const std::vector<double> tol = verify_tolerance(g, pol, "dW", DType::fp64);
+  const std::int64_t k = (g.J / 2) * g.D + 5;
+  auto cand = exact_candidate(g);
+  std::vector<double> dW = g.dW;
+  dW[k] += 100 * pol.judge.k * tol[k];
+  cand[4].second = tensor(dW, {g.J, g.D});
+  write_candidate(path("bad.h5"), false, cand, "test: perturbed");
+  const VerifyReport r = verify_candidate(g, path("bad.h5"), pol);
+  EXPECT_FALSE(r.passed);
+  const OutputReport& o = output(r, "dW");
+  EXPECT_EQ(o.status, "incorrect");
+  EXPECT_EQ(o.index, k);
+  EXPECT_EQ(o.candidate, dW[k]);
+  EXPECT_EQ(o.reference, g.dW[k]);
+  const std::string text = format_report(r);
+  const std::string where = fmt::format("dW[{}, {}]", g.vocab_rows[k / g.D], k % g.D);
+  EXPECT_NE(text.find(where), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("flat index {}", k)), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("{:.9g}", dW[k])), std::string::npos) << text;
+  EXPECT_NE(text.find(fmt::format("{:.9g}", g.dW[k])), std::string::npos) << text;
+  for (const char* n : {"loss", "lse", "dH", "db"}) EXPECT_EQ(output(r, n).status, "passed") << n;
+  // JUnit: one failure; a report from an earlier run is replaced, any other file kept unless force.
+  write_junit(path("j.xml"), false, r);
+  std::stringstream xml;
+  xml << std::ifstream(path("j.xml")).rdbuf();
+  EXPECT_NE(xml.str().find("<testsuite name=\"xentlab.verify\" tests=\"6\" failures=\"1\""),
+            std::string::npos)
+      << xml.str();
+  EXPECT_NE(xml.str().find(where), std::string::npos);
+  EXPECT_NO_THROW(write_junit(path("j.xml"), false, r));
+  std::ofstream(path("notes.txt")) << "not a report";
+  EXPECT_THROW(check_junit_output(path("notes.txt"), false), InputError);
+  // An XML file that is no report of verify is kept too: replacing any "<?xml" file would
+  // overwrite build files and other tools' reports.
+  std::ofstream(path("other.xml")) << "\xEF\xBB\xBF <?xml version=\"1.0\"?>\n<testsuites "
+                                      "name=\"other\"><testsuite name=\"other\"/></testsuites>";
+  EXPECT_THROW(check_junit_output(path("other.xml"), false), InputError);
+  EXPECT_THROW(write_junit(path("other.xml"), false, r), InputError);
+  EXPECT_THROW(write_junit(path("notes.txt"), false, r), InputError);
+  EXPECT_NO_THROW(write_junit(path("notes.txt"), true, r));
+}
+
+TEST_F(GoldenVerify, NanShapeAndDtypeMismatchesAreReportedFailures) {
+  write_golden(path("g.h5"), ds_, ds_.spec, {});
+  const Golden g = read_golden(path("g.h5"));
+  auto cand = exact_candidate(g);
+  std::vector<double> loss = g.loss;
+  loss[3] = std::numeric_limits<double>::quiet_NaN();
+  cand[0].second = tensor(loss, {g.S});
+  cand[3].second = Tensor(DType::fp32, {g.S, g.D + 1});  // dH of the wrong shape
+  write_candidate(path("c.h5"), false, cand, "test");
+  {
+    h5::File f = h5::File::create(path("int.h5"));
+    f.set_attr("format", kCandidateFormat);
+    f.set_attr("format_version", kCandidateVersion);
+    f.write("lse", std::vector<std::int64_t>(static_cast<std::size_t>(g.S), 1));  // integers
+    f.close();
+  }
+  const VerifyPolicy pol = make_verify_policy("fp32");
+  const VerifyReport r = verify_candidate(g, path("c.h5"), pol);
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(output(r, "loss").status, "incorrect");
+  EXPECT_EQ(output(r, "loss").stats->out_nan, 1);
+  EXPECT_EQ(output(r, "loss").index, 3);
+  EXPECT_EQ(output(r, "dH").status, "failed");
+  EXPECT_NE(output(r, "dH").message.find(fmt::format("({}, {})", g.S, g.D + 1)), std::string::npos)
+      << output(r, "dH").message;
+  EXPECT_EQ(output(r, "dW").status, "passed");
+  const VerifyReport ri = verify_candidate(g, path("int.h5"), pol);
+  EXPECT_FALSE(ri.passed);
+  EXPECT_EQ(output(ri, "lse").status, "failed");
+  // A candidate with none of the outputs fails with a reason.
+  write_candidate(path("empty.h5"), false, {}, "test");
+  const VerifyReport re = verify_candidate(g, path("empty.h5"), pol);
+  EXPECT_FALSE(re.passed);
+  EXPECT_NE(re.reason.find("no output"), std::string::npos) << re.reason;
+}
+
+TEST_F(GoldenVerify, DamagedForeignAndWrongVersionFilesAreFormatErrors) {
+  write_golden(path("g.h5"), ds_, ds_.spec, {});
+  auto expect_format_error = [&](const std::string& p, const std::string& needle,
+                                 bool as_candidate) {
+    try {
+      if (as_candidate)
+        verify_candidate(read_golden(path("g.h5")), p, make_verify_policy("fp32"));
+      else
+        read_golden(p);
+      ADD_FAILURE() << p << ": no exception";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  // Truncated.
+  fs::copy_file(path("g.h5"), path("cut.h5"));
+  fs::resize_file(path("cut.h5"), fs::file_size(path("g.h5")) / 2);
+  expect_format_error(path("cut.h5"), "cut.h5", false);
+  // Not HDF5 at all.
+  std::ofstream(path("text.h5")) << "hello";
+  expect_format_error(path("text.h5"), "not an HDF5 file", false);
+  // Foreign HDF5, wrong version, missing group.
+  {
+    h5::File f = h5::File::create(path("foreign.h5"));
+    f.write("x", std::vector<double>{1.0});
+    f.close();
+    h5::File v = h5::File::create(path("v3.h5"));
+    v.set_attr("format", kGoldenFormat);
+    v.set_attr("format_version", std::int64_t{3});
+    v.close();
+    h5::File m = h5::File::create(path("missing.h5"));
+    m.set_attr("format", kGoldenFormat);
+    m.set_attr("format_version", kGoldenVersion);
+    m.close();
+  }
+  expect_format_error(path("foreign.h5"), "no 'format' attribute", false);
+  expect_format_error(path("v3.h5"), "format_version 3", false);
+  expect_format_error(path("missing.h5"), "missing.h5", false);
+  // A golden file given as the candidate, and a foreign candidate.
+  expect_format_error(path("g.h5"), "golden file was given as the candidate", true);
+  expect_format_error(path("foreign.h5"), "not a xentlab candidate file", true);
+}
+
+TEST_F(GoldenVerify, SampledGoldenAcceptsFullShapeCandidates) {
+  GoldenOptions o;
+  o.rows = 8;
+  o.sample_seed = 3;
+  write_golden(path("s.h5"), ds_, ds_.spec, o);
+  const Golden g = read_golden(path("s.h5"));
+  EXPECT_TRUE(g.partial);
+  EXPECT_EQ(g.S, 8);
+  EXPECT_TRUE(g.dW.empty());  // token sampling drops dW/db (they sum over every token)
+  const ReferenceResult full = compute_reference(ds_.problem, ds_.spec);
+  std::vector<std::pair<std::string, Tensor>> cand = {
+      {"loss", tensor(full.loss, {ds_.problem.N})},
+      {"dH", tensor(full.dH, {ds_.problem.N, ds_.problem.D})},
+      {"dW", tensor(full.dW, {ds_.problem.V, ds_.problem.D})}};
+  write_candidate(path("c.h5"), false, cand, "test: full problem");
+  const VerifyReport r = verify_candidate(g, path("c.h5"), make_verify_policy("bf16"));
+  EXPECT_TRUE(r.passed) << format_report(r);
+  EXPECT_EQ(output(r, "loss").status, "passed");
+  EXPECT_EQ(output(r, "dH").status, "passed");
+  EXPECT_EQ(output(r, "dW").status, "skipped");
+}
+
+TEST_F(GoldenVerify, ExplicitTolerancesAndPolicyNames) {
+  write_golden(path("g.h5"), ds_, ds_.spec, {});
+  const Golden g = read_golden(path("g.h5"));
+  // bf16-rounded outputs: within atol = rtol = 0? no. Within rtol = u_bf16? yes (RNE: |e| ≤
+  // u|ref|).
+  write_candidate(path("b.h5"), false, exact_candidate(g, DType::bf16),
+                  "test: bf16-rounded reference");
+  EXPECT_FALSE(verify_candidate(g, path("b.h5"), make_explicit_policy(0, 0)).passed);
+  const VerifyReport r =
+      verify_candidate(g, path("b.h5"), make_explicit_policy(0, unit_roundoff(DType::bf16)));
+  EXPECT_TRUE(r.passed) << format_report(r);
+  // The bound check allows one rounding into the storage dtype; the differential check does not
+  // for lse and the reduced loss, which the bf16 policy declares in fp32 (bf16 logits give them
+  // errors below one bf16 rounding on this problem).
+  VerifyOptions bound_only;
+  bound_only.check = VerifyCheck::bound;
+  EXPECT_TRUE(verify_candidate(g, path("b.h5"), make_verify_policy("bf16"), bound_only).passed);
+  const VerifyReport both = verify_candidate(g, path("b.h5"), make_verify_policy("bf16"));
+  EXPECT_FALSE(both.passed) << format_report(both);
+  for (const auto& o : both.outputs) {
+    EXPECT_EQ(o.bound_status, "passed") << o.name;
+    if (o.name == "dH" || o.name == "dW") {
+      EXPECT_EQ(o.differential.status, "passed") << o.name;
+    }
+  }
+  EXPECT_THROW(make_verify_policy("float8"), InputError);
+  EXPECT_THROW(make_verify_policy("bf16", "sloppy"), InputError);
+  EXPECT_NO_THROW(make_verify_policy("bf16/bf16/fp32/bf16"));
+  EXPECT_THROW(make_explicit_policy(-1, 0), InputError);
+  EXPECT_THROW(make_explicit_policy(0, std::numeric_limits<double>::quiet_NaN()), InputError);
+  EXPECT_THROW(make_verify_policy("bf16", "default", 0.0), InputError);
+}
+
+TEST_F(GoldenVerify, RequiredOutputsMissingOrUncheckedFail) {
+  GoldenOptions o;
+  o.rows = 8;  // token sampling: the golden file holds no dW
+  write_golden(path("s.h5"), ds_, ds_.spec, o);
+  const Golden g = read_golden(path("s.h5"));
+  write_candidate(path("c.h5"), false,
+                  {{"loss", tensor(g.loss, {g.S})}, {"dW", Tensor(DType::fp32, {g.J, g.D})}},
+                  "test: loss and an uncheckable dW");
+  const VerifyPolicy pol = make_verify_policy("fp32");
+  EXPECT_TRUE(verify_candidate(g, path("c.h5"), pol).passed);
+  EXPECT_TRUE(verify_candidate(g, path("c.h5"), pol, {"loss"}).passed);
+  const VerifyReport r = verify_candidate(g, path("c.h5"), pol, {"loss", "dH", "dW"});
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(output(r, "dH").status, "failed");
+  EXPECT_NE(output(r, "dH").message.find("holds no dH"), std::string::npos);
+  EXPECT_EQ(output(r, "dW").status, "failed");
+  EXPECT_NE(output(r, "dW").message.find("not checked"), std::string::npos);
+  EXPECT_NE(r.reason.find("dH"), std::string::npos) << r.reason;
+  EXPECT_THROW(verify_candidate(g, path("c.h5"), pol, {"dx"}), InputError);
+  EXPECT_THROW(parse_required_outputs({"loss", "loss"}), InputError);
+}
+
+}  // namespace
+}  // namespace xentlab
