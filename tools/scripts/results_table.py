@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""The current strategy table, generated from lab/results/strategies.csv.
+
+Takes the latest `xentlab bench` measurement (and the latest `torch_baseline.py` one) per
+strategy and N for the recipe bf16/bf16/fp32/fp32, and prints a Markdown table with one caption
+line naming the GPU, driver, date and commit of those measurements.
+
+    results_table.py            print the table
+    results_table.py --write    rewrite the blocks between the markers in README.md and
+                                docs/benchmarks.md
+    results_table.py --check    exit 1 when a block differs from what would be written
+
+Only the block between the markers carries a date: the README and docs/ say what is, the table
+says when it was measured.
+"""
+
+import argparse
+import csv
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "lab" / "results" / "strategies.csv"
+TARGETS = [ROOT / "README.md", ROOT / "docs" / "benchmarks.md"]
+BEGIN = "<!-- results-table:begin -->"
+END = "<!-- results-table:end -->"
+RECIPE = "bf16/bf16/fp32/fp32"
+SIZES = (8192, 131072)
+
+# What each row of the table is (the registry's traits, gpu/registry.cpp), in table order.
+STRATEGIES = [
+    ("naive", "naive", "CPU, CUDA", "every recipe", "yes"),
+    ("chunked", "chunked", "CPU, CUDA", "every recipe", "yes"),
+    ("checkpointed", "checkpointed", "CPU, CUDA", "every recipe", "yes"),
+    (
+        "fused",
+        "fused",
+        "CPU, CUDA (sm_90a wgmma, else mma.sync)",
+        "bf16/fp16 inputs, logits in the input dtype",
+        "yes",
+    ),
+    ("vocab_parallel", "vocab_parallel", "CPU, CUDA + NCCL", "every recipe", "yes for P ≤ 2"),
+    ("pytorch-bf16", "PyTorch, bf16 throughout", "torch", "—", "—"),
+    ("pytorch-fp32-upcast", "PyTorch, fp32 upcast", "torch", "—", "—"),
+]
+TOOLS = {"xentlab-bench", "torch_baseline"}
+
+
+def load(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def latest(rows):
+    """The latest row per (strategy, N) among the bench's and PyTorch's measurements."""
+    best = {}
+    for r in rows:
+        if r["tool"] not in TOOLS:
+            continue
+        if r["tool"] == "xentlab-bench" and r["recipe"] != RECIPE:
+            continue
+        key = (r["strategy"], int(r["N"]))
+        stamp = (r["date"], r["time_utc"])
+        if key not in best or stamp >= (best[key]["date"], best[key]["time_utc"]):
+            best[key] = r
+    return best
+
+
+def memory(r):
+    if r is None:
+        return "—"
+    if r["peak_extra_bytes"]:
+        b = int(r["peak_extra_bytes"])
+        return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
+    if r["peak_extra_gib"]:
+        return f"{r['peak_extra_gib']} GiB"
+    return "—"
+
+
+def cell(r, naive):
+    if r is None:
+        return "not measured"
+    if not r["ms"]:
+        return "out of memory" if "out of memory" in r["note"] else "did not run"
+    ms = float(r["ms"])
+    if naive is not None and naive["ms"] and r["strategy"] != "naive":
+        return f"{ms:.2f} ms ({float(naive['ms']) / ms:.2f}×)"
+    return f"{ms:.2f} ms"
+
+
+def table(rows):
+    best = latest(rows)
+    used = list(best.values())
+    dates = sorted({r["date"] for r in used})
+    gpus = sorted({r["gpu"] + (f" (driver {r['driver']})" if r["driver"] else "") for r in used})
+    commits = sorted({r["commit"] for r in used if r["commit"]})
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    commit = ", ".join(commits) if commits else "not recorded"
+    lines = [
+        f"*Measured {when} on {', '.join(gpus)}, commit {commit}; forward + backward medians, "
+        f"recipe {RECIPE} (`xentlab bench`, interleaved; PyTorch: `torch_baseline.py`); "
+        f"× = throughput vs naive.*",
+        "",
+        "| strategy | backends | recipes | deterministic | N = 8192 | N = 131072 | "
+        "peak extra memory at 131072 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for key, name, backends, recipes, det in STRATEGIES:
+        cells = []
+        for n in SIZES:
+            cells.append(cell(best.get((key, n)), best.get(("naive", n))))
+        mem = memory(best.get((key, SIZES[-1])))
+        row = [name, backends, recipes, det, cells[0], cells[1], mem]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def replace(text, block):
+    a = text.find(BEGIN)
+    b = text.find(END)
+    if a < 0 or b < a:
+        return None
+    return text[: a + len(BEGIN)] + "\n" + block + text[b:]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--write", action="store_true", help="rewrite the marked blocks in place")
+    g.add_argument("--check", action="store_true", help="exit 1 when a marked block is stale")
+    p.add_argument("--results", default=str(RESULTS), help="the strategies CSV")
+    args = p.parse_args()
+    block = table(load(args.results))
+    if not (args.write or args.check):
+        sys.stdout.write(block)
+        return 0
+    stale = []
+    for path in TARGETS:
+        text = path.read_text()
+        new = replace(text, block)
+        if new is None:
+            print(f"{path.relative_to(ROOT)}: no {BEGIN} … {END} block", file=sys.stderr)
+            return 2
+        if new != text:
+            if args.write:
+                path.write_text(new)
+                print(f"rewrote {path.relative_to(ROOT)}")
+            else:
+                stale.append(str(path.relative_to(ROOT)))
+    if stale:
+        print(
+            "stale results table: "
+            + ", ".join(stale)
+            + " (run tools/scripts/results_table.py --write)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
