@@ -17,7 +17,7 @@
 namespace xentlab {
 
 /// What a strategy is, on every backend that has it (checked against the strategies themselves
-/// by tests/test_registry.cpp).
+/// by tests/gpu/registry.cpp).
 struct StrategyTraits {
   /// Repeat runs on one device give bit-identical outputs. False when some output is summed by
   /// atomics in an order that depends on scheduling (none since fused's additions take turns in

@@ -6,7 +6,7 @@
 // (float64, e.g. ReferenceResult), `bound` optional per-element a-priori error bounds
 // (judge/bounds.hpp). Element i is the pair (out[i], ref[i]); e_i = out[i] − ref[i].
 //
-// Conventions (every one is tested in tests/test_stats.cpp):
+// Conventions (every one is tested in tests/judge/stats.cpp):
 //  - Non-finite values are never skipped silently. They are counted (NaN, +Inf, −Inf, separately
 //    for out and ref) and compared by kind: a "finiteness mismatch" is a pair whose kinds differ
 //    (finite vs NaN vs +Inf vs −Inf). A pair where both are the same infinity, or both NaN, agrees.

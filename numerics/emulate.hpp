@@ -9,7 +9,7 @@
 // double rounding of basic arithmetic operations", J. Formaliz. Reason. 7(1), 2014).
 //
 // rnd() is a bit-level RNE conversion float → X (same results as round_to(double(f), X) of
-// numerics/dtype.hpp, checked on every fp32 bit class in tests/test_emulation_reduce.cpp) because
+// numerics/dtype.hpp, checked on every fp32 bit class in tests/numerics/emulate.cpp) because
 // the emulation rounds hundreds of millions of times per audit.
 //
 // Reductions (shared NUMERICS.md §2; constants of their error bounds: judge/bounds.hpp):

@@ -6,8 +6,8 @@
 #   tools/setup.sh --python-venv DIR
 #                             also a virtual environment DIR (made by python3 -m venv where it is
 #                             missing) holding what the Python package's build and tests need from
-#                             PyPI: nanobind, numpy, ml_dtypes, pytest, h5py at the exact versions of
-#                             python/requirements-test.txt (python/, docs/python.md).
+#                             PyPI: nanobind, numpy, ml_dtypes, pytest, h5py, ruff at the exact
+#                             versions of python/requirements-test.txt (python/, docs/python.md).
 #                             Debian's python3 refuses pip outside one (PEP 668). A failure here is
 #                             a warning: the C++ build and tests go on without the Python package.
 set -euo pipefail

@@ -1,7 +1,7 @@
 #pragma once
 // The order in which the fused backward's CTAs take their (token block, vocabulary block) tiles
 // (gpu/cuda/fused/backward.cuh): host and device code, so that a CPU test checks the properties
-// the kernels rely on (tests/test_fused_raster.cpp).
+// the kernels rely on (tests/gpu/plans/fused_raster.cpp).
 #include <cstdint>
 
 #include "numerics/hd.hpp"

@@ -1,7 +1,7 @@
 // Case C02 of docs/cases.md on the certified reference (method: tests/reference/cases.cpp). Built
 // twice: test_reference_c02 checks the case at a quarter of its logits (tests/support/c02_case.hpp:
-// the same faults), test_reference_c02_full (XL_C02_FULL_SIZE, labelled slow) at its own size, N·V
-// = 2^28 logits through the reference.
+// the same faults), test_reference_c02_full (XL_C02_FULL_SIZE, labelled slow) at its own size,
+// N·V = 2^28 logits through the reference.
 #include <gtest/gtest.h>
 
 #include "reference/reference.hpp"

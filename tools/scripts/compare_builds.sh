@@ -91,6 +91,7 @@ option_sets=(
   "--policy bf16 --require loss,dH,dW"
   "--policy fp32 --k 3 --strictness lenient"
   "--policy bf16 --explain"
+  "--policy fp64"
 )
 n=0
 for p in "${pairs[@]}"; do

@@ -1,10 +1,10 @@
 // The known-hard cases of docs/cases.md on every emulated strategy × recipe. Expected
 // values are the case file's; the tolerance is the a-priori bound of the strategy's declared
 // arithmetic (judge/bounds.hpp via judge/bounds_for.hpp) plus the reference's bound plus half a
-// unit of the printed value (tests/support/case_support.hpp): |emu − case| ≤ |emu − ref| + |ref −
-// case|. Where the case lists a wrong answer, the recipe whose arithmetic produces it is run and
-// must produce exactly that wrong value (so the emulation explains the fault), and the policy must
-// say so where the recipe has no bound.
+// unit of the printed value (tests/support/case_support.hpp):
+// |emu − case| ≤ |emu − ref| + |ref − case|. Where the case lists a wrong answer, the recipe whose
+// arithmetic produces it is run and must produce exactly that wrong value (so the emulation
+// explains the fault), and the policy must say so where the recipe has no bound.
 #include <gtest/gtest.h>
 
 #include "numerics/emulate.hpp"

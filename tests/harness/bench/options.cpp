@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu/registry.hpp"
+#include "harness/bench/report.hpp"
 #include "harness/text.hpp"
 #include "numerics/error.hpp"
 #include "tests/harness/bench/bench_support.hpp"
