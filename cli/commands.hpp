@@ -1,5 +1,5 @@
 #pragma once
-// Subcommands of the xentlab program. One file per subcommand under tools/cli/, each with one
+// Subcommands of the xentlab program. One file per subcommand under cli/, each with one
 // explicit registration function called from cli/main.cpp (no static self-registration).
 #include <CLI/CLI.hpp>
 
@@ -15,13 +15,13 @@ void register_golden(CLI::App& app);
 void register_verify(CLI::App& app);
 /// `xentlab candidate`: one of the lab's strategies on a golden problem, written as a candidate.
 void register_candidate(CLI::App& app);
-/// `xentlab audit`: the main job (tools/audit/).
+/// `xentlab audit`: the main job (harness/audit/).
 void register_audit(CLI::App& app);
 /// `xentlab regress`: compare two audit results files (nightly regression check).
 void register_regress(CLI::App& app);
 /// `xentlab fidelity`: CPU emulation against a device audit, run by run.
 void register_fidelity(CLI::App& app);
-/// `xentlab bench`: the memory/throughput table of the CUDA strategies (tools/bench/).
+/// `xentlab bench`: the memory/throughput table of the CUDA strategies (harness/bench/).
 void register_bench(CLI::App& app);
 /// Makes every integer option of `app` and its subcommands accept only plain decimal integers in
 /// the range of a 64-bit integer (CLI11 would read "010" as octal 8, "0x10" as hexadecimal, "-1"

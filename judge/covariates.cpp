@@ -116,9 +116,15 @@ BoundedRowCovariates bounded_row_covariates(const Problem& pb, const LossSpec& s
   const bool linear = pb.is_linear();
   std::vector<std::int64_t> valid(sz(S)), target(sz(S));
   BoundedRowCovariates c;
-  std::vector<double>&max_raw = c.max_raw, &max_abs = c.max_abs, &mean_abs = c.mean_abs,
-  &xt = c.target_logit, &gemm = c.gemm_abs, &raw = c.raw_logits;
-  std::vector<double>&w_t_abs = c.W_target_abs, &w_colmax = c.W_colmax_abs, &h_abs = c.H_abs;
+  std::vector<double>& max_raw = c.max_raw;
+  std::vector<double>& max_abs = c.max_abs;
+  std::vector<double>& mean_abs = c.mean_abs;
+  std::vector<double>& xt = c.target_logit;
+  std::vector<double>& gemm = c.gemm_abs;
+  std::vector<double>& raw = c.raw_logits;
+  std::vector<double>& w_t_abs = c.W_target_abs;
+  std::vector<double>& w_colmax = c.W_colmax_abs;
+  std::vector<double>& h_abs = c.H_abs;
   max_raw.assign(sz(S), 0.0);
   max_abs.assign(sz(S), 0.0);
   mean_abs.assign(sz(S), 0.0);

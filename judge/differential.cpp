@@ -158,6 +158,7 @@ StrategyOutputs rows_of(StrategyOutputs o, const std::vector<std::int64_t>& rows
   o.token_rows = rows;
   return o;
 }
+
 // Adds strategy st's outputs o to the baseline's profiles: per output the largest error over the
 // strategies (the profile of the largest normwise error, with the largest quantiles).
 void add_profiles(Baseline& b, const Strategy& st, const StrategyOutputs& o,

@@ -27,7 +27,7 @@ class OutputError : public std::runtime_error {
   explicit OutputError(const std::string& what) : std::runtime_error(what) {}
 };
 
-/// A failure of the CUDA runtime or of cuBLAS (see gpu/cuda_check.hpp).
+/// A failure of the CUDA runtime or of cuBLAS (see gpu/cuda/common/cuda_check.hpp).
 class DeviceError : public std::runtime_error {
  public:
   explicit DeviceError(const std::string& what) : std::runtime_error(what) {}

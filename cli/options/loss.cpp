@@ -21,7 +21,7 @@ EmptyMean parse_empty_mean(const std::string& s) {
 
 // The value of a string option, or null where it counts as left out: not given, or given empty
 // where the command takes an empty value so (golden: --reduction, --upstream, --empty-mean;
-// audit: --reduction; docs/open_findings.md).
+// audit: --reduction).
 const std::string* given(const std::optional<std::string>& v, bool empty_is_given) {
   return v && (empty_is_given || !v->empty()) ? &*v : nullptr;
 }

@@ -35,7 +35,7 @@ enum class LossDefaults : std::uint8_t {
   /// random, seeded by the command's --seed.
   spec,
   /// `xentlab audit`: each problem's own spec; a given option overrides it for every problem.
-  /// --upstream: ones (default) or random (seeded by the audit's seed, in tools/audit/).
+  /// --upstream: ones (default) or random (seeded by the audit's seed, in harness/audit/).
   problem,
   /// `xentlab golden`: the dataset's spec. --upstream: random (the default for reduction none,
   /// seeded by --upstream-seed), ones, or a .npy file of N floats.

@@ -1,4 +1,4 @@
-// Host wrapper and shared steps of the CUDA strategies (see cuda_strategy.cuh).
+// Host wrapper and shared steps of the CUDA strategies (see steps.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstring>

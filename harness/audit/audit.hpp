@@ -209,7 +209,7 @@ void check_problem_names(const std::vector<AuditProblem>& problems);
 /// to write or judge. The command and the Python package call it before writing results.
 void require_some_run(const AuditResult& result);
 
-/// The verdict rows from the runs (see docs/verdict.md for the criteria).
+/// The verdict rows from the runs (docs/audit.md, "The verdict", gives the criteria).
 std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs);
 
 /// The rows of a problem its runs are compared on, as the audit chooses them from the seed: the

@@ -1,5 +1,5 @@
 // The verdict on the rule "logits may be bf16 while accumulation must be fp32", from the runs.
-// Criteria (docs/verdict.md), per problem (data regime), input dtype X and output O:
+// Criteria (docs/audit.md, "The verdict"), per problem (data regime), input dtype X and output O:
 //   err(R) = the worst normwise relative error of output O over the strategies that ran recipe R
 //            (+inf when an output is non-finite where the reference is finite).
 //   floor  = u_X, the unit roundoff of the input (and gradient) dtype: "X-level accuracy".

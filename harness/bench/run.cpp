@@ -1,5 +1,5 @@
 // `xentlab bench`, the measurement: every registered CUDA strategy × recipe on device-generated
-// inputs, timed and memory-tracked (bench_lib.hpp), and checked on sampled token rows against the
+// inputs, timed and memory-tracked (timing.hpp), and checked on sampled token rows against the
 // certified CPU reference. Method: docs/benchmarks.md, "xentlab bench".
 //
 // Accuracy, exactly:

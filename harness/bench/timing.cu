@@ -1,4 +1,4 @@
-// Device-level measurement machinery of the benchmarks (see bench_lib.hpp).
+// Device-level measurement machinery of the benchmarks (see timing.hpp).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   const bench::DeviceDescription dev = bench::describe_device();
   if (!dev.available) {
     std::fprintf(stderr, "fused_breakdown: %s\n", dev.reason.c_str());
-    return 4;  // nothing measurable here, as gpu_bench and `xentlab bench`
+    return 4;  // nothing measurable here, as `xentlab bench`
   }
   struct Entry {
     std::string label;

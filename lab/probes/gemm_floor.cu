@@ -21,7 +21,7 @@
 //     (gpu/cuda/common/gemm.cuh, preferred tiles), no CE kernel: chunked without its non-GEMM work;
 //   - "checkpointed GEMMs only": the same with the logits GEMM twice per chunk;
 //   - the naive, chunked and checkpointed strategies (forward+backward, bf16/bf16/fp32/fp32,
-//     reduction mean, budgets as gpu_bench gives them), each pass preceded by an untimed one.
+//     reduction mean, budgets as xentlab bench gives them), each pass preceded by an untimed one.
 // Operands: H ~ N(0, 1), W ~ N(0, 4/D) in bf16; the GEMMs-only entries take the logits chunk as
 // their dz (finite bf16 values of larger magnitude than a real dz: the GEMM's work is the same,
 // its power draw under the cap may differ a little). The chunk sizes the strategies' plans take

@@ -7,7 +7,7 @@
 # one, $OUT/bench-preset.{md,csv,h5,log}) and the PyTorch baseline appended to the same CSV.
 # fidelity: the embedded audit on the GPU and on the CPU emulation, then `xentlab fidelity` of the
 # two ($OUT/audit-{gpu,cpu}.h5, $OUT/fidelity.txt; docs/audit.md).
-# wgmma: builds the experiments and runs tools/probes/wgmma_probe (validation against cuBLAS, then
+# wgmma: builds the experiments and runs lab/probes/wgmma_probe (validation against cuBLAS, then
 # time; docs/fused.md) and its SASS instruction count ($OUT/wgmma.log).
 # fused: the fused strategy's check in one call — the gpu-labelled tests, the side-by-side table (xentlab bench of
 # naive, chunked and fused at 8K and 128K, then the PyTorch baseline), the fused time breakdown
@@ -41,13 +41,9 @@ what=${1:-all}
   nvcc --version | tail -1; cmake --version | head -1; python3 -c 'import torch; print("torch", torch.__version__)'
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
-experiments=OFF
-[ "$what" = wgmma ] && experiments=ON
-[ "$what" = fused ] && experiments=ON
 python_opts=""
 [ "$what" = torch ] && [ -z "${SKIP_CHECK:-}" ] && python_opts="-DXENTLAB_PYTHON=ON -DPython_EXECUTABLE=$(command -v python3)"
-if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXENTLAB_BUILD_LAB=ON \
-    -DXENTLAB_BUILD_LAB=ON $python_opts > "$OUT/build.log" 2>&1; then
+if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DXENTLAB_BUILD_LAB=ON $python_opts > "$OUT/build.log" 2>&1; then
   tail -40 "$OUT/build.log"; echo "CONFIGURE FAILED"; exit 1
 fi
 targets="test_gpu_strategies test_gpu_kernels test_bench_gpu xentlab"

@@ -8,6 +8,8 @@
 #           the oracle or the judge)
 # judge     judge/ includes nothing of harness/, cli/, python/, lab/
 # harness   harness/ includes nothing of cli/, python/, lab/
+# cli       cli/ (the xentlab program) includes nothing of python/ or lab/
+# python    python/ (the extension) includes nothing of cli/ or lab/
 # product   nothing outside lab/ includes lab/ (the lab is never part of the product)
 # Prints every offending #include with its file and line; exit 1 when there is one.
 set -euo pipefail
@@ -19,10 +21,10 @@ sources() { find "$@" -type f \( -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' 
 offending() {
   local allowed=$1
   shift
-  sources "$@" | xargs -r grep -nE "^\s*#\s*include\s+\"($ours)/" |
-    grep -vE "#\s*include\s+\"($allowed)/" || true
+  sources "$@" | xargs -r grep -nE "^\s*#\s*include\s+[<\"]($ours)/" |
+    grep -vE "#\s*include\s+[<\"]($allowed)/" || true
 }
-rule=${1:?usage: check_layering.sh numerics|datasets|reference|gpu|judge|harness|product}
+rule=${1:?usage: check_layering.sh numerics|datasets|reference|gpu|judge|harness|cli|python|product}
 case "$rule" in
   numerics) bad=$(offending 'numerics' numerics) ;;
   datasets) bad=$(offending 'numerics|datasets' datasets) ;;
@@ -30,9 +32,11 @@ case "$rule" in
   gpu) bad=$(offending 'numerics|datasets|gpu' gpu) ;;
   judge) bad=$(offending 'numerics|datasets|reference|gpu|judge' judge) ;;
   harness) bad=$(offending 'numerics|datasets|reference|gpu|judge|harness' harness) ;;
+  cli) bad=$(offending 'numerics|datasets|reference|gpu|judge|harness|cli' cli) ;;
+  python) bad=$(offending 'numerics|datasets|reference|gpu|judge|harness|python' python) ;;
   product)
     bad=$(sources numerics datasets reference gpu judge harness cli python tests examples tools |
-      xargs -r grep -nE '^\s*#\s*include\s+"lab/' || true) ;;
+      xargs -r grep -nE '^\s*#\s*include\s+[<"]lab/' || true) ;;
   *) echo "check_layering.sh: unknown rule '$rule'" >&2; exit 2 ;;
 esac
 if [ -n "$bad" ]; then

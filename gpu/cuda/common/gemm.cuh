@@ -76,7 +76,7 @@ class Blas {
 };
 
 /// Benchmarks only: turns the preferred tiles of "Algorithm choice" off (they are on by default) so
-/// that one process can alternate the two (tools/probes/gpu_bench --ab-tiles). Call it only while
+/// that one process can alternate the two (an A/B timing in the lab). Call it only while
 /// no GEMM is being issued.
 void set_preferred_tiles(bool on);
 

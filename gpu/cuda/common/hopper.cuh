@@ -244,7 +244,7 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], std::uint64_t de
 }
 
 /// The shared-memory pipeline of a 128 × 256 output tile over K blocks of 64 (the fused forward,
-/// tools/probes/wgmma_probe): kStages stages, each the A box (128 rows × 64 elements, 128-byte
+/// lab/probes/wgmma_probe): kStages stages, each the A box (128 rows × 64 elements, 128-byte
 /// swizzle) then the B box (256 rows); a TMA producer thread fills stage it % kStages for iteration
 /// it (one K block of one tile), consumer warpgroups c (rows 64c … 64c + 63) drain it with four
 /// wgmma m64n256k16 each, keep one wgmma group in flight, and release a stage one K block later.

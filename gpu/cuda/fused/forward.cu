@@ -192,7 +192,7 @@ __global__ void __maxnreg__(kFwdMmaRegs) fused_forward_mma_kernel(FusedArgs a) {
 /// wgmma.mma_async m64n256k16 (4 per K block, increasing k, fp32 accumulators; one group kept in
 /// flight, a stage released one K block after its wgmmas were issued), then fold the tile.
 /// Boxes past N, V or D are zero-filled by the TMA unit. Measured first as
-/// tools/probes/wgmma_probe.
+/// lab/probes/wgmma_probe.
 template <class T, bool kPlain>
 __global__ void __launch_bounds__(kWgThreads, 1)
     fused_forward_wgmma_kernel(const __grid_constant__ CUtensorMap tm_h,

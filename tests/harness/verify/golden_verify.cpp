@@ -1,4 +1,4 @@
-// Golden files and verify (tools/golden/): golden → candidate equal to the reference → verify
+// Golden files and verify (harness/verify/): golden → candidate equal to the reference → verify
 // passes; one element of dW perturbed by 100× its tolerance → verify fails and names that element,
 // its index and both values; damaged, foreign and wrong-version files are FormatErrors; shape and
 // dtype mismatches and NaN in a candidate are reported failures, never exceptions.
