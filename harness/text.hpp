@@ -39,11 +39,4 @@ std::int64_t parse_bytes(std::string_view text);
 /// "1.99 GiB", "32.0 MiB", "512 B".
 std::string format_bytes(std::int64_t bytes);
 
-// Their first home was the bench (harness/bench/report.hpp): callers that name them bench::…
-// keep working.
-namespace bench {
-using xentlab::format_bytes;
-using xentlab::parse_bytes;
-}  // namespace bench
-
 }  // namespace xentlab

@@ -41,7 +41,7 @@ void apply_reference_choice(const ReferenceChoice& choice, ReferenceOptions& opt
     throw InputError("--reference cuda: the cuda reference tier is not available: " + why);
   if (choice.memory_budget.empty()) return;
   try {
-    options.max_bytes = bench::parse_bytes(choice.memory_budget);  // 0: the available memory
+    options.max_bytes = parse_bytes(choice.memory_budget);  // 0: the available memory
   } catch (const InputError& e) {
     throw InputError(fmt::format("--memory-budget: {}", e.what()));
   }
