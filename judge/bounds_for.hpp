@@ -76,7 +76,7 @@ struct RunAssessment {
 /// Compares `out` (from strategy.run of a request on pb/spec/recipe) with `ref`: per-token loss and
 /// lse (dtype out.loss_dtype), reduced loss, dz/dH (rows of ref.token_rows, which must equal
 /// out.token_rows or cover all rows), dW/db (rows ref.vocab_rows of out's V×D), each with its
-/// a-priori bound, then judges them with `policy` (judge/bounds.hpp judge). Throws InputError
+/// a-priori bound, then judges them with `policy` (judge/policy.hpp judge). Throws InputError
 /// when the token rows of out and ref differ or sizes do not match.
 RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
                          const DeclaredArithmetic& arith, const StrategyOutputs& out,

@@ -35,7 +35,7 @@ std::string_view to_string(VerifyCheck c);
 // (normwise: one ULP of the largest reference element, 2u·max|ref|/‖ref‖₂; element-wise: 2u). An
 // output stored coarser than that (an fp32 lse stored in bf16) is judged as the lowered precision
 // it is, where the bound check allows one rounding into the storage dtype.
-/// (k, the quantile and the minimum element count: judge/bounds.hpp, with the tolerances.)
+/// (k, the quantile and the minimum element count: judge/policy.hpp, with the policies.)
 /// Work of the emulated baseline, in multiply-adds of the logits GEMM summed over the strategies
 /// it runs (S·V·D each, or S·V for a logits problem): above it the baseline runs on a seeded
 /// sample of token rows (at least kBaselineMinRows). Measured on the 2-core machine: 2^31 in 2.1 s

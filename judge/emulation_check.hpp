@@ -1,6 +1,6 @@
 #pragma once
 // The baseline-relative check of a device run: each output's largest error against that of the
-// CPU emulation of the same strategy and recipe on the same problem (judge/bounds.hpp
+// CPU emulation of the same strategy and recipe on the same problem (judge/policy.hpp
 // judge_against_baseline), with the floor that two correct implementations of the elementary
 // functions may differ by.
 #include <string>

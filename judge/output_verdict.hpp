@@ -1,5 +1,5 @@
 #pragma once
-// The disposition of one output judged by two checks: its a-priori bound (judge/bounds.hpp
+// The disposition of one output judged by two checks: its a-priori bound (judge/policy.hpp
 // judge, which also checks that every value is finite where the reference is) and a
 // baseline-relative check (`xentlab verify`'s differential check against the emulated baseline).
 #include <optional>

@@ -3,7 +3,7 @@
 // large for the certified reference, so its per-token outputs at S sampled rows, and the dW of a
 // second run of the same strategy and recipe on the sub-problem of those rows, are judged against
 // the reference of that sub-problem — with the same a-priori bounds (bounds_for_reference), error
-// statistics and policy (judge/bounds.hpp judge) as the audit's assess_run.
+// statistics and policy (judge/policy.hpp judge) as the audit's assess_run.
 #include <cstdint>
 #include <vector>
 

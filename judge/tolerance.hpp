@@ -25,7 +25,7 @@ struct VerifyPolicy {
   std::optional<Recipe> recipe;  ///< unset: input dtype taken from the golden file, X/fp32/X
   DType x = DType::fp32;         ///< the policy's dtype X (when recipe is unset)
   DeclaredArithmetic arith;      ///< worst-case orders (sequential) unless given
-  Policy judge;                  ///< k, bias test (judge/bounds.hpp policy_by_name)
+  Policy judge;                  ///< k, bias test (judge/policy.hpp policy_by_name)
   bool explicit_tol = false;
   double atol = 0, rtol = 0;
   /// "policy bf16: recipe bf16/bf16/fp32/bf16, sequential vocab and token reductions, k=1, …"
@@ -33,7 +33,7 @@ struct VerifyPolicy {
 };
 
 /// Builds a policy: name is a dtype ("bf16", "fp16", "fp32") or a recipe; strictness one of
-/// judge/bounds.hpp's policies (default, strict, lenient); k overrides the multiplier. Throws
+/// judge/policy.hpp's policies (default, strict, lenient); k overrides the multiplier. Throws
 /// InputError naming the unknown name.
 VerifyPolicy make_verify_policy(const std::string& name, const std::string& strictness = "default",
                                 std::optional<double> k = std::nullopt);

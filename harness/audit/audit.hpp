@@ -76,7 +76,7 @@ struct AuditConfig {
   std::int64_t rows = 8;          ///< token rows of the sub-batch (0 = all)
   std::int64_t vocab_rows = 256;  ///< vocabulary rows compared for dW/db (0 = all)
   std::uint64_t seed = 1;
-  std::string policy = "default";  ///< judge/bounds.hpp policy_by_name
+  std::string policy = "default";  ///< judge/policy.hpp policy_by_name
   std::string device;              ///< device description recorded with each run
   /// GPU backend: also hold each passed run to the baseline-relative check against the CPU
   /// emulation of the same strategy and recipe (error ≤ factor × emulation error + floor).

@@ -148,7 +148,7 @@ int exit_status(const BenchReport& r, const OutputReport& out);
 /// Writes text to path through a temporary file + rename (an existing file only with force).
 void write_text_atomic(const std::string& path, const std::string& text, bool force);
 
-/// Current UTC time, ISO 8601 ("2026-11-30T10:39:00Z").
+/// Current UTC time, ISO 8601 ("YYYY-MM-DDThh:mm:ssZ").
 std::string now_utc();
 
 }  // namespace xentlab::bench

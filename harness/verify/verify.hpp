@@ -82,7 +82,7 @@ struct VerifyOptions {
 /// (emulate_baseline), which needs a recipe: with an explicit --atol/--rtol policy only the bound
 /// is checked, and check = differential throws InputError. An output whose bound is infinite is
 /// judged by the differential check alone (differential_only) when it runs, and is incorrect
-/// ("no meaningful bound") when it does not (as judge/bounds.hpp judge under default/strict).
+/// ("no meaningful bound") when it does not (as judge/policy.hpp judge under default/strict).
 VerifyReport verify_candidate(const Golden& golden, const std::string& candidate_path,
                               const VerifyPolicy& policy, const VerifyOptions& options);
 /// verify_candidate with options {required, check both, default sampling, no explain}.

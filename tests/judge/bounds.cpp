@@ -1,7 +1,7 @@
-// A-priori bounds and the pass/fail policy (judge/bounds.hpp). Reduction constants are checked
-// against a brute-force count of the reduction's additions; the policy against hand-made
-// statistics; and the negative test shows the policy catching a wrong result of an emulated
-// strategy.
+// A-priori bounds and the pass/fail policy (judge/bounds.hpp, judge/policy.hpp). Reduction
+// constants are checked against a brute-force count of the reduction's additions; the policy
+// against hand-made statistics; and the negative test shows the policy catching a wrong result of
+// an emulated strategy.
 #include "judge/bounds.hpp"
 
 #include <gtest/gtest.h>

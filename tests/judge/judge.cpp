@@ -1,5 +1,5 @@
 // The judge's check of a device run against its CPU emulation (judge/emulation_check.hpp): the
-// limit is baseline_factor·(emulation's max|e|) + k·8·u(out)·max|ref| (judge/bounds.hpp
+// limit is baseline_factor·(emulation's max|e|) + k·8·u(out)·max|ref| (judge/policy.hpp
 // judge_against_baseline; the floor's derivation is in the header). Expected verdicts follow from
 // that formula on hand-made errors. And the judge of a run checked on sampled rows
 // (judge/sampled_check.hpp, the bench's): emulated strategies pass, corrupted outputs do not.
