@@ -43,6 +43,18 @@ h5::File open_candidate(const Golden& g, const std::string& candidate_path, Veri
         fmt::format("{}: candidate format_version {}; this xentlab ({}) reads versions 1 to {}",
                     candidate_path, ver, kVersion, kCandidateVersion));
   if (f.has_attr("implementation")) rep.implementation = f.attr_string("implementation");
+  // Every object at the root is one of the outputs (docs/formats.md): a misnamed one ("dh",
+  // "grad_W", "Loss") would otherwise be left out of the verdict without a word.
+  const std::vector<std::string>& known = candidate_output_names();
+  for (const std::string& name : f.children())
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string all;
+      for (const auto& k : known) all += (all.empty() ? "" : ", ") + k;
+      throw FormatError(
+          fmt::format("{}: '{}' is not an output verify knows (the outputs, by these names: {}; "
+                      "docs/formats.md)",
+                      candidate_path, name, all));
+    }
   // Version 2: the loss semantics the candidate declares it implemented must be the golden
   // file's (a candidate that divided by its own token count where the golden file has a
   // normaliser is judged against another loss, and every gradient would fail for that reason).

@@ -257,6 +257,20 @@ TEST_F(GoldenVerify, DamagedForeignAndWrongVersionFilesAreFormatErrors) {
   // A golden file given as the candidate, and a foreign candidate.
   expect_format_error(path("g.h5"), "golden file was given as the candidate", true);
   expect_format_error(path("foreign.h5"), "not a xentlab candidate file", true);
+  // Outputs under other names than the format's ("dh" for dH, "Loss" for loss) are refused,
+  // naming the name and the expected ones, not left out of the verdict: the correct outputs
+  // beside them do not make the file pass.
+  {
+    const Golden g = read_golden(path("g.h5"));
+    for (const std::string misnamed : {"dh", "Loss", "grad_W"}) {
+      auto cand = exact_candidate(g);
+      cand.emplace_back(misnamed, tensor(std::vector<double>{1.0}, {1}));
+      write_candidate(path("misnamed.h5"), true, cand, "test");
+      expect_format_error(path("misnamed.h5"), "'" + misnamed + "' is not an output verify knows",
+                          true);
+      expect_format_error(path("misnamed.h5"), "loss, lse, reduced_loss, dH, dW, db, dz", true);
+    }
+  }
 }
 
 TEST_F(GoldenVerify, SampledGoldenAcceptsFullShapeCandidates) {
