@@ -153,18 +153,11 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
   const bool linear = pb.is_linear();
   const BoundedRowCovariates c = bounded_row_covariates(pb, sp, ref.token_rows, !ref.dz.empty());
   RowCovariates cov;
-  cov.token_rows = &ref.token_rows;
-  cov.vocab_rows = &ref.vocab_rows;
-  cov.lse = ref.lse.data();
-  cov.loss = ref.loss.data();
-  cov.sum_p_abs_z = ref.sum_p_abs_z.data();
-  cov.max_logit = ref.max_logit.data();
+  set_reference_quantities(cov, ref);  // dH, dW: empty for a logits problem (D = 0)
   cov.max_abs_logit = c.max_abs.data();
   cov.max_abs_raw = c.max_raw.data();
   cov.mean_abs_logit = c.mean_abs.data();
   cov.target_logit = c.target_logit.data();
-  cov.p_target = ref.p_target.data();
-  cov.grad_scale = ref.grad_scale.data();
   cov.gemm_abs = linear ? c.gemm_abs.data() : nullptr;
   cov.reduced_loss = ref.reduced_loss;
   if (!linear && !ref.dz.empty()) {
@@ -175,14 +168,6 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
     cov.H_abs = c.H_abs.data();
     cov.W_target_abs = c.W_target_abs.data();
     cov.W_colmax_abs = c.W_colmax_abs.data();
-    if (!ref.dH.empty()) {
-      cov.dH = ref.dH.data();
-      cov.dH_cond = ref.dH_cond.data();
-    }
-    if (!ref.dW.empty()) {
-      cov.dW = ref.dW.data();
-      cov.dW_cond = ref.dW_cond.data();
-    }
   }
   Bounds b =
       bounds_for_covariates(pb, sp, recipe, arith, cov,

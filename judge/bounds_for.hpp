@@ -41,6 +41,31 @@ struct RowCovariates {
   const double* raw_logits = nullptr;
 };
 
+/// Sets the covariates that the certified reference's own quantities give — the token and
+/// vocabulary rows, lse, loss, Σ_j p_j|z_j|, the max logit, p_target, the gradient scale, and dH,
+/// dW with their conditions where present — from `src`, a ReferenceResult or a golden file read
+/// back (the same fields in both). The rest (|x| maxima and means, target logits, Σ|h||w|, dz, db)
+/// is the caller's: each source forms them its own way (judge/covariates.hpp).
+template <class Source>
+void set_reference_quantities(RowCovariates& cov, const Source& src) {
+  cov.token_rows = &src.token_rows;
+  cov.vocab_rows = &src.vocab_rows;
+  cov.lse = src.lse.data();
+  cov.loss = src.loss.data();
+  cov.sum_p_abs_z = src.sum_p_abs_z.data();
+  cov.max_logit = src.max_logit.data();
+  cov.p_target = src.p_target.data();
+  cov.grad_scale = src.grad_scale.data();
+  if (!src.dH.empty()) {
+    cov.dH = src.dH.data();
+    cov.dH_cond = src.dH_cond.data();
+  }
+  if (!src.dW.empty()) {
+    cov.dW = src.dW.data();
+    cov.dW_cond = src.dW_cond.data();
+  }
+}
+
 /// The a-priori bounds (judge/bounds.hpp compute_bounds) of a strategy that declares `arith`
 /// running `recipe` on `pb` with `spec`, from the covariates `cov`: the one place where the
 /// judge's callers turn covariates into bounds. n_chunks: the token chunks whose dW/db are added

@@ -30,28 +30,13 @@ const double* data_or_null(const std::vector<double>& v) {
 
 void policy_bounds(const Golden& g, const VerifyPolicy& pol, PolicyBounds& pb) {
   RowCovariates cov;
-  cov.token_rows = &g.token_rows;
-  cov.vocab_rows = &g.vocab_rows;
-  cov.lse = g.lse.data();
-  cov.loss = g.loss.data();
-  cov.sum_p_abs_z = g.sum_p_abs_z.data();
-  cov.max_logit = g.max_logit.data();
+  set_reference_quantities(cov, g);
   cov.max_abs_logit = g.max_abs_logit.data();
   cov.mean_abs_logit = g.mean_abs_logit.data();
   cov.target_logit = g.target_logit.data();
-  cov.p_target = g.p_target.data();
-  cov.grad_scale = g.grad_scale.data();
   cov.gemm_abs = data_or_null(g.gemm_abs);
   cov.reduced_loss = g.reduced_loss.value_or(0.0);
   cov.dz = data_or_null(g.dz);
-  if (!g.dH.empty()) {
-    cov.dH = g.dH.data();
-    cov.dH_cond = g.dH_cond.data();
-  }
-  if (!g.dW.empty()) {
-    cov.dW = g.dW.data();
-    cov.dW_cond = g.dW_cond.data();
-  }
   if (!g.db.empty() && !g.db_cond.empty()) {
     cov.db = g.db.data();
     cov.db_cond = g.db_cond.data();
