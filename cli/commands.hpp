@@ -5,6 +5,11 @@
 
 namespace xentlab::cli {
 
+/// Exit status of a judgement that reached no verdict: an output inconclusive (the checks cannot
+/// tell it from a wrong one) or not judged (an output the golden file can check is missing). 0
+/// passed, 1 failed, 2 invalid input, 3 output not written, 4 no CUDA device (README).
+inline constexpr int kExitNoVerdict = 5;
+
 /// `xentlab reference`: the certified reference on the embedded example or a generated problem.
 void register_reference(CLI::App& app);
 /// `xentlab datasets`: the catalog of named problem sources (datasets/catalog.hpp).

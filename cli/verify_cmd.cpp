@@ -4,6 +4,8 @@
 // claims to be.
 #include <fmt/core.h>
 
+#include <cstdio>
+
 #include "cli/commands.hpp"
 #include "datasets/io/atomic_file.hpp"
 #include "harness/text.hpp"
@@ -58,6 +60,10 @@ int run_verify(const VerifyArgs& a) {
         "--baseline-rows must be ≥ 0 (0: by the work of the problem), got {}", a.baseline_rows));
   options.baseline.rows = a.baseline_rows;
   options.baseline.seed = a.baseline_seed;
+  options.baseline.progress = [](const std::string& line) {
+    fmt::print(stderr, "{}\n", line);
+    std::fflush(stderr);
+  };
   // The device is asked for only where a baseline runs (not for --check bound or --atol/--rtol
   // alone); the value is checked always.
   const bool runs_baseline =
@@ -108,16 +114,17 @@ int run_verify(const VerifyArgs& a) {
     write_junit(a.junit, a.force, r);
     fmt::print("junit      {}\n", a.junit);
   }
-  return r.passed ? 0 : 1;
+  // 0 passed, 1 failed, 5 inconclusive or not judged (no pass by omission: docs/verify.md).
+  return r.passed ? 0 : r.verdict == "failed" ? 1 : kExitNoVerdict;
 }
 
 }  // namespace
 
 void register_verify(CLI::App& app) {
   auto a = std::make_shared<VerifyArgs>();
-  CLI::App* c = app.add_subcommand(
-      "verify",
-      "Score a candidate file against a golden file; exit 0 passed, 1 failed, 2 invalid input");
+  CLI::App* c = app.add_subcommand("verify",
+                                   "Score a candidate file against a golden file; exit 0 passed, 1 "
+                                   "failed, 2 invalid input, 5 inconclusive or not judged");
   c->add_option("golden", a->golden, "golden file (xentlab golden)")->required();
   c->add_option("candidate", a->candidate, "candidate file (docs/formats.md)")->required();
   a->o_policy = c->add_option(
@@ -149,8 +156,8 @@ void register_verify(CLI::App& app) {
               "the candidate's error profile is consistent with");
   a->o_baseline_rows =
       c->add_option("--baseline-rows", a->baseline_rows,
-                    "token rows the emulated baseline runs on (0: all when S·V·D ≤ 2^32, else a "
-                    "seeded sample of that work)")
+                    "token rows the emulated baseline runs on (0: all, the default; k: a seeded "
+                    "sample of k rows, which leaves dW, db and reduced_loss inconclusive)")
           ->capture_default_str();
   a->o_baseline_seed =
       c->add_option("--baseline-seed", a->baseline_seed, "seed of the baseline's row sample")

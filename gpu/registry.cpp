@@ -13,11 +13,13 @@ namespace xentlab {
 
 // Each strategy's factory lives in the strategy's own file of each backend.
 namespace emulation {
-std::unique_ptr<Strategy> make_naive();           // gpu/emulation/naive.cpp
-std::unique_ptr<Strategy> make_chunked();         // gpu/emulation/chunked.cpp
-std::unique_ptr<Strategy> make_checkpointed();    // gpu/emulation/checkpointed.cpp
-std::unique_ptr<Strategy> make_fused();           // gpu/emulation/fused.cpp
-std::unique_ptr<Strategy> make_vocab_parallel();  // gpu/emulation/vocab_parallel.cpp
+std::unique_ptr<Strategy> make_naive();              // gpu/emulation/naive.cpp
+std::unique_ptr<Strategy> make_chunked();            // gpu/emulation/chunked.cpp
+std::unique_ptr<Strategy> make_checkpointed();       // gpu/emulation/checkpointed.cpp
+std::unique_ptr<Strategy> make_fused();              // gpu/emulation/fused.cpp
+std::unique_ptr<Strategy> make_vocab_parallel();     // gpu/emulation/vocab_parallel.cpp
+std::unique_ptr<Strategy> make_sequential_model();   // gpu/emulation/naive.cpp
+std::unique_ptr<Strategy> make_tensor_core_model();  // gpu/emulation/naive.cpp
 }  // namespace emulation
 #ifdef XENTLAB_HAVE_CUDA
 namespace gpu {
@@ -106,6 +108,18 @@ std::vector<std::unique_ptr<Strategy>> make_strategies(Backend backend, Strategy
 std::unique_ptr<Strategy> make_strategy(Backend backend, std::string_view name) {
   const StrategyEntry* e = find_strategy_entry(name);
   return e == nullptr ? nullptr : make_entry(*e, backend);
+}
+
+std::vector<std::unique_ptr<Strategy>> make_baseline_models(const Recipe& r) {
+  // Both model orders of fp32 sums: under 16-bit accumulation the order is part of what the
+  // recipe declares (a sequential fp16 sum over a long row is a recipe of its own, whose error the
+  // a-priori bound and the lab's strategies' orders describe).
+  std::vector<std::unique_ptr<Strategy>> m;
+  if (r.accum != DType::fp32) return m;
+  m.push_back(emulation::make_sequential_model());
+  if (r.input == DType::bf16 || r.input == DType::fp16)
+    m.push_back(emulation::make_tensor_core_model());
+  return m;
 }
 
 std::vector<std::string> strategy_names(Backend backend, StrategySet set) {

@@ -35,8 +35,11 @@ struct RunRequest {
   const Problem* problem = nullptr;
   LossSpec spec;
   Recipe recipe;
-  std::vector<double> upstream;    ///< reduction none: dL/dloss_i (N), empty = ones
-  bool want_grads = true;          ///< dz (logits problems) or dH, dW, db (linear)
+  std::vector<double> upstream;  ///< reduction none: dL/dloss_i (N), empty = ones
+  bool want_grads = true;        ///< dz (logits problems) or dH, dW, db (linear)
+  /// CPU emulation only: db also for a problem without a bias (the gradient of a zero bias,
+  /// Σ_tokens dz, which a golden file holds), as the strategy would add it with one.
+  bool want_db = false;
   std::int64_t memory_budget = 0;  ///< bytes of extra device memory allowed; 0 = default
   std::int64_t chunk_tokens = 0;   ///< chunked/checkpointed chunk size; 0 = from the budget
   /// CPU emulation only: compute these token rows (sorted); dW/db then sum over them only, with

@@ -198,6 +198,12 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
   return b;
 }
 
+const ErrorProfile* RunAssessment::profile(const std::string& name) const {
+  for (const auto& [n, p] : profiles)
+    if (n == name) return &p;
+  return nullptr;
+}
+
 RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
                          const DeclaredArithmetic& arith, const StrategyOutputs& out,
                          const ReferenceResult& ref, const Policy& policy, std::int64_t n_chunks) {
@@ -227,24 +233,35 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
   std::vector<double> o(sz(S));
   for (std::int64_t q = 0; q < S; ++q) o[sz(q)] = out.loss[sz(pos[sz(q)])];
   ra.loss = compute_error_stats(o.data(), ref.loss.data(), S, out.loss_dtype, b.loss.data());
+  const auto profile = [&ra](const char* name, const double* x, const double* r, std::int64_t n,
+                             DType t) {
+    ra.profiles.emplace_back(name, error_profile(x, r, n, t));
+  };
+  profile("loss", o.data(), ref.loss.data(), S, out.loss_dtype);
   for (std::int64_t q = 0; q < S; ++q) o[sz(q)] = out.lse[sz(pos[sz(q)])];
   ra.lse = compute_error_stats(o.data(), ref.lse.data(), S, out.loss_dtype, b.lse.data());
+  profile("lse", o.data(), ref.lse.data(), S, out.loss_dtype);
   ra.reduced_loss =
       compute_error_stats(&out.reduced_loss, &ref.reduced_loss, 1, out.loss_dtype, &b.reduced_loss);
+  profile("reduced_loss", &out.reduced_loss, &ref.reduced_loss, 1, out.loss_dtype);
   std::vector<JudgedOutput> judged{
       {"loss", &ra.loss, true}, {"lse", &ra.lse, false}, {"reduced_loss", &ra.reduced_loss, false}};
   const auto n_out = static_cast<std::int64_t>(out.token_rows.size());
   if (!out.dz.empty() && !ref.dz.empty()) {
     HostArray<double> copy;
-    ra.dz = compute_error_stats(rows_of(out.dz, pos, n_out, V, copy), ref.dz.data(), S * V,
-                                out.grad_dtype, b.dz.empty() ? nullptr : b.dz.data());
+    const double* x = rows_of(out.dz, pos, n_out, V, copy);
+    ra.dz = compute_error_stats(x, ref.dz.data(), S * V, out.grad_dtype,
+                                b.dz.empty() ? nullptr : b.dz.data());
+    profile("dz", x, ref.dz.data(), S * V, out.grad_dtype);
     ra.has_dz = true;
     judged.push_back({"dz", &ra.dz, false});
   }
   if (!out.dH.empty() && !ref.dH.empty()) {
     HostArray<double> copy;
-    ra.dH = compute_error_stats(rows_of(out.dH, pos, n_out, D, copy), ref.dH.data(), S * D,
-                                out.grad_dtype, b.dH.empty() ? nullptr : b.dH.data());
+    const double* x = rows_of(out.dH, pos, n_out, D, copy);
+    ra.dH = compute_error_stats(x, ref.dH.data(), S * D, out.grad_dtype,
+                                b.dH.empty() ? nullptr : b.dH.data());
+    profile("dH", x, ref.dH.data(), S * D, out.grad_dtype);
     ra.has_dH = true;
     judged.push_back({"dH", &ra.dH, false});
   }
@@ -254,8 +271,10 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
       throw InputError(
           fmt::format("assess_run: dW has {} values, expected V·D = {}", out.dW.size(), V * D));
     HostArray<double> copy;
-    ra.dW = compute_error_stats(rows_of(out.dW, ref.vocab_rows, V, D, copy), ref.dW.data(), J * D,
-                                out.grad_dtype, b.dW.empty() ? nullptr : b.dW.data());
+    const double* x = rows_of(out.dW, ref.vocab_rows, V, D, copy);
+    ra.dW = compute_error_stats(x, ref.dW.data(), J * D, out.grad_dtype,
+                                b.dW.empty() ? nullptr : b.dW.data());
+    profile("dW", x, ref.dW.data(), J * D, out.grad_dtype);
     ra.has_dW = true;
     judged.push_back({"dW", &ra.dW, false});
   }
@@ -263,6 +282,7 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
     std::vector<double> g(sz(J));
     for (std::int64_t q = 0; q < J; ++q) g[sz(q)] = out.db[sz(ref.vocab_rows[sz(q)])];
     ra.db = compute_error_stats(g.data(), ref.db.data(), J, out.grad_dtype, nullptr);
+    profile("db", g.data(), ref.db.data(), J, out.grad_dtype);
     ra.has_db = true;
     judged.push_back({"db", &ra.db, false});
   }

@@ -11,6 +11,7 @@
 #include "gpu/strategy.hpp"
 #include "judge/bounds.hpp"
 #include "judge/policy.hpp"
+#include "judge/profile.hpp"
 #include "judge/stats.hpp"
 #include "reference/reference.hpp"
 
@@ -94,6 +95,12 @@ struct RunAssessment {
   Bounds bounds;
   ErrorStats loss, lse, reduced_loss, dz, dH, dW, db;
   bool has_dz = false, has_dH = false, has_dW = false, has_db = false;
+  /// The error profile of every output judged (loss, lse, reduced_loss, dz, dH, dW, db: those
+  /// present), ULP distances in the output's dtype: what the baseline-relative criterion compares
+  /// (judge/emulation_check.hpp).
+  std::vector<std::pair<std::string, ErrorProfile>> profiles;
+  /// The profile of output `name`, or nullptr.
+  const ErrorProfile* profile(const std::string& name) const;
   Verdict verdict;
   double bounds_seconds = 0.0;  ///< wall time of the a-priori bounds (the rest: error statistics)
 };

@@ -34,22 +34,6 @@ std::vector<double> pick(const std::vector<double>& a, std::int64_t cols,
   return out;
 }
 
-// Nearest-rank q-quantile of v (v is reordered).
-double quantile(std::vector<double>& v, double q) {
-  if (v.empty()) return 0.0;
-  auto k = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
-  k = std::min(std::max<std::size_t>(k, 1), v.size()) - 1;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
-
-int ulp_bucket(double d) {
-  if (d < 1) return 0;
-  if (d < 2) return 1;
-  const int b = 1 + static_cast<int>(std::floor(std::log2(d)));
-  return std::min(b, kUlpBuckets - 1);
-}
-
 }  // namespace
 
 VerifyCheck parse_verify_check(std::string_view text) {
@@ -72,49 +56,16 @@ std::string_view to_string(VerifyCheck c) {
   return "?";
 }
 
-ErrorProfile error_profile(const double* out, const double* ref, std::int64_t n, DType ulp_dtype) {
-  if (n < 0) throw InputError(fmt::format("error_profile: n = {} < 0", n));
-  ErrorProfile p;
-  p.ulp_dtype = ulp_dtype;
-  double max_ref = 0;
-  for (std::int64_t i = 0; i < n; ++i)
-    if (std::isfinite(ref[i])) max_ref = std::max(max_ref, std::fabs(ref[i]));
-  p.rel_floor = 0x1p-20 * max_ref;
-  std::vector<double> rel;
-  rel.reserve(sz(n));
-  // Sums of squares scaled by max|ref| (no overflow); the profile's own rounding (relative
-  // ~n·u_fp64) is far below any error it measures.
-  const double s = max_ref > 0 ? 1.0 / max_ref : 1.0;
-  double ee = 0, rr = 0, se = 0;
-  std::array<std::int64_t, kUlpBuckets> hist{};
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(out[i]) || !std::isfinite(ref[i])) continue;
-    const double e = out[i] - ref[i];
-    ee += (e * s) * (e * s);
-    rr += (ref[i] * s) * (ref[i] * s);
-    se += e;
-    rel.push_back(std::fabs(e) / std::max(std::fabs(ref[i]), p.rel_floor));
-    ++hist[sz(ulp_bucket(ulp_distance(out[i], ref[i], ulp_dtype)))];
-  }
-  p.n = static_cast<std::int64_t>(rel.size());
-  p.max_ref = max_ref;
-  p.norm_ref = max_ref * std::sqrt(rr);
-  p.normwise = rr > 0 ? std::sqrt(ee / rr) : (ee > 0 ? INFINITY : 0.0);
-  if (p.n > 0) {
-    p.bias = rr > 0 ? (se / static_cast<double>(p.n)) / (p.norm_ref / std::sqrt(double(p.n))) : 0.0;
-    for (int b = 0; b < kUlpBuckets; ++b)
-      p.ulp_hist[sz(b)] = static_cast<double>(hist[sz(b)]) / static_cast<double>(p.n);
-    p.rel_q = quantile(rel, kDifferentialQuantile);
-    p.rel_p50 = quantile(rel, 0.5);
-    p.rel_p99 = quantile(rel, 0.99);
-  }
-  return p;
-}
-
 const ErrorProfile* Baseline::profile(const std::string& name) const {
   for (const auto& [n, p] : profiles)
     if (n == name) return &p;
   return nullptr;
+}
+
+const ErrorProfile* Baseline::best_profile(const std::string& name) const {
+  for (const auto& [n, p] : best)
+    if (n == name) return &p;
+  return profile(name);
 }
 
 DType Baseline::output_dtype(const std::string& name) const {
@@ -185,15 +136,16 @@ void add_profiles(Baseline& b, const Strategy& st, const StrategyOutputs& o,
                            [&](const auto& e) { return e.first == name; });
     if (it == b.profiles.end()) {
       b.profiles.emplace_back(name, p);
+      b.best.emplace_back(name, p);
       continue;
     }
-    ErrorProfile& k = it->second;
-    const double q = std::max(k.rel_q, p.rel_q), p50 = std::max(k.rel_p50, p.rel_p50),
-                 p99 = std::max(k.rel_p99, p.rel_p99);
-    if (p.normwise > k.normwise) k = p;
-    k.rel_q = q;
-    k.rel_p50 = p50;
-    k.rel_p99 = p99;
+    merge_into_baseline(it->second, p, false);
+    // The most accurate: the profile of the smaller normwise error, with the smaller quantile.
+    ErrorProfile& best =
+        b.best[static_cast<std::size_t>(it - b.profiles.begin())].second;  // same order
+    const double q = std::min(best.rel_q, p.rel_q);
+    if (p.normwise < best.normwise) best = p;
+    best.rel_q = q;
   }
 }
 
@@ -210,12 +162,26 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   // Every strategy of the chosen backends that implements the recipe.
   if (opt.backends.empty()) throw InputError("the baseline needs at least one backend");
   std::vector<std::unique_ptr<Strategy>> strategies;
-  for (const Backend be : opt.backends)
+  for (const Backend be : opt.backends) {
     for (auto& s : make_strategies(be)) strategies.push_back(std::move(s));
+    // The emulated models of other correct implementations (sequential sums; tensor-core
+    // accumulation where the recipe runs on tensor cores): a candidate of either passes.
+    if (be == Backend::cpu_emulation)
+      for (auto& s : make_baseline_models(recipe)) strategies.push_back(std::move(s));
+  }
   std::string why;
   std::vector<const Strategy*> runs;
+  const auto excluded = [&](const std::string& name) {
+    return std::find(opt.exclude.begin(), opt.exclude.end(), name) != opt.exclude.end();
+  };
   for (const auto& s : strategies) {
-    if (std::find(opt.exclude.begin(), opt.exclude.end(), s->name()) != opt.exclude.end()) continue;
+    if (excluded(s->name())) continue;
+    // The emulated checkpointed strategy is chunked's arithmetic bit for bit (its backward
+    // recomputes the logits exactly; gpu/emulation/checkpointed.cpp): the same profile twice,
+    // unless chunked is left out.
+    if (s->backend() == Backend::cpu_emulation && s->name() == "checkpointed" &&
+        !excluded("chunked"))
+      continue;
     const Status ok = s->can_implement(P, g.spec, recipe);
     if (ok.ok())
       runs.push_back(s.get());
@@ -233,22 +199,8 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
       b.strategy += fmt::format(" ({})", to_string(runs[i]->backend()));
   }
   b.strategy += "; per output the largest error";
-  // The sampled work is the CPU's: the emulated strategies share kBaselineWork (the CUDA
-  // kernels' share of the time is small).
-  const auto cpu_runs = std::count_if(runs.begin(), runs.end(), [](const Strategy* st) {
-    return st->backend() == Backend::cpu_emulation;
-  });
-
-  // Token rows: all the golden file's, or a seeded sample of them (positions into token_rows),
-  // each strategy's share of the work kBaselineWork.
-  const std::int64_t per_row = std::max<std::int64_t>(1, g.V * std::max<std::int64_t>(g.D, 1));
-  std::int64_t m =
-      opt.rows > 0 ? opt.rows
-      : cpu_runs == 0
-          ? g.S  // the device runs the whole problem anyway
-          : std::max<std::int64_t>(kBaselineMinRows,
-                                   kBaselineWork / std::max<std::int64_t>(1, cpu_runs) / per_row);
-  m = std::min(m, g.S);
+  // Token rows: all the golden file's (the default), or a seeded sample of at most opt.rows.
+  const std::int64_t m = opt.rows > 0 ? std::min(opt.rows, g.S) : g.S;
   std::vector<std::int64_t> pos;
   if (m < g.S) {
     b.sampled = true;
@@ -284,10 +236,14 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   req.recipe = recipe;
   req.token_rows = b.token_rows;
   req.want_grads = !g.dH.empty() || !g.dW.empty() || !g.db.empty() || !g.dz.empty();
+  req.want_db = !g.db.empty();  // a golden file holds db also for a problem without a bias
   // dW/db of the compared vocabulary rows only (one row when none is compared: the least work).
   req.vocab_rows =
       !b.vocab_rows.empty() || !P.is_linear() ? b.vocab_rows : std::vector<std::int64_t>{0};
   for (const Strategy* st : runs) {
+    if (opt.progress)
+      opt.progress(fmt::format("baseline: {} ({}) on {} token rows", st->name(),
+                               to_string(st->backend()), b.token_rows.size()));
     StrategyOutputs o;
     try {
       if (st->backend() == Backend::cpu_emulation) {
@@ -348,21 +304,29 @@ std::pair<std::vector<double>, std::vector<double>> on_baseline_elements(
   return {select_rows(out, cols, pos), select_rows(ref, cols, pos)};
 }
 
-// The candidate's profile against the baseline's, and the decision (docs/verify.md).
-DifferentialResult compare_profiles(const ErrorProfile& c, const ErrorProfile& base, DType out,
-                                    const std::string& recipe) {
+}  // namespace
+
+DifferentialResult compare_with_baseline(const ErrorProfile& c, const ErrorProfile& base, DType out,
+                                         const std::string& recipe) {
   DifferentialResult d;
   d.candidate = c;
   d.baseline = base;
-  // One ULP of the recipe's output format: 2u relative per element; normwise, one ULP at the
-  // largest element, 2u·max|ref|/‖ref‖₂. Not of the candidate's storage format: an output stored
-  // coarser than the recipe delivers it is itself a lowered precision.
+  // One ULP of the recipe's output format (2u) and four ULP of fp32 (8·2^-24: exp and log of two
+  // correct libraries, e.g. CUDA's expf ≤ 2 ULP and logf ≤ 1 ULP against glibc's ≤ 1 ULP each,
+  // evaluated in fp32 before the output's rounding), relative per element; normwise, the same at
+  // the largest element: ·max|ref|/‖ref‖₂. Not of the candidate's storage format: an output
+  // stored coarser than the recipe delivers it is itself a lowered precision.
   const double u = unit_roundoff(out);
-  d.floor_rel = 2 * u;
-  d.floor_normwise = c.norm_ref > 0 ? 2 * u * c.max_ref / c.norm_ref : 2 * u;
+  const double floor = 2 * u + kElementaryUlps * 2 * unit_roundoff(DType::fp32);
+  d.floor_rel = floor;
+  d.floor_normwise = c.norm_ref > 0 ? floor * c.max_ref / c.norm_ref : floor;
   d.limit_normwise = kDifferentialK * base.normwise + d.floor_normwise;
   d.limit_rel_q = kDifferentialK * base.rel_q + d.floor_rel;
   d.quantile_compared = c.n >= kDifferentialMinElements && base.n >= kDifferentialMinElements;
+  // The scale test: a correct implementation's error has no component along the reference
+  // beyond the baseline's own systematic part and its random spread; one rounding (u) allows a
+  // systematically directed rounding of the output.
+  d.limit_scale = kDifferentialK * std::fabs(base.scale) + kScaleSigmas * base.scale_spread + u;
   std::string why;
   if (c.normwise > d.limit_normwise)
     why = fmt::format(
@@ -376,6 +340,13 @@ DifferentialResult compare_profiles(const ErrorProfile& c, const ErrorProfile& b
         "{:.2g} (recipe {} emulated: {:.1f}× its error)",
         kDifferentialQuantile, c.rel_q, kDifferentialK, base.rel_q, d.floor_rel, recipe,
         base.rel_q > 0 ? c.rel_q / base.rel_q : INFINITY);
+  else if (std::fabs(c.scale) > d.limit_scale)
+    why = fmt::format(
+        "systematic scale: the error's projection on the reference is {:+.3g} (the output is "
+        "{:.6g}× the reference's) > {:g} × {:.3g} + {:g} × {:.3g} + {:.2g} (recipe {} emulated: "
+        "its projection and spread)",
+        c.scale, 1 + c.scale, kDifferentialK, std::fabs(base.scale), kScaleSigmas,
+        base.scale_spread, u, recipe);
   d.status = why.empty() ? "passed" : "incorrect";
   d.message = why.empty()
                   ? fmt::format("normwise {:.3g} ≤ {:.3g}{}", c.normwise, d.limit_normwise,
@@ -387,7 +358,23 @@ DifferentialResult compare_profiles(const ErrorProfile& c, const ErrorProfile& b
   return d;
 }
 
-}  // namespace
+void merge_into_baseline(ErrorProfile& into, const ErrorProfile& p, bool first) {
+  if (first) {
+    into = p;
+    return;
+  }
+  const double q = std::max(into.rel_q, p.rel_q), p50 = std::max(into.rel_p50, p.rel_p50),
+               p99 = std::max(into.rel_p99, p.rel_p99), mx = std::max(into.rel_max, p.rel_max),
+               sc = std::fabs(into.scale) >= std::fabs(p.scale) ? into.scale : p.scale,
+               spread = std::max(into.scale_spread, p.scale_spread);
+  if (p.normwise > into.normwise) into = p;
+  into.rel_q = q;
+  into.rel_p50 = p50;
+  into.rel_p99 = p99;
+  into.rel_max = mx;
+  into.scale = sc;
+  into.scale_spread = spread;
+}
 
 DifferentialResult differential_check(const Golden& g, const Baseline& b, const std::string& name,
                                       const std::vector<double>& out,
@@ -400,18 +387,62 @@ DifferentialResult differential_check(const Golden& g, const Baseline& b, const 
     d.message = b.status != "ok" ? fmt::format("the emulation did not run: {}", b.status)
                 : sum && b.sampled
                     ? fmt::format(
-                          "{} is a sum over all tokens and the baseline's tokens are sampled "
-                          "(--baseline-rows {} runs them all)",
-                          name, g.S)
-                : name == "db" ? "the emulation returns db only for a problem with a bias"
+                          "{} is a sum over all tokens and the baseline ran on {} of the {} token "
+                          "rows (without --baseline-rows it runs them all)",
+                          name, b.token_rows.size(), g.S)
+                : name == "db" ? "the baseline returned no db"
                                : fmt::format("the emulated baseline has no {}", name);
     return d;
   }
   const auto [c_out, c_ref] = on_baseline_elements(g, b, name, out, ref);
   const DType dt = b.output_dtype(name);
-  return compare_profiles(
+  return compare_with_baseline(
       error_profile(c_out.data(), c_ref.data(), static_cast<std::int64_t>(c_ref.size()), dt), *base,
       dt, b.recipe.name());
+}
+
+bool judged_by_rounding(const std::string& name, DType stored, DType recipe_dtype) {
+  const bool loss_like = name == "loss" || name == "lse" || name == "reduced_loss";
+  return loss_like && unit_roundoff(stored) > unit_roundoff(recipe_dtype);
+}
+
+DifferentialResult rounding_check(const std::string& name, const std::vector<double>& out,
+                                  const std::vector<double>& ref, const std::vector<double>& tol,
+                                  DType stored, const std::string& recipe) {
+  if (out.size() != ref.size() || tol.size() != ref.size())
+    throw InputError(fmt::format("rounding_check {}: {} values, {} references, {} tolerances", name,
+                                 out.size(), ref.size(), tol.size()));
+  DifferentialResult d;
+  d.rounding = true;
+  d.candidate =
+      error_profile(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), stored);
+  std::int64_t bad = 0, first = -1;
+  double lo_first = 0, hi_first = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(out[i]) || !std::isfinite(ref[i])) continue;  // the bound check's
+    const double t = std::isfinite(tol[i]) ? tol[i] : 0.0;
+    const double lo = round_to(ref[i] - t, stored), hi = round_to(ref[i] + t, stored);
+    if (out[i] >= lo && out[i] <= hi) continue;
+    if (bad++ == 0) {
+      first = static_cast<std::int64_t>(i);
+      lo_first = lo;
+      hi_first = hi;
+    }
+  }
+  d.status = bad == 0 ? "passed" : "incorrect";
+  const auto fi = static_cast<std::size_t>(first);
+  d.message = bad == 0
+                  ? fmt::format(
+                        "every value is a correct rounding into {} of a value within the recipe "
+                        "{}'s tolerance of the reference",
+                        to_string(stored), recipe)
+                  : fmt::format(
+                        "{} of {} values are not a correct rounding into {} of a value within the "
+                        "recipe {}'s tolerance of the reference; first {}[{}]: {:.9g}, where the "
+                        "reference {:.9g} ± {:.3g} rounds to [{:.9g}, {:.9g}]",
+                        bad, ref.size(), to_string(stored), recipe, name, first, out[fi], ref[fi],
+                        tol[fi], lo_first, hi_first);
+  return d;
 }
 
 // --explain: the candidate's profile against every recipe of the default grid with the golden
@@ -438,19 +469,19 @@ std::vector<RecipeMatch> match_recipes(const Golden& g, const std::vector<Compar
       ref_output(g, name, ro);
       const auto [c_out, c_ref] = on_baseline_elements(g, b, name, out, *ro.ref);
       const DType dt = b.output_dtype(name);
-      const DifferentialResult d = compare_profiles(
+      const DifferentialResult d = compare_with_baseline(
           error_profile(c_out.data(), c_ref.data(), static_cast<std::int64_t>(c_ref.size()), dt),
           *base, dt, r.name());
       ++judged;
       // Consistent: the candidate passes the recipe's differential check, and is not
-      // kExplainAccuracyFactor times more accurate than it (then it is another, more accurate
-      // recipe), on the normwise error and (where compared) on the quantile.
-      const auto within = [](double a, double b, double f) {
-        return a <= kDifferentialK * b + f && b <= kExplainAccuracyFactor * a;
-      };
-      m.consistent = m.consistent &&
-                     within(d.candidate.normwise, base->normwise, d.floor_normwise) &&
-                     (!d.quantile_compared || within(d.candidate.rel_q, base->rel_q, d.floor_rel));
+      // kExplainAccuracyFactor times more accurate than the most accurate of its correct
+      // implementations (then it is another, more accurate recipe), on the normwise error and
+      // (where compared) on the quantile.
+      const ErrorProfile& best = *b.best_profile(name);
+      m.consistent =
+          m.consistent && d.status == "passed" &&
+          best.normwise <= kExplainAccuracyFactor * d.candidate.normwise &&
+          (!d.quantile_compared || best.rel_q <= kExplainAccuracyFactor * d.candidate.rel_q);
       // Distance: log2 ratios of the error scales (each with its floor), the total variation of
       // the ULP histograms, and the difference of the systematic fractions bias/normwise.
       const auto lr = [](double a, double b, double f) {

@@ -6,6 +6,7 @@
 // bound (judge/tolerance.hpp) finds bugs, the differential check a silently lowered precision.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "datasets/formats/golden.hpp"
 #include "gpu/strategy.hpp"
 #include "judge/policy.hpp"
+#include "judge/profile.hpp"
 #include "numerics/dtype.hpp"
 #include "numerics/recipe.hpp"
 
@@ -36,38 +38,13 @@ std::string_view to_string(VerifyCheck c);
 // output stored coarser than that (an fp32 lse stored in bf16) is judged as the lowered precision
 // it is, where the bound check allows one rounding into the storage dtype.
 /// (k, the quantile and the minimum element count: judge/policy.hpp, with the policies.)
-/// Work of the emulated baseline, in multiply-adds of the logits GEMM summed over the strategies
-/// it runs (S·V·D each, or S·V for a logits problem): above it the baseline runs on a seeded
-/// sample of token rows (at least kBaselineMinRows). Measured on the 2-core machine: 2^31 in 2.1 s
-/// (16 rows of V = 32000, D = 1024, four strategies), so 2^33 is about 8 s.
-inline constexpr std::int64_t kBaselineWork = std::int64_t{1} << 33;
-/// Fewest token rows of a sampled baseline.
+/// Fewest token rows of a sampled baseline (--baseline-rows).
 inline constexpr std::int64_t kBaselineMinRows = 4;
-/// Buckets of the ULP histogram of ErrorProfile: distance 0, 1, [2,4), [4,8), …, ≥ 2^(n−2).
-inline constexpr int kUlpBuckets = 24;
-
-/// The error profile of one output against the certified reference: what the differential check
-/// and `--explain` compare. Computed over the pairs where both values are finite.
-struct ErrorProfile {
-  std::int64_t n = 0;   ///< elements compared
-  double normwise = 0;  ///< ‖e‖₂/‖ref‖₂ (0 when both are 0)
-  double rel_q = 0;     ///< kDifferentialQuantile-quantile of |e_i|/max(|ref_i|, rel_floor)
-  double rel_p50 = 0, rel_p99 = 0;
-  double rel_floor = 0;  ///< 2^-20·max|ref| (as judge/stats.hpp)
-  double bias = 0;       ///< mean signed error / rms(ref): a systematic shift, dimensionless
-  double max_ref = 0, norm_ref = 0;            ///< max|ref_i| and ‖ref‖₂
-  DType ulp_dtype = DType::fp32;               ///< the format the ULP distances are counted in
-  std::array<double, kUlpBuckets> ulp_hist{};  ///< fractions of elements per ULP bucket
-};
-/// The profile of out (n values) against ref, ULP distances counted in ulp_dtype (out rounded
-/// into it first). Throws InputError for n < 0.
-ErrorProfile error_profile(const double* out, const double* ref, std::int64_t n, DType ulp_dtype);
-
 /// How the emulated baseline is sampled.
 struct BaselineOptions {
-  /// Token rows of the golden file the baseline runs on: 0 = all when their work is at most
-  /// kBaselineWork, else a seeded sample of that work (at least kBaselineMinRows rows); k > 0: at
-  /// most k rows.
+  /// Token rows of the golden file the baseline runs on: 0 = all (the default: every element of
+  /// every output is compared); k > 0: a seeded sample of at most k rows, against which the sums
+  /// over tokens (dW, db, reduced_loss) cannot be judged (they are then inconclusive).
   std::int64_t rows = 0;
   std::uint64_t seed = 1;  ///< of the samples
   /// The backends whose strategies make the baseline: the CPU emulation (IEEE arithmetic in the
@@ -78,6 +55,9 @@ struct BaselineOptions {
   /// Strategies left out of the baseline, by name (on every backend): a baseline of the *other*
   /// correct implementations, against which one of them is judged (leave-one-out).
   std::vector<std::string> exclude;
+  /// Called with a line before each strategy runs ("baseline: naive (cpu-emulation) on 512
+  /// token rows"); empty: silent.
+  std::function<void(const std::string&)> progress;
 };
 
 /// The backends named by a baseline-backend value (`option` names it in messages, e.g.
@@ -110,9 +90,15 @@ struct Baseline {
   double seconds = 0;
   /// Profiles, by output name (loss, lse, reduced_loss, dH, dW, db, dz: those the golden holds).
   std::vector<std::pair<std::string, ErrorProfile>> profiles;
+  /// Per output the most accurate of the implementations (smallest normwise error and
+  /// quantiles): what `--explain` holds a candidate's accuracy to (a candidate 4× more accurate
+  /// than every correct implementation of the recipe is another recipe).
+  std::vector<std::pair<std::string, ErrorProfile>> best;
   /// The dtype the recipe delivers each output in (loss, lse: the accumulator's; gradients: grad).
   DType loss_dtype = DType::fp32, grad_dtype = DType::fp32;
   const ErrorProfile* profile(const std::string& name) const;
+  /// The most accurate implementation's profile of `name` (best), else profile(name).
+  const ErrorProfile* best_profile(const std::string& name) const;
   DType output_dtype(const std::string& name) const;
   /// "recipe bf16/bf16/fp32/bf16, naive, … (cpu-emulation; …), 64 of 256 token rows (seed 1), …"
   /// (not the time: a report is the same on a re-run)
@@ -131,8 +117,29 @@ struct DifferentialResult {
   ErrorProfile candidate, baseline;  ///< on the same elements (rows of the baseline)
   double floor_normwise = 0, floor_rel = 0;
   double limit_normwise = 0, limit_rel_q = 0;  ///< k·baseline + floor
-  bool quantile_compared = false;              ///< n ≥ kDifferentialMinElements
+  /// |candidate.scale| ≤ k·|baseline.scale| + kScaleSigmas·baseline.scale_spread + u_out
+  double limit_scale = 0;
+  bool quantile_compared = false;  ///< n ≥ kDifferentialMinElements
+  /// Judged by rounding_check (an output stored coarser than the recipe delivers it), not by the
+  /// profile comparison: the normwise, quantile and scale limits are not used.
+  bool rounding = false;
 };
+
+/// Whether verify judges output `name`, stored in `stored`, by rounding_check: a loss-like output
+/// (loss, lse, reduced_loss) stored in a format coarser than the recipe delivers it in (a bf16
+/// loss of a recipe whose loss is fp32, as PyTorch's bf16 F.cross_entropy returns it).
+bool judged_by_rounding(const std::string& name, DType stored, DType recipe_dtype);
+
+/// The check of a loss-like output stored coarser than the recipe delivers it: every finite value
+/// must be one correct rounding into `stored` of a value within `tol_i` of the reference, i.e.
+/// rnd(ref_i − tol_i) ≤ out_i ≤ rnd(ref_i + tol_i) (rounding to nearest is monotone). tol is the
+/// recipe's tolerance (k times the a-priori bound and the reference's own bound); the candidate's
+/// profile is kept for the report. A value of the coarse format one ULP off its correct rounding
+/// (10.5 for ln 32000 = 10.37349 in bf16, where 10.375 passes) fails. Throws InputError when the
+/// sizes differ.
+DifferentialResult rounding_check(const std::string& name, const std::vector<double>& out,
+                                  const std::vector<double>& ref, const std::vector<double>& tol,
+                                  DType stored, const std::string& recipe);
 
 /// One recipe of `--explain`: the candidate's profile against that recipe's emulated baseline.
 struct RecipeMatch {
@@ -149,6 +156,20 @@ struct RecipeMatch {
 
 /// The recipes --explain emulates for a golden problem (see VerifyOptions::explain).
 std::vector<Recipe> explain_recipes(const Golden& golden);
+
+/// The baseline-relative criterion — the one of verify's differential check and of the audit's
+/// check of a device run against its emulation (docs/verify.md, "The criterion"): the
+/// candidate's profile c passes against the baseline's when
+///     normwise ≤ k·baseline's + floor_n,  q90 ≤ k·baseline's + floor (n ≥ 64 both),
+///     |scale| ≤ k·|baseline's| + kScaleSigmas·baseline's spread + u,
+/// k = kDifferentialK, u the unit roundoff of `out` (the format the recipe delivers the output
+/// in), floor = 2u + kElementaryUlps ULP of fp32 per element and floor_n = floor·max|ref|/‖ref‖₂.
+DifferentialResult compare_with_baseline(const ErrorProfile& c, const ErrorProfile& base, DType out,
+                                         const std::string& recipe);
+/// Merges p into a baseline profile (the least accurate of several correct implementations): the
+/// profile of the larger normwise error, with the largest quantiles, the larger |scale| and
+/// spread. first: into is empty (it becomes p).
+void merge_into_baseline(ErrorProfile& into, const ErrorProfile& p, bool first);
 
 /// The differential check of output `name`: the candidate's values `out` and the golden
 /// reference `ref` (the golden's compared shape) against the baseline b.

@@ -1,7 +1,10 @@
-// The baseline-relative check of a device run against the CPU emulation of the same strategy.
+// The baseline-relative check of a device run against the CPU emulation's correct
+// implementations of its recipe (judge/emulation_check.hpp).
 #include "judge/emulation_check.hpp"
 
-#include "numerics/dtype.hpp"
+#include <fmt/format.h>
+
+#include "judge/differential.hpp"
 
 namespace xentlab {
 
@@ -15,21 +18,30 @@ std::vector<std::pair<std::string, const ErrorStats*>> assessed_outputs(const Ru
   return outs;
 }
 
-double emulation_check_floor(const ErrorStats& device) {
-  return 8.0 * unit_roundoff(device.out_dtype) * device.rel_floor * 0x1p20;
-}
-
-Verdict judge_against_emulation(const RunAssessment& device, const RunAssessment& emulation,
-                                const Policy& policy) {
+Verdict judge_against_emulation(const RunAssessment& device,
+                                const std::vector<const RunAssessment*>& baseline,
+                                const std::string& recipe) {
   if (device.verdict.disposition != Disposition::passed) return device.verdict;
-  const auto emulated = assessed_outputs(emulation);
-  for (const auto& [name, stats] : assessed_outputs(device))
-    for (const auto& [ename, estats] : emulated) {
-      if (ename != name) continue;
-      const Verdict v =
-          judge_against_baseline(name, *stats, *estats, emulation_check_floor(*stats), policy);
-      if (v.disposition != Disposition::passed) return v;
-    }
+  for (const auto& [name, prof] : device.profiles) {
+    ErrorProfile base;
+    bool any = false;
+    for (const RunAssessment* b : baseline)
+      if (const ErrorProfile* p = b->profile(name)) {
+        merge_into_baseline(base, *p, !any);
+        any = true;
+      }
+    if (!any) continue;
+    const DifferentialResult d = compare_with_baseline(prof, base, prof.ulp_dtype, recipe);
+    if (d.status == "passed") continue;
+    Verdict v;
+    v.disposition = Disposition::incorrect;
+    v.output = name;
+    v.error = prof.normwise;
+    v.bound = d.limit_normwise;
+    v.ratio = d.limit_normwise > 0 ? prof.normwise / d.limit_normwise : 0.0;
+    v.reason = fmt::format("{}: against its CPU-emulated baseline: {}", name, d.message);
+    return v;
+  }
   return device.verdict;
 }
 

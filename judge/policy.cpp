@@ -151,26 +151,4 @@ Verdict judge(const std::vector<JudgedOutput>& outputs, const Policy& policy) {
   return best;
 }
 
-Verdict judge_against_baseline(const std::string& name, const ErrorStats& cand,
-                               const ErrorStats& base, double floor, const Policy& policy) {
-  Verdict v;
-  v.output = name;
-  v.error = cand.max_abs_err;
-  const double lim = policy.baseline_factor * base.max_abs_err + policy.k * floor;
-  v.bound = lim;
-  v.ratio = lim > 0 ? cand.max_abs_err / lim : (cand.max_abs_err > 0 ? kInf : 0.0);
-  if (cand.nonfinite_where_ref_finite > base.nonfinite_where_ref_finite || cand.max_abs_err > lim) {
-    v.disposition = Disposition::incorrect;
-    v.reason = fmt::format(
-        "{}: max|e| {:.6g} > {}·baseline {:.6g} + k·floor {:.6g} (or more non-finite values: {} vs "
-        "{})",
-        name, cand.max_abs_err, policy.baseline_factor, base.max_abs_err, floor,
-        cand.nonfinite_where_ref_finite, base.nonfinite_where_ref_finite);
-  } else {
-    v.reason = fmt::format("{}: max|e| {:.6g} ≤ {}·baseline {:.6g} + k·floor {:.6g}", name,
-                           cand.max_abs_err, policy.baseline_factor, base.max_abs_err, floor);
-  }
-  return v;
-}
-
 }  // namespace xentlab

@@ -64,12 +64,6 @@ Verdict judge(const std::vector<JudgedOutput>& outputs, const Policy& policy);
 /// Verdict for a run that did not produce outputs: not_supported or failed, with the message.
 Verdict verdict_not_run(Disposition d, std::string message);
 
-/// Baseline-relative check (flash-attention/cut-cross-entropy style, NUMERICS.md §5): passes when
-/// max|e| ≤ baseline_factor·baseline max|e| + k·max bound-free floor `floor`. Returns the verdict
-/// for the named output.
-Verdict judge_against_baseline(const std::string& name, const ErrorStats& candidate,
-                               const ErrorStats& baseline, double floor, const Policy& policy);
-
 // ---- the differential check's constants (harness/verify/verify.hpp applies them) -------------
 // docs/verify.md, "The differential check", derives each: an output passes when its normwise
 // relative error and the kDifferentialQuantile-quantile of its element-wise relative errors are at
@@ -85,6 +79,16 @@ inline constexpr double kDifferentialQuantile = 0.9;
 /// Outputs with fewer elements compare the normwise error only (a 0.9-quantile of fewer than 64
 /// values is one of its 7 largest, as noisy as the maximum).
 inline constexpr std::int64_t kDifferentialMinElements = 64;
+/// ULP of fp32 that two correct implementations' elementary functions may put between their
+/// per-token values (CUDA's expf ≤ 2 ULP and logf ≤ 1 ULP — CUDA C++ Programming Guide, single
+/// precision, no fast-math — against glibc's ≤ 1 ULP: 2 + 1 + 1): part of the criterion's floor.
+inline constexpr double kElementaryUlps = 4.0;
+/// The scale test: a candidate whose error projected on the reference (ErrorProfile::scale, the
+/// s of an output off by a factor 1 + s) exceeds k·|the baseline's| + kScaleSigmas standard
+/// deviations of the baseline's + one rounding (u of the output format) is systematically off —
+/// a normaliser, a missing factor — even where every element is within its tolerance. 4, as the
+/// bias test's bias_sigmas.
+inline constexpr double kScaleSigmas = 4.0;
 /// `--explain`: a candidate at least this many times more accurate than a recipe's baseline on
 /// some output is not that recipe (the accuracy step the differential check must detect).
 inline constexpr double kExplainAccuracyFactor = 4.0;

@@ -41,6 +41,34 @@ void row_given_logits(const Ctx& c, std::int64_t i, float* z) {
   }
 }
 
+// x rounded toward zero into fp32 (|result| ≤ |x|; never overflows to ±Inf).
+inline float to_float_toward_zero(double x) {
+  float f = static_cast<float>(x);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+  return f;
+}
+
+// §1 under the tensor-core accumulation model: for the kPanel columns of wp (D × kPanel), the dot
+// products with h accumulated as a tensor core does (Fasi, Higham, Mikaitis, Pranesh, PeerJ
+// Comput. Sci. 7:e330, 2021; Blanchard et al., SIAM J. Sci. Comput. 42(3), 2020, the block FMA):
+// B products at a time are added to the fp32 accumulator exactly and the sum is rounded toward
+// zero into fp32. The products of 16-bit inputs are exact in double and a sum of B + 1 such terms
+// is exact in double unless their exponents span more than ~29 bits (then it is rounded at
+// 2^-53, far below the model's 2^-23).
+void tensor_core_dot(const float* h, const float* wp, std::int64_t D, std::int64_t B, float* acc) {
+  double s[kPanel];
+  for (std::int64_t d0 = 0; d0 < D; d0 += B) {
+    const std::int64_t d1 = std::min(D, d0 + B);
+    for (int l = 0; l < kPanel; ++l) s[l] = acc[l];
+    for (std::int64_t d = d0; d < d1; ++d) {
+      const double hd = h[d];
+      const float* w = wp + d * kPanel;
+      for (int l = 0; l < kPanel; ++l) s[l] += hd * static_cast<double>(w[l]);
+    }
+    for (int l = 0; l < kPanel; ++l) acc[l] = to_float_toward_zero(s[l]);
+  }
+}
+
 // §1 for a linear problem, a block of R token rows at once: Z[r][j] = rnd_logits(fp32 GEMM over
 // D (+ bias)). One fp32 accumulator per (r, j) adds the products in increasing d with one rounding
 // each (fmaf: exact product, one rounding; for bf16/fp16 inputs the fp32 product is exact anyway).
@@ -66,10 +94,14 @@ void block_linear_logits(const Ctx& c, const float* Hs, std::int64_t R, float* Z
       for (std::int64_t r = 0; r < R; ++r) {
         const float* h = Hs + r * D;
         float acc[kPanel] = {};
-        for (std::int64_t d = 0; d < D; ++d) {
-          const float hd = h[d];
-          const float* w = wp.data() + d * kPanel;
-          for (int l = 0; l < kPanel; ++l) acc[l] = std::fma(hd, w[l], acc[l]);
+        if (c.logits_block > 0) {
+          tensor_core_dot(h, wp.data(), D, c.logits_block, acc);
+        } else {
+          for (std::int64_t d = 0; d < D; ++d) {
+            const float hd = h[d];
+            const float* w = wp.data() + d * kPanel;
+            for (int l = 0; l < kPanel; ++l) acc[l] = std::fma(hd, w[l], acc[l]);
+          }
         }
         for (std::int64_t l = 0; l < n; ++l) {
           float v = acc[l];
@@ -479,6 +511,7 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   if (!st.ok()) throw InputError(st.message);
 
   Ctx c = make_context(req, run_arithmetic(req));
+  c.logits_block = logits_gemm_block();
   const std::int64_t N = c.N, V = c.V, D = c.D;
   std::vector<std::int64_t> rows = token_rows_of(req, N, name());
   const auto S = static_cast<std::int64_t>(rows.size());
@@ -514,14 +547,14 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
       // Fresh HostArrays: resize gives zeros, written in parallel at allocation.
       out.dH.resize(sz(S * D));
       out.dW.resize(sz(J * D));
-      if (pb.bias) out.db.assign(sz(J), 0.0);
+      if (pb.bias || req.want_db) out.db.assign(sz(J), 0.0);
     } else {
       out.dz.resize(sz(S * V));
     }
   }
   // dW, db: the strategy's accumulators across blocks; values held as float.
   std::vector<float> dW_acc(grads && c.linear ? sz(J * D) : 0, 0.0f);
-  std::vector<float> db_acc(grads && c.linear && pb.bias ? sz(J) : 0, 0.0f);
+  std::vector<float> db_acc(grads && c.linear && (pb.bias || req.want_db) ? sz(J) : 0, 0.0f);
   std::vector<float> zbuf(sz(block * V));  // (block, V): logits, then dz in place (logits dtype)
   std::vector<float> dHacc(grads && c.linear ? sz(block * D) : 0);
   extra +=

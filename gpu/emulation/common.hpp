@@ -46,6 +46,10 @@ namespace xentlab::emulation {
 inline constexpr std::int64_t kDefaultChunkTokens = 1024;
 /// Block size (threads) of the blocked vocabulary reduction.
 inline constexpr std::int64_t kBlockThreads = 256;
+/// Products per block of the tensor-core accumulation model (EngineContext::logits_block): the k
+/// of one Hopper wgmma instruction on 16-bit inputs (m64nNk16), whose products the hardware adds
+/// to the fp32 accumulator at once. docs/verify.md compares the model with an H100's cuBLAS.
+inline constexpr std::int64_t kTensorCoreBlock = 16;
 
 /// Everything the engine and a strategy's hooks read during one run (read-only).
 struct EngineContext {
@@ -59,6 +63,11 @@ struct EngineContext {
   std::vector<float> bias;  ///< (V) bias as float (exact; −Inf allowed), empty when absent
   /// §2 and §7 constants in fp32: logit scale, softcap c (0 = off), label smoothing ε, z-loss λ.
   float scale = 1.0f, cap = 0.0f, eps = 0.0f, lam = 0.0f, eps_over_V = 0.0f, one_minus_eps = 1.0f;
+  /// §1 accumulation of the logits GEMM (EmulatedStrategy::logits_gemm_block): 0 = IEEE fp32,
+  /// one rounding to nearest per product (fma) in increasing d; B > 0 = the tensor-core model,
+  /// blocks of B products summed exactly into the fp32 accumulator, rounded toward zero once per
+  /// block.
+  std::int64_t logits_block = 0;
 };
 
 /// A row's vocabulary sums in the accum dtype (§3–4, §9): the maximum m of the kernel logits, the
@@ -109,6 +118,9 @@ class EmulatedStrategy : public Strategy {
   virtual std::vector<std::int64_t> dH_vocab_begins(const EngineContext&) const { return {}; }
   /// §8 dW += dzᵀ·H (and db += Σ_rows dz) of one block, in this strategy's order.
   virtual void add_block_grads(const BlockGrads& b) const = 0;
+  /// §1: 0 for the IEEE fp32 logits GEMM every strategy emulates; B > 0 for the tensor-core
+  /// accumulation model (EngineContext::logits_block; the baseline's make_tensor_core_model).
+  virtual std::int64_t logits_gemm_block() const { return 0; }
 
  private:
   struct TokenRows;  // per token row: loss, lse, gradient scale, validity (common.cpp)

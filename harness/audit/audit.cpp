@@ -257,6 +257,26 @@ double logits_macs(const Problem& pb) {
          static_cast<double>(std::max<std::int64_t>(pb.D, 1));
 }
 
+// A device run's assessment `as` held to the correct implementations of its recipe that the CPU
+// emulation models (judge/emulation_check.hpp): the emulation of the same strategy and the
+// baseline models (sequential sums; tensor-core accumulation for 16-bit inputs with fp32
+// accumulation), each run on the same request and assessed against the same reference.
+Verdict judge_against_baseline_models(const AuditPlan& plan, const Prepared& pr,
+                                      const AuditProblem& ap, const RunRequest& req,
+                                      const Recipe& recipe, const Strategy& emulation,
+                                      const RunAssessment& as) {
+  std::vector<RunAssessment> base;
+  base.push_back(assess_run(pr.problem, ap.spec, recipe, emulation.run_arithmetic(req),
+                            emulation.run(req), pr.ref, plan.policy));
+  for (const auto& m : make_baseline_models(recipe))
+    if (m->can_implement(pr.problem, ap.spec, recipe).ok())
+      base.push_back(assess_run(pr.problem, ap.spec, recipe, m->run_arithmetic(req), m->run(req),
+                                pr.ref, plan.policy));
+  std::vector<const RunAssessment*> ptrs;
+  for (const auto& b : base) ptrs.push_back(&b);
+  return judge_against_emulation(as, ptrs, recipe.name());
+}
+
 // Runs one strategy on one recipe of a prepared problem and judges it: the record of the run
 // (statistics, bounds, verdict). A strategy's refusal is a not-supported or failed record; an
 // exception of the run a failed one.
@@ -308,10 +328,7 @@ RunRecord audit_run(const AuditPlan& plan, const AuditProblem& ap, DType input, 
             "logits) is past its limit of {:.3g}; judged by its bound alone",
             macs, cfg.baseline_max_macs);
       else if (emulation)
-        rec.verdict = judge_against_emulation(as,
-                                              assess_run(pr.problem, ap.spec, recipe, rec.arith,
-                                                         emulation->run(req), pr.ref, plan.policy),
-                                              plan.policy);
+        rec.verdict = judge_against_baseline_models(plan, pr, ap, req, recipe, *emulation, as);
     }
     if (plan.timings)
       fmt::print(

@@ -2,6 +2,7 @@
 // (harness/verify/verify.hpp).
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -83,10 +84,19 @@ std::string format_report(const VerifyReport& r) {
       continue;
     }
     const ErrorStats& e = *o.stats;
-    s += fmt::format("{:<13}{:<6}{:<14}{:>11.3g}{:>10.3g}{:>11.3g}{:>11.3g}{:>8.1f}%{:>8}  {}\n",
-                     o.name, to_string(o.dtype), shape_text(o.shape), e.max_abs_err, e.max_rel_err,
-                     e.normwise_rel_err, e.max_ratio, 100.0 * e.frac_ulp_le1,
-                     e.out_nan + e.out_posinf + e.out_neginf, o.status);
+    // The error columns are over the finite pairs: where the candidate holds non-finite values
+    // the reference does not, they say so instead of a max|e| of the finite rest (0 for an
+    // all-NaN output).
+    const std::int64_t nonfin = e.out_nan + e.out_posinf + e.out_neginf;
+    const bool bad = e.nonfinite_where_ref_finite > 0;
+    const auto col = [&](double v, int w) {
+      return bad ? fmt::format("{:>{}}", e.out_nan > 0 ? "nan" : "inf", w)
+                 : fmt::format("{:>{}.3g}", v, w);
+    };
+    s += fmt::format("{:<13}{:<6}{:<14}{}{}{}{}{:>8.1f}%{:>8}  {}\n", o.name, to_string(o.dtype),
+                     shape_text(o.shape), col(e.max_abs_err, 11), col(e.max_rel_err, 10),
+                     col(e.normwise_rel_err, 11), col(e.max_ratio, 11), 100.0 * e.frac_ulp_le1,
+                     nonfin, o.status);
   }
   if (r.baseline) {
     s += fmt::format(
@@ -102,7 +112,11 @@ std::string format_report(const VerifyReport& r) {
     for (const auto& o : r.outputs) {
       if (!o.stats) continue;
       const DifferentialResult& d = o.differential;
-      if (d.status == "passed" || d.status == "incorrect")
+      if (d.rounding)
+        s += fmt::format("{:<13}{:>11.3g}{:>11}{:>11}{:>11}{:>11}{:>11}  {:<10}{} (rounding: {})\n",
+                         o.name, d.candidate.normwise, "-", "-", "-", "-", "-", o.bound_status,
+                         d.status, d.message);
+      else if (d.status == "passed" || d.status == "incorrect")
         s += fmt::format("{:<13}{:>11.3g}{:>11.3g}{:>11.3g}{:>11}{:>11}{:>11}  {:<10}{}\n", o.name,
                          d.candidate.normwise, d.baseline.normwise, d.limit_normwise,
                          d.quantile_compared ? fmt::format("{:.3g}", d.candidate.rel_q) : "-",
@@ -135,7 +149,7 @@ std::string format_report(const VerifyReport& r) {
                             : fmt::format("behaves like: {} (closest first)\n", consistent);
   }
   for (const auto& o : r.outputs)
-    if (o.status == "incorrect" || o.status == "failed")
+    if (o.status != "passed" && !o.no_reference)
       s += fmt::format(
           "  {} {}: {}\n", o.name, o.status,
           o.element.empty()
@@ -143,7 +157,9 @@ std::string format_report(const VerifyReport& r) {
               : fmt::format("{}: candidate {:.9g}, reference {:.9g}, |e| = {:.3g}, "
                             "tolerance {:.3g}. {}",
                             o.element, o.candidate, o.reference, o.error, o.tolerance, o.message));
-  s += fmt::format("\n{}: {}\n", r.passed ? "PASSED" : "FAILED", r.reason);
+  std::string verdict = r.verdict.empty() ? (r.passed ? "passed" : "failed") : r.verdict;
+  for (char& ch : verdict) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  s += fmt::format("\n{}: {}\n", verdict, r.reason);
   return s;
 }
 
@@ -207,10 +223,13 @@ void check_junit_output(const std::string& path, bool force) {
 
 void write_junit(const std::string& path, bool force, const VerifyReport& r) {
   AtomicOutput out(path, junit_force(path, force));
-  int failures = 0, skipped = 0;
+  // failed → <failure>; inconclusive and not judged (what the golden file can check but the
+  // checks could not decide) → <error>: the test did not complete; no reference → <skipped>.
+  int failures = 0, errors = 0, skipped = 0;
   for (const auto& o : r.outputs) {
-    failures += o.status == "incorrect" || o.status == "failed";
-    skipped += o.status == "skipped";
+    failures += o.status == "failed";
+    skipped += o.no_reference;
+    errors += !o.no_reference && (o.status == "inconclusive" || o.status == "not judged");
   }
   const bool none = r.outputs.empty() || skipped == static_cast<int>(r.outputs.size());
   {
@@ -219,14 +238,15 @@ void write_junit(const std::string& path, bool force, const VerifyReport& r) {
     x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
     x << fmt::format(
         "<testsuites><testsuite name=\"xentlab.verify\" tests=\"{}\" failures=\"{}\" "
-        "skipped=\"{}\">\n",
-        r.outputs.size() + (none ? 1 : 0), failures + (none ? 1 : 0), skipped);
+        "errors=\"{}\" skipped=\"{}\">\n",
+        r.outputs.size() + (none ? 1 : 0), failures + (none ? 1 : 0), errors, skipped);
     x << fmt::format(
         "  <properties><property name=\"golden\" value=\"{}\"/><property name=\"candidate\" "
         "value=\"{}\"/>"
         "<property name=\"policy\" value=\"{}\"/>",
         xml_escape(r.golden), xml_escape(r.candidate), xml_escape(r.policy));
     x << fmt::format("<property name=\"check\" value=\"{}\"/>", to_string(r.check));
+    x << fmt::format("<property name=\"verdict\" value=\"{}\"/>", xml_escape(r.verdict));
     if (r.baseline) {
       x << fmt::format("<property name=\"baseline\" value=\"{}\"/>",
                        xml_escape(r.baseline->describe()));
@@ -243,9 +263,11 @@ void write_junit(const std::string& path, bool force, const VerifyReport& r) {
     x << "</properties>\n";
     for (const auto& o : r.outputs) {
       x << fmt::format("  <testcase classname=\"xentlab.verify\" name=\"{}\">", xml_escape(o.name));
-      if (o.status == "skipped")
+      if (o.no_reference)
         x << fmt::format("<skipped message=\"{}\"/>", xml_escape(o.message));
-      if (o.status == "incorrect" || o.status == "failed") {
+      else if (o.status == "inconclusive" || o.status == "not judged")
+        x << fmt::format("<error type=\"{}\" message=\"{}\"/>", o.status, xml_escape(o.message));
+      if (o.status == "failed") {
         const std::string msg =
             o.element.empty()
                 ? o.message

@@ -88,6 +88,78 @@ struct OutputContext {
   }
 };
 
+// Whether every check that judged output o would also pass an output of zeros (judge/
+// output_verdict.hpp): the bound check when |ref_i| ≤ k·tol_i everywhere, the differential check
+// when a zero output's profile (normwise 1, every relative error 1, scale −1) is within its limits
+// or, judged by rounding, when every reference rounds to 0 within its tolerance.
+bool vacuous(const OutputContext& c, const OutputReport& o, const std::vector<double>& ref,
+             const std::vector<double>& tol, bool bound_check, bool diff_judges) {
+  if (!bound_check && !diff_judges) return false;
+  const auto n = static_cast<std::int64_t>(ref.size());
+  if (bound_check) {
+    std::vector<double> kt(tol);
+    for (double& x : kt) x *= c.pol.judge.k;
+    if (!zero_output_passes(ref.data(), kt.data(), n)) return false;
+  }
+  if (diff_judges) {
+    const DifferentialResult& d = o.differential;
+    if (d.rounding) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        if (std::isfinite(ref[k]) && std::fabs(ref[k]) > c.pol.judge.k * tol[k]) return false;
+      }
+    } else if (d.limit_normwise < 1 || (d.quantile_compared && d.limit_rel_q < 1) ||
+               d.limit_scale < 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Why output o is inconclusive for vacuous checks: what passes, and the largest reference.
+std::string vacuous_message(const OutputContext& c, const OutputReport& o,
+                            const std::vector<double>& ref, bool diff_judges) {
+  double max_ref = 0;
+  for (const double x : ref)
+    if (std::isfinite(x)) max_ref = std::max(max_ref, std::fabs(x));
+  const std::string what =
+      c.pol.explicit_tol
+          ? fmt::format(
+                "the explicit tolerance |e| ≤ {:g} + {:g}·|ref| is at least |ref| "
+                "everywhere (max|{}| = {:.3g})",
+                c.pol.atol, c.pol.rtol, o.name, max_ref)
+          : fmt::format(
+                "the recipe's own error on this problem is as large as {} itself (max|{}| "
+                "= {:.3g}{})",
+                o.name, o.name, max_ref,
+                diff_judges ? fmt::format("; its baseline's normwise error {:.3g}",
+                                          o.differential.baseline.normwise)
+                            : "");
+  return fmt::format(
+      "vacuous: an output of zeros would pass too — {}; a tighter tolerance, or a golden problem "
+      "the recipe can compute, is needed to judge it",
+      what);
+}
+
+// How far from the reference the recipe's own value of a loss-like output may be, for
+// rounding_check: k times the largest element-wise relative error of the baseline (correct
+// implementations of the recipe, measured on this problem) where it holds the output, else k
+// times the a-priori bound; plus the reference's own bound.
+std::vector<double> rounding_tolerance(const OutputContext& c, const std::string& name,
+                                       const RefOutput& ro) {
+  const Recipe rc = *policy_recipe(c.pol, c.g.problem.input_dtype());
+  std::vector<double> t = tolerance_from(c.g, c.pol, c.pb, name, rc.accum, ro);
+  const ErrorProfile* bp =
+      c.rep.baseline && c.rep.baseline->status == "ok" ? c.rep.baseline->profile(name) : nullptr;
+  const std::vector<double>& ref = *ro.ref;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const double rb = ro.ref_bound && i < ro.ref_bound->size() ? (*ro.ref_bound)[i] : 0.0;
+    t[i] = bp ? c.pol.judge.k * bp->rel_max * std::max(std::fabs(ref[i]), bp->rel_floor) + rb
+              : c.pol.judge.k * t[i];
+  }
+  return t;
+}
+
 // Output `name` of the candidate file f judged by the bound check and the differential check;
 // nullopt when the candidate lacks it and it is not required. With c.explain, the values
 // compared are appended to `compared`.
@@ -109,12 +181,26 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
       o.message = fmt::format("required (--require), but the candidate holds no {}", name);
       return o;
     }
+    // No pass by omission: without --require, every output the golden file can check is
+    // expected, and one the candidate lacks leaves the verdict open — but for db of a problem
+    // without a bias (the golden file's db is the gradient of a zero bias, which an
+    // implementation without one does not compute).
+    const bool expected = !ro.ref->empty() && (name != "db" || g.problem.bias);
+    if (c.rep.required.empty() && expected) {
+      o.status = "not judged";
+      o.message = fmt::format(
+          "the candidate holds no {} (the golden file can check it; --require names the outputs "
+          "to judge, e.g. --require loss,lse for a forward-only implementation)",
+          name);
+      return o;
+    }
     return std::nullopt;
   }
   const h5::Dataset d = f.open_dataset(name);
   const h5::DatasetInfo inf = d.info();
   if (ro.ref->empty()) {
-    o.status = "skipped";
+    o.status = "not judged";
+    o.no_reference = true;
     o.message =
         fmt::format("the golden file holds no reference {} ({})", name,
                     g.partial ? "token rows were sampled" : "not computed for this problem");
@@ -152,7 +238,7 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
     std::vector<double> scalar_b;
     const BoundView pbv = bound_of(pb, name, scalar_b);
     if (pbv.size() != ref.size() && !diff_check) {
-      o.status = "skipped";
+      o.status = "not judged";
       o.message =
           fmt::format("no a-priori bound for {} from this golden file{}", name,
                       name == "db" ? " (it lacks db_cond: S·V was too large to form dz)" : "");
@@ -162,7 +248,20 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
   const std::vector<double> tol = tolerance_from(g, pol, pb, name, o.dtype, ro);
   o.stats = compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()),
                                 o.dtype, tol.data());
-  if (diff_check) o.differential = differential_check(g, *c.rep.baseline, name, out, ref);
+  if (diff_check) {
+    // A loss-like output stored coarser than the recipe delivers it (a bf16 loss where the
+    // recipe's is fp32) is judged as one correct rounding of the recipe's value; every other
+    // output by its error profile against the baseline's.
+    const Recipe rc = *policy_recipe(pol, g.problem.input_dtype());
+    const DType recipe_dtype =
+        name == "loss" || name == "lse" || name == "reduced_loss" ? rc.accum : rc.grad;
+    if (judged_by_rounding(name, o.dtype, recipe_dtype)) {
+      o.differential =
+          rounding_check(name, out, ref, rounding_tolerance(c, name, ro), o.dtype, rc.name());
+    } else {
+      o.differential = differential_check(g, *c.rep.baseline, name, out, ref);
+    }
+  }
   if (c.explain) compared.push_back({name, out});
   // The bound check. An infinite bound is "no bound" when the differential check judges the
   // output instead; without it, the policy decides (incorrect under default and strict).
@@ -189,11 +288,16 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
   checks.baseline_judged = diff_judges;
   checks.baseline =
       o.differential.status == "passed" ? Disposition::passed : Disposition::incorrect;
-  const std::optional<Disposition> judged = judge_output(checks);
-  o.status = judged ? std::string(to_string(*judged)) : "skipped";
-  if (o.status == "skipped")
+  // The differential check is wanted wherever it runs; it cannot judge a sum over tokens from a
+  // baseline of sampled rows (what the bound alone passes is then inconclusive).
+  checks.baseline_wanted = diff_check;
+  checks.vacuous = vacuous(c, o, ref, tol, bound_check, diff_judges);
+  o.status = std::string(to_string(judge_output(checks)));
+  if (o.status == "not judged" || (o.status == "inconclusive" && !checks.vacuous))
     o.message = fmt::format("the differential check cannot judge it: {}", o.differential.message);
-  if (bound_ok && o.status == "incorrect") o.message = "differential: " + o.differential.message;
+  if (o.status == "inconclusive" && checks.vacuous)
+    o.message = vacuous_message(c, o, ref, diff_judges);
+  if (bound_ok && o.status == "failed") o.message = "differential: " + o.differential.message;
   if (!bound_ok) {
     o.message = v.reason;
     o.index = v.index;
@@ -209,57 +313,75 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
   return o;
 }
 
-// The overall verdict: every compared output passes, nothing failed, and at least one output was
-// compared; a required output that could not be checked fails.
+// "dW failed: dW[3, 5] (…): candidate …, reference …, |e| = … > tolerance … (ratio …)", or the
+// output's message where no element decided.
+std::string output_reason(const OutputReport& o) {
+  const bool finite = std::isfinite(o.candidate) && std::isfinite(o.reference);
+  if (o.element.empty() || !finite)
+    return fmt::format(
+        "{} {}: {}{}", o.name, o.status,
+        o.element.empty()
+            ? ""
+            : fmt::format("{}: candidate {}, reference {}: ", o.element, o.candidate, o.reference),
+        o.message);
+  return fmt::format(
+      "{} {}: {}: candidate {:.17g}, reference {:.17g}, |e| = {:.3g} > tolerance {:.3g} (ratio "
+      "{:.3g})",
+      o.name, o.status, o.element, o.candidate, o.reference, o.error, o.tolerance,
+      o.tolerance > 0 ? o.error / o.tolerance : INFINITY);
+}
+
+// The overall verdict, the worst of the outputs' (judge/output_verdict.hpp): failed if one
+// failed; else inconclusive or not judged if one is (an output the golden file can check that
+// the candidate lacks included: no pass by omission); passed when every output the golden file
+// can check passed. Outputs the golden file holds no reference of do not count. A required
+// output that could not be checked fails.
 void overall_verdict(VerifyReport& rep, bool bound_check, bool diff_check) {
-  // A required output that could not be checked (no reference, no bound) fails: what was asked
-  // for was not shown.
   for (auto& o : rep.outputs)
-    if (o.status == "skipped" &&
+    if (o.status == "not judged" &&
         std::find(rep.required.begin(), rep.required.end(), o.name) != rep.required.end()) {
       o.status = "failed";
       o.message = fmt::format("required (--require), but not checked: {}", o.message);
     }
-  // Overall: every compared output passes, nothing failed, and at least one output was compared.
+  Outcome verdict = Outcome::passed;
   int compared = 0;
-  rep.passed = true;
+  std::string first_failed, first_open, not_checkable;
   for (const auto& o : rep.outputs) {
-    if (o.status == "skipped") continue;
-    ++compared;
-    if (o.status != "passed") {
-      if (rep.passed) {
-        const bool finite = std::isfinite(o.candidate) && std::isfinite(o.reference);
-        rep.reason =
-            o.element.empty() || !finite
-                ? fmt::format("{} {}: {}{}", o.name, o.status,
-                              o.element.empty()
-                                  ? ""
-                                  : fmt::format("{}: candidate {}, reference {}: ", o.element,
-                                                o.candidate, o.reference),
-                              o.message)
-                : fmt::format(
-                      "{} {}: {}: candidate {:.17g}, reference {:.17g}, |e| = {:.3g} > "
-                      "tolerance {:.3g} (ratio {:.3g})",
-                      o.name, o.status, o.element, o.candidate, o.reference, o.error, o.tolerance,
-                      o.tolerance > 0 ? o.error / o.tolerance : INFINITY);
-      }
-      rep.passed = false;
+    if (o.no_reference) {
+      not_checkable += (not_checkable.empty() ? "" : ", ") + o.name;
+      continue;
     }
+    const Outcome oc = o.status == "passed"         ? Outcome::passed
+                       : o.status == "failed"       ? Outcome::failed
+                       : o.status == "inconclusive" ? Outcome::inconclusive
+                                                    : Outcome::not_judged;
+    compared += oc == Outcome::passed || oc == Outcome::failed || oc == Outcome::inconclusive;
+    if (oc == Outcome::failed && first_failed.empty()) first_failed = output_reason(o);
+    if ((oc == Outcome::inconclusive || oc == Outcome::not_judged) && first_open.empty())
+      first_open = output_reason(o);
+    verdict = worse(verdict, oc);
   }
-  if (compared == 0) {
-    rep.passed = false;
+  if (compared == 0 && verdict != Outcome::failed) {
+    verdict = Outcome::not_judged;
     std::string names;
     for (const auto& n : candidate_output_names()) names += (names.empty() ? "" : ", ") + n;
-    const auto undecided = std::find_if(
-        rep.outputs.begin(), rep.outputs.end(),
-        [](const OutputReport& o) { return o.status == "skipped" && o.bound_status == "not run"; });
+    const auto undecided =
+        std::find_if(rep.outputs.begin(), rep.outputs.end(), [](const OutputReport& o) {
+          return o.status == "not judged" && !o.no_reference && o.bound_status == "not run";
+        });
     rep.reason =
         undecided != rep.outputs.end()
             ? fmt::format("no output could be judged: {} {}", undecided->name, undecided->message)
-            : fmt::format(
+        : first_open.empty()
+            ? fmt::format(
                   "the candidate holds no output that the golden file can check (looked for {})",
-                  names);
-  } else if (rep.passed) {
+                  names)
+            : fmt::format("no output could be judged: {}", first_open);
+  } else if (verdict == Outcome::failed) {
+    rep.reason = first_failed;
+  } else if (verdict != Outcome::passed) {
+    rep.reason = first_open;
+  } else {
     int both = 0, diff_only = 0, bound_only = 0;
     for (const auto& o : rep.outputs) {
       if (o.status != "passed") continue;
@@ -287,6 +409,11 @@ void overall_verdict(VerifyReport& rep, bool bound_check, bool diff_check) {
       rep.reason = fmt::format("{} output(s) passed: {}", compared, t);
     }
   }
+  if (!not_checkable.empty())
+    rep.reason +=
+        fmt::format(" ({} not judged: the golden file holds no reference)", not_checkable);
+  rep.verdict = std::string(to_string(verdict));
+  rep.passed = verdict == Outcome::passed;
 }
 
 }  // namespace

@@ -23,8 +23,15 @@ namespace xentlab {
 /// One output's result.
 struct OutputReport {
   std::string name;
-  std::string status;   ///< "passed", "incorrect", "failed" (unusable), "skipped" (no reference)
+  /// judge/output_verdict.hpp's outcome: "passed", "failed" (wrong values, or unusable: a
+  /// shape, a dtype), "inconclusive" (the checks could not tell it from a wrong output: vacuous,
+  /// or a sum over tokens against a sampled baseline), "not judged" (missing from the candidate,
+  /// or the golden file holds no reference: no_reference).
+  std::string status;
   std::string message;  ///< why (for anything but passed)
+  /// The golden file holds no reference of this output (token rows sampled, or not computed):
+  /// reported, and no obstacle to the candidate's verdict.
+  bool no_reference = false;
   DType dtype = DType::fp32;        ///< the candidate's storage dtype (when dtype_known)
   bool dtype_known = false;         ///< the candidate holds it in a readable float dtype
   std::vector<std::int64_t> shape;  ///< compared shape (the golden's)
@@ -50,6 +57,9 @@ struct VerifyReport {
   std::optional<Baseline> baseline;  ///< the policy recipe's emulated baseline (when run)
   std::vector<RecipeMatch> explain;  ///< --explain: every recipe tried, most similar first
   bool passed = false;
+  /// The candidate's verdict, the worst of its outputs' (judge/output_verdict.hpp to_string):
+  /// "passed", "failed", "inconclusive" or "not judged". Outputs with no_reference do not count.
+  std::string verdict;
   std::string reason;  ///< overall verdict text
 };
 

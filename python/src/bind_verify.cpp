@@ -109,6 +109,7 @@ nb::dict verify(const Golden& g, const std::string& candidate, const VerifyPolic
   for (const auto& o : r.outputs) outs.append(output_dict(o));
   d["outputs"] = outs;
   d["passed"] = r.passed;
+  d["verdict"] = r.verdict;
   d["reason"] = r.reason;
   d["text"] = format_report(r);
   d["_report"] = nb::cast(std::move(r));

@@ -8,8 +8,10 @@
 //  - against the certified reference: every output within its a-priori bound for the declared
 //    arithmetic (judge/bounds_for.hpp assess_run, policy "default"); where the recipe has no
 //    meaningful bound (16-bit sum-exp over a long row), finiteness only;
-//  - against the CPU emulation of the same strategy and recipe (same chunking): max|e| ≤ 2× the
-//    emulation's max|e| + the output's rounding floor u_out·max|ref| (judge_against_baseline);
+//  - against the CPU emulation of the same strategy and recipe (same chunking) and the baseline
+//    models of the recipe (sequential sums; tensor-core accumulation), with the judge's one
+//    criterion (judge/emulation_check.hpp judge_against_emulation: normwise and q90 ≤ 2× the
+//    least accurate one's + one ULP and four of fp32; the scale test);
 //  - all outputs written: the host wrapper poisons every device output with NaN before each run,
 //    and a NaN where the reference is finite fails the finiteness rule;
 //  - chunked = checkpointed bit for bit (same chunks: the recomputed logits are identical), and
@@ -39,6 +41,7 @@
 #include "gpu/registry.hpp"
 #include "judge/bounds.hpp"
 #include "judge/bounds_for.hpp"
+#include "judge/emulation_check.hpp"
 #include "judge/policy.hpp"
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
@@ -111,16 +114,6 @@ inline std::string describe(const Case& c, const Recipe& r, const std::string& s
                             std::int64_t chunk) {
   return c.name + " [" + c.pb.describe() + "] spec {" + c.spec.describe() + "} recipe " + r.name() +
          " strategy " + strategy + " chunk_tokens " + std::to_string(chunk);
-}
-
-/// Output-rounding floor of the baseline comparison: one spacing (ulp ≤ 2u·|x|) of the largest
-/// reference value in the output dtype, or the smallest subnormal near 0, whichever is larger.
-/// Two procedures that each round their result to the output dtype last can land on adjacent
-/// values even when their unrounded results agree closely, so the GPU may differ from its
-/// emulation by one spacing however small the emulation's error.
-template <class Values = std::vector<double>>
-double rounding_floor(DType out, const Values& ref) {
-  return std::max(2.0 * unit_roundoff(out) * max_abs_finite(ref), min_subnormal(out));
 }
 
 /// Whether the strategy implements every recipe of fp32/fp16/bf16 storage (the registry's trait;
@@ -207,32 +200,19 @@ inline void check_run(const Case& c, const ReferenceResult& ref, const Strategy&
               << ea.verdict.output << ": " << ea.verdict.reason << "); baseline check only\n";
   }
   if (!have_emu) return;
-  struct Item {
-    const char* name;
-    const ErrorStats& g;
-    const ErrorStats& e;
-    bool present;
-    double floor;
-  };
-  const Item items[] = {
-      {"loss", a.loss, ea.loss, true, rounding_floor(r.accum, ref.loss)},
-      {"lse", a.lse, ea.lse, true, rounding_floor(r.accum, ref.lse)},
-      // One scalar summing N independently rounded terms: its floor is its a-priori bound.
-      {"reduced_loss", a.reduced_loss, ea.reduced_loss, true,
-       std::isfinite(a.bounds.reduced_loss) ? a.bounds.reduced_loss
-                                            : rounding_floor(r.accum, {ref.reduced_loss})},
-      {"dz", a.dz, ea.dz, a.has_dz && ea.has_dz, rounding_floor(r.grad, ref.dz)},
-      {"dH", a.dH, ea.dH, a.has_dH && ea.has_dH, rounding_floor(r.grad, ref.dH)},
-      {"dW", a.dW, ea.dW, a.has_dW && ea.has_dW, rounding_floor(r.grad, ref.dW)},
-      {"db", a.db, ea.db, a.has_db && ea.has_db, rounding_floor(r.grad, ref.db)},
-  };
-  for (const Item& it : items) {
-    if (!it.present) continue;
-    const Verdict v = judge_against_baseline(it.name, it.g, it.e, it.floor, policy);
-    EXPECT_EQ(v.disposition, Disposition::passed)
-        << ctx << ": " << it.name << " vs CPU emulation: " << v.reason
-        << "\n  gpu:       " << it.g.summary() << "\n  emulation: " << it.e.summary();
-  }
+  // The baseline models of the recipe, run on the same request (judge/emulation_check.hpp).
+  std::vector<RunAssessment> models;
+  for (const auto& m : make_baseline_models(r))
+    if (m->can_implement(c.pb, c.spec, r).ok())
+      models.push_back(
+          assess_run(c.pb, c.spec, r, m->run_arithmetic(req), m->run(req), ref, policy, n_chunks));
+  std::vector<const RunAssessment*> base{&ea};
+  for (const auto& m : models) base.push_back(&m);
+  RunAssessment passed = a;
+  passed.verdict = Verdict{};  // the bound's verdict is checked above; here the baseline's alone
+  const Verdict v = judge_against_emulation(passed, base, r.name());
+  EXPECT_EQ(v.disposition, Disposition::passed)
+      << ctx << ": " << v.output << " vs its CPU-emulated baseline: " << v.reason;
 }
 
 inline void check_all_strategies(const Case& c, const std::vector<Recipe>& recipes,

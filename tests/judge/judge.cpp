@@ -1,8 +1,9 @@
-// The judge's check of a device run against its CPU emulation (judge/emulation_check.hpp): the
-// limit is baseline_factor·(emulation's max|e|) + k·8·u(out)·max|ref| (judge/policy.hpp
-// judge_against_baseline; the floor's derivation is in the header). Expected verdicts follow from
-// that formula on hand-made errors. And the judge of a run checked on sampled rows
-// (judge/sampled_check.hpp, the bench's): emulated strategies pass, corrupted outputs do not.
+// The judge's check of a device run against its baseline (judge/emulation_check.hpp) with the one
+// criterion (judge/differential.hpp compare_with_baseline: normwise ≤ 2·baseline's + floor, floor =
+// 2u + 4 ULP of fp32 at the largest reference; the scale test): expected verdicts follow from that
+// formula on hand-made errors. The outcome of one output from its two checks (judge/
+// output_verdict.hpp). And the judge of a run checked on sampled rows (judge/sampled_check.hpp,
+// the bench's): emulated strategies pass, corrupted outputs do not.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "datasets/synthetic.hpp"
 #include "gpu/registry.hpp"
 #include "judge/bounds.hpp"
+#include "judge/differential.hpp"
 #include "judge/emulation_check.hpp"
 #include "judge/output_verdict.hpp"
 #include "judge/policy.hpp"
@@ -25,23 +27,18 @@
 namespace xentlab {
 namespace {
 
-// Statistics of ref + e (every element off by e) against ref = {1, 2, 3}, returned in fp32.
-ErrorStats off_by(double e) {
+// The profile of ref + e (every element off by e) against ref = {1, 2, 3}, in fp32.
+ErrorProfile off_by(double e) {
   const std::vector<double> ref{1.0, 2.0, 3.0};
   std::vector<double> out(ref);
   for (double& x : out) x += e;
-  return compute_error_stats(out.data(), ref.data(), 3, DType::fp32);
+  return error_profile(out.data(), ref.data(), 3, DType::fp32);
 }
 
 RunAssessment with_loss_error(double e) {
   RunAssessment a;
-  a.loss = off_by(e);
+  a.profiles.emplace_back("loss", off_by(e));
   return a;
-}
-
-TEST(Judge, EmulationCheckFloorIsEightUnitRoundoffsOfTheLargestReference) {
-  // 8 · 2^-24 · max|ref| = 8 · 2^-24 · 3.
-  EXPECT_DOUBLE_EQ(emulation_check_floor(off_by(0.0)), 8.0 * 0x1p-24 * 3.0);
 }
 
 TEST(Judge, AssessedOutputsInAFixedOrder) {
@@ -53,49 +50,98 @@ TEST(Judge, AssessedOutputsInAFixedOrder) {
   EXPECT_EQ(names, (std::vector<std::string>{"loss", "lse", "reduced", "dH", "db"}));
 }
 
-TEST(Judge, DeviceRunHeldToItsEmulation) {
-  // Errors are powers of two, exact in fp32 at 1, 2 and 3. Policy default: factor 2, k = 1.
-  const Policy policy = policy_by_name("default");
+TEST(Judge, DeviceRunHeldToItsBaseline) {
+  // A constant error e on ref = {1, 2, 3}: normwise e·√3/√14, and the limit against a baseline
+  // of error b is 2·b·√3/√14 + (2 + 8)·2^-24·3/√14 (one ULP of fp32 and four for the elementary
+  // functions, at the largest reference).
   const RunAssessment emulation = with_loss_error(0x1p-22);
-  // Limit: 2 · 2^-22 + 8 · 2^-24 · 3 = 2^-21 + 3 · 2^-21 = 2^-19.
-  const RunAssessment close = with_loss_error(0x1p-20);
-  EXPECT_EQ(judge_against_emulation(close, emulation, policy).disposition, Disposition::passed);
-  const RunAssessment far = with_loss_error(0x1p-18);
-  const Verdict v = judge_against_emulation(far, emulation, policy);
+  const double k = std::sqrt(3.0 / 14.0);
+  const double limit = 2 * 0x1p-22 * k + 10 * 0x1p-24 * 3 / std::sqrt(14.0);
+  ASSERT_LT(0x1p-20 * k, limit);
+  ASSERT_GT(0x1p-18 * k, limit);
+  EXPECT_EQ(judge_against_emulation(with_loss_error(0x1p-20), {&emulation}, "r").disposition,
+            Disposition::passed);
+  const Verdict v = judge_against_emulation(with_loss_error(0x1p-18), {&emulation}, "r");
   EXPECT_EQ(v.disposition, Disposition::incorrect);
   EXPECT_EQ(v.output, "loss");
-  EXPECT_DOUBLE_EQ(v.bound, 0x1p-19);
-  EXPECT_DOUBLE_EQ(v.error, 0x1p-18);
+  EXPECT_NEAR(v.bound, limit, 1e-6 * limit);
+  // The baseline is the least accurate of the correct implementations given: a model whose error
+  // is 2^-18 makes the same run pass.
+  const RunAssessment model = with_loss_error(0x1p-18);
+  EXPECT_EQ(
+      judge_against_emulation(with_loss_error(0x1p-18), {&emulation, &model}, "r").disposition,
+      Disposition::passed);
   // A device verdict that did not pass is returned as it is.
-  RunAssessment failed = far;
+  RunAssessment failed = with_loss_error(0x1p-18);
   failed.verdict = verdict_not_run(Disposition::failed, "kernel failed");
-  EXPECT_EQ(judge_against_emulation(failed, emulation, policy).reason, "kernel failed");
+  EXPECT_EQ(judge_against_emulation(failed, {&emulation}, "r").reason, "kernel failed");
 }
 
-// One output's disposition from its bound verdict and its baseline-relative check (verify's):
-// either check that judged and did not pass makes it incorrect; with neither judging (the
-// finiteness check alone), it is not judged.
-TEST(Judge, OutputDispositionFromBoundAndBaseline) {
+// The scale test: an output off by a factor 1 + s has the error's projection on the reference
+// exactly s; against a baseline of rounding-sized errors, 1% fails where the normwise and quantile
+// limits would let it pass (a baseline of ±2^-7 relative errors, one bf16 ULP, on 256 values: the
+// normwise limit is about 2·2^-7 = 0.0156, the scale limit 4·6.3e-4 + 2^-8 ≈ 0.0064).
+TEST(Judge, ScaleTestCatchesASystematicFactor) {
+  std::vector<double> ref(256), base(256), good(256), scaled(256);
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    ref[i] = 1.0 + static_cast<double>(i % 7);
+    const double sign = (i * 2654435761u) % 2 == 0 ? 1.0 : -1.0;  // errors of both signs
+    base[i] = ref[i] * (1 + sign * 0x1p-7);
+    good[i] = ref[i] * (1 - sign * 0x1p-7);
+    scaled[i] = ref[i] * 1.01;
+  }
+  const ErrorProfile b = error_profile(base.data(), ref.data(), 256, DType::bf16);
+  const ErrorProfile s = error_profile(scaled.data(), ref.data(), 256, DType::bf16);
+  EXPECT_NEAR(s.scale, 0.01, 1e-12);
+  const DifferentialResult d = compare_with_baseline(s, b, DType::bf16, "r");
+  EXPECT_LT(s.normwise, d.limit_normwise);  // the normwise limit alone passes it
+  EXPECT_EQ(d.status, "incorrect") << d.message;
+  EXPECT_NE(d.message.find("systematic scale"), std::string::npos) << d.message;
+  const ErrorProfile g = error_profile(good.data(), ref.data(), 256, DType::bf16);
+  EXPECT_EQ(compare_with_baseline(g, b, DType::bf16, "r").status, "passed");
+}
+
+// One output's outcome from its bound verdict and its baseline-relative check (verify's): either
+// check that judged and did not pass fails it; vacuous checks, or a wanted baseline check that
+// could not run, leave it inconclusive; with neither judging (the finiteness check alone), it is
+// not judged.
+TEST(Judge, OutputOutcomeFromBoundAndBaseline) {
   Verdict passed, incorrect;
   incorrect.disposition = Disposition::incorrect;
   OutputChecks c;
   c.bound = passed;
-  EXPECT_EQ(judge_output(c), Disposition::passed);  // the bound alone
+  EXPECT_EQ(judge_output(c), Outcome::passed);  // the bound alone
   c.baseline_judged = true;
-  EXPECT_EQ(judge_output(c), Disposition::passed);  // both
+  EXPECT_EQ(judge_output(c), Outcome::passed);  // both
+  c.vacuous = true;
+  EXPECT_EQ(judge_output(c), Outcome::inconclusive);
+  c.vacuous = false;
   c.baseline = Disposition::incorrect;
-  EXPECT_EQ(judge_output(c), Disposition::incorrect);
+  EXPECT_EQ(judge_output(c), Outcome::failed);
   c.bound_checked = false;  // the baseline alone
-  EXPECT_EQ(judge_output(c), Disposition::incorrect);
+  EXPECT_EQ(judge_output(c), Outcome::failed);
   c.baseline = Disposition::passed;
-  EXPECT_EQ(judge_output(c), Disposition::passed);
+  EXPECT_EQ(judge_output(c), Outcome::passed);
   c.baseline_judged = false;  // neither: finiteness only
-  EXPECT_EQ(judge_output(c), std::nullopt);
+  EXPECT_EQ(judge_output(c), Outcome::not_judged);
+  c.bound_checked = true;  // the bound alone where the baseline was wanted
+  c.baseline_wanted = true;
+  EXPECT_EQ(judge_output(c), Outcome::inconclusive);
   c.bound = incorrect;  // a non-finite value where the reference is finite
-  EXPECT_EQ(judge_output(c), Disposition::incorrect);
-  c.bound_checked = true;
+  EXPECT_EQ(judge_output(c), Outcome::failed);
   c.baseline_judged = true;
-  EXPECT_EQ(judge_output(c), Disposition::incorrect);  // the bound fails, the baseline passes
+  EXPECT_EQ(judge_output(c), Outcome::failed);  // the bound fails, the baseline passes
+  EXPECT_EQ(to_string(Outcome::not_judged), "not judged");
+  EXPECT_EQ(worse(Outcome::inconclusive, Outcome::failed), Outcome::failed);
+  EXPECT_EQ(worse(Outcome::passed, Outcome::not_judged), Outcome::not_judged);
+}
+
+// An output of zeros passes a tolerance at least |ref| everywhere: such a tolerance is vacuous.
+TEST(Judge, ZeroOutputPassesOnlyAVacuousTolerance) {
+  const std::vector<double> ref{1e-4, -2e-4, 0.0}, loose{1e-3, 1e-3, 1e-3}, tight{1e-5, 1, 1};
+  EXPECT_TRUE(zero_output_passes(ref.data(), loose.data(), 3));
+  EXPECT_FALSE(zero_output_passes(ref.data(), tight.data(), 3));
+  EXPECT_FALSE(zero_output_passes(ref.data(), loose.data(), 0));
 }
 
 // The fused kernel splits each row's vocabulary into ranges by its token count

@@ -140,6 +140,18 @@ TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBase
   int compared = 0, alone = 0;
   for (const std::string& pname : problem_names()) {
     const Golden& g = golden(pname);
+    // Requirement 2 is exercised where another recipe of the grid is at least 4× more accurate on
+    // the output (its baseline's normwise error): only there does the spread's low end matter.
+    std::map<std::string, Baseline> full;
+    for (const Recipe& r : recipes(g)) full.emplace(r.name(), emulate_baseline(g, r));
+    const auto has_4x_better = [&](const Recipe& r, const std::string& name) {
+      const ErrorProfile* mine = full.at(r.name()).profile(name);
+      if (!mine) return false;
+      for (const auto& [other, b] : full)
+        if (const ErrorProfile* p = b.profile(name); p && 4 * p->normwise <= mine->normwise)
+          return true;
+      return false;
+    };
     for (const Recipe& r : recipes(g)) {
       for (const auto& s : strategies) {
         if (!s->can_implement(g.problem, g.spec, r).ok()) continue;
@@ -159,13 +171,15 @@ TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBase
             const std::vector<double>& ref = name == "loss"  ? g.loss
                                              : name == "lse" ? g.lse
                                              : name == "dH"  ? g.dH
+                                             : name == "db"  ? g.db
                                                              : g.dW;
             std::vector<double> v(static_cast<std::size_t>(t.numel()));
             t.read(0, t.numel(), v.data());
             const ErrorProfile p = error_profile(v.data(), ref.data(),
                                                  static_cast<std::int64_t>(ref.size()), t.dtype());
             const double u = unit_roundoff(t.dtype());
-            const double f_nw = 2 * u * p.max_ref / p.norm_ref, f_q = 2 * u;
+            const double f_q = 2 * u + kElementaryUlps * 2 * unit_roundoff(DType::fp32);
+            const double f_nw = f_q * p.max_ref / p.norm_ref;
             const std::string where =
                 fmt::format("{} {} {} by {} (chunk {})", pname, r.name(), name, s->name(), chunk);
             EXPECT_LE(p.normwise, kDifferentialK * bp->normwise + f_nw)
@@ -173,11 +187,11 @@ TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBase
             EXPECT_LE(p.rel_q, kDifferentialK * bp->rel_q + f_q)
                 << where << ": baseline " << bp->rel_q;
             ++compared;
-            // The spread, beyond the floor (normwise).
+            // The spread, beyond the floor (normwise); its low end where requirement 2 applies.
             if (bp->normwise > f_nw && p.normwise > f_nw) {
               const double ratio = p.normwise / bp->normwise;
               if (ratio > hi) hi = ratio, hi_where = where;
-              if (ratio < lo) lo = ratio, lo_where = where;
+              if (ratio < lo && has_4x_better(r, name)) lo = ratio, lo_where = where;
             }
           }
         }
@@ -186,8 +200,10 @@ TEST_F(VerifyDifferential, CorrectImplementationsOfOneRecipeStayWithinKOfTheBase
   }
   EXPECT_GT(compared, 300);
   EXPECT_EQ(alone, 0);  // every recipe of the grid has at least two emulated strategies
-  // The other side of k's premise (requirement 2): the most accurate implementation is still
-  // more than k/4 of the baseline, so a recipe 4× more accurate fails it.
+  // The other side of k's premise (requirement 2): where a recipe 4× more accurate exists, the
+  // most accurate implementation is still more than k/4 of the baseline, so it fails that one.
+  // (The baseline models widen the spread where no such recipe exists: the tensor-core model's
+  // truncated sums make the loss of fp32-logits recipes up to ~2.7× the IEEE strategies' here.)
   EXPECT_GT(4 * lo, kDifferentialK) << lo_where;
   std::printf(
       "normwise error / baseline's over %d implementations × outputs: largest %.3f (%s), "
@@ -213,14 +229,36 @@ TEST_F(VerifyDifferential, OwnRecipePassesAndFourTimesMoreAccurateRecipesFail) {
         const std::string what = fmt::format("{} {} by {}", pname, r.name(), s->name());
         const VerifyReport own =
             verify(g, path, r.name(), VerifyCheck::differential, &base.at(r.name()));
-        EXPECT_TRUE(own.passed) << what << "\n" << format_report(own);
+        // Never failed; inconclusive only where the recipe's own error is as large as the output
+        // (bf16 accumulation of the confident problem's small losses: an output of zeros would
+        // pass the differential limit too).
+        EXPECT_NE(own.verdict, "failed") << what << "\n" << format_report(own);
+        for (const auto& o : own.outputs)
+          if (o.status == "inconclusive") {
+            EXPECT_GE(o.differential.limit_normwise, 1.0) << what << " " << o.name;
+          } else if (o.stats) {
+            EXPECT_EQ(o.status, "passed") << what << " " << o.name;
+          }
         ++passes;
         for (const Recipe& better : recipes(g)) {
           const Baseline& b = base.at(better.name());
           std::optional<VerifyReport> rep;
           for (const auto& [name, p] : base.at(r.name()).profiles) {
             const ErrorProfile* bp = b.profile(name);
-            if (name == "reduced_loss" || !bp || !(4 * bp->normwise <= p.normwise)) continue;
+            const bool held =
+                std::any_of(own.outputs.begin(), own.outputs.end(), [&](const OutputReport& o) {
+                  return o.name == name && o.stats;
+                });  // db: only a problem with a bias
+            if (name == "reduced_loss" || !held || !bp || !(4 * bp->normwise <= p.normwise))
+              continue;
+            // A loss-like output stored coarser than the better recipe delivers it is judged as
+            // a rounding of that recipe's value: where the worse recipe's extra error stays below
+            // half an ULP of the storage, the stored values cannot show it (tested apart:
+            // LossStoredInItsOwnDtype).
+            const bool loss_like = name == "loss" || name == "lse";
+            if (judged_by_rounding(name, output(own, name).dtype,
+                                   loss_like ? better.accum : better.grad))
+              continue;
             if (!rep) rep = verify(g, path, better.name(), VerifyCheck::differential, &b);
             EXPECT_FALSE(rep->passed) << what << " under " << better.name();
             EXPECT_EQ(output(*rep, name).differential.status, "incorrect")
@@ -317,11 +355,17 @@ TEST_F(VerifyDifferential, SampledBaselineRecordsItsSample) {
   }());
   EXPECT_NE(rep.baseline->describe().find("12 of 32 token rows (seed 3)"), std::string::npos)
       << rep.baseline->describe();
-  EXPECT_TRUE(rep.passed) << format_report(rep);
+  // The row-wise outputs are judged on the sample; dW, a sum over all tokens, cannot be judged
+  // against a baseline of 12 of them, and the bound alone does not pass it: inconclusive.
+  EXPECT_FALSE(rep.passed) << format_report(rep);
+  EXPECT_EQ(rep.verdict, "inconclusive") << format_report(rep);
+  EXPECT_EQ(output(rep, "dH").status, "passed");
   EXPECT_EQ(output(rep, "dH").differential.status, "passed");
   EXPECT_EQ(output(rep, "dH").differential.candidate.n, 12 * g.D);
+  EXPECT_EQ(output(rep, "dW").status, "inconclusive");
   EXPECT_EQ(output(rep, "dW").differential.status, "not judged");
-  EXPECT_NE(output(rep, "dW").differential.message.find("--baseline-rows 32 runs them all"),
+  EXPECT_NE(output(rep, "dW").differential.message.find(
+                "ran on 12 of the 32 token rows (without --baseline-rows it runs them all)"),
             std::string::npos);
   const std::string bad = write(
       "sampled-bad.h5", run_candidate(g, *strategies.back(), parse_recipe("bf16/bf16/fp32/bf16")));

@@ -120,8 +120,23 @@ TEST_F(GoldenVerify, LogitsProblemsMakeGoldenFilesThatVerify) {
                     "the reference itself");
     VerifyOptions vo;
     vo.check = VerifyCheck::bound;
+    vo.required = {"loss", "dz"};
     const VerifyReport rep = verify_candidate(g, cand, make_verify_policy("fp32"), vo);
-    EXPECT_TRUE(rep.passed) << name << "\n" << format_report(rep);
+    // The reference itself passes, unless the fp32 recipe's own bound is at least |ref| on every
+    // element of an output (a loss of 0.0025 from logits of magnitude ~10^3: lse − z_t cancels):
+    // then an output of zeros would pass too, and the verdict is inconclusive, never failed.
+    EXPECT_NE(rep.verdict, "failed") << name << "\n" << format_report(rep);
+    for (const auto& o : rep.outputs)
+      if (o.status == "inconclusive") {
+        const std::vector<double> tol =
+            verify_tolerance(g, make_verify_policy("fp32"), o.name, o.dtype);
+        RefOutput ro;
+        ref_output(g, o.name, ro);
+        for (std::size_t i = 0; i < tol.size(); ++i)
+          EXPECT_LE(std::fabs((*ro.ref)[i]), tol[i]) << name << " " << o.name << "[" << i << "]";
+      } else {
+        EXPECT_EQ(o.status, "passed") << name << " " << o.name;
+      }
   }
 }
 
@@ -148,7 +163,7 @@ TEST_F(GoldenVerify, RoundTripPassesAndOnePerturbedDwElementFails) {
   const VerifyReport r = verify_candidate(g, path("bad.h5"), pol);
   EXPECT_FALSE(r.passed);
   const OutputReport& o = output(r, "dW");
-  EXPECT_EQ(o.status, "incorrect");
+  EXPECT_EQ(o.status, "failed");
   EXPECT_EQ(o.index, k);
   EXPECT_EQ(o.candidate, dW[k]);
   EXPECT_EQ(o.reference, g.dW[k]);
@@ -199,7 +214,7 @@ TEST_F(GoldenVerify, NanShapeAndDtypeMismatchesAreReportedFailures) {
   const VerifyPolicy pol = make_verify_policy("fp32");
   const VerifyReport r = verify_candidate(g, path("c.h5"), pol);
   EXPECT_FALSE(r.passed);
-  EXPECT_EQ(output(r, "loss").status, "incorrect");
+  EXPECT_EQ(output(r, "loss").status, "failed");
   EXPECT_EQ(output(r, "loss").stats->out_nan, 1);
   EXPECT_EQ(output(r, "loss").index, 3);
   EXPECT_EQ(output(r, "dH").status, "failed");
@@ -285,6 +300,7 @@ TEST_F(GoldenVerify, SampledGoldenAcceptsFullShapeCandidates) {
   const ReferenceResult full = compute_reference(ds_.problem, ds_.spec);
   std::vector<std::pair<std::string, Tensor>> cand = {
       {"loss", tensor(full.loss, {ds_.problem.N})},
+      {"lse", tensor(full.lse, {ds_.problem.N})},
       {"dH", tensor(full.dH, {ds_.problem.N, ds_.problem.D})},
       {"dW", tensor(full.dW, {ds_.problem.V, ds_.problem.D})}};
   write_candidate(path("c.h5"), false, cand, "test: full problem");
@@ -292,7 +308,7 @@ TEST_F(GoldenVerify, SampledGoldenAcceptsFullShapeCandidates) {
   EXPECT_TRUE(r.passed) << format_report(r);
   EXPECT_EQ(output(r, "loss").status, "passed");
   EXPECT_EQ(output(r, "dH").status, "passed");
-  EXPECT_EQ(output(r, "dW").status, "skipped");
+  EXPECT_EQ(output(r, "dW").status, "not judged");
 }
 
 TEST_F(GoldenVerify, ExplicitTolerancesAndPolicyNames) {
@@ -306,19 +322,20 @@ TEST_F(GoldenVerify, ExplicitTolerancesAndPolicyNames) {
   const VerifyReport r =
       verify_candidate(g, path("b.h5"), make_explicit_policy(0, unit_roundoff(DType::bf16)));
   EXPECT_TRUE(r.passed) << format_report(r);
-  // The bound check allows one rounding into the storage dtype; the differential check does not
-  // for lse and the reduced loss, which the bf16 policy declares in fp32 (bf16 logits give them
-  // errors below one bf16 rounding on this problem).
+  // The bound check allows one rounding into the storage dtype. The bf16 policy's recipe delivers
+  // loss, lse and the reduced loss in fp32: stored in bf16 they are judged as one correct
+  // rounding of the recipe's value (the correctly rounded reference is one), the gradients by
+  // the differential check.
   VerifyOptions bound_only;
   bound_only.check = VerifyCheck::bound;
   EXPECT_TRUE(verify_candidate(g, path("b.h5"), make_verify_policy("bf16"), bound_only).passed);
   const VerifyReport both = verify_candidate(g, path("b.h5"), make_verify_policy("bf16"));
-  EXPECT_FALSE(both.passed) << format_report(both);
+  EXPECT_TRUE(both.passed) << format_report(both);
   for (const auto& o : both.outputs) {
     EXPECT_EQ(o.bound_status, "passed") << o.name;
-    if (o.name == "dH" || o.name == "dW") {
-      EXPECT_EQ(o.differential.status, "passed") << o.name;
-    }
+    EXPECT_EQ(o.differential.status, "passed") << o.name;
+    const bool loss_like = o.name == "loss" || o.name == "lse" || o.name == "reduced_loss";
+    EXPECT_EQ(o.differential.rounding, loss_like) << o.name;
   }
   EXPECT_THROW(make_verify_policy("float8"), InputError);
   EXPECT_THROW(make_verify_policy("bf16", "sloppy"), InputError);
@@ -337,7 +354,14 @@ TEST_F(GoldenVerify, RequiredOutputsMissingOrUncheckedFail) {
                   {{"loss", tensor(g.loss, {g.S})}, {"dW", Tensor(DType::fp32, {g.J, g.D})}},
                   "test: loss and an uncheckable dW");
   const VerifyPolicy pol = make_verify_policy("fp32");
-  EXPECT_TRUE(verify_candidate(g, path("c.h5"), pol).passed);
+  // Without --require every output the golden file can check is expected: lse and dH are
+  // missing, so the verdict is not judged (no pass by omission); dW, which the golden file cannot
+  // check, does not count.
+  const VerifyReport open = verify_candidate(g, path("c.h5"), pol);
+  EXPECT_FALSE(open.passed);
+  EXPECT_EQ(open.verdict, "not judged") << format_report(open);
+  EXPECT_NE(output(open, "lse").message.find("holds no lse"), std::string::npos);
+  EXPECT_TRUE(output(open, "dW").no_reference);
   EXPECT_TRUE(verify_candidate(g, path("c.h5"), pol, {"loss"}).passed);
   const VerifyReport r = verify_candidate(g, path("c.h5"), pol, {"loss", "dH", "dW"});
   EXPECT_FALSE(r.passed);

@@ -1,0 +1,186 @@
+// The verdicts of verify (docs/verify.md, "Verdicts" and "The criterion"): a loss stored in the
+// candidate's own dtype passes as one correct rounding and fails one ULP off it; a systematic 1%
+// scale of a gradient fails every dtype policy; a tolerance that would pass an output of zeros is
+// inconclusive, not passed; a fault confined to some token rows fails (the baseline runs on every
+// row); a missing output leaves the verdict open; non-finite values never show as an error of 0.
+// Expected values come from mathematics (ln V for zero logits) and from the golden reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "datasets/catalog.hpp"
+#include "harness/verify/golden.hpp"
+#include "harness/verify/verify.hpp"
+#include "numerics/dtype.hpp"
+#include "numerics/error.hpp"
+#include "tests/support/temp_folder.hpp"
+
+namespace xentlab {
+namespace {
+
+class Verdicts : public testing::TempFolderTest {
+ protected:
+  Verdicts() : TempFolderTest("verdicts") {}
+
+  template <class Values = std::vector<double>>
+  static Tensor tensor(const Values& v, std::vector<std::int64_t> shape, DType dt) {
+    Tensor t(dt, std::move(shape));
+    for (std::size_t k = 0; k < v.size(); ++k) t.set(static_cast<std::int64_t>(k), v[k]);
+    return t;
+  }
+  static const OutputReport& output(const VerifyReport& r, const std::string& name) {
+    for (const auto& o : r.outputs)
+      if (o.name == name) return o;
+    throw InputError("no report for " + name);
+  }
+  // The golden file of stories260k (32 tokens, a linear head with bf16 weights).
+  const Golden& linear_golden() {
+    if (!linear_) {
+      DatasetParams p;
+      p.N = 32;
+      p.seed = 4;
+      write_golden(path("g.h5"), make_dataset("stories260k", p), LossSpec{}, {});
+      linear_ = read_golden(path("g.h5"));
+    }
+    return *linear_;
+  }
+  // Every output of the golden reference, rounded once into dt, with dH and dW scaled by the
+  // given factors.
+  std::vector<std::pair<std::string, Tensor>> reference_candidate(const Golden& g, DType dt,
+                                                                  double dH_scale = 1,
+                                                                  double dW_scale = 1) const {
+    std::vector<double> dH = g.dH, dW = g.dW;
+    for (double& x : dH) x *= dH_scale;
+    for (double& x : dW) x *= dW_scale;
+    return {{"loss", tensor(g.loss, {g.S}, dt)},
+            {"lse", tensor(g.lse, {g.S}, dt)},
+            {"reduced_loss", tensor(std::vector<double>{*g.reduced_loss}, {}, dt)},
+            {"dH", tensor(dH, {g.S, g.D}, dt)},
+            {"dW", tensor(dW, {g.J, g.D}, dt)}};
+  }
+  std::optional<Golden> linear_;
+};
+
+// All-zero logits over V = 32000: every token's loss and lse are ln 32000 = 10.373491…, whose
+// correct rounding into bf16 is 10.375 (bf16 spacing 1/16 in [8, 16)). PyTorch's bf16
+// F.cross_entropy returns exactly that: it passes --policy bf16; 10.5, two spacings off, fails.
+TEST_F(Verdicts, LossStoredInItsOwnDtype) {
+  const std::int64_t N = 4, V = 32000;
+  Tensor logits(DType::bf16, {N, V});  // zeros
+  DatasetInstance ds;
+  ds.problem = Problem::from_logits(std::move(logits), {0, 7, 31999, 12345});
+  ds.source = "zeros";
+  ds.generator = "test:zeros";
+  write_golden(path("z.h5"), ds, LossSpec{}, {});
+  const Golden g = read_golden(path("z.h5"));
+  ASSERT_EQ(g.loss.size(), 4u);
+  EXPECT_NEAR(g.loss[0], std::log(32000.0), 1e-12);
+  ASSERT_EQ(round_to(std::log(32000.0), DType::bf16), 10.375);
+  const auto candidate = [&](double loss) {
+    const std::vector<double> per_token(N, loss);
+    return std::vector<std::pair<std::string, Tensor>>{
+        {"loss", tensor(per_token, {N}, DType::bf16)},
+        {"lse", tensor(per_token, {N}, DType::bf16)},
+        {"reduced_loss", tensor(std::vector<double>{loss}, {}, DType::bf16)},
+        {"dz", tensor(g.dz, {N, V}, DType::fp32)}};
+  };
+  write_candidate(path("right.h5"), false, candidate(10.375), "bf16 loss, correctly rounded");
+  const VerifyReport right = verify_candidate(g, path("right.h5"), make_verify_policy("bf16"));
+  EXPECT_TRUE(right.passed) << format_report(right);
+  for (const char* name : {"loss", "lse", "reduced_loss"})
+    EXPECT_TRUE(output(right, name).differential.rounding) << name;
+  write_candidate(path("wrong.h5"), false, candidate(10.5), "bf16 loss, one rounding off");
+  const VerifyReport wrong = verify_candidate(g, path("wrong.h5"), make_verify_policy("bf16"));
+  EXPECT_EQ(wrong.verdict, "failed") << format_report(wrong);
+  EXPECT_EQ(output(wrong, "loss").status, "failed");
+  // (10.5 is also beyond the bound check's one rounding of u·|ref| ≈ 0.041.)
+  EXPECT_EQ(output(wrong, "loss").differential.status, "incorrect");
+  EXPECT_NE(output(wrong, "loss").differential.message.find("not a correct rounding into bf16"),
+            std::string::npos)
+      << output(wrong, "loss").differential.message;
+}
+
+// A normaliser off by one at N ≈ 100, a missing factor: dH or dW 1% too large, every element
+// within the tolerance's reach of the reference, fails every dtype policy by the scale test; the
+// same reference without the scale passes.
+TEST_F(Verdicts, OnePercentScaleOnAGradientFailsEveryPolicy) {
+  const Golden& g = linear_golden();
+  for (const DType dt : {DType::bf16, DType::fp16, DType::fp32}) {
+    const std::string policy(to_string(dt));
+    write_candidate(path("ok.h5"), true, reference_candidate(g, dt), "reference");
+    const VerifyReport ok = verify_candidate(g, path("ok.h5"), make_verify_policy(policy));
+    EXPECT_TRUE(ok.passed) << policy << "\n" << format_report(ok);
+    for (const char* grad : {"dH", "dW"}) {
+      const bool h = std::string(grad) == "dH";
+      write_candidate(path("scaled.h5"), true,
+                      reference_candidate(g, dt, h ? 1.01 : 1.0, h ? 1.0 : 1.01), "scaled");
+      const VerifyReport r = verify_candidate(g, path("scaled.h5"), make_verify_policy(policy));
+      EXPECT_EQ(r.verdict, "failed") << policy << " " << grad << "\n" << format_report(r);
+      EXPECT_EQ(output(r, grad).status, "failed") << policy << " " << grad;
+    }
+  }
+}
+
+// --atol at least every |dH| (as --atol 1e-3 at the Llama-3-8B head, where max|dW| is 9.9e-5):
+// an all-zero dH would pass, so the tolerance says nothing about dH: inconclusive (exit 5 on the
+// command line), naming why. dW, larger somewhere, is judged.
+TEST_F(Verdicts, VacuousExplicitToleranceIsInconclusive) {
+  const Golden& g = linear_golden();
+  double max_dW = 0, max_dH = 0;
+  for (const double x : g.dW) max_dW = std::max(max_dW, std::fabs(x));
+  for (const double x : g.dH) max_dH = std::max(max_dH, std::fabs(x));
+  ASSERT_GT(max_dW, max_dH);
+  auto c = reference_candidate(g, DType::fp32);
+  c[3].second = Tensor(DType::fp32, {g.S, g.D});  // dH = 0
+  write_candidate(path("zero.h5"), false, c, "dH of zeros");
+  const VerifyReport r = verify_candidate(g, path("zero.h5"), make_explicit_policy(max_dH, 0));
+  EXPECT_EQ(r.verdict, "inconclusive") << format_report(r);
+  EXPECT_EQ(output(r, "dH").status, "inconclusive");
+  EXPECT_NE(output(r, "dH").message.find("vacuous"), std::string::npos);
+  EXPECT_EQ(output(r, "dW").status, "passed");
+}
+
+// One chunk of rows wrong: dH of the last 8 of 32 token rows held in bf16 where the fp32 policy
+// declares fp32 gradients. The baseline runs on every row, so the whole output is compared.
+TEST_F(Verdicts, FaultConfinedToSomeRowsFails) {
+  const Golden& g = linear_golden();
+  std::vector<double> dH = g.dH;
+  for (std::int64_t i = (g.S - 8) * g.D; i < g.S * g.D; ++i)
+    dH[static_cast<std::size_t>(i)] = round_to(dH[static_cast<std::size_t>(i)], DType::bf16);
+  auto c = reference_candidate(g, DType::fp32);
+  c[3].second = tensor(dH, {g.S, g.D}, DType::fp32);
+  write_candidate(path("chunk.h5"), false, c, "one chunk in bf16");
+  const VerifyReport r = verify_candidate(g, path("chunk.h5"), make_verify_policy("fp32"));
+  ASSERT_TRUE(r.baseline);
+  EXPECT_FALSE(r.baseline->sampled);
+  EXPECT_EQ(output(r, "dH").status, "failed") << format_report(r);
+}
+
+// A candidate that lacks outputs the golden file can check is not passed: not judged, naming
+// them; an all-NaN dH shows as nan in the table, never as an error of 0.
+TEST_F(Verdicts, MissingOutputsAndNonFiniteValues) {
+  const Golden& g = linear_golden();
+  auto c = reference_candidate(g, DType::fp32);
+  write_candidate(path("loss.h5"), false, {c[0]}, "loss only");
+  const VerifyReport r = verify_candidate(g, path("loss.h5"), make_verify_policy("fp32"));
+  EXPECT_EQ(r.verdict, "not judged") << format_report(r);
+  EXPECT_EQ(output(r, "dH").status, "not judged");
+  EXPECT_NE(output(r, "dW").message.find("holds no dW"), std::string::npos);
+  EXPECT_TRUE(verify_candidate(g, path("loss.h5"), make_verify_policy("fp32"), {"loss"}).passed);
+  std::vector<double> nan(g.dH.size(), std::nan(""));
+  c[3].second = tensor(nan, {g.S, g.D}, DType::fp32);
+  write_candidate(path("nan.h5"), false, c, "NaN dH");
+  const VerifyReport n = verify_candidate(g, path("nan.h5"), make_verify_policy("fp32"));
+  EXPECT_EQ(output(n, "dH").status, "failed");
+  const std::string text = format_report(n);
+  const auto row = text.find("\ndH ");
+  ASSERT_NE(row, std::string::npos) << text;
+  const std::string line = text.substr(row + 1, text.find('\n', row + 1) - row - 1);
+  EXPECT_NE(line.find("nan"), std::string::npos) << line;
+  EXPECT_EQ(line.find(" 0 "), std::string::npos) << line;
+}
+
+}  // namespace
+}  // namespace xentlab
