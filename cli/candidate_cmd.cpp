@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "datasets/generators.hpp"
 #include "datasets/io/atomic_file.hpp"
 #include "gpu/registry.hpp"
 #include "harness/text.hpp"
+#include "harness/verify/candidate.hpp"
 #include "harness/verify/golden.hpp"
 #include "harness/verify/verify.hpp"
 #include "numerics/error.hpp"
@@ -30,13 +30,6 @@ struct CandidateArgs {
   std::int64_t chunk_tokens = 0;
   bool force = false;
 };
-
-template <class Vec>  // std::vector<double> or HostArray<double>
-Tensor tensor_of(const Vec& v, DType dtype, std::vector<std::int64_t> shape, const char* name) {
-  Tensor t(dtype, std::move(shape), name);
-  store_rounded(t, 0, v.data(), static_cast<std::int64_t>(v.size()));  // exact: already in dtype
-  return t;
-}
 
 int run_candidate(const CandidateArgs& a) {
   Backend backend;
@@ -78,36 +71,14 @@ int run_candidate(const CandidateArgs& a) {
                                  a.out, a.golden));
   { AtomicOutput probe(a.out, a.force); }  // refuse an existing file before the work
   const Golden g = read_golden(a.golden);
-  const Status can = st.can_implement(g.problem, g.spec, recipe);
-  if (!can.ok())
-    throw InputError(fmt::format("{} cannot run recipe {} on {}: {}", st.name(), recipe.name(),
-                                 a.golden, can.message));
-  RunRequest req;
-  req.problem = &g.problem;
-  req.spec = g.spec;
-  req.upstream = g.upstream;
-  req.recipe = recipe;
-  req.chunk_tokens = a.chunk_tokens;
-  req.want_grads = g.D > 0 ? (!g.dH.empty() || !g.dW.empty() || !g.db.empty()) : !g.dz.empty();
-  const StrategyOutputs o = st.run(req);
-  const std::int64_t N = g.N, V = g.V, D = g.D;
-  std::vector<std::pair<std::string, Tensor>> outputs;
-  outputs.emplace_back("loss", tensor_of(o.loss, o.loss_dtype, {N}, "loss"));
-  outputs.emplace_back("lse", tensor_of(o.lse, o.loss_dtype, {N}, "lse"));
-  outputs.emplace_back("reduced_loss", tensor_of(std::vector<double>{o.reduced_loss}, o.loss_dtype,
-                                                 {}, "reduced_loss"));
-  if (!o.dH.empty()) outputs.emplace_back("dH", tensor_of(o.dH, o.grad_dtype, {N, D}, "dH"));
-  if (!o.dW.empty()) outputs.emplace_back("dW", tensor_of(o.dW, o.grad_dtype, {V, D}, "dW"));
-  if (!o.db.empty()) outputs.emplace_back("db", tensor_of(o.db, o.grad_dtype, {V}, "db"));
-  if (!o.dz.empty()) outputs.emplace_back("dz", tensor_of(o.dz, o.grad_dtype, {N, V}, "dz"));
-  const std::string impl =
-      fmt::format("xentlab {} {} {}{}", to_string(st.backend()), st.name(), recipe.name(),
-                  a.chunk_tokens > 0 ? fmt::format(" chunk_tokens={}", a.chunk_tokens) : "");
+  const StrategyCandidate c = run_strategy_candidate(g, st, recipe, a.chunk_tokens);
+  const auto& outputs = c.outputs;
+  const std::string& impl = c.implementation;
   write_candidate(a.out, a.force, outputs, impl);
   std::vector<std::string> names;
   for (const auto& [n, t] : outputs) names.push_back(n);
   fmt::print("candidate  {} ({}): {} in {:.3f} s\n", a.out, impl, fmt::join(names, ", "),
-             o.seconds);
+             c.seconds);
   return 0;
 }
 

@@ -20,6 +20,8 @@ void register_golden(CLI::App& app);
 void register_verify(CLI::App& app);
 /// `xentlab candidate`: one of the lab's strategies on a golden problem, written as a candidate.
 void register_candidate(CLI::App& app);
+/// `xentlab selftest`: proof by mutation of verify (harness/selftest/selftest.hpp).
+void register_selftest(CLI::App& app);
 /// `xentlab audit`: the main job (harness/audit/).
 void register_audit(CLI::App& app);
 /// `xentlab regress`: compare two audit results files (nightly regression check).

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   xentlab::cli::register_golden(app);
   xentlab::cli::register_verify(app);
   xentlab::cli::register_candidate(app);
+  xentlab::cli::register_selftest(app);
   xentlab::cli::register_regress(app);
   xentlab::cli::register_fidelity(app);
   xentlab::cli::register_bench(app);

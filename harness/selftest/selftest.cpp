@@ -1,0 +1,275 @@
+// `xentlab selftest` (harness/selftest/selftest.hpp): the golden files, the candidates, verify's
+// verdict on each, the confusion matrix.
+#include "harness/selftest/selftest.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "datasets/catalog.hpp"
+#include "datasets/generators.hpp"
+#include "gpu/registry.hpp"
+#include "harness/selftest/faults.hpp"
+#include "harness/verify/candidate.hpp"
+#include "harness/verify/golden.hpp"
+#include "harness/verify/verify.hpp"
+#include "judge/differential.hpp"
+#include "judge/tolerance.hpp"
+#include "numerics/error.hpp"
+#include "reference/reference.hpp"
+
+namespace xentlab::selftest {
+namespace fs = std::filesystem;
+
+SelftestMatrix SelftestResult::matrix() const {
+  SelftestMatrix m;
+  for (const SelftestEntry& e : entries) {
+    if (!e.fault)
+      (e.as_expected() ? m.correct_passed : m.correct_failed)++;
+    else
+      (e.as_expected() ? m.faults_caught : m.faults_missed)++;
+  }
+  return m;
+}
+
+bool SelftestResult::ok() const {
+  const SelftestMatrix m = matrix();
+  return m.correct_failed == 0 && m.faults_missed == 0 && !entries.empty();
+}
+
+namespace {
+
+// The loss-spec goldens' problem: the small calibrated head of the default.
+constexpr std::int64_t kSpecN = 64, kSpecV = 1024, kSpecD = 128;
+// Their ignored fraction, and the normaliser as a multiple of the valid rows (the token count of
+// a gradient-accumulation step of that many equal micro-batches).
+constexpr double kIgnoredFraction = 0.25;
+constexpr std::int64_t kMicroBatches = 4;
+// The largest N·V·D of an emulated strategy candidate: 32× the default problem's 2^23, about ten
+// seconds per candidate on two cores (some 45 candidates); above it only CUDA runs.
+constexpr double kEmulationWork = 0x1p28;
+
+double work_of(const Golden& g) {
+  return static_cast<double>(g.N) * static_cast<double>(g.V) * static_cast<double>(g.D);
+}
+
+// The working folder: the given one, or a fresh temporary one removed at the end.
+struct WorkDir {
+  fs::path dir;
+  bool remove = false;
+  explicit WorkDir(const std::string& given) {
+    if (!given.empty()) {
+      dir = given;
+      if (!fs::is_directory(dir))
+        throw InputError(fmt::format("--workdir {}: not a folder", given));
+      return;
+    }
+    dir = fs::temp_directory_path() / fmt::format("xentlab-selftest-{}", ::getpid());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    remove = true;
+  }
+  ~WorkDir() {
+    std::error_code ec;
+    if (remove) fs::remove_all(dir, ec);
+  }
+  WorkDir(const WorkDir&) = delete;
+  WorkDir& operator=(const WorkDir&) = delete;
+  std::string path(const std::string& name) const { return (dir / name).string(); }
+};
+
+// Writes one golden file and reads it back.
+Golden make_golden(const WorkDir& w, GoldenKind kind, const SelftestOptions& o) {
+  const bool main = kind == GoldenKind::mean;
+  DatasetParams p;
+  p.seed = o.seed;
+  const std::string dataset = main ? o.dataset : "calibrated";
+  if (const std::int64_t n = main ? o.N : kSpecN; n > 0) p.N = n;
+  if (const std::int64_t v = main ? o.V : kSpecV; v > 0) p.V = v;
+  if (const std::int64_t d = main ? o.D : kSpecD; d > 0) p.D = d;
+  DatasetInstance ds = make_dataset(dataset, p);
+  if (!ds.problem.is_linear())
+    throw InputError(fmt::format(
+        "--dataset {}: a problem of given logits; the selftest needs a linear head (H, W)",
+        dataset));
+  LossSpec spec = ds.spec;
+  GoldenOptions go;
+  if (kind == GoldenKind::ignore_normalizer) {
+    ignore_rows(ds.problem, kIgnoredFraction, o.seed, spec.ignore_index);
+    spec.normalizer = kMicroBatches * ds.problem.count_valid(spec.ignore_index);
+  } else if (kind == GoldenKind::none_upstream) {
+    spec.reduction = Reduction::none;
+    go.upstream = random_upstream(ds.problem.N, o.seed + 1);
+  }
+  spec.validate();
+  go.force = w.remove;  // a fresh temporary folder; in a given one an existing file is refused
+  go.command = fmt::format("xentlab selftest ({} golden)", to_string(kind));
+  const std::string path = w.path(fmt::format("golden-{}.h5", static_cast<int>(kind)));
+  if (o.progress) o.progress(fmt::format("golden {}: {}", to_string(kind), ds.problem.describe()));
+  write_golden(path, ds, spec, go);
+  return read_golden(path);
+}
+
+// Judges candidates against one golden file; the baseline of each policy recipe is emulated once.
+class Judge {
+ public:
+  Judge(const WorkDir& w, const Golden& g, GoldenKind kind) : w_(w), g_(g), kind_(kind) {}
+
+  // Writes the candidate, verifies it under `policy`, fills e's verdict.
+  void judge(const Outputs& outputs, const std::string& implementation, SelftestEntry& e) {
+    const std::string path = w_.path(fmt::format("candidate-{}.h5", count_++));
+    write_candidate(path, true, outputs, implementation);
+    const VerifyPolicy pol = make_verify_policy(e.policy);
+    VerifyOptions vo;
+    if (const std::optional<Recipe> r = policy_recipe(pol, g_.problem.input_dtype())) {
+      auto it = baselines_.find(r->name());
+      if (it == baselines_.end())
+        it = baselines_.emplace(r->name(), emulate_baseline(g_, *r, vo.baseline)).first;
+      vo.baseline_given = &it->second;
+    }
+    const VerifyReport rep = verify_candidate(g_, path, pol, vo);
+    std::error_code ec;
+    fs::remove(path, ec);
+    e.verdict = rep.passed ? "passed" : "failed";
+    e.reason = rep.reason;
+    for (const OutputReport& o : rep.outputs)
+      if (o.status != "passed" && o.status != "skipped") {
+        std::string by;
+        if (o.bound_status == "incorrect") by = "bound";
+        if (o.differential.status == "incorrect")
+          by += by.empty() ? "differential" : "+differential";
+        e.failing.push_back(
+            fmt::format("{} {}{}", o.name, o.status, by.empty() ? "" : " (" + by + ")"));
+      }
+    if (!e.failing.empty()) e.deciding = e.failing.front();
+  }
+  GoldenKind kind() const { return kind_; }
+  const Golden& golden() const { return g_; }
+
+ private:
+  const WorkDir& w_;
+  const Golden& g_;
+  GoldenKind kind_;
+  std::map<std::string, Baseline> baselines_;
+  int count_ = 0;
+};
+
+// Makes and judges one candidate; an exception is the entry's "error".
+void run_entry(Judge& j, SelftestEntry e, const std::function<Outputs(std::string&)>& make,
+               const SelftestOptions& o, std::vector<SelftestEntry>& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  e.golden = to_string(j.kind());
+  try {
+    std::string impl = "xentlab selftest: " + e.name;
+    const Outputs outputs = make(impl);
+    j.judge(outputs, impl, e);
+  } catch (const std::exception& ex) {
+    e.verdict = "error";
+    e.reason = ex.what();
+  }
+  e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (o.progress)
+    o.progress(fmt::format("{:<5} {:<18} {:<42} {} ({:.1f} s)", e.fault ? "fault" : "ok", e.golden,
+                           e.name, e.verdict, e.seconds));
+  out.push_back(std::move(e));
+}
+
+// The recipes a strategy candidate runs: on the main golden every recipe of the default grid of
+// the problem's input dtype; on the loss-spec goldens the recipe of the input dtype's policy.
+std::vector<Recipe> strategy_recipes(const Golden& g, GoldenKind kind) {
+  const DType in = g.problem.input_dtype();
+  if (kind != GoldenKind::mean)
+    return {*policy_recipe(make_verify_policy(std::string(to_string(in))), in)};
+  std::vector<Recipe> out;
+  for (const Recipe& r : default_recipe_grid())
+    if (r.input == in) out.push_back(r);
+  return out;
+}
+
+// Every registered strategy of each backend in its recipes, judged under the recipe's policy.
+void strategy_entries(Judge& j, const SelftestOptions& o, SelftestResult& res) {
+  const Golden& g = j.golden();
+  for (const Backend b : o.backends) {
+    std::string why;
+    if (b == Backend::cuda && !cuda_device_available(&why)) {
+      if (j.kind() == GoldenKind::mean)
+        res.notes.push_back(fmt::format("no CUDA strategy candidates: {}", why));
+      continue;
+    }
+    if (b == Backend::cpu_emulation && work_of(g) > kEmulationWork) {
+      res.notes.push_back(fmt::format(
+          "no emulated strategy candidates on the {} golden: N·V·D = {:.3g} > 2^28 (use "
+          "--backend cuda)",
+          to_string(j.kind()), work_of(g)));
+      continue;
+    }
+    for (const auto& st : make_strategies(b, StrategySet::all))
+      for (const Recipe& r : strategy_recipes(g, j.kind())) {
+        if (!st->can_implement(g.problem, g.spec, r).ok()) continue;  // not one of its recipes
+        SelftestEntry e;
+        e.name = fmt::format("{} {} {}", st->name(), to_string(b), r.name());
+        e.description = "a registered strategy in one of its recipes";
+        e.policy = r.name();
+        run_entry(
+            j, e,
+            [&](std::string& impl) {
+              StrategyCandidate c = run_strategy_candidate(g, *st, r);
+              impl = c.implementation;
+              return std::move(c.outputs);
+            },
+            o, res.entries);
+      }
+  }
+}
+
+void made_entries(Judge& j, const std::vector<MadeCandidate>& list, const SelftestOptions& o,
+                  SelftestResult& res) {
+  for (const MadeCandidate& m : list) {
+    if (std::find(m.goldens.begin(), m.goldens.end(), j.kind()) == m.goldens.end()) continue;
+    if (m.max_work > 0 && work_of(j.golden()) > m.max_work) {
+      res.notes.push_back(fmt::format("{} left out on the {} golden: N·V·D = {:.3g} > {:.3g}",
+                                      m.name, to_string(j.kind()), work_of(j.golden()),
+                                      m.max_work));
+      continue;
+    }
+    SelftestEntry e;
+    e.name = m.name;
+    e.fault = m.fault;
+    e.description = m.description;
+    e.policy = m.policy;
+    e.expect_pass = !m.fault;
+    run_entry(
+        j, e, [&](std::string&) { return m.make(j.golden()); }, o, res.entries);
+  }
+}
+
+}  // namespace
+
+SelftestResult run_selftest(const SelftestOptions& o) {
+  if (o.N < 0 || o.V < 0 || o.D < 0)
+    throw InputError(
+        fmt::format("sizes must be ≥ 0 (0: the dataset's), got N={} V={} D={}", o.N, o.V, o.D));
+  (void)find_dataset(o.dataset);  // an unknown name is refused before any work
+  const WorkDir w(o.workdir);
+  SelftestResult res;
+  for (const GoldenKind kind :
+       {GoldenKind::mean, GoldenKind::ignore_normalizer, GoldenKind::none_upstream}) {
+    const Golden g = make_golden(w, kind, o);
+    res.goldens.push_back(fmt::format("{:<18} {} ({}), {}", to_string(kind), g.problem.describe(),
+                                      kind == GoldenKind::mean ? o.dataset : "calibrated",
+                                      g.spec.describe()));
+    Judge j(w, g, kind);
+    strategy_entries(j, o, res);
+    made_entries(j, correct_candidates(), o, res);
+    made_entries(j, fault_catalogue(), o, res);
+  }
+  return res;
+}
+
+}  // namespace xentlab::selftest
