@@ -78,6 +78,8 @@ int run_candidate(const CandidateArgs& a) {
                                  a.out, a.golden));
   { AtomicOutput probe(a.out, a.force); }  // refuse an existing file before the work
   const Golden g = read_golden(a.golden);
+  if (const std::string w = golden_checksum_warning(g); !w.empty())
+    fmt::print(stderr, "xentlab: warning: {}\n", w);
   const Status can = st.can_implement(g.problem, g.spec, recipe);
   if (!can.ok())
     throw InputError(fmt::format("{} cannot run recipe {} on {}: {}", st.name(), recipe.name(),
