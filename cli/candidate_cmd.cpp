@@ -71,6 +71,8 @@ int run_candidate(const CandidateArgs& a) {
                                  a.out, a.golden));
   { AtomicOutput probe(a.out, a.force); }  // refuse an existing file before the work
   const Golden g = read_golden(a.golden);
+  if (const std::string w = golden_checksum_warning(g); !w.empty())
+    fmt::print(stderr, "xentlab: warning: {}\n", w);
   const StrategyCandidate c = run_strategy_candidate(g, st, recipe, a.chunk_tokens);
   const auto& outputs = c.outputs;
   const std::string& impl = c.implementation;

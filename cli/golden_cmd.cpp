@@ -11,6 +11,7 @@
 #include "cli/options/reference.hpp"
 #include "datasets/catalog.hpp"
 #include "datasets/io/atomic_file.hpp"
+#include "datasets/io/h5.hpp"
 #include "harness/verify/golden.hpp"
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
@@ -19,7 +20,7 @@ namespace xentlab::cli {
 namespace {
 
 struct GoldenArgs {
-  std::string dataset = "stories260k", out, dtype;
+  std::string dataset = "stories260k", out, dtype, compress = "none";
   std::int64_t N = 0, V = 0, D = 0;
   double sigma = 0;
   std::uint64_t seed = 1;
@@ -32,6 +33,7 @@ struct GoldenArgs {
 
 int run_golden(GoldenArgs& a, const std::string& command) {
   { AtomicOutput probe(a.out, a.opt.force); }  // refuse an existing file before generating anything
+  a.opt.compression = h5::parse_compression(a.compress);
   // The loss-spec overrides are checked before the dataset is generated or read (that can take
   // many seconds): each against the defaults, the values given on their own.
   (void)a.loss.check_given();
@@ -109,6 +111,16 @@ int run_golden(GoldenArgs& a, const std::string& command) {
   fmt::print("loss     {:.17g} ± {:.3g}{}\noutputs  {}\nwrote    {} in {:.2f} s\n", s.reduced_loss,
              s.reduced_loss_bound, s.partial ? " (over the sampled rows)" : "", outs, a.out,
              s.seconds);
+  if (a.opt.compression.enabled())
+    fmt::print("stored   {} bytes of data for {} raw ({:.1f}% of raw, {}: {} bytes saved)\n",
+               s.storage.stored_bytes, s.storage.raw_bytes,
+               s.storage.raw_bytes ? 100.0 * static_cast<double>(s.storage.stored_bytes) /
+                                         static_cast<double>(s.storage.raw_bytes)
+                                   : 100.0,
+               a.opt.compression.describe(),
+               s.storage.raw_bytes > s.storage.stored_bytes
+                   ? s.storage.raw_bytes - s.storage.stored_bytes
+                   : 0);
   return 0;
 }
 
@@ -122,6 +134,11 @@ void register_golden(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--out,-o", a->out, "golden file to write (.h5)")->required();
   c->add_flag("--force", a->opt.force, "overwrite an existing file");
+  c->add_option("--compress", a->compress,
+                "store the datasets chunked through shuffle and gzip: gzip (level 4) or "
+                "gzip:LEVEL (1-9); none = uncompressed (any HDF5 reader, h5py included, reads "
+                "either)")
+      ->capture_default_str();
   c->add_option("--tokens,-N", a->N, "tokens N (default: the dataset's)")->check(positive());
   c->add_option("--vocab,-V", a->V, "vocabulary V")->check(positive());
   c->add_option("--hidden,-D", a->D, "hidden size D")->check(positive());

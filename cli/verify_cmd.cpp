@@ -99,6 +99,8 @@ int run_verify(const VerifyArgs& a) {
     check_junit_output(a.junit, a.force);
   }
   const Golden g = read_golden(a.golden);
+  if (const std::string w = golden_checksum_warning(g); !w.empty())
+    fmt::print(stderr, "xentlab: warning: {}\n", w);
   VerifyPolicy pol;
   if (explicit_tol) {
     pol = make_explicit_policy(a.atol, a.rtol);

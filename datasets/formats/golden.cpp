@@ -233,7 +233,19 @@ Golden read_golden(const std::string& path) {
   g.max_abs_logit = read_req(cg, "max_abs_logit", {S});
   g.mean_abs_logit = read_req(cg, "mean_abs_logit", {S});
   if (g.problem.is_linear()) g.gemm_abs = read_req(cg, "gemm_abs", {S});
+  // Each dataset read above was checked against its digest; the ones not read (covariates ce and
+  // z_term, …) are checked too, so that a damaged file is refused whatever part is damaged.
+  f.verify_digests();
+  g.checksums = f.declares_checksums();
   return g;
+}
+
+std::string golden_checksum_warning(const Golden& g) {
+  if (g.checksums) return "";
+  return fmt::format(
+      "{}: no checksums: written by an older xentlab (its data cannot be checked for damage; "
+      "xentlab golden writes them with a sha256 digest per dataset)",
+      g.path);
 }
 
 const std::vector<std::string>& candidate_output_names() {

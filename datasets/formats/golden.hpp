@@ -44,11 +44,23 @@ struct Golden {
   /// "generator=… dataset=… seed=… created=… xentlab=… format_version=…", then a line "loss: …"
   /// with the loss spec (and whether an upstream gradient is stored).
   std::string provenance;
+  /// The file declares sha256 digests (root attribute checksums) and every dataset matched its
+  /// own; false for a file written before xentlab stored digests: nothing could be checked
+  /// (golden_checksum_warning).
+  bool checksums = false;
 };
 
+/// "" for a golden file with checksums; else the warning the commands print for it: "PATH: no
+/// checksums: written by an older xentlab …".
+std::string golden_checksum_warning(const Golden& g);
+
 /// Reads and checks a golden file: HDF5, format attribute "xentlab-golden", format_version 1 or 2,
-/// every required group and dataset present with consistent shapes. Throws FormatError naming the
-/// file, the object and what is wrong (a foreign file, another version, a missing dataset, …).
+/// every required group and dataset present with consistent shapes, and, where the file declares
+/// checksums (every file xentlab writes now), every dataset's data matching its sha256 digest
+/// (datasets/io/h5.hpp). Any layout and filter h5py or h5repack writes is read (contiguous,
+/// chunked, gzip, shuffle, fletcher32). Throws FormatError naming the file, the object and what
+/// is wrong (a foreign file, another version, a missing dataset, data that do not match their
+/// digest, a filter this HDF5 library lacks, …).
 Golden read_golden(const std::string& path);
 
 /// The outputs a candidate may hold (any subset), in report order.

@@ -9,10 +9,11 @@
 #include <fstream>
 
 #include "datasets/io/atomic_file.hpp"
+#include "datasets/io/h5_detail.hpp"
 #include "numerics/error.hpp"
 
 namespace xentlab::h5 {
-namespace {
+namespace detail {
 
 // HDF5 prints its error stack to stderr by default; every failure here is reported by a FormatError
 // (an OutputError while writing) instead. The automatic printer is switched off once per process
@@ -36,6 +37,7 @@ void silence() {
   }
 }
 
+namespace {
 // The outermost message of the current HDF5 error stack ("" when empty), for error texts, followed
 // by the operating system's reason where the file driver recorded one deeper in the stack (its
 // description holds "error message = '<strerror>'", e.g. 'No space left on device').
@@ -64,6 +66,8 @@ std::string last_error() {
   return found.top + ": " + found.os;
 }
 
+}  // namespace
+
 // Throws FormatError "WHERE: WHAT (HDF5's reason)": a file that cannot be read as what it claims
 // to be.
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
@@ -90,6 +94,14 @@ std::string join(const std::string& base, const std::string& name) {
   if (!name.empty() && name[0] == '/') return name;
   return base == "/" ? "/" + name : base + "/" + name;
 }
+
+}  // namespace detail
+
+namespace {
+using detail::fail;
+using detail::fail_write;
+using detail::join;
+using detail::silence;
 
 std::vector<hsize_t> dims_of(const std::vector<std::int64_t>& shape, const std::string& where) {
   std::vector<hsize_t> d;
@@ -329,7 +341,7 @@ Group Group::create_group(const std::string& name) {
   H5Pset_create_intermediate_group(lcpl.get(), 1);
   Handle g(H5Gcreate2(id(), name.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
   if (!g.valid()) fail_write(where(), fmt::format("cannot create group '{}'", name));
-  return Group(std::move(g), file(), join(path(), name));
+  return Group(std::move(g), file(), join(path(), name), state_);
 }
 
 void Group::create_soft_link(const std::string& name, const std::string& target) {
@@ -345,7 +357,7 @@ Group Group::open_group(const std::string& name) const {
   if (!exists(name)) throw FormatError(fmt::format("{}: group '{}' is missing", where(), name));
   Handle g(H5Gopen2(id(), name.c_str(), H5P_DEFAULT));
   if (!g.valid()) fail(where(), fmt::format("'{}' is not a group", name));
-  return Group(std::move(g), file(), join(path(), name));
+  return Group(std::move(g), file(), join(path(), name), state_);
 }
 
 Dataset Group::open_dataset(const std::string& name) const {
@@ -353,7 +365,7 @@ Dataset Group::open_dataset(const std::string& name) const {
   if (!exists(name)) throw FormatError(fmt::format("{}: dataset '{}' is missing", where(), name));
   Handle d(H5Dopen2(id(), name.c_str(), H5P_DEFAULT));
   if (!d.valid()) fail(where(), fmt::format("'{}' is not a dataset", name));
-  return Dataset(std::move(d), file(), join(path(), name));
+  return Dataset(std::move(d), file(), join(path(), name), state_);
 }
 
 std::vector<std::string> Group::children() const {
@@ -369,46 +381,51 @@ std::vector<std::string> Group::children() const {
   return names;
 }
 
-namespace {
-void write_raw(Group& g, const std::string& name, hid_t file_type, hid_t mem_type, const void* data,
-               const std::vector<std::int64_t>& shape) {
+void Group::write_raw(const std::string& name, hid_t file_type, hid_t mem_type, const void* data,
+                      const std::vector<std::int64_t>& shape) {
   silence();
-  const std::string where = g.where() + (g.path() == "/" ? "" : "/") + name;
+  const std::string where = this->where() + (path() == "/" ? "" : "/") + name;
   Handle space = make_space(shape, where);
-  if (g.exists(name) && H5Ldelete(g.id(), name.c_str(), H5P_DEFAULT) < 0)
+  if (exists(name) && H5Ldelete(id(), name.c_str(), H5P_DEFAULT) < 0)
     fail_write(where, "cannot replace the existing dataset");
-  Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
-  H5Pset_create_intermediate_group(lcpl.get(), 1);
-  Handle d(H5Dcreate2(g.id(), name.c_str(), file_type, space.get(), lcpl.get(), H5P_DEFAULT,
-                      H5P_DEFAULT));
-  if (!d.valid()) fail_write(where, "cannot create the dataset");
   std::int64_t n = 1;
   for (auto e : shape) n *= e;
+  const std::size_t bytes = static_cast<std::size_t>(n) * H5Tget_size(file_type);
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  Handle dcpl = detail::creation_plist(state_->compression, dims_of(shape, where),
+                                       H5Tget_size(file_type), where);
+  Handle d(
+      H5Dcreate2(id(), name.c_str(), file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT));
+  if (!d.valid()) fail_write(where, "cannot create the dataset");
   if (n > 0 && H5Dwrite(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
     fail_write(where, "cannot write the dataset");
+  // The digest of the elements' little-endian bytes: the memory types here are the file types on
+  // a little-endian host (h5_storage.cpp checks the byte order at compile time).
+  Dataset(std::move(d), file(), join(path(), name), state_)
+      .set_attr(kDigestAttr, detail::digest_hex(data, bytes));
 }
-}  // namespace
 
 void Group::write(const std::string& name, const double* data,
                   const std::vector<std::int64_t>& shape) {
-  write_raw(*this, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, data, shape);
+  write_raw(name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, data, shape);
 }
 void Group::write(const std::string& name, const float* data,
                   const std::vector<std::int64_t>& shape) {
-  write_raw(*this, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, shape);
+  write_raw(name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, shape);
 }
 void Group::write(const std::string& name, const std::int64_t* data,
                   const std::vector<std::int64_t>& shape) {
-  write_raw(*this, name, H5T_STD_I64LE, H5T_NATIVE_INT64, data, shape);
+  write_raw(name, H5T_STD_I64LE, H5T_NATIVE_INT64, data, shape);
 }
 void Group::write(const std::string& name, const std::uint16_t* data,
                   const std::vector<std::int64_t>& shape) {
-  write_raw(*this, name, H5T_STD_U16LE, H5T_NATIVE_UINT16, data, shape);
+  write_raw(name, H5T_STD_U16LE, H5T_NATIVE_UINT16, data, shape);
 }
 void Group::write_half_bits(const std::string& name, const std::uint16_t* bits,
                             const std::vector<std::int64_t>& shape) {
   Handle half = make_half_type();
-  write_raw(*this, name, half.get(), half.get(), bits, shape);
+  write_raw(name, half.get(), half.get(), bits, shape);
 }
 
 void Group::write_tensor(const std::string& name, const Tensor& t) {
@@ -447,9 +464,8 @@ DatasetInfo Dataset::info() const {
   if (rank < 0) fail(where(), "cannot read the dataset's shape");
   std::vector<hsize_t> d(static_cast<std::size_t>(rank));
   H5Sget_simple_extent_dims(s.get(), d.data(), nullptr);
-  // A declared shape must be backed by stored bytes: a forged or truncated file that declares
-  // 2^40 elements is refused here, before anything is allocated for it (xentlab writes every
-  // dataset in full and uncompressed).
+  // A declared shape must be backed by stored bytes (check_storage): a forged or truncated file
+  // that declares 2^40 elements is refused here, before anything is allocated for it.
   std::uint64_t n = 1;
   for (hsize_t e : d) {
     if (e > (std::uint64_t{1} << 62) || (e > 0 && n > (std::uint64_t{1} << 62) / e))
@@ -457,11 +473,7 @@ DatasetInfo Dataset::info() const {
     n *= e;
     inf.shape.push_back(static_cast<std::int64_t>(e));
   }
-  const std::uint64_t stored = H5Dget_storage_size(id());
-  if (n > 0 && stored < n * static_cast<std::uint64_t>(inf.element_bytes))
-    fail(where(), fmt::format("declares {} elements of {} bytes but stores only {} bytes "
-                              "(truncated, forged or partly written)",
-                              n, inf.element_bytes, stored));
+  check_storage(inf, n);
   if (has_attr("dtype")) inf.dtype_attr = attr_string("dtype");
   return inf;
 }
@@ -484,8 +496,7 @@ std::vector<double> Dataset::read_double() const {
     return v;
   }
   std::vector<double> v(static_cast<std::size_t>(inf.numel()));
-  if (!v.empty() && H5Dread(id(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
-    fail(where(), "cannot read the dataset (truncated file?)");
+  read_checked(H5T_NATIVE_DOUBLE, v.data(), v.size());
   return v;
 }
 
@@ -494,44 +505,54 @@ std::vector<std::int64_t> Dataset::read_int64() const {
   if (inf.kind != DatasetInfo::Kind::integer)
     throw FormatError(fmt::format("{}: holds {}, expected integers", where(), inf.describe()));
   std::vector<std::int64_t> v(static_cast<std::size_t>(inf.numel()));
-  if (!v.empty() && H5Dread(id(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
-    fail(where(), "cannot read the dataset (truncated file?)");
+  read_checked(H5T_NATIVE_INT64, v.data(), v.size());
   return v;
 }
 
-Tensor Dataset::read_tensor() const {
+DType Dataset::tensor_dtype() const {
   const DatasetInfo inf = info();
   Handle ft(H5Dget_type(id()));
   DType dt;
-  Handle mem;
-  hid_t mem_type;
-  if (inf.kind == DatasetInfo::Kind::integer && inf.element_bytes == 2 &&
-      inf.dtype_attr == "bf16") {
+  if (inf.kind == DatasetInfo::Kind::integer && inf.element_bytes == 2 && inf.dtype_attr == "bf16")
     dt = DType::bf16;
-    mem_type = H5T_NATIVE_UINT16;
-  } else if (inf.kind == DatasetInfo::Kind::floating && inf.element_bytes == 8) {
+  else if (inf.kind == DatasetInfo::Kind::floating && inf.element_bytes == 8)
     dt = DType::fp64;
-    mem_type = H5T_NATIVE_DOUBLE;
-  } else if (inf.kind == DatasetInfo::Kind::floating && inf.element_bytes == 4) {
+  else if (inf.kind == DatasetInfo::Kind::floating && inf.element_bytes == 4)
     dt = DType::fp32;
-    mem_type = H5T_NATIVE_FLOAT;
-  } else if (is_binary16(ft.get())) {
+  else if (is_binary16(ft.get()))
     dt = DType::fp16;
-    mem = make_half_type();
-    mem_type = mem.get();
-  } else {
+  else
     throw FormatError(fmt::format(
         "{}: holds {}; a tensor must be float64, float32, IEEE float16, or uint16 bit patterns "
         "with the attribute dtype=\"bf16\"",
         where(), inf.describe()));
-  }
   if (!inf.dtype_attr.empty() && inf.dtype_attr != to_string(dt))
     throw FormatError(fmt::format("{}: its dtype attribute says {} but it is stored as {}", where(),
                                   inf.dtype_attr, to_string(dt)));
+  return dt;
+}
+
+Tensor Dataset::read_tensor() const {
+  const DType dt = tensor_dtype();
+  Handle half;
+  hid_t mem_type = H5T_NATIVE_DOUBLE;
+  switch (dt) {
+    case DType::bf16:
+      mem_type = H5T_NATIVE_UINT16;
+      break;
+    case DType::fp32:
+      mem_type = H5T_NATIVE_FLOAT;
+      break;
+    case DType::fp16:
+      half = make_half_type();
+      mem_type = half.get();
+      break;
+    case DType::fp64:
+      break;
+  }
   const std::string leaf = path().substr(path().find_last_of('/') + 1);
-  Tensor t(dt, inf.shape, leaf);
-  if (t.numel() > 0 && H5Dread(id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data()) < 0)
-    fail(where(), "cannot read the dataset (truncated file?)");
+  Tensor t(dt, info().shape, leaf);
+  read_checked(mem_type, t.data(), static_cast<std::size_t>(t.numel()));
   return t;
 }
 
@@ -579,6 +600,15 @@ File File::open(const std::string& path, bool writable) {
   file.h_ = std::move(f);
   file.file_ = path;
   file.path_ = "/";
+  file.state_ = std::make_shared<detail::FileState>();
+  if (file.has_attr(kChecksumsAttr)) {
+    const std::string kind = file.attr_string(kChecksumsAttr);
+    if (kind != "sha256")
+      throw FormatError(
+          fmt::format("{}: its root attribute {} is '{}'; this xentlab checks sha256 digests only",
+                      path, kChecksumsAttr, kind));
+    file.state_->checksums = true;
+  }
   return file;
 }
 
@@ -590,7 +620,18 @@ File File::create(const std::string& path) {
   file.h_ = std::move(f);
   file.file_ = path;
   file.path_ = "/";
+  file.state_ = std::make_shared<detail::FileState>();
+  file.set_attr(kChecksumsAttr, "sha256");
+  file.state_->checksums = true;
   return file;
+}
+
+void File::set_compression(const Compression& c) {
+  state_->compression = c;
+}
+
+bool File::declares_checksums() const {
+  return state_->checksums;
 }
 
 void File::close() {

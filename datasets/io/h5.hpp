@@ -16,9 +16,21 @@
 //  - every tensor written by write_tensor carries the attribute dtype ("fp32", "fp16", "bf16",
 //    "fp64"); int64 datasets (targets, indices) carry none.
 //  - strings are variable-length UTF-8 attributes (h5py returns str).
+//  - every dataset written here carries the attribute sha256: the SHA-256 of its elements' logical
+//    little-endian bytes in row-major order (the bytes of
+//    `ds[()].astype(ds.dtype.newbyteorder("<")) .tobytes()` in h5py), whatever its layout or
+//    filters; every file created here declares it with the root attribute checksums="sha256". Every
+//    read checks the digest of a dataset that has one, and in a file that declares checksums
+//    refuses a dataset without one.
+//  - datasets are contiguous, or chunked through HDF5's shuffle and deflate filters when the file
+//    is written with a Compression (File::set_compression). Any layout and filter h5py writes is
+//    read (contiguous, compact, chunked; gzip, shuffle, fletcher32, szip, n-bit, scale-offset; a
+//    filter this HDF5 library lacks, such as h5py's lzf, is refused naming it).
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +38,36 @@
 #include "datasets/tensor.hpp"
 
 namespace xentlab::h5 {
+
+/// The attribute holding a dataset's digest, and the root attribute declaring that every dataset
+/// of the file holds one (value "sha256").
+inline constexpr const char* kDigestAttr = "sha256";
+inline constexpr const char* kChecksumsAttr = "checksums";
+
+/// How the datasets of a file are written (File::set_compression): contiguous and uncompressed
+/// (gzip_level 0, the default), or chunked (chunks of about 1 MiB) through HDF5's shuffle and
+/// deflate filters at gzip_level 1–9. Scalars and empty datasets are always contiguous.
+struct Compression {
+  int gzip_level = 0;
+  bool enabled() const { return gzip_level > 0; }
+  /// "none" or "gzip:LEVEL with shuffle".
+  std::string describe() const;
+};
+
+/// "none", "gzip" (level 4, h5py's default) or "gzip:LEVEL" (LEVEL 1–9). Throws InputError naming
+/// the text and the accepted forms.
+Compression parse_compression(const std::string& text);
+
+/// The data of the datasets under a group: raw = elements × element size, stored = the bytes HDF5
+/// allocated for them (smaller than raw when compressed).
+struct StorageTotals {
+  std::uint64_t raw_bytes = 0, stored_bytes = 0;
+  std::int64_t datasets = 0;
+};
+
+namespace detail {
+struct FileState;  // what the objects of one open file share (h5_detail.hpp)
+}
 
 /// An owned HDF5 identifier, closed with the matching H5?close on destruction.
 class Handle {
@@ -49,9 +91,11 @@ class Handle {
 struct DatasetInfo {
   enum class Kind { floating, integer, other } kind = Kind::other;
   int element_bytes = 0;
-  bool is_signed = true;            ///< integers only
-  std::vector<std::int64_t> shape;  ///< empty for a scalar
-  std::string dtype_attr;           ///< the "dtype" attribute, "" when absent
+  bool is_signed = true;             ///< integers only
+  std::vector<std::int64_t> shape;   ///< empty for a scalar
+  std::string dtype_attr;            ///< the "dtype" attribute, "" when absent
+  std::uint64_t stored_bytes = 0;    ///< bytes allocated in the file (compressed: fewer than raw)
+  std::vector<std::string> filters;  ///< the filter pipeline's names ("shuffle", "deflate", …)
   std::int64_t numel() const;
   /// "float32 (3, 4)"-style description for messages.
   std::string describe() const;
@@ -83,16 +127,27 @@ class Object {
   std::int64_t attr_int(const std::string& name) const;
 
  protected:
-  Object(Handle h, std::string file, std::string path)
-      : h_(std::move(h)), file_(std::move(file)), path_(std::move(path)) {}
+  Object(Handle h, std::string file, std::string path, std::shared_ptr<detail::FileState> state)
+      : h_(std::move(h)),
+        file_(std::move(file)),
+        path_(std::move(path)),
+        state_(std::move(state)) {}
   Object() = default;
   Handle h_;
   std::string file_, path_;
+  std::shared_ptr<detail::FileState> state_;
 };
 
-/// A dataset opened for reading.
+/// A dataset opened for reading. Every read (read_double, read_int64, read_tensor, verify_digest)
+/// checks the dataset's sha256 attribute, where it has one, against the bytes read, and throws
+/// FormatError naming the dataset when they differ (the file was altered or damaged after it was
+/// written) or when the file declares checksums and the dataset has none.
 class Dataset : public Object {
  public:
+  /// Its type and shape, after checking that its stored bytes can back the declared elements:
+  /// a contiguous dataset must store them all (and inside the file), a chunked one every chunk
+  /// (a chunk never written would read as the fill value: "partly written"), and its filters
+  /// must be available in this HDF5 library. Throws FormatError naming the dataset.
   DatasetInfo info() const;
   /// All elements converted to double by HDF5 (floating and integer datasets; a bf16 dataset is
   /// decoded from its bit patterns). Throws FormatError for other classes.
@@ -102,10 +157,21 @@ class Dataset : public Object {
   /// The dataset as a Tensor in its stored dtype: float64/float32/IEEE-half datasets, or uint16
   /// with dtype="bf16". Throws FormatError for anything else (integers, other float formats).
   Tensor read_tensor() const;
+  /// The dtype read_tensor gives, without reading the data; the same FormatError for a dataset
+  /// that is no tensor (integers without dtype="bf16", another float format, a dtype attribute
+  /// that disagrees with the stored type).
+  DType tensor_dtype() const;
+  /// Reads the stored elements and checks them against the sha256 attribute (nothing to check
+  /// without one, unless the file declares checksums). Throws FormatError naming the dataset.
+  void verify_digest() const;
 
  private:
   friend class Group;
   using Object::Object;
+  // Reads all n elements into dst as mem_type, checking the digest on the way (h5_storage.cpp).
+  void read_checked(hid_t mem_type, void* dst, std::size_t n) const;
+  // The storage checks of info() (h5_storage.cpp).
+  void check_storage(DatasetInfo& inf, std::uint64_t n) const;
 };
 
 /// A group (the File is its root group). Child names may be paths ("reference/dW").
@@ -140,23 +206,43 @@ class Group : public Object {
   /// A Tensor in its own dtype, with the dtype attribute (see the conventions above).
   void write_tensor(const std::string& name, const Tensor& t);
 
+  /// Raw and stored bytes of every dataset below (hard links only: a soft link's target is
+  /// counted where it lives).
+  StorageTotals storage_totals() const;
+  /// Checks the digest of every dataset below not yet checked through this file's objects (a
+  /// read checks it): FormatError naming the first that does not match, or, in a file that
+  /// declares checksums, that carries none.
+  void verify_digests() const;
+
  protected:
   friend class File;
   using Object::Object;
+
+ private:
+  // Calls f on every dataset below, through hard links only (each object once).
+  void for_each_dataset(const std::function<void(const Dataset&)>& f) const;
+  void write_raw(const std::string& name, hid_t file_type, hid_t mem_type, const void* data,
+                 const std::vector<std::int64_t>& shape);
 };
 
 /// An HDF5 file. Open for reading checks first that the file exists, can be read ("cannot read
 /// PATH: reason") and carries the HDF5 signature, so a foreign file gives "not an HDF5 file" and a
 /// file with the signature that HDF5 cannot open (locked by a writer, truncated) "cannot be
-/// opened (locked by another process …, or truncated or damaged)".
+/// opened (locked by another process …, or truncated or damaged)". A root attribute checksums
+/// other than "sha256" is refused (a digest this xentlab cannot check).
 class File : public Group {
  public:
   static File open_read(const std::string& path);
   /// Opens an existing file for reading and writing (used on a temporary copy, see
   /// atomic_file.hpp); the same checks as open_read.
   static File open_rw(const std::string& path);
-  /// Creates (truncates) path. Callers write to a temporary name (see atomic_file.hpp).
+  /// Creates (truncates) path, with the root attribute checksums="sha256". Callers write to a
+  /// temporary name (see atomic_file.hpp).
   static File create(const std::string& path);
+  /// How the datasets written from now on through any group of this file are stored.
+  void set_compression(const Compression& c);
+  /// True when the root declares checksums="sha256" (every dataset carries a digest).
+  bool declares_checksums() const;
   /// Flushes and closes; errors are reported (the destructor closes silently).
   void close();
 

@@ -222,13 +222,17 @@ AuditedRows audited_rows(const AuditProblem& problem, const AuditConfig& config)
 
 /// --append, before the work: throws InputError when the existing results file records one of the
 /// problems (by name and input dtype) as another problem: another spec, other audited token or
-/// vocabulary rows, or calibrated targets drawn by another engine. write_results checks the same
-/// again with the problems' shapes; this check spares an audit that would end on it.
+/// vocabulary rows, or calibrated targets drawn by another engine; throws FormatError naming the
+/// dataset when the file's data do not match their sha256 digests (datasets/io/h5.hpp).
+/// write_results checks the same again with the problems' shapes; this check spares an audit that
+/// would end on it.
 void check_append_problems(const std::string& path, const std::vector<AuditProblem>& problems,
                            const AuditConfig& config);
 
 /// Writes the results file (atomic: temporary + rename; existing file kept unless force; with
-/// append, the runs are added to an existing results file). Schema: docs/formats.md, "results".
+/// append, the runs are added to an existing results file, after checking every dataset of it
+/// against its sha256 digest: FormatError naming the first that differs). Schema:
+/// docs/formats.md, "results".
 void write_results(const std::string& path, const AuditResult& result, const AuditConfig& config,
                    bool force, bool append);
 

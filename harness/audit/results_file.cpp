@@ -247,6 +247,7 @@ void check_append_problems(const std::string& path, const std::vector<AuditProbl
                            const AuditConfig& cfg) {
   if (!std::filesystem::exists(path)) return;
   const h5::File f = open_results_file(path);
+  f.verify_digests();  // a damaged file is refused before the audit, naming the dataset
   if (!f.exists("problems")) return;
   const h5::Group recorded = f.open_group("problems");
   // The input dtypes this audit records a problem in: its recipes' (a problem without a version
@@ -282,6 +283,7 @@ void write_results(const std::string& path, const AuditResult& res, const AuditC
   if (append && exists) {
     {
       const h5::File old = open_results_file(path);
+      old.verify_digests();  // the runs appended to are the ones written (datasets/io/h5.hpp)
       first_id = old.exists("runs")
                      ? static_cast<std::int64_t>(old.open_group("runs").children().size())
                      : 0;

@@ -220,6 +220,7 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   sum.reduced_loss_bound = r.reduced_loss_bound;
 
   h5::File f = h5::File::create(out.temp_path());
+  f.set_compression(o.compression);
   write_problem(f, ds, o);
   {
     h5::Group g = f.create_group("spec");
@@ -227,6 +228,7 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   }
   write_reference(f, pb, r, sum);
   write_covariates(f, r, cov, linear);
+  sum.storage = f.storage_totals();
   f.close();
   out.commit();
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

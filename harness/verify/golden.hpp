@@ -11,6 +11,7 @@
 
 #include "datasets/catalog.hpp"
 #include "datasets/formats/golden.hpp"
+#include "datasets/io/h5.hpp"
 #include "numerics/loss_spec.hpp"
 #include "reference/reference.hpp"
 
@@ -33,6 +34,9 @@ struct GoldenOptions {
   std::vector<double> upstream;
   std::string command;  ///< the command line, for provenance
   bool force = false;   ///< overwrite an existing file
+  /// How the datasets are stored: uncompressed (the default), or chunked through shuffle and
+  /// gzip (xentlab golden --compress; read by any HDF5 reader, h5py included, without a plugin).
+  h5::Compression compression;
 };
 
 /// What was written, for the CLI's summary.
@@ -42,6 +46,8 @@ struct GoldenSummary {
   bool partial = false;
   std::vector<std::string> outputs;  ///< the reference outputs stored ("loss", "lse", "dH", …)
   double seconds = 0;
+  /// The datasets' bytes: raw (elements × element size) and as stored (fewer when compressed).
+  h5::StorageTotals storage;
 };
 
 /// Runs the reference on ds.problem with spec and writes the golden file atomically (temporary

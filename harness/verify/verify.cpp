@@ -206,14 +206,16 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
                     g.partial ? "token rows were sampled" : "not computed for this problem");
     return o;
   }
-  Tensor t;
   try {
-    t = d.read_tensor();
+    (void)d.tensor_dtype();
   } catch (const FormatError& e) {
     o.status = "failed";
     o.message = fmt::format("unusable dtype: {}", e.what());
     return o;
   }
+  // Data that cannot be read (damaged, truncated, not matching their digest) make the file
+  // invalid (FormatError, exit 2), not a failed output.
+  const Tensor t = d.read_tensor();
   o.dtype = t.dtype();
   o.dtype_known = true;
   std::vector<double> out(static_cast<std::size_t>(t.numel()));

@@ -16,8 +16,9 @@ nb::dict golden_write(const std::string& path, const DatasetInstance& ds, const 
                       std::int64_t rows, std::int64_t vocab_rows, std::uint64_t sample_seed,
                       bool gradients, const std::string& tier, std::int64_t memory_budget,
                       int threads, bool force, const std::string& command,
-                      std::vector<double> upstream) {
+                      std::vector<double> upstream, const std::string& compress) {
   GoldenOptions o;
+  o.compression = h5::parse_compression(compress);
   o.upstream = std::move(upstream);
   o.rows = rows;
   o.vocab_rows = vocab_rows;
@@ -42,6 +43,8 @@ nb::dict golden_write(const std::string& path, const DatasetInstance& ds, const 
   d["partial"] = s.partial;
   d["outputs"] = s.outputs;
   d["seconds"] = s.seconds;
+  d["raw_bytes"] = s.storage.raw_bytes;
+  d["stored_bytes"] = s.storage.stored_bytes;
   return d;
 }
 
@@ -112,7 +115,7 @@ void bind_golden(nb::module_& m) {
   using namespace nb::literals;
   m.def("write_golden", &golden_write, "path"_a, "problem"_a, "spec"_a, "rows"_a, "vocab_rows"_a,
         "sample_seed"_a, "gradients"_a, "tier"_a, "memory_budget"_a, "threads"_a, "force"_a,
-        "command"_a, "upstream"_a);
+        "command"_a, "upstream"_a, "compress"_a);
   m.def("random_upstream", &random_upstream, "N"_a, "seed"_a);
   nb::class_<Golden>(m, "_Golden")
       .def_ro("path", &Golden::path)
@@ -126,6 +129,7 @@ void bind_golden(nb::module_& m) {
       .def_ro("reduced_loss", &Golden::reduced_loss)
       .def_ro("reduced_loss_bound", &Golden::reduced_loss_bound)
       .def_ro("provenance", &Golden::provenance)
+      .def_ro("checksums", &Golden::checksums)
       .def_ro("spec", &Golden::spec)
       .def_prop_ro("upstream",
                    [](const Golden& g) -> nb::object {
@@ -147,6 +151,7 @@ void bind_golden(nb::module_& m) {
                    })
       .def("array_names", &golden_array_names, "covariates"_a)
       .def("array", &golden_view, "name"_a, "covariates"_a);
+  m.def("golden_checksum_warning", &golden_checksum_warning, "golden"_a);
   m.def("read_golden", [](const std::string& path) {
     nb::gil_scoped_release release;
     return read_golden(path);

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections.abc
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -89,6 +90,11 @@ class Golden:
     reduced_loss = property(lambda self: self._c.reduced_loss)
     reduced_loss_bound = property(lambda self: self._c.reduced_loss_bound)
     provenance = property(lambda self: self._c.provenance)
+    checksums = property(
+        lambda self: self._c.checksums,
+        doc="the file holds a sha256 digest per dataset, all checked when read (False: written "
+        "by an older xentlab; read with a warning)",
+    )
     token_rows = property(lambda self: self._c.token_rows)
     vocab_rows = property(lambda self: self._c.vocab_rows)
     spec = property(lambda self: LossSpec._wrap(self._c.spec))
@@ -113,6 +119,7 @@ def write_golden(
     threads: int = 0,
     force: bool = False,
     upstream=None,
+    compress: str = "none",
 ) -> dict:
     """Writes a golden file as ``xentlab golden`` does (same bits for the same problem, spec and
     options): runs the reference on the problem (spec default: the problem's), writes to a
@@ -121,8 +128,11 @@ def write_golden(
     upstream: reduction "none" only, the upstream gradient dL/dloss_i (N finite floats; None or
     all ones = ones; note the command's default for reduction none is ``--upstream random``, which
     is ``upstream=random_upstream(N)``), stored in the file and applied by the reference.
+    compress: "none", "gzip" (level 4) or "gzip:LEVEL" (1–9), as ``xentlab golden --compress``:
+    the datasets chunked through shuffle and gzip (h5py reads them without a plugin).
     Returns a summary dict: path, S, J, reduced_loss, reduced_loss_bound, partial, outputs,
-    seconds. Raises InputError (ValueError) for an existing file without force or bad options,
+    seconds, raw_bytes and stored_bytes (the datasets' bytes, uncompressed and as stored). Raises
+    InputError (ValueError) for an existing file without force or bad options,
     OutputError (OSError) when the file cannot be written."""
     if not isinstance(problem, Problem):
         raise TypeError(f"problem: expected a xentlab.Problem, got {type(problem).__name__}")
@@ -161,6 +171,7 @@ def write_golden(
         bool(force),
         "python: xentlab.write_golden",
         g,
+        _text("compress", compress),
     )
 
 
@@ -175,9 +186,16 @@ def random_upstream(N: int, seed: int = 1) -> np.ndarray:
 
 
 def read_golden(path) -> Golden:
-    """Reads and checks a golden file. Raises FormatError (ValueError) naming the file and what is
-    wrong (a foreign file, another version, a missing dataset)."""
-    return Golden(_x.read_golden(_path(path)))
+    """Reads and checks a golden file, every dataset against its sha256 digest. Raises FormatError
+    (ValueError) naming the file and what is wrong (a foreign file, another version, a missing
+    dataset, data that do not match their digest: the dataset named). A file written before
+    xentlab stored digests is read with a UserWarning "no checksums: written by an older
+    xentlab"."""
+    c = _x.read_golden(_path(path))
+    warning = _x.golden_checksum_warning(c)
+    if warning:
+        warnings.warn(warning, UserWarning, stacklevel=2)
+    return Golden(c)
 
 
 def write_candidate(

@@ -16,6 +16,7 @@
 #include "datasets/generators.hpp"
 #include "datasets/io/h5.hpp"
 #include "numerics/error.hpp"
+#include "tests/support/h5_damage.hpp"
 
 namespace xentlab {
 namespace {
@@ -210,6 +211,26 @@ TEST(Audit, ResultsFileRoundTripAndAppend) {
           << e.what();
     }
   }
+  // A results file whose recorded rows were overwritten after it was written: --append refuses
+  // it before the work and when writing, naming the dataset, and leaves it as it was.
+  const std::string rows = "/problems/" + res.problems[0].name + ".bf16/token_rows";
+  testing::flip_dataset_byte(path, rows, 3);
+  const auto size = std::filesystem::file_size(path);
+  for (int when = 0; when < 2; ++when) {
+    try {
+      if (when == 0)
+        audit::check_append_problems(path, small_set(), cfg);
+      else
+        audit::write_results(path, res, cfg, false, true);
+      ADD_FAILURE() << "a damaged results file was appended to";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ":" + rows +
+                                           ": its data do not match its sha256 digest"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(std::filesystem::file_size(path), size);
   std::filesystem::remove(path);
 }
 

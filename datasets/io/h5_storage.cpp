@@ -1,0 +1,320 @@
+// How datasets are stored (datasets/io/h5.hpp): the layout and filter checks behind
+// Dataset::info, the digests (attribute sha256) written and checked on every read, chunked and
+// compressed writing, and the walks over a group's datasets.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "datasets/io/h5.hpp"
+#include "datasets/io/h5_detail.hpp"
+#include "datasets/io/sha256.hpp"
+#include "numerics/error.hpp"
+
+// A digest covers the elements' little-endian bytes; the writer hashes its buffer as it is in
+// memory, which is that only on a little-endian host.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "datasets/io/h5_storage.cpp hashes native buffers as little-endian elements");
+
+namespace xentlab::h5 {
+namespace detail {
+
+std::string digest_hex(const void* data, std::size_t n) {
+  return sha256_hex(data, n);
+}
+
+Handle creation_plist(const Compression& c, const std::vector<hsize_t>& dims, std::size_t elem,
+                      const std::string& where) {
+  Handle p(H5Pcreate(H5P_DATASET_CREATE));
+  std::uint64_t n = 1;
+  for (hsize_t e : dims) n *= e;
+  if (!c.enabled() || dims.empty() || n == 0) return p;  // contiguous
+  if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0 || H5Zfilter_avail(H5Z_FILTER_SHUFFLE) <= 0)
+    fail_write(where, "this HDF5 library has no deflate (gzip) or shuffle filter to compress with");
+  // Chunks of at most 1 MiB (and at least one element): the trailing dimensions whole while they
+  // fit, then as many steps of the next one as fit, leading dimensions one step each.
+  constexpr std::uint64_t kChunkBytes = std::uint64_t{1} << 20;
+  std::vector<hsize_t> chunk(dims.size(), 1);
+  std::uint64_t inner = elem;  // bytes of one step of dimension k, the dimensions after it whole
+  for (std::size_t k = dims.size(); k-- > 0;) {
+    if (inner * dims[k] <= kChunkBytes) {
+      chunk[k] = dims[k];
+      inner *= dims[k];
+      continue;
+    }
+    chunk[k] = std::max<hsize_t>(1, kChunkBytes / inner);
+    break;
+  }
+  if (H5Pset_chunk(p.get(), static_cast<int>(chunk.size()), chunk.data()) < 0 ||
+      H5Pset_shuffle(p.get()) < 0 ||
+      H5Pset_deflate(p.get(), static_cast<unsigned>(c.gzip_level)) < 0)
+    fail_write(where, "cannot set up chunked, compressed storage");
+  return p;
+}
+
+}  // namespace detail
+
+namespace {
+using detail::fail;
+using detail::silence;
+
+std::string known_filter_name(H5Z_filter_t id) {
+  switch (id) {
+    case H5Z_FILTER_DEFLATE:
+      return "deflate";
+    case H5Z_FILTER_SHUFFLE:
+      return "shuffle";
+    case H5Z_FILTER_FLETCHER32:
+      return "fletcher32";
+    case H5Z_FILTER_SZIP:
+      return "szip";
+    case H5Z_FILTER_NBIT:
+      return "nbit";
+    case H5Z_FILTER_SCALEOFFSET:
+      return "scaleoffset";
+    case 32000:
+      return "lzf";
+    default:
+      return fmt::format("filter {}", id);
+  }
+}
+
+// The size of the file holding object id, for the checks that its data lie inside the file.
+std::uint64_t file_size_of(hid_t id, const std::string& where) {
+  Handle f(H5Iget_file_id(id));
+  hsize_t size = 0;
+  if (!f.valid() || H5Fget_filesize(f.get(), &size) < 0) fail(where, "cannot read the file's size");
+  return size;
+}
+
+}  // namespace
+
+Compression parse_compression(const std::string& text) {
+  Compression c;
+  if (text == "none") return c;
+  if (text == "gzip") {
+    c.gzip_level = 4;
+    return c;
+  }
+  const std::string prefix = "gzip:";
+  if (text.size() == prefix.size() + 1 && text.compare(0, prefix.size(), prefix) == 0 &&
+      text.back() >= '1' && text.back() <= '9') {
+    c.gzip_level = text.back() - '0';
+    return c;
+  }
+  throw InputError(fmt::format(
+      "--compress '{}': expected none, gzip (level 4) or gzip:LEVEL with LEVEL 1 to 9", text));
+}
+
+std::string Compression::describe() const {
+  return enabled() ? fmt::format("gzip:{} with shuffle", gzip_level) : "none";
+}
+
+// ---------------------------------------------------------------- reading
+
+void Dataset::check_storage(DatasetInfo& inf, std::uint64_t n) const {
+  Handle dcpl(H5Dget_create_plist(id()));
+  if (!dcpl.valid()) fail(where(), "cannot read the dataset's storage properties");
+  // The filters first: a dataset compressed by a filter this library lacks (h5py's lzf) is
+  // refused by name, not as damaged.
+  const int nf = H5Pget_nfilters(dcpl.get());
+  for (int k = 0; k < nf; ++k) {
+    unsigned flags = 0, cd[16] = {}, config = 0;
+    std::size_t ncd = 16;
+    char name[128] = {};
+    const H5Z_filter_t fid = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(k), &flags, &ncd, cd,
+                                            sizeof name, name, &config);
+    if (fid < 0) fail(where(), "cannot read the dataset's filter pipeline");
+    const std::string fname = name[0] != '\0' ? std::string(name) : known_filter_name(fid);
+    inf.filters.push_back(fname);
+    unsigned info = 0;
+    const bool decodes = H5Zfilter_avail(fid) > 0 && H5Zget_filter_info(fid, &info) >= 0 &&
+                         (info & H5Z_FILTER_CONFIG_DECODE_ENABLED) != 0;
+    H5Eclear2(H5E_DEFAULT);
+    if (!decodes)
+      throw FormatError(fmt::format(
+          "{}: stored through the HDF5 filter '{}' (id {}), which this HDF5 library cannot decode "
+          "(filter not available){}",
+          where(), fname, fid,
+          fid == 32000 ? ": lzf is h5py's own compression; write the file again with "
+                         "compression=\"gzip\" (or none), or put an lzf plugin on HDF5_PLUGIN_PATH"
+                       : ": write the file again without it, or put its plugin on "
+                         "HDF5_PLUGIN_PATH"));
+  }
+  if (H5Pget_external_count(dcpl.get()) > 0)
+    throw FormatError(fmt::format(
+        "{}: its data are stored in external files; xentlab reads data held in the file", where()));
+  inf.stored_bytes = H5Dget_storage_size(id());
+  if (n == 0) return;
+  const std::uint64_t raw = n * static_cast<std::uint64_t>(inf.element_bytes);
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  if (layout == H5D_VIRTUAL)
+    throw FormatError(fmt::format(
+        "{}: a virtual dataset (its data live in other datasets); xentlab reads data held in the "
+        "dataset",
+        where()));
+  if (layout != H5D_CHUNKED || nf == 0) {
+    // Contiguous, compact or unfiltered chunks: every element stored, uncompressed.
+    if (inf.stored_bytes < raw)
+      fail(where(), fmt::format("declares {} elements of {} bytes but stores only {} bytes "
+                                "(truncated, forged or partly written)",
+                                n, inf.element_bytes, inf.stored_bytes));
+  }
+  if (layout == H5D_CONTIGUOUS) {
+    const haddr_t at = H5Dget_offset(id());
+    const std::uint64_t size = file_size_of(id(), where());
+    if (at == HADDR_UNDEF || at + raw > size)
+      fail(where(), fmt::format("its {} bytes of data lie past the end of the file ({} bytes): "
+                                "truncated",
+                                raw, size));
+  }
+  if (layout != H5D_CHUNKED) return;
+  // Chunked: every chunk written (one never written reads as the fill value) and inside the file.
+  const std::size_t rank = inf.shape.size();
+  std::vector<hsize_t> cdims(rank), count(rank), at(rank, 0);
+  if (H5Pget_chunk(dcpl.get(), static_cast<int>(rank), cdims.data()) != static_cast<int>(rank))
+    fail(where(), "cannot read the dataset's chunk shape");
+  std::uint64_t total = 1, chunk_bytes = static_cast<std::uint64_t>(inf.element_bytes);
+  for (std::size_t k = 0; k < rank; ++k) {
+    const auto e = static_cast<hsize_t>(inf.shape[k]);
+    count[k] = cdims[k] == 0 ? 0 : (e + cdims[k] - 1) / cdims[k];
+    total *= count[k];
+    chunk_bytes *= cdims[k];
+  }
+#if H5_VERSION_GE(1, 10, 5)
+  hsize_t stored = 0;
+  Handle space(H5Dget_space(id()));  // H5S_ALL is refused here by HDF5 1.10
+  if (H5Dget_num_chunks(id(), space.get(), &stored) < 0)
+    fail(where(), "cannot count the dataset's chunks");
+  if (stored < total)
+    fail(where(), fmt::format("stores {} of its {} chunks (partly written: a chunk never written "
+                              "would read as the fill value)",
+                              stored, total));
+  const std::uint64_t size = file_size_of(id(), where());
+  for (std::uint64_t q = 0; q < total; ++q) {
+    std::vector<hsize_t> offset(rank);
+    for (std::size_t k = 0; k < rank; ++k) offset[k] = at[k] * cdims[k];
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t bytes = 0;
+    if (H5Dget_chunk_info_by_coord(id(), offset.data(), &mask, &addr, &bytes) < 0)
+      fail(where(), "cannot read the dataset's chunk index");
+    std::string pos;
+    for (std::size_t k = 0; k < rank; ++k) pos += fmt::format("{}{}", k ? ", " : "", offset[k]);
+    if (addr == HADDR_UNDEF)
+      fail(where(), fmt::format("its chunk at ({}) was never written (partly written: it would "
+                                "read as the fill value)",
+                                pos));
+    if (addr + bytes > size || bytes == 0 || (nf == 0 && bytes != chunk_bytes))
+      fail(where(), fmt::format("its chunk at ({}) of {} bytes at offset {} does not fit in the "
+                                "file of {} bytes (truncated or damaged)",
+                                pos, bytes, addr, size));
+    for (std::size_t k = rank; k-- > 0;) {  // the next chunk, last dimension fastest
+      if (++at[k] < count[k]) break;
+      at[k] = 0;
+    }
+  }
+#endif
+}
+
+void Dataset::read_checked(hid_t mem_type, void* dst, std::size_t n) const {
+  silence();
+  const char* failed = "cannot read the dataset (its stored bytes are truncated or damaged)";
+  const bool has = has_attr(kDigestAttr);
+  if (!has && state_->checksums)
+    throw FormatError(fmt::format(
+        "{}: carries no {} digest, though the file declares {}=sha256 for every dataset (a "
+        "dataset added or replaced after the file was written?)",
+        where(), kDigestAttr, kChecksumsAttr));
+  if (!has) {
+    if (n > 0 && H5Dread(id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
+      fail(where(), failed);
+    return;
+  }
+  const std::string want = attr_string(kDigestAttr);
+  // The stored elements in little-endian order (the bytes the digest covers), then converted.
+  Handle ft(H5Dget_type(id()));
+  Handle le(H5Tcopy(ft.get()));
+  if (!le.valid() || H5Tset_order(le.get(), H5T_ORDER_LE) < 0)
+    fail(where(), "cannot form the little-endian type its digest covers");
+  const std::size_t fsz = H5Tget_size(le.get()), msz = H5Tget_size(mem_type);
+  std::string got;
+  if (H5Tequal(le.get(), mem_type) > 0) {
+    if (n > 0 && H5Dread(id(), le.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
+      fail(where(), failed);
+    got = detail::digest_hex(dst, n * fsz);
+  } else {
+    std::vector<unsigned char> buf(n * std::max(fsz, msz));
+    if (n > 0 && H5Dread(id(), le.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0)
+      fail(where(), failed);
+    got = detail::digest_hex(buf.data(), n * fsz);
+    if (n > 0 && H5Tconvert(le.get(), mem_type, n, buf.data(), nullptr, H5P_DEFAULT) < 0)
+      fail(where(), "cannot convert the dataset's elements");
+    std::memcpy(dst, buf.data(), n * msz);
+  }
+  if (got != want)
+    throw FormatError(fmt::format(
+        "{}: its data do not match its {} digest (stored {}…, computed {}…): the file was altered "
+        "or damaged after it was written",
+        where(), kDigestAttr, want.substr(0, 16), got.substr(0, 16)));
+  state_->verified.insert(path());
+}
+
+void Dataset::verify_digest() const {
+  silence();
+  if (state_->verified.count(path()) != 0) return;
+  const bool has = has_attr(kDigestAttr);
+  if (!has && !state_->checksums) return;
+  const DatasetInfo inf = info();
+  if (inf.kind == DatasetInfo::Kind::other)
+    throw FormatError(
+        fmt::format("{}: holds {}; digests cover numeric datasets only", where(), inf.describe()));
+  Handle ft(H5Dget_type(id()));
+  Handle le(H5Tcopy(ft.get()));
+  H5Tset_order(le.get(), H5T_ORDER_LE);
+  const auto n = static_cast<std::size_t>(inf.numel());
+  std::vector<unsigned char> buf(n * H5Tget_size(le.get()));
+  read_checked(le.get(), buf.data(), n);
+}
+
+// ---------------------------------------------------------------- walks
+
+void Group::for_each_dataset(const std::function<void(const Dataset&)>& f) const {
+  silence();
+  std::vector<std::string> hard;
+  H5Literate(
+      id(), H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t, const char* n, const H5L_info_t* info, void* data) -> herr_t {
+        if (info->type == H5L_TYPE_HARD)
+          static_cast<std::vector<std::string>*>(data)->emplace_back(n);
+        return 0;
+      },
+      &hard);
+  for (const std::string& name : hard) {
+    Handle o(H5Oopen(id(), name.c_str(), H5P_DEFAULT));
+    if (!o.valid()) fail(where(), fmt::format("cannot open '{}'", name));
+    const H5I_type_t type = H5Iget_type(o.get());
+    if (type == H5I_DATASET)
+      f(Dataset(std::move(o), file(), detail::join(path(), name), state_));
+    else if (type == H5I_GROUP)
+      Group(std::move(o), file(), detail::join(path(), name), state_).for_each_dataset(f);
+  }
+}
+
+StorageTotals Group::storage_totals() const {
+  StorageTotals t;
+  for_each_dataset([&](const Dataset& d) {
+    const DatasetInfo inf = d.info();
+    t.raw_bytes +=
+        static_cast<std::uint64_t>(inf.numel()) * static_cast<std::uint64_t>(inf.element_bytes);
+    t.stored_bytes += inf.stored_bytes;
+    ++t.datasets;
+  });
+  return t;
+}
+
+void Group::verify_digests() const {
+  for_each_dataset([](const Dataset& d) { d.verify_digest(); });
+}
+
+}  // namespace xentlab::h5
