@@ -1,7 +1,8 @@
 // `xentlab audit`: every strategy × recipe on the embedded problem set (or chosen problems),
 // against the certified reference; HDF5 results, summary table, Markdown, plots, and the verdict on
-// "logits may be bf16 while accumulation must be fp32". Exit status 1 when any run is incorrect or
-// failed.
+// "logits may be bf16 while accumulation must be fp32"; with --json the machine-readable report
+// (docs/json.md). Exit status 1 when any run is incorrect or failed (docs/audit.md: 2 bad input
+// before the work, 3 an output not written after it).
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 #include <spawn.h>  // posix_spawnp, environ
@@ -28,6 +29,7 @@
 #include "datasets/io/h5.hpp"
 #include "gpu/registry.hpp"
 #include "harness/audit/audit.hpp"
+#include "harness/json_report.hpp"
 #include "harness/text.hpp"
 #include "numerics/error.hpp"
 #ifdef XENTLAB_HAVE_CUDA
@@ -48,7 +50,7 @@ struct AuditArgs {
   std::int64_t rows = 8, vocab_rows = 256, tokens = 16, hidden = 64;
   std::uint64_t seed = 1;
   std::string policy = "audit";
-  std::string out = "xentlab-audit.h5", markdown, plots;
+  std::string out = "xentlab-audit.h5", markdown, plots, json;
   bool force = false, append = false, quiet = false;
   LossOptions loss;  ///< LossDefaults::problem: overrides applied to every problem when given
   std::int64_t chunk_tokens = 0;
@@ -252,6 +254,16 @@ void check_results_file(const AuditArgs& a, const audit::AuditConfig& cfg,
         md_path, a.out));
   AtomicOutput probe(a.out, a.force || a.append);  // folder exists, not a device, no clobbering
   probe.check_writable();  // permissions, a read-only file system: before the work, with why
+  if (a.json.empty()) return;
+  for (const std::string& other : {a.out, md_path})
+    if (same_output_file(a.json, other))
+      throw InputError(fmt::format("--json {} is the {} file itself", a.json,
+                                   other == a.out ? "results" : "Markdown"));
+  for (const std::string& d : checked_list("--dataset", a.datasets))
+    if (same_output_file(a.json, d))
+      throw InputError(fmt::format(
+          "--json {} is the problem file --dataset {} itself: write it elsewhere", a.json, d));
+  json_report::check_json_output(a.json, a.force, "audit");
 }
 
 // The embedded problems named by --problems (all when none), each refused before it is generated
@@ -422,6 +434,7 @@ int make_plots(const AuditArgs& a) {
 }
 
 int run_audit_command(const AuditArgs& a) {
+  const std::string started = json_report::utc_now();
   audit::AuditConfig cfg = config_of(a);
   // Every output is checked before any work.
   const std::string md_path = a.markdown.empty() ? a.out + ".md" : a.markdown;
@@ -446,9 +459,22 @@ int run_audit_command(const AuditArgs& a) {
   md_out.commit();
   fmt::print("{}", audit::format_summary(res, false));
   fmt::print("\nresults: {} (HDF5), {} (Markdown)\n", a.out, md_path);
+  int status = (res.incorrect > 0 || res.failed > 0) ? 1 : 0;
+  if (!a.json.empty()) {
+    try {
+      json_report::write_json_output(
+          a.json, a.force, "audit",
+          audit::audit_json(res, cfg, {"audit", recorded_command_line(), started},
+                            {a.out, md_path}));
+      fmt::print("json: {}\n", a.json);
+    } catch (const std::exception& e) {  // after the work: the other files are written
+      fmt::print(stderr, "xentlab audit: the JSON report was not written: {}\n", e.what());
+      status = 3;
+    }
+  }
   std::fflush(stdout);  // the plot script writes to the same terminal
   if (!a.plots.empty() && make_plots(a) != 0) return 3;
-  return (res.incorrect > 0 || res.failed > 0) ? 1 : 0;
+  return status;
 }
 
 }  // namespace
@@ -496,7 +522,12 @@ void register_audit(CLI::App& app) {
   c->add_option("--markdown", a->markdown, "Markdown summary (default: <out>.md)");
   c->add_option("--plots", a->plots,
                 "folder for PNG plots (needs python3 with h5py and matplotlib)");
-  c->add_flag("--force", a->force, "overwrite an existing results file");
+  c->add_option("--json", a->json,
+                "write the machine-readable report here (docs/json.md; an existing JSON report of "
+                "audit is replaced)");
+  c->add_flag("--force", a->force,
+              "overwrite an existing results file (and a --json file that is not a report of "
+              "audit)");
   c->add_flag("--append", a->append, "add the runs to an existing results file");
   c->add_flag("--quiet,-q", a->quiet, "no progress display");
   a->loss.defaults = LossDefaults::problem;

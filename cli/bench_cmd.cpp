@@ -1,7 +1,7 @@
 // `xentlab bench`: the memory/throughput table of the CUDA strategies, measured:
 // forward+backward time (median and spread), TFLOP/s, peak extra device memory, throughput
 // relative to naive, and the error against the certified reference on sampled rows, for every
-// registered strategy × recipe. Terminal table, Markdown, CSV and HDF5 rows
+// registered strategy × recipe. Terminal table, Markdown, CSV and HDF5 rows, the JSON report
 // (harness/bench/report.hpp); the measurement is harness/bench/timing.hpp (CUDA builds only).
 // Exit status (as the audit's: 1 when a run is incorrect or failed): 0 table produced, every
 // checked run within its a-priori bounds (refusals are rows), 1 a run incorrect (judge/: an output
@@ -21,6 +21,7 @@
 #include "gpu/registry.hpp"
 #include "harness/bench/options.hpp"
 #include "harness/bench/report.hpp"
+#include "harness/json_report.hpp"
 #include "numerics/error.hpp"
 #ifdef XENTLAB_HAVE_CUDA
 #include "harness/bench/timing.hpp"
@@ -59,11 +60,12 @@ int no_device(const std::string& reason) {
 
 int run_bench_command(const BenchCliArgs& c) {
   bench::BenchOptions o = bench::resolve_options(c.args, known_strategies());
-  o.command_line = command_line_storage();
+  o.command_line = recorded_command_line();
   // Every output is checked before any work: a 10-minute run must not end on "file exists".
   if (!o.csv.empty()) bench::check_csv_target(o.csv);
   if (!o.h5.empty()) bench::check_h5_target(o.h5);
   if (!o.markdown.empty()) AtomicOutput(o.markdown, c.force).check_writable();
+  if (!o.json.empty()) json_report::check_json_output(o.json, c.force, "bench");
 #ifndef XENTLAB_HAVE_CUDA
   return no_device("this build has no CUDA backend (configure on a machine with a CUDA toolkit)");
 #else
@@ -93,6 +95,10 @@ int run_bench_command(const BenchCliArgs& c) {
 }
 
 }  // namespace
+
+const std::string& recorded_command_line() {
+  return command_line_storage();
+}
 
 void set_command_line(int argc, char** argv) {
   std::string s;
@@ -170,7 +176,13 @@ void register_bench(CLI::App& app) {
       ->check(non_empty());
   cmd->add_option("--markdown", a.markdown, "write the Markdown tables here (default: printed)")
       ->check(non_empty());
-  cmd->add_flag("--force", c->force, "overwrite an existing --markdown file");
+  cmd->add_option("--json", a.json,
+                  "write the machine-readable report here (docs/json.md; an existing JSON report "
+                  "of bench is replaced)")
+      ->check(non_empty());
+  cmd->add_flag("--force", c->force,
+                "overwrite an existing --markdown file (and a --json file that is not a report "
+                "of bench)");
   cmd->add_flag("--quiet,-q", c->quiet, "no progress lines on stderr");
   cmd->callback([c]() {
     const int rc = run_bench_command(*c);

@@ -2,6 +2,7 @@
 // Subcommands of the xentlab program. One file per subcommand under cli/, each with one
 // explicit registration function called from cli/main.cpp (no static self-registration).
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace xentlab::cli {
 
@@ -41,7 +42,10 @@ void require_decimal_integers(CLI::App& app);
 /// the option's type conversion.
 const CLI::Validator& non_negative();
 const CLI::Validator& positive();
-/// Records the command line (shell-quoted) for the outputs that carry it (bench).
+/// Records the command line (shell-quoted) for the outputs that carry it (bench's rows, the
+/// --json reports).
 void set_command_line(int argc, char** argv);
+/// The command line set_command_line recorded ("xentlab" before it is called).
+const std::string& recorded_command_line();
 
 }  // namespace xentlab::cli

@@ -1,13 +1,15 @@
 // `xentlab verify golden.h5 candidate.h5`: scores what another implementation wrote against the
 // golden reference (harness/verify/verify.hpp), prints a table of error statistics per output and
 // exits 0 (passed) or 1 (failed); 2 for invalid options or a file that cannot be read as what it
-// claims to be.
+// claims to be (--junit and --json targets included, checked before any work); 3 when the --json
+// report cannot be written after the work.
 #include <fmt/core.h>
 
 #include <cstdio>
 
 #include "cli/commands.hpp"
 #include "datasets/io/atomic_file.hpp"
+#include "harness/json_report.hpp"
 #include "harness/text.hpp"
 #include "harness/verify/verify.hpp"
 #include "numerics/error.hpp"
@@ -16,7 +18,7 @@ namespace xentlab::cli {
 namespace {
 
 struct VerifyArgs {
-  std::string golden, candidate, policy, strictness = "default", junit, check = "both";
+  std::string golden, candidate, policy, strictness = "default", junit, json, check = "both";
   std::string baseline_backend = "cpu";
   std::int64_t baseline_rows = 0;
   std::uint64_t baseline_seed = 1;
@@ -31,6 +33,7 @@ struct VerifyArgs {
 };
 
 int run_verify(const VerifyArgs& a) {
+  const std::string started = json_report::utc_now();
   // Every option is checked before any file is read.
   const bool explicit_tol = a.o_atol->count() > 0 || a.o_rtol->count() > 0;
   if (a.o_atol->count()) check_tolerance_number("--atol", a.atol, true);
@@ -98,6 +101,15 @@ int run_verify(const VerifyArgs& a) {
                                      other == &a.golden ? "golden" : "candidate"));
     check_junit_output(a.junit, a.force);
   }
+  if (!a.json.empty()) {
+    for (const std::string* other : {&a.golden, &a.candidate, &a.junit})
+      if (!other->empty() && same_output_file(a.json, *other))
+        throw InputError(fmt::format("--json {}: is the {} file", a.json,
+                                     other == &a.golden      ? "golden"
+                                     : other == &a.candidate ? "candidate"
+                                                             : "--junit"));
+    json_report::check_json_output(a.json, a.force, "verify");
+  }
   const Golden g = read_golden(a.golden);
   if (const std::string w = golden_checksum_warning(g); !w.empty())
     fmt::print(stderr, "xentlab: warning: {}\n", w);
@@ -115,6 +127,11 @@ int run_verify(const VerifyArgs& a) {
   if (!a.junit.empty()) {
     write_junit(a.junit, a.force, r);
     fmt::print("junit      {}\n", a.junit);
+  }
+  if (!a.json.empty()) {
+    json_report::write_json_output(a.json, a.force, "verify",
+                                   verify_json(r, {"verify", recorded_command_line(), started}));
+    fmt::print("json       {}\n", a.json);
   }
   // 0 passed, 1 failed, 5 inconclusive or not judged (no pass by omission: docs/verify.md).
   return r.passed ? 0 : r.verdict == "failed" ? 1 : kExitNoVerdict;
@@ -175,8 +192,11 @@ void register_verify(CLI::App& app) {
   c->add_option("--junit", a->junit,
                 "write a JUnit XML report here (an existing report of verify is replaced: CI "
                 "re-runs write to the same path)");
+  c->add_option("--json", a->json,
+                "write the machine-readable report here (docs/json.md; an existing JSON report of "
+                "verify is replaced)");
   c->add_flag("--force", a->force,
-              "overwrite an existing --junit file that is not a report of verify");
+              "overwrite an existing --junit or --json file that is not a report of verify");
   c->callback([a]() {
     const int rc = run_verify(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -19,6 +19,7 @@
 #include "datasets/io/h5.hpp"
 #include "datasets/problem.hpp"
 #include "gpu/strategy.hpp"
+#include "harness/json_report.hpp"
 #include "judge/bounds.hpp"
 #include "judge/policy.hpp"
 #include "judge/stats.hpp"
@@ -284,5 +285,19 @@ h5::File open_results_file(const std::string& path);
 
 /// Terminal table of the runs (one line each) and the verdict section.
 std::string format_summary(const AuditResult& result, bool markdown);
+
+/// The files an audit wrote, named in its JSON report.
+struct AuditFiles {
+  std::string results, markdown;
+};
+/// The JSON report of `xentlab audit --json` (docs/json.md, "audit"): the head of
+/// json_report::report_head, the files written, the configuration, the policy
+/// (judge/policy.hpp policy_by_name(config.policy); throws its InputError for an unknown name),
+/// the baseline-relative check, the counts, the problems, every run (its disposition as the judge
+/// spells it, the reason, per-output statistics) and the precision-rule verdict. The per-token
+/// covariates of the plots are in the results file only. Write it with
+/// json_report::write_json_output.
+json_report::Json audit_json(const AuditResult& result, const AuditConfig& config,
+                             const json_report::Invocation& inv, const AuditFiles& files);
 
 }  // namespace xentlab::audit

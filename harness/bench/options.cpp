@@ -140,16 +140,17 @@ BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>&
   o.csv = a.csv;
   o.h5 = a.h5;
   o.markdown = a.markdown;
+  o.json = a.json;
   // The same file in two spellings ("x" and "./x", "dir/../x", absolute and relative), existing
   // or not, or hard links to one file.
-  const std::vector<std::string> outs{o.csv, o.h5, o.markdown};
+  const std::vector<std::string> outs{o.csv, o.h5, o.markdown, o.json};
   for (std::size_t i = 0; i < outs.size(); ++i)
     for (std::size_t j = i + 1; j < outs.size(); ++j) {
       if (outs[i].empty() || outs[j].empty()) continue;
       if (same_output_file(outs[i], outs[j]))
         throw InputError(
-            fmt::format("{} and {} are the same file, named by two of --csv, --h5 "
-                        "and --markdown",
+            fmt::format("{} and {} are the same file, named by two of --csv, --h5, "
+                        "--markdown and --json",
                         outs[i], outs[j]));
     }
   return o;

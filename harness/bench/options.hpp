@@ -38,7 +38,7 @@ struct BenchArgs {
   std::string memory_budget;
   std::optional<std::int64_t> chunk_tokens, repeats, warmup, sample_rows, vocab_rows, seed;
   std::string preset;
-  std::string csv, h5, markdown;
+  std::string csv, h5, markdown, json;
 };
 
 /// Validated options of one bench invocation.
@@ -53,7 +53,7 @@ struct BenchOptions {
   std::int64_t vocab_rows = 2048;  ///< vocabulary rows of the dW check (0 = all V)
   std::uint64_t seed = 1;
   std::string preset;  ///< "" or a preset name
-  std::string csv, h5, markdown;
+  std::string csv, h5, markdown, json;
   std::string command_line;  ///< recorded in the outputs
 
   double flops() const { return 6.0 * double(N) * double(V) * double(D); }

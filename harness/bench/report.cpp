@@ -493,6 +493,10 @@ OutputReport write_outputs(const BenchReport& r, bool force) {
     rep.stdout_text += fmt::format("csv: {} ({} rows appended)\n", o.csv, r.rows.size());
   if (!o.h5.empty() && attempt("--h5", o.h5, [&] { append_h5(o.h5, r); }))
     rep.stdout_text += fmt::format("h5: {} (one session, {} rows)\n", o.h5, r.rows.size());
+  if (!o.json.empty() && attempt("--json", o.json, [&] {
+        json_report::write_json_output(o.json, force, "bench", bench_json(r));
+      }))
+    rep.stdout_text += fmt::format("json: {}\n", o.json);
   return rep;
 }
 

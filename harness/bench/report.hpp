@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "harness/bench/options.hpp"
+#include "harness/json_report.hpp"
 #include "harness/text.hpp"
 #include "judge/policy.hpp"
 #include "numerics/recipe.hpp"
@@ -22,6 +23,9 @@ namespace xentlab::bench {
 /// The strategy that "throughput relative to naive" divides by (a concept of the table, not a
 /// filter: the strategies themselves always come from the registry).
 inline constexpr const char* kBaselineStrategy = "naive";
+/// The judge's policy every measured row is assessed by (judge/policy.hpp policy_by_name): the
+/// audit's.
+inline constexpr const char* kJudgePolicy = "audit";
 
 /// Median and spread of repeated times (ms). Quartiles interpolate linearly between order
 /// statistics (numpy's default); the median of an even count is the mean of the middle two.
@@ -129,6 +133,13 @@ void check_h5_target(const std::string& path);
 /// session, through a temporary copy + rename under the FileLock of `path`.
 void append_h5(const std::string& path, const BenchReport& r);
 
+/// The JSON report of `xentlab bench --json` (docs/json.md, "bench"): the head of
+/// json_report::report_head (started: meta.date_utc; command line: options.command_line), the
+/// options, the device, the judge's policy (kJudgePolicy), every row (status as to_string
+/// writes it; times in ms, memory in bytes, errors normwise relative: "nan" where not measured)
+/// and a preset's quoted table.
+json_report::Json bench_json(const BenchReport& r);
+
 /// What write_outputs did.
 struct OutputReport {
   std::string stdout_text;            ///< the Markdown when it has no file (or its file failed),
@@ -136,7 +147,9 @@ struct OutputReport {
   std::vector<std::string> failures;  ///< one line per output that failed: option, path, reason
 };
 /// Writes every output of a finished run: the Markdown to options.markdown (else into
-/// stdout_text), the rows appended to options.csv and options.h5. Each output is attempted even
+/// stdout_text), the rows appended to options.csv and options.h5, the JSON report to
+/// options.json (json_report::write_json_output: an earlier report of bench is replaced, another
+/// file only with force). Each output is attempted even
 /// when another one failed, and a Markdown file that cannot be written is replaced by the Markdown
 /// in stdout_text, so that a measurement is never lost to an output error.
 OutputReport write_outputs(const BenchReport& r, bool force);

@@ -564,7 +564,7 @@ class Runner {
       note("dW (sub-problem) run: " + sub_row.message);
 
     const RunAssessment ra = assess_sampled_run(chk.sub, spec_, recipe, cs.arithmetic(recipe), so,
-                                                ref, policy_by_name("audit"));
+                                                ref, policy_by_name(kJudgePolicy));
     row.err_loss = ra.loss.normwise_rel_err;
     row.err_lse = ra.lse.normwise_rel_err;
     row.err_reduced_loss = ra.reduced_loss.normwise_rel_err;

@@ -434,6 +434,8 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
   rep.golden = g.path;
   rep.candidate = candidate_path;
   rep.policy = pol.describe(g.problem.input_dtype());
+  rep.applied_policy = pol;
+  rep.policy_recipe = policy_recipe(pol, g.problem.input_dtype());
   rep.provenance = g.provenance;
   const h5::File f = open_candidate(g, candidate_path, rep);
 

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "datasets/formats/golden.hpp"
 #include "datasets/tensor.hpp"
+#include "harness/json_report.hpp"
 #include "judge/differential.hpp"
 #include "judge/policy.hpp"
 #include "judge/stats.hpp"
@@ -51,7 +53,9 @@ struct OutputReport {
 
 struct VerifyReport {
   std::string golden, candidate, policy, provenance, implementation;
-  std::vector<std::string> required;  ///< outputs the candidate must hold and pass (--require)
+  VerifyPolicy applied_policy;          ///< the policy the outputs were judged by
+  std::optional<Recipe> policy_recipe;  ///< the recipe it declares here (none: --atol/--rtol)
+  std::vector<std::string> required;    ///< outputs the candidate must hold and pass (--require)
   std::vector<OutputReport> outputs;
   VerifyCheck check = VerifyCheck::both;
   std::optional<Baseline> baseline;  ///< the policy recipe's emulated baseline (when run)
@@ -102,6 +106,18 @@ VerifyReport verify_candidate(const Golden& golden, const std::string& candidate
 
 /// The report as a table (one row per output) and the verdict lines.
 std::string format_report(const VerifyReport& r);
+
+/// The overall verdict in the judge's words (judge/policy.hpp to_string(Disposition)): "passed",
+/// or "failed" when some output is anything else or none could be judged (FAILED in the text).
+std::string_view verdict_word(const VerifyReport& r);
+
+/// The JSON report of `xentlab verify --json` (docs/json.md, "verify"): the head of
+/// json_report::report_head, the golden and candidate files with their SHA-256 (both files are
+/// read for it: throws InputError when one cannot be), the verdict, the policy with its
+/// multipliers and the differential check's constants, the baseline, every output (status as
+/// judged, statistics, the deciding element, the differential check) and --explain's recipes.
+/// Write it with json_report::write_json_output.
+json_report::Json verify_json(const VerifyReport& r, const json_report::Invocation& inv);
 
 /// JUnit XML (one <testsuite name="xentlab.verify">, one <testcase> per output), written
 /// atomically. A report is a CI artefact rewritten by every run: an existing report of verify at

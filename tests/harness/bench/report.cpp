@@ -36,60 +36,6 @@ namespace fs = std::filesystem;
 
 // ---- rows and formats -------------------------------------------------------------------------
 
-BenchReport synthetic_report() {
-  BenchReport r;
-  BenchArgs a;
-  a.preset = "llama3-8b-128k";
-  r.options = resolve_options(a, kKnown);
-  r.options.command_line = "xentlab bench --preset llama3-8b-128k --csv 'a,b.csv' --note \"x\"";
-  BenchMeta& m = r.meta;
-  m.gpu_name = "NVIDIA H200";
-  m.driver = "580.159.04";
-  m.cuda_driver_api = 13000;
-  m.cuda_runtime = 13000;
-  m.sm_major = 9;
-  m.multiprocessors = 132;
-  m.sm_clock_mhz = 1980;
-  m.mem_clock_mhz = 3201;
-  m.l2_bytes = 50 << 20;
-  m.memory_bytes = std::int64_t{150} << 30;
-  m.date_utc = "2026-12-01T00:00:00Z";
-  m.xentlab_version = "0.1.0";
-  m.gemm_tflops = 780.0;
-  m.sample_rows = 8;
-  m.vocab_rows = 2048;
-  const std::string rc = "bf16/bf16/fp32/bf16";
-  auto ok = [&](const char* s, double ms, std::int64_t extra) {
-    BenchRow row;
-    row.strategy = s;
-    row.recipe = rc;
-    row.times_ms = {ms, ms * 1.01, ms * 0.99};
-    row.time = summarize_times(row.times_ms);
-    row.tflops = r.options.flops() / (ms * 1e-3) / 1e12;
-    row.peak_extra_bytes = extra;
-    row.planned_extra_bytes = extra;
-    row.io_bytes = std::int64_t{4} << 30;
-    row.chunk_rows = 8192;
-    row.err_loss = 1e-7;
-    row.err_lse = 2e-8;
-    row.err_reduced_loss = 3e-7;
-    row.err_dH = 5e-3;
-    row.err_dW_sub = 1.3e-2;
-    return row;
-  };
-  r.rows.push_back(ok("naive", 680.0, std::int64_t{31} << 30));
-  r.rows.push_back(ok("chunked", 670.0, std::int64_t{4} << 30));
-  BenchRow refused;
-  refused.strategy = "checkpointed";
-  refused.recipe = rc;
-  refused.status = RowStatus::does_not_fit;
-  refused.message = "checkpointed: memory budget 1 bytes is below the 2 bytes needed, \"really\"";
-  refused.planned_extra_bytes = std::int64_t{3} << 30;
-  r.rows.push_back(refused);
-  fill_relative_throughput(r.rows);
-  return r;
-}
-
 TEST(BenchRows, RelativeThroughput) {
   const BenchReport r = synthetic_report();
   EXPECT_DOUBLE_EQ(r.rows[0].rel_to_naive, 1.0);
