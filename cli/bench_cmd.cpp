@@ -22,6 +22,7 @@
 #include "harness/bench/options.hpp"
 #include "harness/bench/report.hpp"
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 #ifdef XENTLAB_HAVE_CUDA
 #include "harness/bench/timing.hpp"
 #endif
@@ -50,7 +51,7 @@ constexpr int kExitNoDevice = 4;
 
 int no_device(const std::string& reason) {
   fmt::print(stderr,
-             "xentlab bench: no CUDA device: {}\n"
+             "xentlab bench: {}\n"
              "  the bench measures the CUDA strategies; the options are valid, run the same "
              "command on a machine with an NVIDIA GPU (exit status {})\n",
              reason, kExitNoDevice);
@@ -65,7 +66,7 @@ int run_bench_command(const BenchCliArgs& c) {
   if (!o.h5.empty()) bench::check_h5_target(o.h5);
   if (!o.markdown.empty()) AtomicOutput(o.markdown, c.force).check_writable();
 #ifndef XENTLAB_HAVE_CUDA
-  return no_device("this build has no CUDA backend (configure on a machine with a CUDA toolkit)");
+  return no_device(no_cuda_backend_reason());
 #else
   const bench::DeviceDescription dev = bench::describe_device();
   if (!dev.available) return no_device(dev.reason);
