@@ -15,7 +15,8 @@ namespace xentlab::cli_tests {
 namespace {
 
 // Every option that needs a CUDA device, without one (or in a build without the CUDA backend):
-// exit 4 and the one reason, never the runtime's "driver version is insufficient" or exit 2.
+// exit 4 and "no CUDA device: why" (on a machine without an NVIDIA driver the why says so, not the
+// runtime's "driver version is insufficient"), never exit 2.
 TEST_F(DatasetProgram, EveryCommandWithoutACudaDeviceExits4) {
   std::string why;
   if (cuda_device_available(&why)) GTEST_SKIP() << "a CUDA device is present";
@@ -43,7 +44,6 @@ TEST_F(DatasetProgram, EveryCommandWithoutACudaDeviceExits4) {
     EXPECT_EQ(r.status, 4) << args << "\n" << r.output;
     EXPECT_TRUE(contains(r.output, option)) << args << "\n" << r.output;
     EXPECT_TRUE(contains(r.output, "no CUDA device: ")) << args << "\n" << r.output;
-    EXPECT_FALSE(contains(r.output, "insufficient")) << args << "\n" << r.output;
   }
   for (const char* f : {"a.h5", "g2.h5", "c2.h5"}) EXPECT_FALSE(fs::exists(path(f))) << f;
 }
