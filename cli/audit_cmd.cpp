@@ -32,6 +32,7 @@
 #include "harness/json_report.hpp"
 #include "harness/text.hpp"
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 #ifdef XENTLAB_HAVE_CUDA
 #include "gpu/cuda/common/device.hpp"
 #endif
@@ -51,7 +52,7 @@ struct AuditArgs {
   std::uint64_t seed = 1;
   std::string policy = "audit";
   std::string out = "xentlab-audit.h5", markdown, plots, json;
-  bool force = false, append = false, quiet = false;
+  bool force = false, append = false, quiet = false, no_plots = false;
   LossOptions loss;  ///< LossDefaults::problem: overrides applied to every problem when given
   std::int64_t chunk_tokens = 0;
   std::int64_t ranks = 1;
@@ -60,7 +61,7 @@ struct AuditArgs {
 
 Backend choose_backend(const std::string& b, std::string& device, int& sms) {
   bool have_gpu = false;
-  std::string why = "this build has no CUDA backend";
+  std::string why = no_cuda_backend_reason();
 #ifdef XENTLAB_HAVE_CUDA
   const gpu::DeviceInfo d = gpu::query_device();
   have_gpu = d.available;
@@ -77,7 +78,7 @@ Backend choose_backend(const std::string& b, std::string& device, int& sms) {
     return Backend::cpu_emulation;
   }
   if (b == "cuda") {
-    if (!have_gpu) throw InputError("--backend cuda: " + why);
+    if (!have_gpu) throw NoDeviceError("--backend cuda: " + why);
     return Backend::cuda;
   }
   if (b != "auto") throw InputError("--backend must be auto, cpu or cuda, got '" + b + "'");
@@ -87,15 +88,19 @@ Backend choose_backend(const std::string& b, std::string& device, int& sms) {
   return Backend::cpu_emulation;
 }
 
-/// --plots DIR, before the work: DIR is a folder (created here when missing, its parent must
-/// exist) that takes files, and holds none of tools/scripts/plot_audit.py's PNGs unless --force.
-void check_plots_folder(const std::string& dir, bool force) {
+/// The plots' folder, before the work: a folder that takes files (created here when missing and
+/// `create`, its parent must exist; else tools/scripts/plot_audit.py creates it) and holds none of
+/// the script's PNGs unless --force. `what` names it in the messages.
+void check_plots_folder(const std::string& dir, bool force, bool create, const std::string& what) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    throw InputError(fmt::format("--plots {}: exists and is not a folder", dir));
-  if (!fs::exists(dir, ec) && !fs::create_directory(dir, ec))
-    throw InputError(fmt::format("--plots {}: cannot create the folder: {}", dir, ec.message()));
+    throw InputError(fmt::format("{}: exists and is not a folder", what));
+  if (!fs::exists(dir, ec)) {
+    if (!create) return;  // the results file's folder was checked: the script makes this one
+    if (!fs::create_directory(dir, ec))
+      throw InputError(fmt::format("{}: cannot create the folder: {}", what, ec.message()));
+  }
   AtomicOutput((fs::path(dir) / "error_vs_recipe_loss.png").string(), true).check_writable();
   if (force) return;
   // Every file tools/scripts/plot_audit.py may write (its PLOT_NAMES; it makes the same check
@@ -106,9 +111,7 @@ void check_plots_folder(const std::string& dir, bool force) {
         "loss_error_vs_ptarget.png", "loss_error_vs_maxlogit.png", "verdict_heatmap.png"})
     if (fs::exists(fs::path(dir) / name, ec))
       throw InputError(
-          fmt::format("--plots {}: holds plots already ({}); pass --force to "
-                      "overwrite them",
-                      dir, name));
+          fmt::format("{}: holds plots already ({}); pass --force to overwrite them", what, name));
 }
 
 // A list option given with nothing in it ('' or ',') is a mistake, not "all" (the default when
@@ -126,6 +129,8 @@ std::vector<std::string> checked_list(const char* opt, const std::vector<std::st
 
 // The audit's configuration from the options, every value checked before any work.
 audit::AuditConfig config_of(const AuditArgs& a) {
+  if (a.no_plots && !a.plots.empty())
+    throw InputError(fmt::format("--plots {} and --no-plots: give one of them", a.plots));
   audit::AuditConfig cfg;
   cfg.strategies = checked_list("--strategies", a.strategies);
   for (const auto& r : checked_list("--recipes", a.recipes)) cfg.recipes.push_back(parse_recipe(r));
@@ -279,6 +284,9 @@ void add_embedded_problems(const AuditArgs& a, const audit::AuditConfig& cfg,
       },
       cfg.backend != Backend::cpu_emulation,
       [&cfg](const audit::ProblemShape& ps) {
+        // Its inputs, in the smallest dtype of the set (bf16): a size no machine here holds is
+        // refused before it is generated (exit 2), as the reference's budget refuses one.
+        check_problem_fits(ps.name, ps.N, ps.V, ps.D, DType::bf16);
         // The reference of the sub-batch the audit will run on
         // (harness/audit/audit.cpp, prepare), before generating.
         const std::int64_t r = ps.rows >= 0 ? ps.rows : cfg.rows;
@@ -408,28 +416,102 @@ void write_markdown(const AuditArgs& a, const audit::AuditConfig& cfg,
                     md_path, err != 0 ? std::strerror(err) : "unknown reason", a.out));
 }
 
-// --plots: tools/scripts/plot_audit.py on the results file (no shell: the arguments go to python3
-// as they are). 0, or 3 when the plots could not be made.
-int make_plots(const AuditArgs& a) {
-  const std::string script = std::string(XENTLAB_SOURCE_DIR) + "/tools/scripts/plot_audit.py";
-  std::vector<std::string> args{"python3", script, a.out, a.plots};
-  if (a.force) args.push_back("--force");  // the folder was checked before, with the same rule
+// ---- the plots (tools/scripts/plot_audit.py) ----------------------------------------------------
+
+// Where the plots go: --plots DIR, else beside the results file (xentlab-audit.h5 →
+// xentlab-audit-plots/); empty with --no-plots.
+std::string plots_folder(const AuditArgs& a) {
+  if (a.no_plots) return {};
+  if (!a.plots.empty()) return a.plots;
+  std::string stem = a.out;
+  if (stem.size() > 3 && stem.compare(stem.size() - 3, 3, ".h5") == 0) stem.resize(stem.size() - 3);
+  return stem + "-plots";
+}
+
+// The interpreter that runs the plot script: $XENTLAB_PLOT_PYTHON, else the one this build was
+// configured with (CMake's XENTLAB_PLOT_PYTHON: tools/xentlab.sh gives build/venv's).
+std::string plot_python() {
+  const char* env = std::getenv("XENTLAB_PLOT_PYTHON");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(XENTLAB_PLOT_PYTHON);
+}
+
+struct Spawned {
+  int status = -1;     ///< exit status; -1 when it could not be started or did not exit
+  std::string output;  ///< its stdout and stderr
+};
+
+// Runs args (no shell: the arguments go to the program as they are), its output captured.
+Spawned spawn_captured(std::vector<std::string> args) {
+  Spawned r;
+  int fds[2];
+  if (pipe(fds) != 0) return r;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  posix_spawn_file_actions_addclose(&fa, fds[1]);
   std::vector<char*> argv;
   for (auto& x : args) argv.push_back(x.data());
   argv.push_back(nullptr);
   pid_t pid = 0;
-  int status = -1;
-  const bool ok = posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ) == 0 &&
-                  waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (!ok) {
+  const bool started = posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ) == 0;
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  char buf[4096];
+  ssize_t n = 0;
+  while (started && (n = read(fds[0], buf, sizeof buf)) != 0)
+    if (n > 0)
+      r.output.append(buf, static_cast<std::size_t>(n));
+    else if (errno != EINTR)
+      break;
+  close(fds[0]);
+  int status = 0;
+  if (started && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+    r.status = WEXITSTATUS(status);
+  if (!started) r.output = fmt::format("cannot run {}", args[0]);
+  return r;
+}
+
+std::string plot_script() {
+  return std::string(XENTLAB_SOURCE_DIR) + "/tools/scripts/plot_audit.py";
+}
+
+// The last non-empty line of a program's output (its one-line message).
+std::string last_line(const std::string& text) {
+  const std::size_t end = text.find_last_not_of("\n \t");
+  if (end == std::string::npos) return {};
+  const std::size_t nl = text.rfind('\n', end);
+  const std::size_t begin = nl == std::string::npos ? 0 : nl + 1;
+  return text.substr(begin, end + 1 - begin);
+}
+
+// Before the work: can the plot script import what it needs? Empty when it can, else why not
+// (one line).
+std::string plots_unavailable() {
+  const std::string py = plot_python();
+  const Spawned r = spawn_captured({py, plot_script(), "--check-libraries"});
+  if (r.status == 0) return {};
+  if (r.status < 0)
+    return fmt::format("cannot run {} (XENTLAB_PLOT_PYTHON names the interpreter)", py);
+  const std::string why = last_line(r.output);
+  return fmt::format("{}: {}", py, why.empty() ? "the plot script's check failed" : why);
+}
+
+// The plots of the results file. 0, or 3 when they could not be made.
+int make_plots(const AuditArgs& a, const std::string& dir) {
+  std::vector<std::string> args{plot_python(), plot_script(), a.out, dir};
+  // The folder was checked before, with the same rule; --append redraws the whole file's plots.
+  if (a.force || a.append) args.push_back("--force");
+  const Spawned r = spawn_captured(args);
+  if (r.status != 0) {
     fmt::print(stderr,
-               "xentlab audit: the plots were not made: python3 {} failed (its message is "
-               "above; where h5py or matplotlib is missing, tools/setup.sh --python installs "
-               "them). The results files are written.\n",
-               script);
+               "{}xentlab audit: the plots were not made: {} {} failed (its message is above). "
+               "The results files are written.\n",
+               r.output, args[0], args[1]);
     return 3;  // an output that could not be written
   }
-  fmt::print("plots: {}/\n", a.plots);
+  fmt::print("plots: {}/\n", dir);
   return 0;
 }
 
@@ -441,7 +523,13 @@ int run_audit_command(const AuditArgs& a) {
   check_results_file(a, cfg, md_path);
   AtomicOutput md_out(md_path, a.force);
   md_out.check_writable();
-  if (!a.plots.empty()) check_plots_folder(a.plots, a.force);
+  const std::string plots = plots_folder(a);
+  if (!plots.empty())
+    check_plots_folder(plots, a.force || a.append, !a.plots.empty(),
+                       a.plots.empty() ? fmt::format("the plots' folder {} (--plots DIR puts them "
+                                                     "elsewhere, --no-plots leaves them out)",
+                                                     plots)
+                                       : "--plots " + plots);
   // The loss-spec overrides are checked before any problem is generated (each problem's spec is
   // checked again, with its own defaults).
   (void)a.loss.check_given();
@@ -451,6 +539,12 @@ int run_audit_command(const AuditArgs& a) {
   // A problem the file records under the same name as another (its shape, rows or spec) is
   // refused now, not after the work.
   if (a.append) audit::check_append_problems(a.out, problems, cfg);
+  // The plots by default where the plot script's libraries import (a note where they do not);
+  // asked for with --plots, their absence ends the command before the work.
+  std::string no_plots_why = plots.empty() ? std::string() : plots_unavailable();
+  if (!no_plots_why.empty() && !a.plots.empty())
+    throw OutputError(
+        fmt::format("--plots {}: the plots cannot be drawn: {}", a.plots, no_plots_why));
   if (!a.quiet) cfg.progress = progress_display(t0);
   const audit::AuditResult res = audit::run_audit(problems, cfg);
   audit::require_some_run(res);
@@ -473,7 +567,9 @@ int run_audit_command(const AuditArgs& a) {
     }
   }
   std::fflush(stdout);  // the plot script writes to the same terminal
-  if (!a.plots.empty() && make_plots(a) != 0) return 3;
+  if (!plots.empty() && no_plots_why.empty() && make_plots(a, plots) != 0) return 3;
+  if (!plots.empty() && !no_plots_why.empty())
+    fmt::print("plots: not drawn: {} (--no-plots leaves this note out)\n", no_plots_why);
   return status;
 }
 
@@ -520,8 +616,11 @@ void register_audit(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--out,-o", a->out, "HDF5 results file")->capture_default_str();
   c->add_option("--markdown", a->markdown, "Markdown summary (default: <out>.md)");
-  c->add_option("--plots", a->plots,
-                "folder for PNG plots (needs python3 with h5py and matplotlib)");
+  c->add_option(
+      "--plots", a->plots,
+      "folder for the PNG plots (default: the results file's name without .h5, plus -plots; "
+      "drawn where the plot script's Python imports h5py and matplotlib)");
+  c->add_flag("--no-plots", a->no_plots, "draw no plots");
   c->add_option("--json", a->json,
                 "write the machine-readable report here (docs/json.md; an existing JSON report of "
                 "audit is replaced)");

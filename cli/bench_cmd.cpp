@@ -23,6 +23,7 @@
 #include "harness/bench/report.hpp"
 #include "harness/json_report.hpp"
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 #ifdef XENTLAB_HAVE_CUDA
 #include "harness/bench/timing.hpp"
 #endif
@@ -51,7 +52,7 @@ constexpr int kExitNoDevice = 4;
 
 int no_device(const std::string& reason) {
   fmt::print(stderr,
-             "xentlab bench: no CUDA device: {}\n"
+             "xentlab bench: {}\n"
              "  the bench measures the CUDA strategies; the options are valid, run the same "
              "command on a machine with an NVIDIA GPU (exit status {})\n",
              reason, kExitNoDevice);
@@ -67,7 +68,7 @@ int run_bench_command(const BenchCliArgs& c) {
   if (!o.markdown.empty()) AtomicOutput(o.markdown, c.force).check_writable();
   if (!o.json.empty()) json_report::check_json_output(o.json, c.force, "bench");
 #ifndef XENTLAB_HAVE_CUDA
-  return no_device("this build has no CUDA backend (configure on a machine with a CUDA toolkit)");
+  return no_device(no_cuda_backend_reason());
 #else
   const bench::DeviceDescription dev = bench::describe_device();
   if (!dev.available) return no_device(dev.reason);

@@ -20,13 +20,14 @@
 #include "harness/verify/golden.hpp"
 #include "harness/verify/verify.hpp"
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 #include "numerics/recipe.hpp"
 
 namespace xentlab::cli {
 namespace {
 
 struct CandidateArgs {
-  std::string golden, out, strategy, recipe, backend = "cpu";
+  std::string golden, out, out_positional, strategy, recipe, backend = "cpu";
   std::int64_t chunk_tokens = 0;
   bool force = false;
 };
@@ -45,8 +46,9 @@ int run_candidate(const CandidateArgs& a) {
   const Recipe recipe = parse_recipe(a.recipe);
   const std::vector<std::unique_ptr<Strategy>> strategies =
       make_strategies(backend, StrategySet::all);
-  if (strategies.empty())
-    throw InputError("--backend cuda: this build of xentlab has no CUDA backend");
+  std::string no_device;
+  if (backend == Backend::cuda && !cuda_device_available(&no_device))
+    throw NoDeviceError("--backend cuda: " + no_device);
   const auto it = std::find_if(strategies.begin(), strategies.end(),
                                [&](const auto& s) { return s->name() == a.strategy; });
   if (it == strategies.end()) {
@@ -93,7 +95,11 @@ void register_candidate(CLI::App& app) {
       "Run one of the lab's strategies on a golden file's problem and write its outputs as a "
       "candidate file for xentlab verify");
   c->add_option("golden", a->golden, "golden file (xentlab golden)")->required();
-  c->add_option("out", a->out, "candidate file to write (docs/formats.md)")->required();
+  // The output is --out, as in audit and golden; a second positional argument is read as --out
+  // (the spelling of earlier versions, kept working).
+  c->add_option("out", a->out_positional,
+                "the candidate file as a second argument: the same as --out");
+  c->add_option("--out,-o", a->out, "candidate file to write (docs/formats.md)");
   c->add_option("--strategy", a->strategy, "naive, chunked, checkpointed or fused")->required();
   c->add_option("--recipe", a->recipe,
                 "the arithmetic in/logits/accum/grad, e.g. bf16/bf16/fp32/bf16 (its input dtype "
@@ -106,6 +112,16 @@ void register_candidate(CLI::App& app) {
       ->capture_default_str();
   c->add_flag("--force", a->force, "overwrite an existing candidate file");
   c->callback([a]() {
+    if (!a->out.empty() && !a->out_positional.empty())
+      throw InputError(
+          fmt::format("the candidate file is named twice ({} and --out {}): give --out "
+                      "alone",
+                      a->out_positional, a->out));
+    if (a->out.empty()) a->out = a->out_positional;
+    if (a->out.empty())
+      throw InputError(
+          "no candidate file named: give --out FILE (xentlab candidate GOLDEN --out "
+          "FILE --strategy S --recipe R)");
     const int rc = run_candidate(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

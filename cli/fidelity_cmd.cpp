@@ -30,7 +30,7 @@ void register_fidelity(CLI::App& app) {
       ->check(CLI::ExistingFile);
   c->add_option("--factor", a->factor, "largest accepted ratio either way")
       ->default_val(2.0)
-      ->check(CLI::Range(1.0, 1e6));
+      ->check(in_range(1.0, 1e6));
   c->callback([a]() {
     const audit::FidelityReport rep = audit::compare_backends(a->model, a->device, a->factor);
     fmt::print("model {} ({}), device {} ({})\n", rep.model_backend, a->model, rep.device_backend,

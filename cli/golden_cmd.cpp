@@ -32,7 +32,9 @@ struct GoldenArgs {
 };
 
 int run_golden(GoldenArgs& a, const std::string& command) {
-  { AtomicOutput probe(a.out, a.opt.force); }  // refuse an existing file before generating anything
+  // Before generating anything: an existing file without --force (exit 2), a folder that takes no
+  // file (exit 3).
+  AtomicOutput(a.out, a.opt.force).check_writable();
   a.opt.compression = h5::parse_compression(a.compress);
   // The loss-spec overrides are checked before the dataset is generated or read (that can take
   // many seconds): each against the defaults, the values given on their own.
@@ -156,7 +158,7 @@ void register_golden(CLI::App& app) {
       ->capture_default_str();
   c->add_flag("--no-grad", a->no_grad, "forward outputs only (no dH, dW, db, dz)");
   c->add_option("--threads", a->opt.threads, "OpenMP threads (0 = default)")
-      ->check(CLI::Range(0, 4096));
+      ->check(in_range(0, 4096));
   // The loss options in the order of the command line golden records (the reference options
   // among them).
   a->loss.defaults = LossDefaults::dataset;

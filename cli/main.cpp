@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "numerics/blas.hpp"
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 #include "numerics/version.hpp"
 
 int main(int argc, char** argv) {
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
   } catch (const xentlab::FormatError& e) {
     fmt::print(stderr, "xentlab: bad file: {}\n", e.what());
     return 2;
+  } catch (const xentlab::NoDeviceError& e) {
+    // "no CUDA device: why": the same status for every command (bench's too: cli/bench_cmd.cpp).
+    fmt::print(stderr, "xentlab: {}\n", e.what());
+    return 4;
   } catch (const xentlab::OutputError& e) {
     fmt::print(stderr, "xentlab: cannot write the output: {}\n", e.what());
     return 3;

@@ -107,8 +107,7 @@ void register_reference(CLI::App& app) {
   c->add_option("--oracle-rows", a->oracle_rows, "token rows checked by the oracle (0 = none)")
       ->check(non_negative())
       ->capture_default_str();
-  c->add_option("--threads", a->threads, "OpenMP threads (0 = default)")
-      ->check(CLI::Range(0, 4096));
+  c->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(in_range(0, 4096));
   add_reference_options(c, a->choice);
   a->loss.defaults = LossDefaults::spec;
   add_loss_options(c, a->loss,

@@ -1,6 +1,7 @@
 #include "datasets/catalog.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>  // sysconf: the physical memory
 
 #include <filesystem>
 
@@ -170,6 +171,25 @@ const DatasetEntry& find_dataset(const std::string& name) {
   throw InputError(fmt::format("unknown dataset '{}' (known: {}; or a file path)", name, names));
 }
 
+void check_problem_fits(const std::string& name, std::int64_t N, std::int64_t V, std::int64_t D,
+                        DType dtype) {
+  if (N < 1 || V < 1 || D < 0) return;  // the generator's own validation names these
+  // In long double: N·V past 2^63 must not wrap. A lower bound of what generating needs.
+  const long double elem = size_of(dtype);
+  const long double values =
+      D > 0 ? (static_cast<long double>(N) + V) * D : static_cast<long double>(N) * V;
+  const long double bytes = values * elem + static_cast<long double>(N) * 8;
+  const long double memory =
+      static_cast<long double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (memory <= 0 || bytes <= memory) return;
+  throw InputError(fmt::format(
+      "{}: the problem N={} V={} D={} ({}) needs at least {:.0f} bytes ({:.1f} GiB) for its "
+      "inputs, "
+      "more than this machine's memory ({:.1f} GiB): use fewer tokens (-N)",
+      name, N, V, D, to_string(dtype), static_cast<double>(bytes),
+      static_cast<double>(bytes / 1073741824.0L), static_cast<double>(memory / 1073741824.0L)));
+}
+
 DatasetInstance make_dataset(const std::string& name, const DatasetParams& params) {
   const DatasetEntry& e = find_dataset(name);
   ResolvedParams r = e.defaults;
@@ -198,6 +218,7 @@ DatasetInstance make_dataset(const std::string& name, const DatasetParams& param
     }
     r.extra[k] = v;
   }
+  check_problem_fits(name, r.N, r.V, r.D, r.dtype);
   DatasetInstance d{e.make(r), r.spec, name, "catalog:" + name, e.regime, r};
   return d;
 }

@@ -72,6 +72,14 @@ struct DatasetInstance {
 /// override the entry does not accept.
 DatasetInstance make_dataset(const std::string& name, const DatasetParams& params);
 
+/// Before a problem is generated: throws InputError (exit status 2, as the reference's memory
+/// budget does) when its inputs alone — H (N, D) and W (V, D) in `dtype`, or the logits (N, V) when
+/// D = 0, and N targets — take more bytes than this machine's physical memory, naming the sizes
+/// (-N 3000000000 would otherwise end in an allocation failure deep inside the generator).
+/// make_dataset calls it; the audit calls it for its embedded problems.
+void check_problem_fits(const std::string& name, std::int64_t N, std::int64_t V, std::int64_t D,
+                        DType dtype);
+
 /// A catalog name, or else a file (HDF5, .safetensors, a folder of .npy: datasets/loaders.hpp),
 /// loaded with the given ignore_index. Throws InputError when it is neither: "no such file" when
 /// the name looks like a path (holds a '/' or has a file extension), else "unknown dataset".

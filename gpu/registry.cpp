@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 #ifdef XENTLAB_HAVE_CUDA
 #include "gpu/cuda/common/device.hpp"
 #endif
@@ -152,10 +153,10 @@ bool cuda_backend_built() {
 bool cuda_device_available(std::string* why) {
 #ifdef XENTLAB_HAVE_CUDA
   const gpu::DeviceInfo d = gpu::query_device();
-  if (!d.available && why != nullptr) *why = "no usable GPU: " + d.reason;
+  if (!d.available && why != nullptr) *why = d.reason;
   return d.available;
 #else
-  if (why != nullptr) *why = "this build of xentlab has no CUDA backend";
+  if (why != nullptr) *why = no_cuda_backend_reason();
   return false;
 #endif
 }

@@ -14,6 +14,7 @@
 
 #include "gpu/registry.hpp"
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 #include "numerics/ulp.hpp"
 #include "reference/reference.hpp"  // sample_rows
 
@@ -537,7 +538,7 @@ std::vector<Backend> baseline_backends(const std::string& value, bool ask_device
   if (value == "auto")
     return have_gpu ? std::vector<Backend>{Backend::cpu_emulation, Backend::cuda}
                     : std::vector<Backend>{Backend::cpu_emulation};
-  if (!have_gpu) throw InputError(fmt::format("{} {}: {}", option, value, why));
+  if (!have_gpu) throw NoDeviceError(fmt::format("{} {}: {}", option, value, why));
   return value == "cuda" ? std::vector<Backend>{Backend::cuda}
                          : std::vector<Backend>{Backend::cpu_emulation, Backend::cuda};
 }

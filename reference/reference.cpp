@@ -12,6 +12,7 @@
 
 #include "numerics/eft.hpp"
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 #include "reference/row.hpp"
 #include "reference/tiers/plan.hpp"
 
@@ -135,7 +136,7 @@ void check_reference_fits(std::int64_t S, std::int64_t V, std::int64_t D, std::i
   if (S < 1 || V < 1 || D < 0 || J < 0) return;  // the problem's own validation names these
   std::string why;
   if (opt.tier == ReferenceTier::cuda && !cuda_reference_available(&why))
-    throw InputError("the cuda reference tier is not available: " + why);
+    throw NoDeviceError("the cuda reference tier is not available: " + why);
   const bool budget_given = opt.max_bytes > 0;
   const std::int64_t budget =
       budget_given
@@ -510,7 +511,7 @@ ReferenceTier resolve_tier(const Problem& pb, ReferenceTier tier) {
   if (tier == ReferenceTier::cuda) {
     std::string why;
     if (!cuda_reference_available(&why))
-      throw InputError("the cuda reference tier is not available: " + why);
+      throw NoDeviceError("the cuda reference tier is not available: " + why);
   }
   return tier;
 }

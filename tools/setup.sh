@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Installs what xentlab needs and is missing, from Debian packages (and PyPI for the Python tools).
 # Runs `apt-get update` once, only when something is missing. Needs root (or sudo) for apt-get.
-#   tools/setup.sh            C++ build and test dependencies
-#   tools/setup.sh --python   also h5py, numpy, matplotlib for the plotting and example scripts
-#   tools/setup.sh --python-venv DIR
-#                             also a virtual environment DIR (made by python3 -m venv where it is
-#                             missing) holding what the Python package's build and tests need from
-#                             PyPI: nanobind, numpy, ml_dtypes, pytest, h5py, ruff at the exact
-#                             versions of python/requirements-test.txt (python/, docs/python.md).
-#                             Debian's python3 refuses pip outside one (PEP 668). A failure here is
-#                             a warning: the C++ build and tests go on without the Python package.
+#   tools/setup.sh                C++ build and test dependencies
+#   tools/setup.sh --python [DIR] also the project's virtual environment DIR (default build/venv;
+#                                 made by python3 -m venv where it is missing) holding, from PyPI at
+#                                 the exact versions of python/requirements-test.txt and
+#                                 python/requirements-plots.txt: what the Python package's build
+#                                 and tests need (nanobind, numpy, ml_dtypes, pytest, h5py, ruff;
+#                                 python/, docs/python.md) and what the audit's plots and the
+#                                 example scripts need (h5py, numpy, matplotlib). Never the system
+#                                 Python's packages (Debian's python3 refuses pip outside a
+#                                 virtual environment: PEP 668). A failure here is a warning: the
+#                                 C++ build and tests go on without the Python package and plots.
+#   tools/setup.sh --python-venv DIR   the same (its earlier name)
 set -euo pipefail
 
 packages=(
@@ -45,53 +48,45 @@ else
   echo "setup: all Debian packages present"
 fi
 
-if [ "${1:-}" = "--python" ]; then
-  # Only the plots (`audit --plots`) and the example scripts need these: a failure here is a
-  # warning, never the end of the main job. Debian's own python3 takes Debian's packages (pip is
-  # refused there: PEP 668); another python3 (pyenv, a virtual environment) takes PyPI's.
-  py=${PYTHON:-python3}
-  if ! "$py" -c 'import h5py, numpy, matplotlib' 2>/dev/null; then
-    if [ "$(command -v "$py")" = /usr/bin/python3 ]; then
-      echo "setup: installing python3-h5py python3-numpy python3-matplotlib (Debian packages)"
-      as_root apt-get update -qq || true
-      DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends \
-        python3-h5py python3-numpy python3-matplotlib || true
+case "${1:-}" in
+  --python | --python-venv)
+    here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    if [ "$1" = --python-venv ]; then
+      venv=${2:?"tools/setup.sh --python-venv DIR: the folder of the virtual environment"}
     else
-      echo "setup: installing h5py numpy matplotlib from PyPI for $py"
-      "$py" -m pip install -q h5py numpy matplotlib || true
+      venv=${2:-$here/build/venv}
     fi
-    "$py" -c 'import h5py, numpy, matplotlib' 2>/dev/null ||
-      echo "setup: warning: $py cannot import h5py, numpy and matplotlib; audit --plots and the example scripts will not run (the rest does)" >&2
-  fi
-fi
-
-if [ "${1:-}" = "--python-venv" ]; then
-  venv=${2:?"tools/setup.sh --python-venv DIR: the folder of the virtual environment"}
-  py=${PYTHON:-python3}
-  # The exact versions the package is built and tested with (pyproject.toml names the lower bounds
-  # a user's installation needs): one file, python/requirements-test.txt.
-  pins="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/python/requirements-test.txt"
-  # The environment is filled when a pinned package is missing or at another version.
-  pinned_ok() {
-    "$venv/bin/python" - "$pins" 2>/dev/null <<'PY'
+    py=${PYTHON:-python3}
+    # The exact versions the package is built and tested with and the plots drawn with
+    # (pyproject.toml names the lower bounds a user's installation needs).
+    pins=("$here/python/requirements-test.txt" "$here/python/requirements-plots.txt")
+    # The environment is filled when a pinned package is missing or at another version.
+    pinned_ok() {
+      "$venv/bin/python" - "${pins[@]}" 2>/dev/null <<'PY'
 import sys
 from importlib.metadata import PackageNotFoundError, version
-for line in open(sys.argv[1]):
-    line = line.split("#")[0].strip()
-    if line:
-        name, want = line.split("==")
-        try:
-            have = version(name)
-        except PackageNotFoundError:
-            sys.exit(1)
-        if have != want:
-            sys.exit(1)
+for path in sys.argv[1:]:
+    for line in open(path):
+        line = line.split("#")[0].strip()
+        if line:
+            name, want = line.split("==")
+            try:
+                have = version(name)
+            except PackageNotFoundError:
+                sys.exit(1)
+            if have != want:
+                sys.exit(1)
 PY
-  }
-  if ! pinned_ok; then
-    echo "setup: filling the virtual environment $venv from PyPI ($pins)"
-    { [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"; } &&
-      "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$pins" ||
-      echo "setup: warning: the virtual environment $venv could not be made or filled; the Python package will not be built or tested (the C++ build and tests go on)" >&2
-  fi
-fi
+    }
+    if pinned_ok; then
+      echo "setup: the virtual environment $venv holds the pinned Python packages"
+    else
+      echo "setup: filling the virtual environment $venv from PyPI (python/requirements-test.txt, python/requirements-plots.txt)"
+      { [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"; } &&
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "${pins[0]}" -r "${pins[1]}" ||
+        echo "setup: warning: the virtual environment $venv could not be made or filled; the Python package will not be built or tested and the audit draws no plots (the C++ build and tests go on)" >&2
+    fi
+    ;;
+  "") ;;
+  *) echo "usage: tools/setup.sh [--python [DIR] | --python-venv DIR]" >&2; exit 2 ;;
+esac

@@ -3,6 +3,8 @@
 // CLI11 2.1 converts integers with strtoll/strtoull in base 0: "010" is read as 8 (octal),
 // "0x10" as 16, "-1" as 2^64 − 1 for an unsigned option, and a value past the type's range is
 // clamped without a word. This check runs on the text before that conversion.
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -71,9 +73,23 @@ CLI::Validator sign_check(bool allow_zero) {
         if (allow_zero ? x >= 0 : x > 0) return "";
         return std::string(allow_zero ? "must be ≥ 0" : "must be > 0") + ", got " + v;
       },
-      allow_zero ? "≥ 0" : "> 0");
+      // ASCII: CLI11 pads the help's first column by bytes, and "≥" takes three.
+      allow_zero ? ">= 0" : "> 0");
 }
 }  // namespace
+
+CLI::Validator in_range(double lo, double hi) {
+  const std::string range = fmt::format("{:g} to {:g}", lo, hi);
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        char* end = nullptr;
+        const long double x = std::strtold(v.c_str(), &end);
+        if (end == v.c_str() || *end != '\0') return "";  // not a number: the conversion says so
+        if (x >= lo && x <= hi) return "";
+        return fmt::format("must be between {:g} and {:g}, got {}", lo, hi, v);
+      },
+      range);
+}
 
 const CLI::Validator& non_negative() {
   static const CLI::Validator v = sign_check(true);

@@ -9,6 +9,7 @@
 
 #include "harness/text.hpp"
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 
 namespace xentlab::cli {
 
@@ -38,7 +39,7 @@ void apply_reference_choice(const ReferenceChoice& choice, ReferenceOptions& opt
   }
   std::string why;
   if (options.tier == ReferenceTier::cuda && !cuda_reference_available(&why))
-    throw InputError("--reference cuda: the cuda reference tier is not available: " + why);
+    throw NoDeviceError("--reference cuda: the cuda reference tier is not available: " + why);
   if (choice.memory_budget.empty()) return;
   try {
     options.max_bytes = parse_bytes(choice.memory_budget);  // 0: the available memory

@@ -131,9 +131,9 @@ void AtomicOutput::check_writable() const {
   std::ofstream f(temp_, std::ios::binary);
   const int err = errno;
   if (!f)
-    throw InputError(fmt::format("{}: cannot create the temporary file {} beside it: {}", path_,
-                                 fs::path(temp_).filename().string(),
-                                 err != 0 ? std::strerror(err) : "unknown error"));
+    throw OutputError(fmt::format("{}: cannot create the temporary file {} beside it: {}", path_,
+                                  fs::path(temp_).filename().string(),
+                                  err != 0 ? std::strerror(err) : "unknown error"));
   f.close();
   std::error_code ec;
   fs::remove(temp_, ec);
@@ -148,7 +148,7 @@ void AtomicOutput::commit() {
         fmt::format("{}: the file appeared while writing; pass --force to overwrite it", path_));
   fs::rename(temp_, path_, ec);
   if (ec)
-    throw InputError(
+    throw OutputError(
         fmt::format("{}: cannot rename {} into place: {}", path_, temp_, ec.message()));
   committed_ = true;
 }
@@ -158,7 +158,7 @@ FileLock::FileLock(const std::string& path) : lock_path_(path + ".lock") {
   if (fd_ < 0 && errno == EACCES)  // another user's lock file: flock needs no write access
     fd_ = ::open(lock_path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0)
-    throw InputError(
+    throw OutputError(
         fmt::format("{}: cannot open the lock file: {}", lock_path_, std::strerror(errno)));
   int r;
   while ((r = ::flock(fd_, LOCK_EX)) != 0 && errno == EINTR) {
@@ -166,7 +166,7 @@ FileLock::FileLock(const std::string& path) : lock_path_(path + ".lock") {
   if (r != 0) {
     const int err = errno;
     ::close(fd_);
-    throw InputError(fmt::format("{}: cannot lock: {}", lock_path_, std::strerror(err)));
+    throw OutputError(fmt::format("{}: cannot lock: {}", lock_path_, std::strerror(err)));
   }
 }
 

@@ -29,12 +29,13 @@ class AtomicOutput {
   const std::string& temp_path() const { return temp_; }
   /// Creates the temporary file and removes it again: proves, before any long work, that the
   /// folder takes a file of that name (permissions, a read-only file system, a name past the
-  /// file system's limit: the temporary name is longer than the destination's). Throws InputError
-  /// naming the path and the reason otherwise.
+  /// file system's limit: the temporary name is longer than the destination's). Throws
+  /// OutputError naming the path and the reason otherwise (exit status 3: an output that cannot
+  /// be written).
   void check_writable() const;
   /// Renames the temporary file onto path (atomic on POSIX within one file system). Checks again
-  /// that path does not exist unless force. Throws InputError on failure (the temporary is
-  /// removed).
+  /// that path does not exist unless force (InputError); a rename that fails throws OutputError
+  /// (the temporary is removed).
   void commit();
 
  private:

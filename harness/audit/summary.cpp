@@ -79,6 +79,92 @@ std::string name_list(const std::vector<std::string>& items) {
   return s;
 }
 
+/// The verdict's rows of one output counted: the regimes (problem × input dtype) where bf16 logits
+/// may be used, and those where a reduced accumulation was tested and where it was harmful. The
+/// per-output lines closing the verdict and the answer opening the summary both read these.
+struct RuleTally {
+  int regimes = 0, logits_ok = 0, accum_tested = 0, accum_needed = 0;
+};
+
+/// By output, in name order (the order of the verdict's closing lines).
+std::map<std::string, RuleTally> tally_rule(const std::vector<VerdictRow>& rows) {
+  std::map<std::string, RuleTally> by_output;
+  for (const auto& v : rows) {
+    RuleTally& t = by_output[v.output];
+    ++t.regimes;
+    t.logits_ok += v.logits_bf16_ok;
+    t.accum_tested += v.accum_tested;
+    t.accum_needed += v.accum_fp32_needed;
+  }
+  return by_output;
+}
+
+/// Whether the rule holds for one output, and why not.
+struct RuleStatus {
+  const char* word;  ///< HOLDS, REFUTED or UNTESTED
+  const char* why;   ///< empty when it holds
+  bool untested;     ///< no reduced-accumulation recipe ran (logits may be bf16 everywhere)
+};
+
+RuleStatus rule_status(const RuleTally& t) {
+  if (t.logits_ok != t.regimes) return {"REFUTED", "bf16 logits cost accuracy somewhere", false};
+  if (t.accum_tested == 0) return {"UNTESTED", "no reduced-accumulation recipe ran", true};
+  if (t.accum_needed != t.accum_tested)
+    return {"REFUTED", "reduced accumulation was harmless somewhere", false};
+  return {"HOLDS", "", false};
+}
+
+/// "yes (all 8)", "no (0 of 8)", "in 3 of 8": k of n regimes.
+std::string k_of_n(int k, int n) {
+  if (n == 0) return "untested";
+  if (k == n) return fmt::format("yes (all {})", n);
+  if (k == 0) return fmt::format("no (0 of {})", n);
+  return fmt::format("in {} of {}", k, n);
+}
+
+/// The short answer that opens the summary: per output, may the logits be bf16 and must the
+/// accumulation be fp32 (in how many regimes), and whether the rule holds. The same counts as the
+/// verdict's closing lines (tally_rule, rule_status): no second computation.
+std::string short_answer(const std::vector<VerdictRow>& rows, bool md) {
+  const std::map<std::string, RuleTally> tally = tally_rule(rows);
+  std::string s = md ? "## Answer: \"logits may be bf16 while accumulation must be fp32\"\n\n"
+                     : "ANSWER: \"logits may be bf16 while accumulation must be fp32\"\n";
+  if (tally.empty())
+    return s + (md ? "" : "  ") +
+           "no answer: no problem ran both X/fp32/fp32/X and X/bf16/fp32/X (the verdict compares "
+           "them)\n\n";
+  const char* note =
+      "(per output, in how many regimes, a regime being one problem in one input dtype; the "
+      "criteria and the reasons: the VERDICT at the end)";
+  if (md)
+    s += fmt::format(
+        "{}\n\n| output | logits may be bf16 | accumulation must be fp32 | the rule "
+        "|\n|---|---|---|---|\n",
+        note);
+  else
+    s += fmt::format("{}\n  {:<6} {:<20} {:<27} {}\n", note, "output", "logits may be bf16",
+                     "accumulation must be fp32", "the rule");
+  // The outputs in the order of the runs' columns (loss, dz, dH, dW), then any other.
+  std::vector<std::string> order{"loss", "dz", "dH", "dW"};
+  for (const auto& [out, t] : tally)
+    if (std::find(order.begin(), order.end(), out) == order.end()) order.push_back(out);
+  for (const std::string& out : order) {
+    const auto it = tally.find(out);
+    if (it == tally.end()) continue;
+    const RuleTally& t = it->second;
+    const RuleStatus st = rule_status(t);
+    const std::string rule =
+        st.why[0] == '\0' ? std::string(st.word) : fmt::format("{}: {}", st.word, st.why);
+    if (md)
+      s += fmt::format("| {} | {} | {} | {} |\n", out, k_of_n(t.logits_ok, t.regimes),
+                       k_of_n(t.accum_needed, t.accum_tested), rule);
+    else
+      s += fmt::format("  {:<6} {:<20} {:<27} {}\n", out, k_of_n(t.logits_ok, t.regimes),
+                       k_of_n(t.accum_needed, t.accum_tested), rule);
+  }
+  return s + "\n";
+}
+
 /// Plain-language answers to the two questions of the verdict, per output, before its table:
 /// may the logits be bf16 (and what it costs), must accumulation be fp32 (bf16 and fp16 apart).
 std::string plain_answers(const std::vector<VerdictRow>& rows, bool md) {
@@ -162,7 +248,8 @@ std::string plain_answers(const std::vector<VerdictRow>& rows, bool md) {
 }  // namespace
 
 std::string format_summary(const AuditResult& res, bool md) {
-  std::string s;
+  // The answer first; the runs, the plain-language answers and the verdict's criteria follow.
+  std::string s = short_answer(res.verdict, md);
   // Per problem × input dtype × recipe: dispositions per strategy and the worst errors.
   std::vector<std::string> strategies;
   for (const auto& r : res.runs)
@@ -247,7 +334,6 @@ std::string format_summary(const AuditResult& res, bool md) {
   else
     s += fmt::format("{:<22} {:<5} {:<5} {:>10} {:>10} {:>6} {:>12} {:>6}\n", "regime", "input",
                      "out", "fp32-lgt", "bf16-lgt", "bf16ok", "best-redacc", "fp32!");
-  std::map<std::string, std::pair<int, int>> logits_ok, accum_needed;
   for (const auto& v : res.verdict) {
     if (md)
       s += fmt::format("| {} | {} | {} | {} | {} | {} | {} ({}) | {} |\n", v.regime, v.input,
@@ -264,29 +350,18 @@ std::string format_summary(const AuditResult& res, bool md) {
                        !v.accum_tested       ? "-"
                        : v.accum_fp32_needed ? "yes"
                                              : "NO");
-    auto& a = logits_ok[v.output];
-    a.first += v.logits_bf16_ok;
-    ++a.second;
-    auto& b = accum_needed[v.output];
-    b.first += v.accum_fp32_needed;
-    b.second += v.accum_tested;
   }
   s += md ? "\n" : "";
-  for (const auto& [out, c] : logits_ok) {
-    const auto& a = accum_needed[out];
-    std::string what;
-    if (c.first != c.second)
-      what = "is REFUTED (bf16 logits cost accuracy somewhere)";
-    else if (a.second == 0)
-      what = "is UNTESTED for accumulation (no reduced-accumulation recipe ran)";
-    else if (a.first != a.second)
-      what = "is REFUTED (reduced accumulation was harmless somewhere)";
-    else
-      what = "HOLDS";
+  for (const auto& [out, t] : tally_rule(res.verdict)) {
+    const RuleStatus st = rule_status(t);
+    const std::string what = st.why[0] == '\0' ? std::string(st.word)
+                             : st.untested
+                                 ? fmt::format("is {} for accumulation ({})", st.word, st.why)
+                                 : fmt::format("is {} ({})", st.word, st.why);
     s += fmt::format(
         "{}{}: logits may be bf16 in {}/{} regimes; accumulation must be fp32 in {}/{} tested: the "
         "rule {}\n",
-        md ? "- " : "  ", out, c.first, c.second, a.first, a.second, what);
+        md ? "- " : "  ", out, t.logits_ok, t.regimes, t.accum_needed, t.accum_tested, what);
   }
   // The reasons, one per regime/output where the rule fails.
   for (const auto& v : res.verdict) {

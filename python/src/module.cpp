@@ -6,6 +6,7 @@
 //   FormatError → xentlab.FormatError (a ValueError)     a file that is not what it claims
 //   OutputError → xentlab.OutputError (an OSError)       an output that cannot be written
 //   DeviceError → xentlab.DeviceError (a RuntimeError)
+//   NoDeviceError → xentlab.NoDeviceError (a RuntimeError) no CUDA device, as `xentlab` exits 4
 // An array of a dtype that is no float format of the lab, or not in host memory, is a TypeError.
 //
 // This file holds the module's table: its exceptions and the bindings of each part, defined in
@@ -17,6 +18,7 @@
 #include "datasets/io/atomic_file.hpp"
 #include "numerics/blas.hpp"
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 #include "numerics/version.hpp"
 #include "python/src/common.hpp"
 #include "reference/reference.hpp"
@@ -34,6 +36,7 @@ NB_MODULE(_xentlab, m) {
   nb::exception<FormatError>(m, "FormatError", PyExc_ValueError);
   nb::exception<OutputError>(m, "OutputError", PyExc_OSError);
   nb::exception<DeviceError>(m, "DeviceError", PyExc_RuntimeError);
+  nb::exception<NoDeviceError>(m, "NoDeviceError", PyExc_RuntimeError);
 
   m.def("blas_description", [] { return std::string(blas_description()); });
   m.def("preferred_blas_coretype", []() -> std::optional<std::string> {

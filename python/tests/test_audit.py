@@ -36,6 +36,7 @@ def test_audit_agrees_with_the_command(cli, tmp_path):
         "--backend",
         "cpu",
         "--quiet",
+        "--no-plots",
         "--out",
         tmp_path / "cli.h5",
     )

@@ -24,6 +24,7 @@ InputError = _x.InputError
 FormatError = _x.FormatError
 OutputError = _x.OutputError
 DeviceError = _x.DeviceError
+NoDeviceError = _x.NoDeviceError
 
 _SPEC_KEYS = (
     "ignore_index",

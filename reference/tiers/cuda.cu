@@ -25,6 +25,7 @@
 #include <stdexcept>
 
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 #include "reference/row.hpp"
 #include "reference/row_math.hpp"
 #include "reference/tiers/cuda_kernels.cuh"
@@ -45,8 +46,9 @@ bool cuda_reference_available(std::string* why_not) {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
     if (why_not)
-      *why_not = e != cudaSuccess ? fmt::format("no CUDA device: {}", cudaGetErrorString(e))
-                                  : "no CUDA device";
+      *why_not = no_cuda_device_reason(e == cudaErrorInsufficientDriver,
+                                       e == cudaErrorNoDevice || (e == cudaSuccess && n == 0),
+                                       cudaGetErrorString(e));
     cudaGetLastError();
     return false;
   }

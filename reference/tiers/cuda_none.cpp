@@ -1,11 +1,12 @@
 // The cuda tier where this build has no CUDA toolkit: never available.
 #include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 #include "reference/row.hpp"
 
 namespace xentlab {
 
 bool cuda_reference_available(std::string* why_not) {
-  if (why_not) *why_not = "this build of xentlab has no CUDA toolkit (configured without CUDA)";
+  if (why_not) *why_not = no_cuda_backend_reason();
   return false;
 }
 

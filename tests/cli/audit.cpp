@@ -44,7 +44,7 @@ TEST_F(DatasetProgram, AuditOptionsAreRefusedBeforeTheWork) {
 TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
   // chunked: a strategy that takes a chunk width (--chunk-tokens is refused for one that does not).
   const std::string small =
-      "audit --backend cpu -q --dataset odd-vocab -N 2 --strategies chunked "
+      "audit --backend cpu -q --no-plots --dataset odd-vocab -N 2 --strategies chunked "
       "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +
       shell_quote(path("a.h5"));
   const Ran first = xentlab(small + " --reduction none");
@@ -59,13 +59,13 @@ TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
        "holds runs of --chunk-tokens 0 --upstream ones, this audit's are 0 and random"},
       {small + " --reduction none", "exists"},  // neither --append nor --force
       // Other compared vocabulary rows: dW of the two audits would be compared as one.
-      {"audit --backend cpu -q --dataset odd-vocab -N 2 --strategies chunked "
+      {"audit --backend cpu -q --no-plots --dataset odd-vocab -N 2 --strategies chunked "
        "--recipes fp32/fp32/fp32/fp32 --vocab-rows 16 -o " +
            shell_quote(path("a.h5")) + " --reduction none --append --markdown " +
            shell_quote(path("v.md")),
        "with 8 compared vocabulary rows, this audit compares 16"},
       // Another N under the same name: its description differs, refused before the work.
-      {"audit --backend cpu -q --dataset odd-vocab -N 3 --strategies chunked "
+      {"audit --backend cpu -q --no-plots --dataset odd-vocab -N 3 --strategies chunked "
        "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +
            shell_quote(path("a.h5")) + " --reduction none --append --markdown " +
            shell_quote(path("v.md")),
@@ -76,7 +76,7 @@ TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
            shell_quote(path("d.h5")),
        "two problems of this audit are named 'stories260k'"},
       // A chunk width for strategies that do not chunk would be recorded, not used.
-      {"audit --backend cpu -q --dataset odd-vocab -N 2 --strategies naive,fused "
+      {"audit --backend cpu -q --no-plots --dataset odd-vocab -N 2 --strategies naive,fused "
        "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +
            shell_quote(path("b.h5")) + " --chunk-tokens 4",
        "none of the strategies named (naive, fused) works through the tokens in chunks"},
@@ -99,7 +99,7 @@ TEST_F(DatasetProgram, AuditAppendRefusesAnotherSeedChunkWidthOrUpstream) {
 // run; --append refuses vocab_parallel runs of another number of ranks and leaves the file.
 TEST_F(DatasetProgram, AuditRanksAreCheckedAndOnePerResultsFile) {
   const std::string small =
-      "audit --backend cpu -q --dataset odd-vocab -N 2 --strategies vocab_parallel "
+      "audit --backend cpu -q --no-plots --dataset odd-vocab -N 2 --strategies vocab_parallel "
       "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 -o " +
       shell_quote(path("a.h5"));
   expect_exit_2_naming({

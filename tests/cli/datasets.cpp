@@ -135,7 +135,7 @@ TEST_F(DatasetProgram, TheListingsSuggestionIsAcceptedByAuditAndGolden) {
       << list.output;
   const std::string suggested = m[1];
   // Small otherwise (2 tokens, one strategy and recipe): the suggested V is what is exercised.
-  const Ran audit = xentlab("audit --backend cpu -q --dataset odd-vocab " + suggested +
+  const Ran audit = xentlab("audit --backend cpu -q --no-plots --dataset odd-vocab " + suggested +
                             " --tokens 2 --strategies naive --recipes bf16/fp32/fp32/bf16 "
                             "--vocab-rows 8 -o " +
                             shell_quote(path("a.h5")));

@@ -1,5 +1,6 @@
 // The scripts beside the program, run as a user runs them: examples/torch_candidate.py (its numpy
-// candidates pass verify) and tools/scripts/plot_audit.py (bad input, existing plots, --force).
+// candidates pass verify), tools/scripts/plot_audit.py (bad input, existing plots, --force; the
+// audit's plots by default, and its note without the libraries) and tools/xentlab.sh (dry mode).
 // Each skips where python3 lacks the packages it imports.
 #include <gtest/gtest.h>
 
@@ -54,20 +55,23 @@ class PlotScript : public testing::TempFolderTest {
   PlotScript() : TempFolderTest("cli-plots") {}
   void SetUp() override {
     TempFolderTest::SetUp();
-    const Ran py = testing::run_shell("python3 -c 'import h5py, numpy, matplotlib'");
+    // The interpreter the program draws with (CMake's XENTLAB_PLOT_PYTHON: tools/xentlab.sh gives
+    // build/venv's).
+    const Ran py = testing::run_shell(shell_quote(XL_PLOT_PYTHON) + " " +
+                                      shell_quote(XL_PLOT_SCRIPT) + " --check-libraries");
     if (py.status != 0)
-      GTEST_SKIP() << "python3 with h5py, numpy and matplotlib is not importable here "
-                      "(tools/setup.sh --python installs them): "
-                   << py.output;
+      GTEST_SKIP() << XL_PLOT_PYTHON << " with h5py, numpy and matplotlib is not importable here "
+                   << "(tools/setup.sh --python installs them into build/venv): " << py.output;
   }
   static Ran plot(const std::string& args) {
-    return testing::run_shell("python3 " + shell_quote(XL_PLOT_SCRIPT) + " " + args);
+    return testing::run_shell(shell_quote(XL_PLOT_PYTHON) + " " + shell_quote(XL_PLOT_SCRIPT) +
+                              " " + args);
   }
   // A small audit results file (CPU emulation).
   void make_results() {
     const Ran a = xentlab(
         "audit --backend cpu -q --dataset odd-vocab -N 4 --strategies naive "
-        "--recipes bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16 -o " +
+        "--recipes bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16 --no-plots -o " +
         shell_quote(path("r.h5")));
     ASSERT_TRUE(a.status == 0 || a.status == 1) << a.output;
   }
@@ -149,6 +153,124 @@ TEST_F(PlotScript, EveryPlotTheScriptMayWriteIsRefusedByAudit) {
     EXPECT_TRUE(contains(r.output, "holds plots already (" + name + ")")) << name << "\n"
                                                                           << r.output;
   }
+}
+
+// Without --plots the audit draws its plots beside the results file (r.h5 → r-plots/), says where
+// in one line, and redraws them with --force; --no-plots draws none, and excludes --plots.
+TEST_F(PlotScript, AuditDrawsThePlotsByDefaultBesideTheResults) {
+  const std::string audit =
+      "audit --backend cpu -q --dataset odd-vocab -N 4 --strategies naive "
+      "--recipes bf16/fp32/fp32/bf16,bf16/bf16/fp32/bf16 -o ";
+  const Ran a = xentlab(audit + shell_quote(path("r.h5")));
+  ASSERT_TRUE(a.status == 0 || a.status == 1) << a.output;
+  EXPECT_TRUE(fs::exists(path("r-plots/verdict_heatmap.png"))) << a.output;
+  EXPECT_TRUE(fs::exists(path("r-plots/error_vs_recipe_loss.png"))) << a.output;
+  EXPECT_TRUE(contains(a.output, "\nplots: " + path("r-plots") + "/\n")) << a.output;
+  EXPECT_FALSE(contains(a.output, ".png")) << a.output;  // the folder, not a list of files
+  // An existing results file and its plots: --force rewrites both.
+  const std::string png = path("r-plots/verdict_heatmap.png");
+  std::ofstream(png) << "not overwritten";
+  const Ran forced = xentlab(audit + shell_quote(path("r.h5")) + " --force");
+  ASSERT_TRUE(forced.status == 0 || forced.status == 1) << forced.output;
+  EXPECT_NE(slurp(png), "not overwritten");
+  const Ran none = xentlab(audit + shell_quote(path("n.h5")) + " --no-plots");
+  ASSERT_TRUE(none.status == 0 || none.status == 1) << none.output;
+  EXPECT_FALSE(fs::exists(path("n-plots"))) << none.output;
+  EXPECT_FALSE(contains(none.output, "plots:")) << none.output;
+  testing::expect_exit_2_naming(
+      {{audit + shell_quote(path("x.h5")) + " --no-plots --plots " + shell_quote(path("p")),
+        "and --no-plots: give one of them"}});
+  EXPECT_FALSE(fs::exists(path("x.h5")));
+}
+
+// Where the interpreter cannot import the plot libraries, the audit runs, writes its results and
+// says in one line why it drew no plots (the interpreter's own reason); --plots asked for
+// explicitly ends the command before the work (exit 3: an output that cannot be made).
+TEST_F(DatasetProgram, AuditWithoutThePlotLibrariesSaysSoInOneLine) {
+  // An interpreter that answers as plot_audit.py --check-libraries does where matplotlib is
+  // missing.
+  const std::string fake = path("python-without-matplotlib");
+  std::ofstream(fake) << "#!/bin/sh\necho \"plot_audit.py: needs h5py, numpy and matplotlib (No "
+                         "module named 'matplotlib')\" >&2\nexit 3\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  const std::string audit = "XENTLAB_PLOT_PYTHON=" + shell_quote(fake) + " " + XENTLAB_BIN +
+                            " audit --backend cpu -q --dataset odd-vocab -N 2 --strategies naive "
+                            "--recipes bf16/fp32/fp32/bf16 -o ";
+  const Ran a = testing::run_shell(audit + shell_quote(path("r.h5")));
+  ASSERT_TRUE(a.status == 0 || a.status == 1) << a.output;
+  EXPECT_TRUE(fs::exists(path("r.h5")));
+  EXPECT_FALSE(fs::exists(path("r-plots")));
+  const std::string note = "plots: not drawn: " + fake +
+                           ": plot_audit.py: needs h5py, numpy and matplotlib (No module named "
+                           "'matplotlib') (--no-plots leaves this note out)\n";
+  EXPECT_TRUE(contains(a.output, "\n" + note)) << a.output;
+  const Ran quiet = testing::run_shell(audit + shell_quote(path("q.h5")) + " --no-plots");
+  EXPECT_FALSE(contains(quiet.output, "plots")) << quiet.output;
+  const Ran asked =
+      testing::run_shell(audit + shell_quote(path("e.h5")) + " --plots " + shell_quote(path("p")));
+  EXPECT_EQ(asked.status, 3) << asked.output;
+  EXPECT_TRUE(contains(asked.output, "--plots " + path("p") + ": the plots cannot be drawn: " +
+                                         fake + ": plot_audit.py: needs h5py"))
+      << asked.output;
+  EXPECT_FALSE(fs::exists(path("e.h5")));
+  // An interpreter that cannot be started is named as such.
+  const Ran missing = testing::run_shell("XENTLAB_PLOT_PYTHON=" + shell_quote(path("no-python")) +
+                                         " " + XENTLAB_BIN +
+                                         " audit --backend cpu -q --dataset odd-vocab -N 2 "
+                                         "--strategies naive --recipes bf16/fp32/fp32/bf16 -o " +
+                                         shell_quote(path("m.h5")));
+  EXPECT_TRUE(contains(missing.output, "plots: not drawn: cannot run " + path("no-python")))
+      << missing.output;
+}
+
+// ---- tools/xentlab.sh ---------------------------------------------------------------------------
+
+// The README's commands in their dry mode (XENTLAB_DRY_RUN=1: the commands printed, none run), with
+// nvidia-smi replaced by one that lists a GPU or fails. `audit` builds the program alone and
+// compiles the CUDA backend only where a GPU is listed; `test` builds everything with the backend
+// wherever a toolkit is found (CI: no GPU, the CUDA code compiled); XENTLAB_CUDA forces it. Both
+// fill build/venv (tools/setup.sh --python) and draw the plots with its Python.
+TEST_F(DatasetProgram, TheReadmeCommandsBuildWhatTheyNeed) {
+  const std::string build = path("b");
+  fs::create_directories(path("gpu"));
+  fs::create_directories(path("nogpu"));
+  std::ofstream(path("gpu/nvidia-smi")) << "#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: GPU-0)'\n";
+  std::ofstream(path("nogpu/nvidia-smi"))
+      << "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the "
+         "NVIDIA driver.'\nexit 9\n";
+  for (const char* f : {"gpu/nvidia-smi", "nogpu/nvidia-smi"})
+    fs::permissions(path(f), fs::perms::owner_all);
+  const auto dry = [&](const std::string& env, const std::string& args) {
+    return testing::run_shell("cd " + shell_quote(XL_SOURCE_DIR) + " && " + env +
+                              " XENTLAB_DRY_RUN=1 JOBS=2 BUILD_DIR=" + shell_quote(build) +
+                              " bash tools/xentlab.sh " + args);
+  };
+  const std::string setup = "+ bash tools/setup.sh --python " + build + "/venv\n";
+  const std::string configure = "+ cmake -S . -B " + build + " -DCMAKE_BUILD_TYPE=Release";
+  const std::string plots = " -DXENTLAB_PLOT_PYTHON=" + build + "/venv/bin/python";
+  const std::string no_gpu = "PATH=" + shell_quote(path("nogpu")) + ":\"$PATH\"";
+  const std::string gpu = "PATH=" + shell_quote(path("gpu")) + ":\"$PATH\"";
+
+  const Ran audit = dry(no_gpu, "audit --force");
+  EXPECT_EQ(audit.status, 0) << audit.output;
+  EXPECT_EQ(audit.output, setup + configure + " -DXENTLAB_CUDA=OFF" + plots + "\n+ cmake --build " +
+                              build + " -j 2 --target xentlab\n+ " + build +
+                              "/cli/xentlab audit --force\n");
+  const Ran on_gpu = dry(gpu, "audit");
+  EXPECT_TRUE(contains(on_gpu.output, " -DXENTLAB_CUDA=AUTO ")) << on_gpu.output;
+  const Ran forced = dry(no_gpu + " XENTLAB_CUDA=ON", "audit");
+  EXPECT_TRUE(contains(forced.output, " -DXENTLAB_CUDA=ON ")) << forced.output;
+
+  const Ran test = dry(no_gpu, "test");
+  EXPECT_EQ(test.status, 0) << test.output;
+  EXPECT_EQ(test.output, setup + configure + " -DXENTLAB_CUDA=AUTO" + plots +
+                             " -DPython_EXECUTABLE=" + build +
+                             "/venv/bin/python\n+ cmake --build " + build + " -j 2\n");
+  const Ran bad = dry("XENTLAB_CUDA=maybe", "audit");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_TRUE(contains(bad.output, "XENTLAB_CUDA must be ON, OFF or AUTO, got 'maybe'"))
+      << bad.output;
+  EXPECT_FALSE(fs::exists(build));
 }
 
 }  // namespace

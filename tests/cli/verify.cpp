@@ -72,7 +72,7 @@ TEST_F(VerifyProgram, TheLabsStrategiesAsCandidates) {
     if (e.emulated == nullptr || !e.traits.every_recipe) continue;
     const std::string st = e.name;
     const std::string out = shell_quote(path(std::string("c-") + st + ".h5"));
-    const Ran made = xentlab("candidate " + g + " " + out + " --strategy " + st +
+    const Ran made = xentlab("candidate " + g + " --out " + out + " --strategy " + st +
                              " --recipe fp32/fp32/fp32/fp32");
     ASSERT_EQ(made.status, 0) << made.output;
     EXPECT_NE(made.output.find("cpu-emulation " + std::string(st)), std::string::npos)
@@ -80,6 +80,7 @@ TEST_F(VerifyProgram, TheLabsStrategiesAsCandidates) {
     const Ran v = xentlab("verify " + g + " " + out + " --policy fp32");
     EXPECT_EQ(v.status, 0) << st << "\n" << v.output;
   }
+  // The output as a second positional argument, the spelling of earlier versions, still works.
   const std::string low = shell_quote(path("c-bf16.h5"));
   ASSERT_EQ(xentlab("candidate " + g + " " + low + " --strategy naive --recipe fp32/bf16/fp32/fp32")
                 .status,
@@ -109,15 +110,16 @@ TEST_F(VerifyProgram, TheLabsStrategiesAsCandidates) {
 
 // --baseline-backend: whose strategies make the differential baseline. The CPU emulation is
 // always there; the CUDA kernels only where the build has them and a GPU is present (else the
-// option is refused naming why, never silently replaced by the emulation).
+// option is refused naming why, exit 4 as every command without its CUDA device, never silently
+// replaced by the emulation).
 TEST_F(VerifyProgram, BaselineBackendNamesItsStrategiesOrIsRefused) {
   const Ran cpu = xentlab(verify("exact.h5") + "--policy fp32 --baseline-backend cpu");
   EXPECT_EQ(cpu.status, 0) << cpu.output;
   EXPECT_TRUE(contains(cpu.output, "(cpu-emulation); per output the largest error")) << cpu.output;
   EXPECT_FALSE(contains(cpu.output, "(cuda)")) << cpu.output;
   const Ran cuda = xentlab(verify("exact.h5") + "--policy fp32 --baseline-backend cuda");
-  if (cuda.status == 2) {  // no CUDA backend in this build, or no GPU: the reason is named
-    EXPECT_TRUE(contains(cuda.output, "--baseline-backend cuda: ")) << cuda.output;
+  if (cuda.status == 4) {  // no CUDA backend in this build, or no GPU: the reason is named
+    EXPECT_TRUE(contains(cuda.output, "--baseline-backend cuda: no CUDA device: ")) << cuda.output;
   } else {
     EXPECT_EQ(cuda.status, 0) << cuda.output;
     EXPECT_TRUE(contains(cuda.output, "(cuda); per output the largest error")) << cuda.output;
@@ -272,6 +274,10 @@ TEST_F(VerifyProgram, CandidateOptionsAreRefusedNamingTheCause) {
        "recipe 'fp32/fp32/fp32'"},
       {"candidate " + shell_quote(path("nowhere.h5")) + out + run, "nowhere.h5: no such file"},
       {"candidate " + g + out + " --recipe fp32/fp32/fp32/fp32", "--strategy is required"},
+      // The output is named once: --out, or (as earlier versions took it) a second argument.
+      {"candidate " + g + run, "no candidate file named: give --out FILE"},
+      {"candidate " + g + out + " --out " + shell_quote(path("y.h5")) + run,
+       "the candidate file is named twice"},
       // The golden file is the input: never the output, even with --force.
       {"candidate " + g + " " + g + run + " --force", "is the golden file"},
       // A chunk size for a strategy that does not chunk (the registry's trait) would be ignored.
@@ -279,6 +285,7 @@ TEST_F(VerifyProgram, CandidateOptionsAreRefusedNamingTheCause) {
        "--chunk-tokens 4: naive does not work through the tokens in chunks"},
   });
   EXPECT_FALSE(fs::exists(path("x.h5")));
+  EXPECT_FALSE(fs::exists(path("y.h5")));
 }
 
 // --check picks the checks; its value, and the options the differential check needs, are checked

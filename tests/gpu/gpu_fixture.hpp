@@ -57,7 +57,7 @@ inline const gpu::DeviceInfo& device() {
 }
 #define XL_REQUIRE_DEVICE()                      \
   if (!::xentlab::gpu_tests::device().available) \
-  GTEST_SKIP() << "no CUDA device: " << ::xentlab::gpu_tests::device().reason
+  GTEST_SKIP() << ::xentlab::gpu_tests::device().reason
 
 inline std::unique_ptr<Strategy> find_strategy(Backend b, const std::string& name) {
   return make_strategy(b, name);

@@ -4,7 +4,7 @@
 # (house.python_format) and by hand. Exit 0: formatted and clean; 1: files to fix (listed, with
 # the commands that fix them); 77: skipped (no ruff of the pinned version, or not a git checkout),
 # with the reason. Other ruff versions format and lint differently, so the check runs with the
-# version python/requirements-test.txt pins (tools/setup.sh --python-venv build/venv installs it,
+# version python/requirements-test.txt pins (tools/setup.sh --python build/venv installs it,
 # as `tools/xentlab.sh test` does).
 # The ruff run: $RUFF where set, else the test command's venv ($BUILD_DIR/venv/bin/ruff, then
 # build/venv/bin/ruff), else ruff on PATH.
@@ -38,7 +38,7 @@ else
     if command -v ruff >/dev/null 2>&1; then
       ruff=ruff
     else
-      echo "skipped: no ruff in ${candidates[*]} or on PATH (tools/setup.sh --python-venv" \
+      echo "skipped: no ruff in ${candidates[*]} or on PATH (tools/setup.sh --python" \
         "build/venv installs ruff $pinned; or set RUFF)"
       exit 77
     fi

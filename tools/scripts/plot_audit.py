@@ -2,6 +2,8 @@
 """Plots of an xentlab audit results file (schema: docs/audit.md, "Results file").
 
     python3 tools/scripts/plot_audit.py [--force] xentlab-audit.h5 plots/
+    python3 tools/scripts/plot_audit.py --check-libraries
+
 
 Writes, from the HDF5 file alone:
   error_vs_recipe_<output>.png  normwise relative error of each recipe, one marker per problem
@@ -15,9 +17,11 @@ Writes, from the HDF5 file alone:
 The folder is created when missing (its parent must exist). A folder that already holds any of
 these PNGs is refused unless --force (`xentlab audit --plots DIR` checks the same names before its
 run and passes --force on). Each PNG is written to a temporary name and renamed into place.
+--check-libraries only imports what the plots need (exit 0, or 3 with the one-line reason):
+`xentlab audit` asks it before its run whether it can draw.
 Exit status: 0 done, 2 invalid input (arguments, a file that is not a readable results file, a
 folder that cannot be used or holds plots), 3 a plot could not be written or h5py/numpy/matplotlib
-is missing (tools/setup.sh --python installs them). Errors are one line on stderr.
+is missing (tools/setup.sh --python installs them into build/venv). Errors are one line on stderr.
 """
 
 import argparse
@@ -54,7 +58,8 @@ def import_libraries():
         import numpy as np
     except ImportError as e:
         raise CannotWrite(
-            f"needs h5py, numpy and matplotlib ({e}); tools/setup.sh --python installs them"
+            f"needs h5py, numpy and matplotlib ({e}); tools/setup.sh --python installs them "
+            "into build/venv"
         ) from e
 
 
@@ -391,10 +396,24 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         prog=PROG, description="Plots of an xentlab audit results file (see the file's comment)."
     )
-    ap.add_argument("results", help="audit results file (xentlab audit --out)")
-    ap.add_argument("outdir", help="folder for the PNGs (created when missing)")
+    ap.add_argument("results", nargs="?", help="audit results file (xentlab audit --out)")
+    ap.add_argument("outdir", nargs="?", help="folder for the PNGs (created when missing)")
     ap.add_argument("--force", action="store_true", help="overwrite plots already in the folder")
+    ap.add_argument(
+        "--check-libraries",
+        action="store_true",
+        help="only import h5py, numpy and matplotlib: exit 0, or 3 saying which is missing",
+    )
     a = ap.parse_args(argv)  # a usage error exits 2 with one message
+    if a.check_libraries:
+        try:
+            import_libraries()
+        except CannotWrite as e:
+            print(f"{PROG}: {e}", file=sys.stderr)
+            return 3
+        return 0
+    if a.results is None or a.outdir is None:
+        ap.error("the results file and the folder are required")
     try:
         import_libraries()
         check_folder(a.outdir, a.force)

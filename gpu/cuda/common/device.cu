@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 
 #include "gpu/cuda/common/device.hpp"
+#include "numerics/error.hpp"
+#include "numerics/no_device.hpp"
 
 namespace xentlab::gpu {
 
@@ -8,12 +10,11 @@ DeviceInfo query_device() {
   DeviceInfo info;
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    info.reason = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-    return info;
-  }
-  if (count == 0) {
-    info.reason = "no CUDA device present";
+  if (e != cudaSuccess || count == 0) {
+    info.reason = no_cuda_device_reason(e == cudaErrorInsufficientDriver,
+                                        e == cudaErrorNoDevice || (e == cudaSuccess && count == 0),
+                                        cudaGetErrorString(e));
+    (void)cudaGetLastError();
     return info;
   }
   cudaDeviceProp p{};

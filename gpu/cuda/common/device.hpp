@@ -7,7 +7,7 @@ namespace xentlab::gpu {
 
 struct DeviceInfo {
   bool available = false;
-  std::string reason;  ///< why no device is usable, when !available
+  std::string reason;  ///< why no device is usable, when !available ("no CUDA device: …")
   std::string name;
   int sm_major = 0, sm_minor = 0, multiprocessors = 0;
   double memory_gib = 0;

@@ -279,6 +279,57 @@ TEST(Audit, SummaryCountsUnboundedRunsApartAndAnswersInPlainLanguage) {
   }
 }
 
+// The summary opens with the short answer, per output: in how many regimes bf16 logits may be used
+// and in how many tested ones fp32 accumulation is needed, counted here from the verdict rows, as
+// the verdict's closing lines count them; the Markdown opens with the same table.
+TEST(Audit, SummaryOpensWithTheAnswerPerOutput) {
+  const auto res = audit::run_audit(small_set(), small_config());
+  ASSERT_FALSE(res.verdict.empty());
+  const std::string s = audit::format_summary(res, false);
+  ASSERT_EQ(s.rfind("ANSWER: \"logits may be bf16 while accumulation must be fp32\"", 0), 0u) << s;
+  const std::string md = audit::format_summary(res, true);
+  EXPECT_EQ(md.rfind("## Answer: ", 0), 0u) << md;
+  const auto words = [](int k, int n) {
+    if (n == 0) return std::string("untested");
+    if (k == n) return fmt::format("yes (all {})", n);
+    if (k == 0) return fmt::format("no (0 of {})", n);
+    return fmt::format("in {} of {}", k, n);
+  };
+  const std::size_t answer_end = s.find("\n\n");
+  for (const std::string out : {"loss", "dH", "dW"}) {
+    int regimes = 0, ok = 0, tested = 0, needed = 0;
+    for (const auto& v : res.verdict) {
+      if (v.output != out) continue;
+      ++regimes;
+      ok += v.logits_bf16_ok;
+      tested += v.accum_tested;
+      needed += v.accum_fp32_needed;
+    }
+    ASSERT_GT(regimes, 0) << out;
+    const std::string rule = ok != regimes     ? "REFUTED: bf16 logits cost accuracy somewhere"
+                             : tested == 0     ? "UNTESTED"
+                             : needed < tested ? "REFUTED: reduced accumulation was harmless"
+                                               : "HOLDS";
+    const std::string row = fmt::format("  {:<6} {:<20} {:<27} {}", out, words(ok, regimes),
+                                        words(needed, tested), rule);
+    const std::size_t at = s.find(row);
+    EXPECT_LT(at, answer_end) << row << "\n" << s;
+    // The closing line of the verdict gives the same counts.
+    EXPECT_NE(s.find(fmt::format("  {}: logits may be bf16 in {}/{} regimes; accumulation must be "
+                                 "fp32 in {}/{} tested",
+                                 out, ok, regimes, needed, tested)),
+              std::string::npos)
+        << s;
+    EXPECT_NE(md.find(fmt::format("| {} | {} | {} | {}", out, words(ok, regimes),
+                                  words(needed, tested), rule)),
+              std::string::npos)
+        << md;
+  }
+  // The answer comes before the runs' table and the verdict's criteria.
+  EXPECT_LT(answer_end, s.find("\nproblem "));
+  EXPECT_LT(answer_end, s.find("VERDICT:"));
+}
+
 // vocab_parallel runs only when named: the default audit leaves it out and records no ranks;
 // named with 8 ranks over V = 507 (shards of 64 ×3 and 63 ×5) its runs pass, record the ranks and
 // the shards' first rows, also in the results file; 0 ranks and more ranks than rows are refused.

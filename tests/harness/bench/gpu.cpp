@@ -48,7 +48,7 @@ std::size_t registered() {
 }
 
 #define XL_REQUIRE_DEVICE() \
-  if (!device_present()) GTEST_SKIP() << "no CUDA device: " << gpu::query_device().reason
+  if (!device_present()) GTEST_SKIP() << gpu::query_device().reason
 
 TEST(BenchGpu, SmallRunEndToEnd) {
   XL_REQUIRE_DEVICE();

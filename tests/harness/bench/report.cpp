@@ -350,17 +350,29 @@ TEST_F(BenchFiles, ConcurrentAppendsKeepEveryRow) {
             static_cast<std::size_t>(kWriters * kAppends));
 }
 
+/// The message of the OutputError that f throws (a folder or name that takes no file: exit 3).
+template <class F>
+std::string output_error(F&& f) {
+  try {
+    f();
+  } catch (const OutputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no OutputError";
+  return "";
+}
+
 TEST_F(BenchFiles, ChecksCreateTheTemporaryFile) {
   // A name the file system takes (250 ≤ 255 bytes), whose temporary name (".NAME.tmp-PID-N",
   // at least 1 + 250 + 5 + 1 + 1 + 1 = 259 bytes whatever the PID) it does not. (With 244 bytes
   // the temporary name fitted when the PID had 3 digits: the test failed after PID wrap-around.)
   const std::string long_name = path(std::string(246, 'b') + ".csv");
   for (auto check : {check_csv_target, check_h5_target}) {
-    const std::string m = input_error([&] { check(long_name); });
+    const std::string m = output_error([&] { check(long_name); });
     EXPECT_NE(m.find("cannot create the temporary file"), std::string::npos) << m;
     EXPECT_NE(m.find("File name too long"), std::string::npos) << m;
   }
-  EXPECT_THROW(AtomicOutput(long_name, true).check_writable(), InputError);
+  EXPECT_THROW(AtomicOutput(long_name, true).check_writable(), OutputError);
   EXPECT_NO_THROW(check_csv_target(path("ok.csv")));
   EXPECT_NO_THROW(AtomicOutput(path("ok.md"), false).check_writable());
   for (const auto& e : fs::directory_iterator(dir_)) ADD_FAILURE() << "left behind: " << e.path();
@@ -376,14 +388,14 @@ TEST_F(BenchFiles, ChecksCreateTheTemporaryFile) {
         check(ro);
         std::fprintf(stderr, "a read-only folder passed the check\n");
         return false;
-      } catch (const InputError& e) {
+      } catch (const OutputError& e) {
         if (std::string(e.what()).find("Permission denied") == std::string::npos) return false;
       }
     }
     try {
       AtomicOutput(ro + ".md", false).check_writable();
       return false;
-    } catch (const InputError&) {
+    } catch (const OutputError&) {
     }
     return true;
   });
