@@ -15,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "datasets/generators.hpp"
 #include "datasets/io/atomic_file.hpp"
+#include "gpu/plans/vocab_shards.hpp"
 #include "gpu/registry.hpp"
 #include "harness/text.hpp"
 #include "harness/verify/golden.hpp"
@@ -28,8 +29,39 @@ namespace {
 struct CandidateArgs {
   std::string golden, out, strategy, recipe, backend = "cpu";
   std::int64_t chunk_tokens = 0;
+  std::int64_t ranks = 1;
+  bool ranks_given = false;
+  std::string local_strategy;  ///< --local-strategy (empty: not given)
   bool force = false;
 };
+
+// --ranks and --local-strategy (as xentlab audit's), before the golden file is read: P a number of
+// ranks, given only with a strategy that shards the vocabulary (they would be ignored), which must
+// run P ranks and compose the local part on this backend.
+void check_vocab_parallel_options(const CandidateArgs& a, const Strategy& st) {
+  if (a.ranks_given) try {
+      check_vocab_ranks(a.ranks);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--ranks: {}", e.what()));
+    }
+  if (!a.ranks_given && a.local_strategy.empty()) return;
+  const std::string given =
+      a.ranks_given ? fmt::format("--ranks {}", a.ranks) : "--local-strategy " + a.local_strategy;
+  if (!strategy_traits(st.name()).shards_vocabulary) {
+    const std::vector<std::string> names = vocabulary_sharding_strategies();
+    throw InputError(fmt::format(
+        "{} applies to the strategies that shard the vocabulary ({}), and --strategy is {} (e.g. "
+        "--strategy {} {})",
+        given, fmt::join(names, ", "), st.name(), names.empty() ? "" : names.front(), given));
+  }
+  const Status ranks_ok = st.can_run_ranks(a.ranks);
+  if (!ranks_ok.ok())
+    throw InputError(fmt::format("--ranks {}: {} on the {} backend: {}", a.ranks, st.name(),
+                                 a.backend, ranks_ok.message));
+  const Status local_ok = st.can_run_local(a.local_strategy);
+  if (!local_ok.ok())
+    throw InputError(fmt::format("--local-strategy {}: {}", a.local_strategy, local_ok.message));
+}
 
 template <class Vec>  // std::vector<double> or HostArray<double>
 Tensor tensor_of(const Vec& v, DType dtype, std::vector<std::int64_t> shape, const char* name) {
@@ -73,11 +105,17 @@ int run_candidate(const CandidateArgs& a) {
         "option out",
         a.chunk_tokens, st.name(), fmt::join(chunking, ", ")));
   }
+  check_vocab_parallel_options(a, st);
   if (same_output_file(a.out, a.golden))  // even with --force: the golden file is the input
     throw InputError(fmt::format("{} is the golden file {} itself: write the candidate elsewhere",
                                  a.out, a.golden));
   { AtomicOutput probe(a.out, a.force); }  // refuse an existing file before the work
   const Golden g = read_golden(a.golden);
+  if (a.ranks_given) try {
+      (void)vocab_shards(g.V, a.ranks);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--ranks {}: {} of {}", a.ranks, e.what(), a.golden));
+    }
   const Status can = st.can_implement(g.problem, g.spec, recipe);
   if (!can.ok())
     throw InputError(fmt::format("{} cannot run recipe {} on {}: {}", st.name(), recipe.name(),
@@ -88,6 +126,8 @@ int run_candidate(const CandidateArgs& a) {
   req.upstream = g.upstream;
   req.recipe = recipe;
   req.chunk_tokens = a.chunk_tokens;
+  req.ranks = static_cast<int>(a.ranks);  // ≤ the largest int (check_vocab_ranks)
+  req.local_strategy = a.local_strategy;
   req.want_grads = g.D > 0 ? (!g.dH.empty() || !g.dW.empty() || !g.db.empty()) : !g.dz.empty();
   const StrategyOutputs o = st.run(req);
   const std::int64_t N = g.N, V = g.V, D = g.D;
@@ -100,9 +140,13 @@ int run_candidate(const CandidateArgs& a) {
   if (!o.dW.empty()) outputs.emplace_back("dW", tensor_of(o.dW, o.grad_dtype, {V, D}, "dW"));
   if (!o.db.empty()) outputs.emplace_back("db", tensor_of(o.db, o.grad_dtype, {V}, "db"));
   if (!o.dz.empty()) outputs.emplace_back("dz", tensor_of(o.dz, o.grad_dtype, {N, V}, "dz"));
-  const std::string impl =
-      fmt::format("xentlab {} {} {}{}", to_string(st.backend()), st.name(), recipe.name(),
-                  a.chunk_tokens > 0 ? fmt::format(" chunk_tokens={}", a.chunk_tokens) : "");
+  const bool sharded = strategy_traits(st.name()).shards_vocabulary;
+  const std::string impl = fmt::format(
+      "xentlab {} {} {}{}{}", to_string(st.backend()), st.name(), recipe.name(),
+      a.chunk_tokens > 0 ? fmt::format(" chunk_tokens={}", a.chunk_tokens) : "",
+      sharded ? fmt::format(" ranks={} local={}", a.ranks,
+                            a.local_strategy.empty() ? kDefaultLocalStrategy : a.local_strategy)
+              : "");
   write_candidate(a.out, a.force, outputs, impl);
   std::vector<std::string> names;
   for (const auto& [n, t] : outputs) names.push_back(n);
@@ -121,7 +165,9 @@ void register_candidate(CLI::App& app) {
       "candidate file for xentlab verify");
   c->add_option("golden", a->golden, "golden file (xentlab golden)")->required();
   c->add_option("out", a->out, "candidate file to write (docs/formats.md)")->required();
-  c->add_option("--strategy", a->strategy, "naive, chunked, checkpointed or fused")->required();
+  c->add_option("--strategy", a->strategy,
+                "naive, chunked, checkpointed, fused or vocab_parallel (with --ranks)")
+      ->required();
   c->add_option("--recipe", a->recipe,
                 "the arithmetic in/logits/accum/grad, e.g. bf16/bf16/fp32/bf16 (its input dtype "
                 "is the golden problem's)")
@@ -131,8 +177,19 @@ void register_candidate(CLI::App& app) {
   c->add_option("--chunk-tokens", a->chunk_tokens,
                 "tokens per chunk of chunked and checkpointed (0: the strategy's own)")
       ->capture_default_str();
+  auto* ranks = c->add_option("--ranks", a->ranks,
+                              "vocabulary-parallel ranks P of vocab_parallel (its shards: "
+                              "docs/vocab_parallel.md), 1 to V; only with --strategy "
+                              "vocab_parallel")
+                    ->capture_default_str();
+  c->add_option("--local-strategy", a->local_strategy,
+                "the strategy each rank of vocab_parallel runs over its shard: naive, chunked, "
+                "checkpointed or fused on the cpu backend, chunked on cuda (default chunked); only "
+                "with --strategy vocab_parallel")
+      ->check(non_empty());
   c->add_flag("--force", a->force, "overwrite an existing candidate file");
-  c->callback([a]() {
+  c->callback([a, ranks]() {
+    a->ranks_given = ranks->count() > 0;
     const int rc = run_candidate(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

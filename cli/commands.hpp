@@ -34,6 +34,9 @@ void require_decimal_integers(CLI::App& app);
 /// the option's type conversion.
 const CLI::Validator& non_negative();
 const CLI::Validator& positive();
+/// Refuses an empty value (it would read as "not given"), naming the option: exit 2
+/// (bench_cmd.cpp).
+const CLI::Validator& non_empty();
 /// Records the command line (shell-quoted) for the outputs that carry it (bench).
 void set_command_line(int argc, char** argv);
 

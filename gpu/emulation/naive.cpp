@@ -22,9 +22,9 @@ class NaiveEmulation final : public EmulatedStrategy {
   }
 
  protected:
-  VocabSums vocab_sums(const EngineContext& c, const float* x, bool need_sx,
+  VocabSums vocab_sums(const EngineContext& c, const float* x, std::int64_t n, bool need_sx,
                        float* scratch) const override {
-    return blocked_vocab_sums(c, x, need_sx, scratch);
+    return blocked_vocab_sums(c, x, n, need_sx, scratch);
   }
   std::int64_t block_rows(const RunRequest&, std::int64_t V, std::int64_t) const override {
     return host_block_rows(V);
