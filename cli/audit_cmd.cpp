@@ -57,6 +57,7 @@ struct AuditArgs {
   std::int64_t chunk_tokens = 0;
   std::int64_t ranks = 1;
   bool ranks_given = false;
+  std::string local_strategy;  ///< --local-strategy (empty: not given)
 };
 
 Backend choose_backend(const std::string& b, std::string& device, int& sms) {
@@ -154,9 +155,12 @@ audit::AuditConfig config_of(const AuditArgs& a) {
   policy_by_name(cfg.policy);  // unknown policy: fail before any work
   cfg.chunk_tokens = a.chunk_tokens;
   cfg.ranks = a.ranks;
-  if (a.ranks_given) {
-    // --ranks is a parameter of the strategies that shard the vocabulary only: given without one,
-    // it would be silently ignored.
+  cfg.local_strategy = a.local_strategy;
+  if (a.ranks_given || !a.local_strategy.empty()) {
+    // --ranks and --local-strategy are parameters of the strategies that shard the vocabulary
+    // only: given without one, they would be silently ignored.
+    const std::string given =
+        a.ranks_given ? fmt::format("--ranks {}", a.ranks) : "--local-strategy " + a.local_strategy;
     bool sharding = false;
     for (const std::string& s : cfg.strategies)
       sharding = sharding || strategy_traits(s).shards_vocabulary;  // an unknown name: its error
@@ -165,9 +169,9 @@ audit::AuditConfig config_of(const AuditArgs& a) {
       for (const StrategyEntry& e : strategy_table())
         if (e.traits.shards_vocabulary) names.emplace_back(e.name);
       throw InputError(fmt::format(
-          "--ranks {} applies to the strategies that shard the vocabulary ({}), and --strategies "
-          "names none (e.g. --strategies {} --ranks {})",
-          a.ranks, fmt::join(names, ", "), names.empty() ? "" : names.front(), a.ranks));
+          "{} applies to the strategies that shard the vocabulary ({}), and --strategies "
+          "names none (e.g. --strategies {} {})",
+          given, fmt::join(names, ", "), names.empty() ? "" : names.front(), given));
     }
     // Before the problems are generated: a backend that cannot give every rank a device.
     for (const std::string& s : cfg.strategies) {
@@ -178,6 +182,9 @@ audit::AuditConfig config_of(const AuditArgs& a) {
         if (!ok.ok())
           throw InputError(fmt::format("--ranks {}: {} on the {} backend: {}", a.ranks, s,
                                        to_string(cfg.backend), ok.message));
+        const Status local = st->can_run_local(a.local_strategy);
+        if (!local.ok())
+          throw InputError(fmt::format("--local-strategy {}: {}", a.local_strategy, local.message));
       }
     }
   }
@@ -218,6 +225,16 @@ void check_append(const AuditArgs& a, const audit::AuditConfig& cfg) {
             "--append: {} holds {} runs of --ranks {}, this audit's are of --ranks {}; write "
             "it to another file",
             a.out, run.attr_string("strategy"), run.attr_int("ranks"), cfg.ranks));
+      const std::string local =
+          cfg.local_strategy.empty() ? kDefaultLocalStrategy : cfg.local_strategy;
+      const std::string held = !run.has_attr("ranks")           ? local
+                               : run.has_attr("local_strategy") ? run.attr_string("local_strategy")
+                                                                : kDefaultLocalStrategy;
+      if (held != local)
+        throw InputError(
+            fmt::format("--append: {} holds {} runs of --local-strategy {}, this audit's are of "
+                        "--local-strategy {}; write it to another file",
+                        a.out, run.attr_string("strategy"), held, local));
     }
   for (const auto& id : f.open_group("runs").children()) {
     const h5::Group run = f.open_group("runs/" + id);
@@ -399,7 +416,8 @@ void write_markdown(const AuditArgs& a, const audit::AuditConfig& cfg,
   std::string ranks;
   for (const std::string& s : cfg.strategies)
     if (strategy_traits(s).shards_vocabulary)
-      ranks += fmt::format("; {}: {} vocabulary-parallel ranks", s, cfg.ranks);
+      ranks += fmt::format("; {}: {} vocabulary-parallel ranks, each running {}", s, cfg.ranks,
+                           cfg.local_strategy.empty() ? kDefaultLocalStrategy : cfg.local_strategy);
   md << "# xentlab audit\n\nbackend: " << cfg.device << ", seed " << cfg.seed << ", policy "
      << cfg.policy << ", sub-batch rows " << cfg.rows << own << ranks << "\n\n"
      << (a.append ? fmt::format("The runs of this audit, appended to {}; the file holds the "
@@ -643,6 +661,11 @@ void register_audit(CLI::App& app) {
                               "vocabulary-parallel ranks P of vocab_parallel (its shards: "
                               "docs/vocab_parallel.md), 1 to V; only with --strategies naming it")
                     ->capture_default_str();
+  c->add_option("--local-strategy", a->local_strategy,
+                "the strategy each rank of vocab_parallel runs over its shard: naive, chunked, "
+                "checkpointed or fused on the cpu backend, chunked on cuda (default chunked); only "
+                "with --strategies naming vocab_parallel")
+      ->check(non_empty());
   add_reference_options(c, a->reference);
   c->callback([a, tok, hid, ranks]() {
     a->tokens_given = tok->count() > 0;

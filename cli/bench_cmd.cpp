@@ -9,7 +9,9 @@
 // the Markdown goes to stdout when its file fails) or a device error, 2 invalid options (before
 // any measurement), 4 no CUDA device (or no CUDA backend in this build).
 #include <fmt/core.h>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -36,12 +38,30 @@ std::string& command_line_storage() {
   return s;
 }
 
-/// The strategies a filter may name: this build's CUDA strategies, or (without the CUDA backend)
-/// the emulation's, so the arguments are validated the same way on every machine.
+/// The strategies a filter may name: this build's CUDA strategies (vocab_parallel too, which runs
+/// only when named), or (without the CUDA backend) the emulation's, so the arguments are
+/// validated the same way on every machine.
 std::vector<std::string> known_strategies() {
-  std::vector<std::string> names = strategy_names(Backend::cuda);
-  return names.empty() ? strategy_names(Backend::cpu_emulation) : names;
+  std::vector<std::string> names = strategy_names(Backend::cuda, StrategySet::all);
+  return names.empty() ? strategy_names(Backend::cpu_emulation, StrategySet::all) : names;
 }
+
+#ifdef XENTLAB_HAVE_CUDA
+/// --ranks on this machine, before any measurement: each named strategy that shards the
+/// vocabulary must have P devices (Strategy::can_run_ranks); InputError naming it otherwise.
+void check_ranks_on_device(const bench::BenchOptions& o) {
+  for (const std::string& s : o.strategies) {
+    const StrategyEntry* e = find_strategy_entry(s);
+    if (e == nullptr || !e->traits.shards_vocabulary) continue;
+    if (const auto st = make_strategy(Backend::cuda, s)) {
+      const Status ok = st->can_run_ranks(o.ranks);
+      if (!ok.ok())
+        throw InputError(
+            fmt::format("--ranks {}: {} on the cuda backend: {}", o.ranks, s, ok.message));
+    }
+  }
+}
+#endif
 
 struct BenchCliArgs {
   bench::BenchArgs args;
@@ -60,7 +80,11 @@ int no_device(const std::string& reason) {
 }
 
 int run_bench_command(const BenchCliArgs& c) {
-  bench::BenchOptions o = bench::resolve_options(c.args, known_strategies());
+  std::vector<std::string> sharding;
+  const std::vector<std::string> known = known_strategies();
+  for (const std::string& s : vocabulary_sharding_strategies())
+    if (std::find(known.begin(), known.end(), s) != known.end()) sharding.push_back(s);
+  bench::BenchOptions o = bench::resolve_options(c.args, known, sharding);
   o.command_line = recorded_command_line();
   // Every output is checked before any work: a 10-minute run must not end on "file exists".
   if (!o.csv.empty()) bench::check_csv_target(o.csv);
@@ -72,6 +96,7 @@ int run_bench_command(const BenchCliArgs& c) {
 #else
   const bench::DeviceDescription dev = bench::describe_device();
   if (!dev.available) return no_device(dev.reason);
+  check_ranks_on_device(o);
   const auto t0 = std::chrono::steady_clock::now();
   std::function<void(const std::string&)> progress;
   if (!c.quiet)
@@ -164,6 +189,10 @@ void register_bench(CLI::App& app) {
       ->check(non_empty());
   cmd->add_option("--chunk-tokens", a.chunk_tokens,
                   "tokens per chunk of the chunked strategies (0 = from the budget)");
+  cmd->add_option("--ranks", a.ranks,
+                  "vocabulary-parallel ranks P of vocab_parallel (its shards: "
+                  "docs/vocab_parallel.md), 1 to V; only with --strategies naming it. The bench "
+                  "times one device: P > 1 gives not-supported rows");
   cmd->add_option("--repeats", a.repeats, "timed runs (median and spread over them; default 5)");
   cmd->add_option("--warmup", a.warmup, "untimed runs before them (default 1)");
   cmd->add_option("--sample-rows", a.sample_rows,

@@ -14,6 +14,7 @@
 
 #include "cli/commands.hpp"
 #include "datasets/io/atomic_file.hpp"
+#include "gpu/plans/vocab_shards.hpp"
 #include "gpu/registry.hpp"
 #include "harness/text.hpp"
 #include "harness/verify/candidate.hpp"
@@ -29,8 +30,39 @@ namespace {
 struct CandidateArgs {
   std::string golden, out, out_positional, strategy, recipe, backend = "cpu";
   std::int64_t chunk_tokens = 0;
+  std::int64_t ranks = 1;
+  bool ranks_given = false;
+  std::string local_strategy;  ///< --local-strategy (empty: not given)
   bool force = false;
 };
+
+// --ranks and --local-strategy (as xentlab audit's), before the golden file is read: P a number of
+// ranks, given only with a strategy that shards the vocabulary (they would be ignored), which must
+// run P ranks and compose the local part on this backend.
+void check_vocab_parallel_options(const CandidateArgs& a, const Strategy& st) {
+  if (a.ranks_given) try {
+      check_vocab_ranks(a.ranks);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--ranks: {}", e.what()));
+    }
+  if (!a.ranks_given && a.local_strategy.empty()) return;
+  const std::string given =
+      a.ranks_given ? fmt::format("--ranks {}", a.ranks) : "--local-strategy " + a.local_strategy;
+  if (!strategy_traits(st.name()).shards_vocabulary) {
+    const std::vector<std::string> names = vocabulary_sharding_strategies();
+    throw InputError(fmt::format(
+        "{} applies to the strategies that shard the vocabulary ({}), and --strategy is {} (e.g. "
+        "--strategy {} {})",
+        given, fmt::join(names, ", "), st.name(), names.empty() ? "" : names.front(), given));
+  }
+  const Status ranks_ok = st.can_run_ranks(a.ranks);
+  if (!ranks_ok.ok())
+    throw InputError(fmt::format("--ranks {}: {} on the {} backend: {}", a.ranks, st.name(),
+                                 a.backend, ranks_ok.message));
+  const Status local_ok = st.can_run_local(a.local_strategy);
+  if (!local_ok.ok())
+    throw InputError(fmt::format("--local-strategy {}: {}", a.local_strategy, local_ok.message));
+}
 
 int run_candidate(const CandidateArgs& a) {
   Backend backend;
@@ -68,6 +100,7 @@ int run_candidate(const CandidateArgs& a) {
         "option out",
         a.chunk_tokens, st.name(), fmt::join(chunking, ", ")));
   }
+  check_vocab_parallel_options(a, st);
   if (same_output_file(a.out, a.golden))  // even with --force: the golden file is the input
     throw InputError(fmt::format("{} is the golden file {} itself: write the candidate elsewhere",
                                  a.out, a.golden));
@@ -75,7 +108,13 @@ int run_candidate(const CandidateArgs& a) {
   const Golden g = read_golden(a.golden);
   if (const std::string w = golden_checksum_warning(g); !w.empty())
     fmt::print(stderr, "xentlab: warning: {}\n", w);
-  const StrategyCandidate c = run_strategy_candidate(g, st, recipe, a.chunk_tokens);
+  if (a.ranks_given) try {
+      (void)vocab_shards(g.V, a.ranks);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--ranks {}: {} of {}", a.ranks, e.what(), a.golden));
+    }
+  const StrategyCandidate c = run_strategy_candidate(g, st, recipe, a.chunk_tokens,
+                                                     static_cast<int>(a.ranks), a.local_strategy);
   const auto& outputs = c.outputs;
   const std::string& impl = c.implementation;
   write_candidate(a.out, a.force, outputs, impl);
@@ -100,7 +139,9 @@ void register_candidate(CLI::App& app) {
   c->add_option("out", a->out_positional,
                 "the candidate file as a second argument: the same as --out");
   c->add_option("--out,-o", a->out, "candidate file to write (docs/formats.md)");
-  c->add_option("--strategy", a->strategy, "naive, chunked, checkpointed or fused")->required();
+  c->add_option("--strategy", a->strategy,
+                "naive, chunked, checkpointed, fused or vocab_parallel (with --ranks)")
+      ->required();
   c->add_option("--recipe", a->recipe,
                 "the arithmetic in/logits/accum/grad, e.g. bf16/bf16/fp32/bf16 (its input dtype "
                 "is the golden problem's)")
@@ -110,8 +151,19 @@ void register_candidate(CLI::App& app) {
   c->add_option("--chunk-tokens", a->chunk_tokens,
                 "tokens per chunk of chunked and checkpointed (0: the strategy's own)")
       ->capture_default_str();
+  auto* ranks = c->add_option("--ranks", a->ranks,
+                              "vocabulary-parallel ranks P of vocab_parallel (its shards: "
+                              "docs/vocab_parallel.md), 1 to V; only with --strategy "
+                              "vocab_parallel")
+                    ->capture_default_str();
+  c->add_option("--local-strategy", a->local_strategy,
+                "the strategy each rank of vocab_parallel runs over its shard: naive, chunked, "
+                "checkpointed or fused on the cpu backend, chunked on cuda (default chunked); only "
+                "with --strategy vocab_parallel")
+      ->check(non_empty());
   c->add_flag("--force", a->force, "overwrite an existing candidate file");
-  c->callback([a]() {
+  c->callback([a, ranks]() {
+    a->ranks_given = ranks->count() > 0;
     if (!a->out.empty() && !a->out_positional.empty())
       throw InputError(
           fmt::format("the candidate file is named twice ({} and --out {}): give --out "

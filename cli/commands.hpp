@@ -42,6 +42,9 @@ void require_decimal_integers(CLI::App& app);
 /// the option's type conversion.
 const CLI::Validator& non_negative();
 const CLI::Validator& positive();
+/// Refuses an empty value (it would read as "not given"), naming the option: exit 2
+/// (bench_cmd.cpp).
+const CLI::Validator& non_empty();
 /// The same for a closed range: "must be between 0 and 4096, got 5000" (CLI11's Range says "not in
 /// range" of a value that is no number at all: that is left to the conversion, as above).
 CLI::Validator in_range(double lo, double hi);

@@ -131,6 +131,13 @@ std::vector<std::string> strategy_names(Backend backend, StrategySet set) {
   return names;
 }
 
+std::vector<std::string> vocabulary_sharding_strategies() {
+  std::vector<std::string> names;
+  for (const StrategyEntry& e : strategy_table())
+    if (e.traits.shards_vocabulary) names.emplace_back(e.name);
+  return names;
+}
+
 std::vector<std::string> without_emulated_twin(const std::vector<std::string>& names,
                                                const std::vector<StrategyEntry>& table) {
   std::vector<std::string> out;

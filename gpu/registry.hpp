@@ -88,6 +88,9 @@ std::unique_ptr<Strategy> make_strategy(Backend backend, std::string_view name);
 /// The names of make_strategies(backend, set), in its order (empty when the backend is not built).
 std::vector<std::string> strategy_names(Backend backend,
                                         StrategySet set = StrategySet::default_set);
+/// The names of the rows that shard the vocabulary (StrategyTraits::shards_vocabulary), in table
+/// order: the strategies --ranks and --local-strategy apply to.
+std::vector<std::string> vocabulary_sharding_strategies();
 /// The names in `names` whose row has no CPU emulation in `table` (an unknown name counts as
 /// none), in the order given. The audit judges every CUDA run against its emulated twin and
 /// refuses a strategy listed here.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "datasets/problem.hpp"
@@ -29,6 +30,10 @@ struct Status {
   static Status NotSupported(std::string m) { return {Code::not_supported, std::move(m)}; }
   static Status Failed(std::string m) { return {Code::failed, std::move(m)}; }
 };
+
+/// vocab_parallel's local part when RunRequest::local_strategy names none: chunked's per-rank steps
+/// (the CUDA/NCCL strategy's, docs/vocab_parallel.md).
+inline constexpr const char* kDefaultLocalStrategy = "chunked";
 
 /// A request: the problem, the loss options, the recipe, and run options.
 struct RunRequest {
@@ -56,6 +61,11 @@ struct RunRequest {
   /// the CUDA backend one GPU per rank; the emulation models P virtual ranks. ≤ 0 = 1. The other
   /// strategies ignore it.
   int ranks = 0;
+  /// vocab_parallel only: the strategy whose cross-entropy each rank runs over its shard (its
+  /// local part: naive, chunked, checkpointed or fused; docs/vocab_parallel.md); empty =
+  /// kDefaultLocalStrategy.
+  /// Strategy::can_run_local says which a backend composes. The other strategies ignore it.
+  std::string local_strategy;
 };
 
 /// Outputs, as the strategy returned them, each value converted exactly to double from the dtype it
@@ -93,6 +103,14 @@ class Strategy {
   /// before any work. Never throws.
   virtual Status can_run_ranks(std::int64_t ranks) const {
     (void)ranks;
+    return Status::Ok();
+  }
+  /// ok when this backend's strategy can run RunRequest::local_strategy = `local` (empty: the
+  /// default) as the per-rank part of vocabulary parallelism, else not_supported naming why and
+  /// which it composes; the strategies that do not shard the vocabulary ignore it (ok). Checked
+  /// before any work. Never throws.
+  virtual Status can_run_local(std::string_view local) const {
+    (void)local;
     return Status::Ok();
   }
   virtual DeclaredArithmetic run_arithmetic(const RunRequest& req) const {

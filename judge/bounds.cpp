@@ -139,6 +139,10 @@ double reduction_constant(ReductionOrder order, std::int64_t n, const DeclaredAr
 
 namespace {
 
+bool is_online(ReductionOrder o) {
+  return o == ReductionOrder::online_tiles || o == ReductionOrder::online_tree;
+}
+
 // ⌈V/P⌉ for the declaration's ranks P (V when P ≤ 1). Throws InputError when P > V.
 std::int64_t largest_shard(const DeclaredArithmetic& a, std::int64_t V) {
   const std::int64_t P = a.vocab_ranks;
@@ -154,13 +158,18 @@ std::int64_t largest_shard(const DeclaredArithmetic& a, std::int64_t V) {
 double vocab_reduction_constant(const DeclaredArithmetic& a, std::int64_t V, std::int64_t N) {
   if (V <= 0) return 0.0;
   if (a.vocab_ranks <= 1) return reduction_constant(a.vocab_order, V, a, N);
-  if (a.vocab_order == ReductionOrder::online_tiles || a.vocab_order == ReductionOrder::online_tree)
-    throw InputError(fmt::format(
-        "bounds: vocabulary-parallel ranks ({}) with the online order {} are not defined (the "
-        "cross-shard merge of online states rescales)",
-        a.vocab_ranks, to_string(a.vocab_order)));
-  return reduction_constant(a.vocab_order, largest_shard(a, V), a, N) +
+  // An online rank's state is rescaled to the global maximum once before the cross-rank sum: one
+  // more rounding (the product, rounded to the accum dtype) on each of its terms' paths.
+  const double rescale = is_online(a.vocab_order) ? 1.0 : 0.0;
+  return reduction_constant(a.vocab_order, largest_shard(a, V), a, N) + rescale +
          static_cast<double>(a.vocab_ranks - 1);
+}
+
+double vocab_online_rescales(const DeclaredArithmetic& a, std::int64_t V, std::int64_t N) {
+  if (V <= 0) return 0.0;
+  if (a.vocab_ranks <= 1) return online_rescales(a, V, N);
+  const double within = online_rescales(a, largest_shard(a, V), N);
+  return is_online(a.vocab_order) ? within + 1.0 : within;
 }
 
 double dH_vocab_constant(const DeclaredArithmetic& a, std::int64_t V) {
@@ -238,7 +247,7 @@ Terms terms_of(const BoundInputs& in, Bounds& b) {
   k.gV = gamma_bound(b.c_vocab, k.uA);
   k.log_sum_term = k.gV >= 1.0 ? kInf : -std::log1p(-k.gV);
   k.logV = std::max(1.0, std::log(static_cast<double>(std::max<std::int64_t>(in.V, 1))));
-  k.online_extra_rel = online_rescales(in.arith, in.V, in.N) * (kLibm32 + kU32);
+  k.online_extra_rel = vocab_online_rescales(in.arith, in.V, in.N) * (kLibm32 + kU32);
   if (!std::isfinite(k.log_sum_term)) {
     b.meaningful = false;
     b.note = fmt::format(

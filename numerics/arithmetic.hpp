@@ -34,8 +34,8 @@ struct DeclaredArithmetic {
   /// Vocabulary-parallel ranks P (docs/arithmetic.md §10): each rank reduces its shard of at most
   /// ⌈V/P⌉ vocabulary entries in vocab_order (sum-exp, Σx) or in one fp32 sum (dH), and the P
   /// partials are added in the accum dtype (sum-exp, Σx) or fp32 (dH) in any order: P − 1 further
-  /// additions on every term's path. 1 = no sharding (every other strategy). P > 1 is defined for
-  /// the plain-sum orders (sequential, pairwise, blocked) only.
+  /// additions on every term's path; an online order's rank state is first rescaled to the global
+  /// maximum (one more rounding and one more rescale). 1 = no sharding (every other strategy).
   std::int64_t vocab_ranks = 1;
   std::string note;  ///< free text (e.g. "cuBLAS GemmEx, fp32 compute")
 };

@@ -39,6 +39,7 @@
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -454,6 +455,15 @@ class VocabParallelStrategy final : public CudaStrategy {
       return Status::NotSupported("ranks " + std::to_string(ranks) + " is past the int range");
     return vocab_parallel_ranks_supported(static_cast<int>(ranks));
   }
+  /// The local part: chunked's per-rank steps only (RunRequest::local_strategy empty or
+  /// "chunked"); naive, checkpointed and fused local parts compose in the CPU emulation only.
+  Status can_run_local(std::string_view local) const override {
+    if (local.empty() || local == kDefaultLocalStrategy) return Status::Ok();
+    return Status::NotSupported(std::string(kName) + " (cuda): local part '" + std::string(local) +
+                                "' is not built on CUDA; each rank runs chunked's steps (the CPU "
+                                "emulation, --backend cpu, composes naive, chunked, checkpointed "
+                                "and fused)");
+  }
   /// The declaration of one run: the ranks' P charged by the bound (vocab_ranks; the cross-rank
   /// additions in NCCL's order, any order declared).
   DeclaredArithmetic run_arithmetic(const RunRequest& req) const override {
@@ -498,6 +508,8 @@ ShardPlan VocabParallelStrategy::plan_shards(const RunRequest& req) const {
   const std::string& who = s.who;
   const Problem& Pb = run_setup::checked_problem(*this, req, who);
   s.P = req.ranks > 0 ? req.ranks : 1;
+  const Status local_ok = can_run_local(req.local_strategy);
+  if (!local_ok.ok()) throw InputError(local_ok.message);
   const Status ranks_ok = vocab_parallel_ranks_supported(s.P);
   if (!ranks_ok.ok()) throw InputError(who + " cannot run: " + ranks_ok.message);
   try {

@@ -17,9 +17,9 @@ DeclaredArithmetic ChunkedEmulation::arithmetic(const Recipe& r) const {
   return blocked_arithmetic(name(), r);
 }
 
-VocabSums ChunkedEmulation::vocab_sums(const EngineContext& c, const float* x, bool need_sx,
-                                       float* scratch) const {
-  return blocked_vocab_sums(c, x, need_sx, scratch);
+VocabSums ChunkedEmulation::vocab_sums(const EngineContext& c, const float* x, std::int64_t n,
+                                       bool need_sx, float* scratch) const {
+  return blocked_vocab_sums(c, x, n, need_sx, scratch);
 }
 
 std::int64_t ChunkedEmulation::block_rows(const RunRequest& req, std::int64_t V,

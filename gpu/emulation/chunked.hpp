@@ -15,7 +15,7 @@ class ChunkedEmulation : public EmulatedStrategy {
   DeclaredArithmetic arithmetic(const Recipe& r) const override;
 
  protected:
-  VocabSums vocab_sums(const EngineContext& c, const float* x, bool need_sx,
+  VocabSums vocab_sums(const EngineContext& c, const float* x, std::int64_t n, bool need_sx,
                        float* scratch) const override;
   std::int64_t block_rows(const RunRequest& req, std::int64_t V, std::int64_t S) const override;
   void add_block_grads(const BlockGrads& b) const override;

@@ -114,14 +114,31 @@ void block_linear_logits(const Ctx& c, const float* Hs, std::int64_t R, float* Z
   }
 }
 
+// §8's vocabulary ranges of a run: per rank (one rank over [0, V) when the run is not sharded) its
+// entries [begin, end) and the begins of the strategy's dH ranges in them (absolute; empty: one
+// sum over the rank's entries).
+struct DHShard {
+  std::int64_t begin = 0, end = 0;
+  std::vector<std::int64_t> ranges;
+};
+
+// An (R, k0..k1) block of fp32 sums: element (r, k) at p[r·ld + k − off].
+struct SumBlock {
+  float* p = nullptr;
+  std::int64_t ld = 0, off = 0;
+  float& at(std::int64_t r, std::int64_t k) const { return p[r * ld + k - off]; }
+};
+
 // §8 dH = dz·W for a block of R rows: fp32 with exact products, per (r, k) sequential over j —
-// over all of V (begins empty: one GEMM over the row), or within each vocabulary range
-// [begins[q], begins[q+1]) into a fresh fp32 partial that is then added to the running sum in
-// range order (fused: the kernel's per-tile tensor-core sums added into its fp32 dH accumulator;
-// vocab_parallel: each rank's partial over its shard, then the cross-rank sum). The hidden
-// dimension is split over threads; each reads its slice of every W row.
+// over each rank's entries (one fp32 sum), or within each of its ranges into a fresh fp32 partial
+// then added to the rank's running sum in range order (fused: the kernel's per-tile tensor-core
+// sums added into its fp32 dH accumulator). Without `rank_sums` the one rank's sums go straight
+// into acc; with it (vocab_parallel) each rank's sum is a fresh fp32 partial, and the partials are
+// added into acc in rank order (the first one copied: with one rank acc is that rank's sum, bit for
+// bit the unsharded one). The hidden dimension is split over threads; each reads its slice of
+// every W row.
 void block_dH(const Ctx& c, const float* dz, std::int64_t R, float* acc, bool par,
-              const std::vector<std::int64_t>& begins) {
+              const std::vector<DHShard>& plan, bool rank_sums) {
   const std::int64_t V = c.V, D = c.D;
   std::fill(acc, acc + R * D, 0.0f);
   // Slices of at least 64 columns: narrower ones cost a read of every W row per slice and put
@@ -130,23 +147,24 @@ void block_dH(const Ctx& c, const float* dz, std::int64_t R, float* acc, bool pa
   constexpr std::int64_t kMinWidth = 64;
   const std::int64_t slices = par ? std::clamp<std::int64_t>(D / kMinWidth, 1, 64) : 1;
   const std::int64_t width = (D + slices - 1) / slices;
-  const bool ranges = !begins.empty();
-  const std::vector<std::int64_t> starts = ranges ? begins : std::vector<std::int64_t>{0};
+  bool ranges = false;
+  for (const DHShard& sh : plan) ranges = ranges || !sh.ranges.empty();
 #pragma omp parallel if (par)
   {
     std::vector<double> wbuf(static_cast<std::size_t>(width));
     std::vector<float> w(static_cast<std::size_t>(width));
     std::vector<float> part(ranges ? static_cast<std::size_t>(R * width) : 0);
+    std::vector<float> rank(rank_sums ? static_cast<std::size_t>(R * width) : 0);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t sl = 0; sl < slices; ++sl) {
       const std::int64_t k0 = sl * width, k1 = std::min(D, k0 + width);
       if (k0 >= k1) continue;
-      for (std::size_t q = 0; q < starts.size(); ++q) {
-        const std::int64_t j0 = starts[q], j1 = q + 1 < starts.size() ? starts[q + 1] : V;
-        // Sums of this range: straight into acc (one range = the whole row), or into part.
-        float* dst = ranges ? part.data() : nullptr;
-        const std::int64_t ld = ranges ? width : D;
-        if (dst != nullptr) std::fill(part.begin(), part.end(), 0.0f);
+      const auto each = [&](auto&& fn) {
+        for (std::int64_t r = 0; r < R; ++r)
+          for (std::int64_t k = k0; k < k1; ++k) fn(r, k);
+      };
+      // Σ_{j0 ≤ j < j1} dz_rj·W_j into b, one fma per term in increasing j.
+      const auto sum_into = [&](std::int64_t j0, std::int64_t j1, const SumBlock& b) {
         for (std::int64_t j = j0; j < j1; ++j) {
           bool any = false;
           for (std::int64_t r = 0; r < R && !any; ++r) any = dz[r * V + j] != 0.0f;
@@ -157,14 +175,27 @@ void block_dH(const Ctx& c, const float* dz, std::int64_t R, float* acc, bool pa
           for (std::int64_t r = 0; r < R; ++r) {
             const float dzj = dz[r * V + j];
             if (dzj == 0.0f) continue;
-            float* a = dst != nullptr ? dst + r * ld - k0 : acc + r * D;
             for (std::int64_t k = k0; k < k1; ++k)
-              a[k] = std::fma(dzj, w[static_cast<std::size_t>(k - k0)], a[k]);
+              b.at(r, k) = std::fma(dzj, w[static_cast<std::size_t>(k - k0)], b.at(r, k));
           }
         }
-        if (dst != nullptr)
-          for (std::int64_t r = 0; r < R; ++r)
-            for (std::int64_t k = k0; k < k1; ++k) acc[r * D + k] += dst[r * ld + k - k0];
+      };
+      const SumBlock out{acc, D, 0}, pt{part.data(), width, k0}, rb{rank.data(), width, k0};
+      for (std::size_t g = 0; g < plan.size(); ++g) {
+        const DHShard& sh = plan[g];
+        const SumBlock& sum = rank_sums ? rb : out;
+        if (rank_sums) each([&](std::int64_t r, std::int64_t k) { sum.at(r, k) = 0.0f; });
+        if (sh.ranges.empty()) sum_into(sh.begin, sh.end, sum);
+        for (std::size_t q = 0; q < sh.ranges.size(); ++q) {
+          const std::int64_t j1 = q + 1 < sh.ranges.size() ? sh.ranges[q + 1] : sh.end;
+          each([&](std::int64_t r, std::int64_t k) { pt.at(r, k) = 0.0f; });
+          sum_into(sh.ranges[q], j1, pt);
+          each([&](std::int64_t r, std::int64_t k) { sum.at(r, k) += pt.at(r, k); });
+        }
+        if (rank_sums)
+          each([&](std::int64_t r, std::int64_t k) {
+            out.at(r, k) = g == 0 ? sum.at(r, k) : out.at(r, k) + sum.at(r, k);
+          });
       }
     }
   }
@@ -238,17 +269,22 @@ void row_kernel_logits(const Ctx& c, const float* z, float* x) {
 }  // namespace
 
 Status EmulatedStrategy::can_implement(const Problem& p, const LossSpec& s, const Recipe& r) const {
+  return emulation_can_implement(name(), p, s, r);
+}
+
+Status emulation_can_implement(const std::string& name, const Problem& p, const LossSpec& s,
+                               const Recipe& r) {
   for (DType t : {r.input, r.logits, r.accum, r.grad})
     if (t == DType::fp64)
       return Status::NotSupported(
           fmt::format("{} (cpu-emulation): recipe {} has an fp64 place; the emulation models "
                       "fp32/fp16/bf16 hardware only",
-                      name(), r.name()));
+                      name, r.name()));
   if (p.input_dtype() != r.input)
     return Status::NotSupported(
         fmt::format("{} (cpu-emulation): the problem is stored in {} but recipe {} reads {} inputs "
                     "(convert the problem; the emulation never re-rounds inputs silently)",
-                    name(), to_string(p.input_dtype()), r.name(), to_string(r.input)));
+                    name, to_string(p.input_dtype()), r.name(), to_string(r.input)));
   try {
     s.validate();
   } catch (const InputError& e) {
@@ -257,11 +293,12 @@ Status EmulatedStrategy::can_implement(const Problem& p, const LossSpec& s, cons
   return Status::Ok();
 }
 
-VocabSums blocked_vocab_sums(const EngineContext& c, const float* x, bool need_sx, float* scratch) {
+VocabSums blocked_vocab_sums(const EngineContext& c, const float* x, std::int64_t n, bool need_sx,
+                             float* scratch) {
   const DType A = c.rc.accum;
   VocabSums v;
-  v.s = emu::sum_exp(x, c.V, A, c.ar, scratch, &v.m);
-  if (need_sx) v.sx = emu::sum_ordered(x, c.V, A, c.ar);
+  v.s = emu::sum_exp(x, n, A, c.ar, scratch, &v.m);
+  if (need_sx) v.sx = emu::sum_ordered(x, n, A, c.ar);
   return v;
 }
 
@@ -300,11 +337,18 @@ void for_each_vocab_row(
 }
 
 std::int64_t EmulatedStrategy::workspace_size(const RunRequest& req) const {
+  return sharded_workspace_size(req, 0);
+}
+
+std::int64_t EmulatedStrategy::sharded_workspace_size(const RunRequest& req,
+                                                      std::int64_t ranks) const {
   const Problem& p = *req.problem;
   const std::int64_t S =
       req.token_rows.empty() ? p.N : static_cast<std::int64_t>(req.token_rows.size());
   const std::int64_t threads = omp_get_max_threads();
-  std::int64_t block = block_rows(req, p.V, S);
+  // A rank's shard holds at most ⌈V/P⌉ entries (its memory budget is per rank).
+  const std::int64_t width = ranks > 1 ? (p.V + ranks - 1) / ranks : p.V;
+  std::int64_t block = block_rows(req, width, S);
   block = std::max<std::int64_t>(1, std::min(block, std::max<std::int64_t>(S, 1)));
   std::int64_t bytes =
       threads * 2 * p.V * 4 + block * p.V * 4;  // per-thread rows, block of logits/dz
@@ -484,7 +528,7 @@ void EmulatedStrategy::forward_block(const EngineContext& c, TokenRows& tr, std:
       float* z = zbuf + (q - q0) * V;
       if (!c.linear) row_given_logits(c, i, z);
       row_kernel_logits(c, z, x.data());
-      const VocabSums vs = vocab_sums(c, x.data(), v && c.eps > 0.0f, scratch.data());
+      const VocabSums vs = row_vocab_sums(c, x.data(), v && c.eps > 0.0f, scratch.data());
       const RowOut ro = row_forward(c, x.data(), vs, t, v);
       tr.lse_f[sz(q)] = ro.lse;
       tr.loss_f[sz(q)] = ro.loss;
@@ -502,20 +546,50 @@ void EmulatedStrategy::forward_block(const EngineContext& c, TokenRows& tr, std:
 }
 
 StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
+  return run_engine(req, run_arithmetic(req), 0, name());
+}
+
+namespace {
+
+// §8's ranges of a run: one rank over [0, V), or the shards of c.shards, each with the strategy's
+// dH ranges in it (`begins(n)`: relative to the rank's first entry).
+template <class Begins>
+std::vector<DHShard> dH_plan(const Ctx& c, Begins&& begins) {
+  std::vector<DHShard> plan;
+  const std::vector<VocabShard> whole{{0, c.V}};
+  for (const VocabShard& sh : c.shards.empty() ? whole : c.shards) {
+    DHShard d{sh.begin, sh.end, begins(sh.size())};
+    for (std::int64_t& j : d.ranges) j += sh.begin;
+    plan.push_back(std::move(d));
+  }
+  return plan;
+}
+
+}  // namespace
+
+StrategyOutputs EmulatedStrategy::run_engine(const RunRequest& req, const DeclaredArithmetic& ar,
+                                             std::int64_t shards, const std::string& as) const {
   const auto t0 = std::chrono::steady_clock::now();
-  if (!req.problem) throw InputError(name() + " (cpu-emulation): RunRequest without a problem");
+  if (!req.problem) throw InputError(as + " (cpu-emulation): RunRequest without a problem");
   const Problem& pb = *req.problem;
   req.spec.validate();
   pb.validate(req.spec.ignore_index);
   const Status st = can_implement(pb, req.spec, req.recipe);
   if (!st.ok()) throw InputError(st.message);
 
-  Ctx c = make_context(req, run_arithmetic(req));
+  Ctx c = make_context(req, ar);
   c.logits_block = logits_gemm_block();
   const std::int64_t N = c.N, V = c.V, D = c.D;
-  std::vector<std::int64_t> rows = token_rows_of(req, N, name());
+  if (shards > 0) {
+    try {
+      c.shards = vocab_shards(V, shards);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{} (cpu-emulation): {}", as, e.what()));
+    }
+  }
+  std::vector<std::int64_t> rows = token_rows_of(req, N, as);
   const auto S = static_cast<std::int64_t>(rows.size());
-  check_upstream(req, N, name());
+  check_upstream(req, N, as);
   const std::int64_t n_valid = pb.count_valid(req.spec.ignore_index);
 
   std::vector<float> Hs;  // (S, D)
@@ -531,15 +605,17 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
   TokenRows tr(req, std::move(rows), n_valid);
 
   const bool grads = req.want_grads;
-  const std::vector<std::int64_t> dH_begins = dH_vocab_begins(c);
+  const std::vector<DHShard> dH_ranges =
+      dH_plan(c, [&](std::int64_t n) { return dH_vocab_begins(c, n); });
   const std::int64_t threads = omp_get_max_threads();
-  // Rows are processed in blocks of the strategy's size (block_rows); each block's dW and db are
-  // added into the accumulators by the strategy (add_block_grads).
-  std::int64_t block = block_rows(req, V, S);
+  // Rows are processed in blocks of the strategy's size (block_rows; a rank's, over its shard of
+  // at most ⌈V/P⌉ entries, when sharded); each block's dW and db are added into the accumulators
+  // by the strategy (add_block_grads).
+  std::int64_t block = block_rows(req, c.shards.empty() ? V : c.shards.front().size(), S);
   block = std::max<std::int64_t>(1, std::min(block, S));
   const bool par = S * V * (D + 4) >= (std::int64_t{1} << 18);
   // Vocabulary rows of dW/db (all, or RunRequest::vocab_rows); J of them are computed.
-  check_vocab_rows(req, V, name());
+  check_vocab_rows(req, V, as);
   const std::int64_t J =
       req.vocab_rows.empty() ? V : static_cast<std::int64_t>(req.vocab_rows.size());
   if (grads) {
@@ -568,7 +644,7 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
     forward_block(c, tr, q0, q1, zbuf.data(), par, out);
     if (!grads || !c.linear) continue;
     const float* dz = zbuf.data();
-    block_dH(c, dz, R, dHacc.data(), par, dH_begins);
+    block_dH(c, dz, R, dHacc.data(), par, dH_ranges, !c.shards.empty());
     for (std::int64_t r = 0; r < R; ++r)
       for (std::int64_t d = 0; d < D; ++d)
         out.dH[sz((q0 + r) * D + d)] = rnd(dHacc[sz(r * D + d)], G);

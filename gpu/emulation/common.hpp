@@ -20,11 +20,14 @@
 //                    SM count: gpu/plans/fused_plan.hpp;
 //                    declared online_tree, as
 //                    the CUDA kernel)
-//   vocab_parallel   per rank blocked over its  as chunked (each rank's own       a chunk
-//   .cpp             shard with the global max, vocabulary rows)
-//                    the P partials added in
-//                    rank order; dH per shard,
-//                    added in rank order
+//   vocab_parallel   the local strategy's       the local strategy's (each rank's  the local
+//   .cpp             (naive, chunked,           own vocabulary rows)               strategy's
+//                    checkpointed or fused) per
+//                    shard, the P partials
+//                    added in rank order; dH:
+//                    the local strategy's per
+//                    shard, added in rank order
+//                    (the engine's run_sharded)
 //
 // Host memory is the emulator's own (a block of rows' logits/dz, the dW accumulator), reported in
 // peak_extra_bytes; W is read on demand in panels, never copied whole. OpenMP over token rows
@@ -36,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/plans/vocab_shards.hpp"
 #include "gpu/strategy.hpp"
 #include "numerics/emulate.hpp"
 
@@ -57,7 +61,10 @@ struct EngineContext {
   const Problem* pb = nullptr;
   LossSpec sp;
   Recipe rc;
-  DeclaredArithmetic ar;  ///< the strategy's arithmetic(rc)
+  DeclaredArithmetic ar;  ///< the strategy's run_arithmetic(req)
+  /// Vocabulary-parallel runs (EmulatedStrategy::run_sharded): the P = ar.vocab_ranks shards of
+  /// vocab_shards(V, P), in rank order; empty for a run over the whole vocabulary.
+  std::vector<VocabShard> shards;
   std::int64_t N = 0, V = 0, D = 0;
   bool linear = false;
   std::vector<float> bias;  ///< (V) bias as float (exact; −Inf allowed), empty when absent
@@ -102,20 +109,39 @@ class EmulatedStrategy : public Strategy {
   Status can_implement(const Problem& p, const LossSpec& s, const Recipe& r) const override;
   std::int64_t workspace_size(const RunRequest& req) const override;
   StrategyOutputs run(const RunRequest& req) const override;
+  /// This strategy as the local part of vocabulary parallelism (vocab_parallel,
+  /// docs/vocab_parallel.md): the vocabulary split into the P = ar.vocab_ranks shards of
+  /// vocab_shards(V, P), each rank's cross-entropy over its shard in this strategy's orders, and
+  /// the cross-rank reductions of docs/arithmetic.md §10 in rank order: the maximum (exact); the
+  /// sum-exp (a plain order, two-pass: each shard's sum with the global maximum; an online order:
+  /// each rank's own state over its shard, rescaled once to the global maximum,
+  /// rnd_A(s_r·expf(m_r − m))), added in the accum dtype; Σx likewise; dH as each rank's fp32
+  /// partial over its shard (this strategy's dH within it), added in fp32. dW and db are each
+  /// rank's own rows, this strategy's. `ar` is the run's declaration (vocab_ranks = P ≥ 1), `as`
+  /// the name errors give. Throws InputError as run(), and when P > V.
+  StrategyOutputs run_sharded(const RunRequest& req, const DeclaredArithmetic& ar,
+                              const std::string& as) const;
+  /// workspace_size(req) of run_sharded with P ranks.
+  std::int64_t sharded_workspace_size(const RunRequest& req, std::int64_t ranks) const;
 
  protected:
-  /// §3–4 (§9 for online states): the row's vocabulary sums of its kernel logits x (V floats), in
-  /// this strategy's order; sx only when `need_sx`. scratch: V floats the hook may use.
-  virtual VocabSums vocab_sums(const EngineContext& c, const float* x, bool need_sx,
+  /// §3–4 (§9 for online states): the vocabulary sums of n kernel logits x (the row, or a rank's
+  /// shard of it), in this strategy's order; sx only when `need_sx`. scratch: n floats the hook
+  /// may use.
+  virtual VocabSums vocab_sums(const EngineContext& c, const float* x, std::int64_t n, bool need_sx,
                                float* scratch) const = 0;
   /// Token rows whose logits (then dz) the engine holds at once, ≥ 1 (clamped to the S rows): the
   /// unit of the strategy's dW/db accumulation (add_block_grads).
   virtual std::int64_t block_rows(const RunRequest& req, std::int64_t V, std::int64_t S) const = 0;
-  /// §8 dH = dz·W: empty for one fp32 GEMM over the whole row straight into the dH accumulator;
-  /// otherwise the begins of contiguous vocabulary ranges (ascending, the first 0, the last range
-  /// ending at V) whose fp32 partial sums are added into the fp32 accumulator range by range, in
-  /// this order (fused: tiles of 256; vocab_parallel: the ranks' shards).
-  virtual std::vector<std::int64_t> dH_vocab_begins(const EngineContext&) const { return {}; }
+  /// §8 dH = dz·W over n vocabulary entries (the row, or a rank's shard): empty for one fp32 GEMM
+  /// over all n straight into the dH accumulator; otherwise the begins, relative to the first
+  /// entry, of contiguous ranges (ascending, the first 0, the last range ending at n) whose fp32
+  /// partial sums are added into the fp32 accumulator range by range, in this order (fused: tiles
+  /// of 256).
+  virtual std::vector<std::int64_t> dH_vocab_begins(const EngineContext&, std::int64_t n) const {
+    (void)n;
+    return {};
+  }
   /// §8 dW += dzᵀ·H (and db += Σ_rows dz) of one block, in this strategy's order.
   virtual void add_block_grads(const BlockGrads& b) const = 0;
   /// §1: 0 for the IEEE fp32 logits GEMM every strategy emulates; B > 0 for the tensor-core
@@ -124,6 +150,13 @@ class EmulatedStrategy : public Strategy {
 
  private:
   struct TokenRows;  // per token row: loss, lse, gradient scale, validity (common.cpp)
+  /// The engine: run() (shards = 0) and run_sharded (shards = P).
+  StrategyOutputs run_engine(const RunRequest& req, const DeclaredArithmetic& ar,
+                             std::int64_t shards, const std::string& as) const;
+  /// The row's vocabulary sums: vocab_sums over the row, or, with c.shards, per shard and reduced
+  /// across the ranks (run_sharded; both defined in gpu/emulation/vocab_parallel.cpp).
+  VocabSums row_vocab_sums(const EngineContext& c, const float* x, bool need_sx,
+                           float* scratch) const;
   /// Forward (§2–5) and dz (§7) of token rows [q0, q1) whose logits are in zbuf (block, V): loss
   /// and lse into tr, dz over the logits (and into out.dz for a logits problem).
   void forward_block(const EngineContext& c, TokenRows& tr, std::int64_t q0, std::int64_t q1,
@@ -132,9 +165,15 @@ class EmulatedStrategy : public Strategy {
 
 // ---- Building blocks of the hooks (common.cpp) --------------------------------------------------
 
+/// EmulatedStrategy::can_implement for the strategy `name`: fp32/fp16/bf16 recipes reading the
+/// problem's input dtype, and a valid loss spec; not_supported naming why otherwise.
+Status emulation_can_implement(const std::string& name, const Problem& p, const LossSpec& s,
+                               const Recipe& r);
+
 /// The blocked vocabulary reduction (kBlockThreads threads, numerics/emulate.hpp's sum_exp and
 /// sum_ordered with the strategy's declared arithmetic c.ar).
-VocabSums blocked_vocab_sums(const EngineContext& c, const float* x, bool need_sx, float* scratch);
+VocabSums blocked_vocab_sums(const EngineContext& c, const float* x, std::int64_t n, bool need_sx,
+                             float* scratch);
 /// The declaration of the blocked reduction (T = kBlockThreads, tokens pairwise, no GEMM k-split).
 DeclaredArithmetic blocked_arithmetic(const std::string& name, const Recipe& r);
 /// Rows of 64 MiB of fp32 logits (at least 1): the block of a strategy that does not chunk.

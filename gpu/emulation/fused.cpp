@@ -52,12 +52,13 @@ void fused_merge(FusedState& a, const FusedState& b, DType A) {
 // q, j < T/(8W), e < 2, in that order; today 16 threads of 8 columns) into an online state; the
 // quad merges (q ⊕ q^1, then ⊕ q^2, lower lane first), then the W warps in order; the ranges'
 // states are merged pairwise (binary-counter stack, older first), as the finalize kernel does.
-// Columns past V are −inf (nothing added).
-FusedState fused_row_state(const EngineContext& c, const float* x, bool smoothing) {
+// Columns past V are −inf (nothing added). V = n: the row, or a rank's shard of it (vocab_parallel
+// launches the kernel per rank over its shard).
+FusedState fused_row_state(const EngineContext& c, const float* x, std::int64_t n, bool smoothing) {
   const DType A = c.rc.accum;
   constexpr std::int64_t T = gpu::kFusedVocabTile, W = gpu::kFusedRowWarps,
                          TC = gpu::kFusedThreadColumns;
-  const std::int64_t V = c.V;
+  const std::int64_t V = n;
   const int sms = c.req->emulated_sms > 0 ? c.req->emulated_sms : gpu::kFusedModelSms;
   const int ranges = gpu::fused_vocab_ranges(c.N, V, sms);
   const std::int64_t VT = (V + T - 1) / T, tpr = (VT + ranges - 1) / ranges;
@@ -133,17 +134,17 @@ class FusedEmulation final : public EmulatedStrategy {
   }
 
  protected:
-  VocabSums vocab_sums(const EngineContext& c, const float* x, bool need_sx,
+  VocabSums vocab_sums(const EngineContext& c, const float* x, std::int64_t n, bool need_sx,
                        float*) const override {
-    const FusedState f = fused_row_state(c, x, need_sx);
+    const FusedState f = fused_row_state(c, x, n, need_sx);
     return {f.st.m, f.st.s, f.sx};
   }
   std::int64_t block_rows(const RunRequest&, std::int64_t, std::int64_t) const override {
     return gpu::kFusedBlockTokens;
   }
-  std::vector<std::int64_t> dH_vocab_begins(const EngineContext& c) const override {
+  std::vector<std::int64_t> dH_vocab_begins(const EngineContext&, std::int64_t n) const override {
     std::vector<std::int64_t> begins;
-    for (std::int64_t j0 = 0; j0 < c.V; j0 += gpu::kFusedBackwardVocabTile) begins.push_back(j0);
+    for (std::int64_t j0 = 0; j0 < n; j0 += gpu::kFusedBackwardVocabTile) begins.push_back(j0);
     return begins;
   }
   void add_block_grads(const BlockGrads& b) const override {

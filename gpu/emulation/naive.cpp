@@ -55,9 +55,9 @@ class NaiveEmulation final : public EmulatedStrategy {
   std::int64_t logits_gemm_block() const override {
     return v_ == NaiveVariant::tensor_core ? kTensorCoreBlock : 0;
   }
-  VocabSums vocab_sums(const EngineContext& c, const float* x, bool need_sx,
+  VocabSums vocab_sums(const EngineContext& c, const float* x, std::int64_t n, bool need_sx,
                        float* scratch) const override {
-    return blocked_vocab_sums(c, x, need_sx, scratch);  // in c.ar's order (sequential too)
+    return blocked_vocab_sums(c, x, n, need_sx, scratch);  // in c.ar's order (sequential too)
   }
   std::int64_t block_rows(const RunRequest&, std::int64_t V, std::int64_t) const override {
     return host_block_rows(V);

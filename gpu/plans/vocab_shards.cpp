@@ -2,9 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "numerics/error.hpp"
 
 namespace xentlab {
+
+void check_vocab_ranks(std::int64_t P) {
+  if (P < 1)
+    throw InputError(fmt::format("vocabulary-parallel ranks must be at least 1 (got {})", P));
+  if (P > std::numeric_limits<int>::max())
+    throw InputError(fmt::format(
+        "vocabulary-parallel ranks {} is past the largest int (each rank is a device)", P));
+}
 
 std::vector<VocabShard> vocab_shards(std::int64_t V, std::int64_t P) {
   if (P < 1)

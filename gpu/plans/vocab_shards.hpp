@@ -15,6 +15,11 @@ struct VocabShard {
   std::int64_t size() const { return end - begin; }
 };
 
+/// Throws InputError when P is not a number of ranks: P < 1 ("vocabulary-parallel ranks must be at
+/// least 1 (got P)", as vocab_shards) or past the largest int (each rank is a device). The check
+/// of --ranks before the problem (and V) is known.
+void check_vocab_ranks(std::int64_t P);
+
 /// The P shards of a vocabulary of V rows, in rank order; they tile [0, V) with sizes ⌈V/P⌉ (the
 /// first V mod P) and ⌊V/P⌋. Throws InputError when P < 1 or P > V (a rank would own no row).
 std::vector<VocabShard> vocab_shards(std::int64_t V, std::int64_t P);

@@ -113,6 +113,7 @@ RunRecord new_record(const AuditProblem& ap, const Strategy& st, const Recipe& r
   rec.upstream = cfg.upstream;
   if (strategy_traits(st.name()).shards_vocabulary) {
     rec.ranks = cfg.ranks;
+    rec.local_strategy = cfg.local_strategy.empty() ? kDefaultLocalStrategy : cfg.local_strategy;
     for (const VocabShard& s : vocab_shards(ap.problem.V, cfg.ranks))
       rec.shard_begins.push_back(s.begin);
   }
@@ -137,6 +138,10 @@ void check_config(const std::vector<AuditProblem>& problems, const AuditConfig& 
     if (!ranks_ok.ok())
       throw InputError(fmt::format("audit: {} ({}) with --ranks {}: {}", st->name(),
                                    to_string(st->backend()), cfg.ranks, ranks_ok.message));
+    const Status local_ok = st->can_run_local(cfg.local_strategy);
+    if (!local_ok.ok())
+      throw InputError(fmt::format("audit: {} ({}) with --local-strategy {}: {}", st->name(),
+                                   to_string(st->backend()), cfg.local_strategy, local_ok.message));
     for (const AuditProblem& ap : problems) try {
         (void)vocab_shards(ap.problem.V, cfg.ranks);
       } catch (const InputError& e) {
@@ -291,6 +296,7 @@ RunRecord audit_run(const AuditPlan& plan, const AuditProblem& ap, DType input, 
   req.emulated_sms = cfg.device_sms;
   req.chunk_tokens = cfg.chunk_tokens;
   req.ranks = static_cast<int>(cfg.ranks);
+  req.local_strategy = cfg.local_strategy;
   req.upstream = pr.upstream;
   rec.arith = st.run_arithmetic(req);
   const Status can = st.can_implement(pr.problem, ap.spec, recipe);

@@ -100,6 +100,10 @@ struct AuditConfig {
   /// (StrategyTraits::shards_vocabulary: vocab_parallel; RunRequest::ranks); the others ignore
   /// it. Must be ≥ 1 and, when such a strategy is chosen, ≤ every problem's V.
   std::int64_t ranks = 1;
+  /// The local part of those strategies (RunRequest::local_strategy: the strategy each rank runs
+  /// over its shard; "" = kDefaultLocalStrategy); each must compose it on its backend
+  /// (Strategy::can_run_local), else run_audit refuses before any work.
+  std::string local_strategy;
   /// Reduction none: the upstream gradient of every run and of the reference, "ones" (empty) or
   /// "random" (random_upstream over the sub-batch's rows, seed `seed` + 2). "random" with a
   /// problem whose reduction is not none is refused.
@@ -127,6 +131,7 @@ struct RunRecord {
   /// vocabulary row of each rank's shard (vocab_shards); 0 and empty for the other strategies.
   std::int64_t ranks = 0;
   std::vector<std::int64_t> shard_begins;
+  std::string local_strategy;     ///< and its local part (kDefaultLocalStrategy when none named)
   std::string upstream = "ones";  ///< reduction none: "ones" or "random" (AuditConfig)
   DeclaredArithmetic arith;
   Verdict verdict;
@@ -197,9 +202,9 @@ struct AuditResult {
 /// Runs the audit over the problems: the strategies named by AuditConfig::strategies (any row of
 /// the registry), or without names those of the default set (StrategyTraits::in_default_set).
 /// Throws InputError for unknown strategy names or an empty set, a negative chunk_tokens, ranks
-/// < 1 or (with a strategy that shards the vocabulary) > a problem's V, an upstream other than ones
-/// or random, or upstream random beside a problem whose reduction is not none, or two problems
-/// of one name (check_problem_names).
+/// < 1 or (with a strategy that shards the vocabulary) > a problem's V or a local part it does not
+/// compose, an upstream other than ones or random, or upstream random beside a problem whose
+/// reduction is not none, or two problems of one name (check_problem_names).
 AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConfig& config);
 
 /// Throws InputError naming the name when two problems share one (a results file records a

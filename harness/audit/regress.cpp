@@ -29,6 +29,7 @@ struct RunSummary {
   std::int64_t chunk_tokens = 0;  ///< 0 = default (and in version 1 files)
   std::string upstream = "ones";  ///< "ones" in version 1 files
   std::int64_t ranks = 0;         ///< vocabulary-parallel ranks (vocab_parallel runs), else 0
+  std::string local_strategy;     ///< and their local part (absent before it was recorded: chunked)
   std::vector<std::int64_t> token_rows;          ///< the problem's audited rows (empty when absent)
   std::map<std::string, OutputSummary> outputs;  // by output name
 };
@@ -62,7 +63,11 @@ std::vector<RunSummary> load_runs(const std::string& path) {
     // Version 2 attributes; a version 1 run had the defaults.
     if (g.has_attr("chunk_tokens")) r.chunk_tokens = g.attr_int("chunk_tokens");
     if (g.has_attr("upstream")) r.upstream = g.attr_string("upstream");
-    if (g.has_attr("ranks")) r.ranks = g.attr_int("ranks");
+    if (g.has_attr("ranks")) {
+      r.ranks = g.attr_int("ranks");
+      r.local_strategy = g.has_attr("local_strategy") ? g.attr_string("local_strategy")
+                                                      : std::string(kDefaultLocalStrategy);
+    }
     const std::string pg = "problems/" + r.problem + "." + r.input_dtype;
     if (rows_of.count(pg) == 0 && f.exists(pg + "/token_rows"))
       rows_of[pg] = f.open_dataset(pg + "/token_rows").read_int64();
@@ -93,7 +98,8 @@ using Key = std::tuple<std::string, std::string, std::string, std::string, std::
 void require_same_problem(const char* what, const std::string& path_a, const std::string& path_b,
                           const std::string& name, const RunSummary& a, const RunSummary& b) {
   if (a.spec == b.spec && a.seed == b.seed && a.token_rows == b.token_rows &&
-      a.upstream == b.upstream && a.chunk_tokens == b.chunk_tokens && a.ranks == b.ranks)
+      a.upstream == b.upstream && a.chunk_tokens == b.chunk_tokens && a.ranks == b.ranks &&
+      a.local_strategy == b.local_strategy)
     return;
   throw InputError(fmt::format(
       "{}: {} and {} hold runs of one name that differ in their problem or their run "
@@ -107,7 +113,10 @@ void require_same_problem(const char* what, const std::string& path_a, const std
           ? fmt::format("chunk_tokens {} against {} (--chunk-tokens)", a.chunk_tokens,
                         b.chunk_tokens)
       : a.ranks != b.ranks ? fmt::format("ranks {} against {} (--ranks)", a.ranks, b.ranks)
-                           : std::string("different audited token rows (--rows, --tokens)")));
+      : a.local_strategy != b.local_strategy
+          ? fmt::format("local part {} against {} (--local-strategy)", a.local_strategy,
+                        b.local_strategy)
+          : std::string("different audited token rows (--rows, --tokens)")));
 }
 
 /// Runs keyed by (problem, input dtype, strategy, backend, recipe); a later run of the same key

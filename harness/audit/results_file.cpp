@@ -178,6 +178,7 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
     g.set_attr("upstream", r.upstream);
     if (r.ranks > 0) {  // a strategy that shards the vocabulary (vocab_parallel)
       g.set_attr("ranks", r.ranks);
+      g.set_attr("local_strategy", r.local_strategy);
       g.write("shard_begins", r.shard_begins);
     }
     g.set_attr("disposition", std::string(to_string(r.verdict.disposition)));

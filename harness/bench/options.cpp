@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "datasets/io/atomic_file.hpp"
+#include "gpu/plans/vocab_shards.hpp"
 #include "harness/text.hpp"
 #include "numerics/error.hpp"
 
@@ -66,7 +67,37 @@ std::int64_t BenchOptions::input_bytes(DType input) const {
   return (N * D + V * D) * size_of(input) + N * 8;
 }
 
-BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>& known) {
+namespace {
+
+/// --ranks P: the checks of xentlab audit's --ranks (1 ≤ P ≤ V, a strategy that shards the
+/// vocabulary named, else the option would be ignored).
+std::int64_t checked_ranks(std::int64_t P, const std::vector<std::string>& strategies,
+                           const std::vector<std::string>& sharding, std::int64_t V) {
+  try {
+    check_vocab_ranks(P);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("--ranks: {}", e.what()));
+  }
+  bool named = false;
+  for (const std::string& s : strategies)
+    named = named || std::find(sharding.begin(), sharding.end(), s) != sharding.end();
+  if (!named)
+    throw InputError(fmt::format(
+        "--ranks {} applies to the strategies that shard the vocabulary ({}), and --strategies "
+        "names none (e.g. --strategies {} --ranks {})",
+        P, fmt::join(sharding, ", "), sharding.empty() ? "" : sharding.front(), P));
+  try {
+    (void)vocab_shards(V, P);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("--ranks {}: {} (--vocab {})", P, e.what(), V));
+  }
+  return P;
+}
+
+}  // namespace
+
+BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>& known,
+                             const std::vector<std::string>& sharding) {
   BenchOptions o;
   const Preset* p = a.preset.empty() ? nullptr : &find_preset(a.preset);
   if (p != nullptr) {
@@ -123,6 +154,7 @@ BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>&
     if (*a.chunk_tokens < 0) throw InputError("--chunk-tokens must be 0 (from the budget) or more");
     o.chunk_tokens = *a.chunk_tokens;
   }
+  if (a.ranks) o.ranks = checked_ranks(*a.ranks, o.strategies, sharding, o.V);
   auto count = [](const std::optional<std::int64_t>& v, std::int64_t def, std::int64_t lo,
                   std::int64_t hi, const char* flag) {
     if (!v) return def;

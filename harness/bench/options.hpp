@@ -37,6 +37,7 @@ struct BenchArgs {
   std::vector<std::string> recipes, strategies;  ///< comma lists allowed in each entry
   std::string memory_budget;
   std::optional<std::int64_t> chunk_tokens, repeats, warmup, sample_rows, vocab_rows, seed;
+  std::optional<std::int64_t> ranks;  ///< --ranks of vocab_parallel
   std::string preset;
   std::string csv, h5, markdown, json;
 };
@@ -48,6 +49,10 @@ struct BenchOptions {
   std::vector<std::string> strategies;  ///< empty = every registered strategy
   std::int64_t memory_budget = 0;       ///< 0 = each strategy's default
   std::int64_t chunk_tokens = 0;        ///< 0 = from the budget
+  /// Vocabulary-parallel ranks P of vocab_parallel (--ranks, as xentlab audit's; 1 when not
+  /// given). The bench times one device per run: with P > 1 the vocab_parallel rows are
+  /// not-supported rows saying so.
+  std::int64_t ranks = 1;
   int repeats = 5, warmup = 1;
   std::int64_t sample_rows = 8;    ///< token rows checked against the reference (0 = no check)
   std::int64_t vocab_rows = 2048;  ///< vocabulary rows of the dW check (0 = all V)
@@ -70,9 +75,12 @@ inline constexpr const char* kDefaultRecipes = "bf16/bf16/fp32/bf16";
 /// Applies the preset (explicit flags win), the defaults, and checks every value: sizes ≥ 1 with
 /// no matrix past kMaxMatrixElements; recipes parse and have an fp32/fp16/bf16 input (the device
 /// generator's dtypes); strategies are among `known_strategies` (the registry's names); repeats ≥
-/// 1, warm-up ≥ 0, chunk tokens ≥ 0, sample and vocabulary rows ≥ 0 (clamped to N and V); the
+/// 1, warm-up ≥ 0, chunk tokens ≥ 0, sample and vocabulary rows ≥ 0 (clamped to N and V); ranks
+/// (when given) 1 to V and only with one of `sharding` (the names among known_strategies that
+/// shard the vocabulary, StrategyTraits::shards_vocabulary) named, as xentlab audit's --ranks; the
 /// outputs are not the same file. Throws InputError naming the option and value.
 BenchOptions resolve_options(const BenchArgs& args,
-                             const std::vector<std::string>& known_strategies);
+                             const std::vector<std::string>& known_strategies,
+                             const std::vector<std::string>& sharding = {});
 
 }  // namespace xentlab::bench

@@ -119,7 +119,9 @@ class Runner {
     rep.meta.sample_rows = o_.sample_rows;
     rep.meta.vocab_rows = o_.sample_rows > 0 ? o_.vocab_rows : 0;
 
-    std::vector<std::unique_ptr<Strategy>> all = make_strategies(Backend::cuda);
+    // Without --strategies the default set; named, any row (vocab_parallel runs only when named).
+    std::vector<std::unique_ptr<Strategy>> all = make_strategies(
+        Backend::cuda, o_.strategies.empty() ? StrategySet::default_set : StrategySet::all);
     std::vector<const gpu::CudaStrategy*> strategies;
     for (const auto& s : all) {
       auto* cs = dynamic_cast<const gpu::CudaStrategy*>(s.get());
@@ -380,6 +382,16 @@ class Runner {
     row.recipe = recipe.name();
     row.io_bytes = out.io_bytes;
     const std::string tag = fmt::format("[{}/{}] {} {}", done_, total_, row.strategy, row.recipe);
+    if (o_.ranks > 1 && strategy_traits(cs.name()).shards_vocabulary) {
+      // The timers measure one device's stream; P ranks are P devices and their collectives.
+      row.status = RowStatus::not_supported;
+      row.message = fmt::format(
+          "the bench times one device per run, and {} ranks span {} devices (xentlab audit "
+          "--backend cuda --strategies {} --ranks {} checks their outputs)",
+          o_.ranks, o_.ranks, cs.name(), o_.ranks);
+      say(fmt::format("{}: {}: {}", tag, to_string(row.status), row.message));
+      return false;
+    }
     const gpu::WorkspaceQuery q{N, V, D, recipe.input, false, recipe, true};
     std::int64_t n_chunks = 1;
     try {

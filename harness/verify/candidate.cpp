@@ -7,6 +7,7 @@
 #include "datasets/generators.hpp"
 #include "datasets/io/atomic_file.hpp"
 #include "datasets/io/h5.hpp"
+#include "gpu/registry.hpp"
 #include "harness/verify/verify.hpp"
 #include "numerics/error.hpp"
 #include "numerics/version.hpp"
@@ -36,7 +37,8 @@ Tensor tensor_of(const Vec& v, DType dtype, std::vector<std::int64_t> shape, con
 }  // namespace
 
 StrategyCandidate run_strategy_candidate(const Golden& g, const Strategy& st, const Recipe& recipe,
-                                         std::int64_t chunk_tokens) {
+                                         std::int64_t chunk_tokens, int ranks,
+                                         const std::string& local_strategy) {
   const Status can = st.can_implement(g.problem, g.spec, recipe);
   if (!can.ok())
     throw InputError(fmt::format("{} cannot run recipe {} on {}: {}", st.name(), recipe.name(),
@@ -47,6 +49,8 @@ StrategyCandidate run_strategy_candidate(const Golden& g, const Strategy& st, co
   req.upstream = g.upstream;
   req.recipe = recipe;
   req.chunk_tokens = chunk_tokens;
+  req.ranks = ranks;
+  req.local_strategy = local_strategy;
   req.want_grads = g.D > 0 ? (!g.dH.empty() || !g.dW.empty() || !g.db.empty()) : !g.dz.empty();
   const StrategyOutputs o = st.run(req);
   const std::int64_t N = g.N, V = g.V, D = g.D;
@@ -60,9 +64,13 @@ StrategyCandidate run_strategy_candidate(const Golden& g, const Strategy& st, co
   if (!o.dW.empty()) out.emplace_back("dW", tensor_of(o.dW, o.grad_dtype, {V, D}, "dW"));
   if (!o.db.empty()) out.emplace_back("db", tensor_of(o.db, o.grad_dtype, {V}, "db"));
   if (!o.dz.empty()) out.emplace_back("dz", tensor_of(o.dz, o.grad_dtype, {N, V}, "dz"));
-  c.implementation =
-      fmt::format("xentlab {} {} {}{}", to_string(st.backend()), st.name(), recipe.name(),
-                  chunk_tokens > 0 ? fmt::format(" chunk_tokens={}", chunk_tokens) : "");
+  const bool sharded = strategy_traits(st.name()).shards_vocabulary;
+  c.implementation = fmt::format(
+      "xentlab {} {} {}{}{}", to_string(st.backend()), st.name(), recipe.name(),
+      chunk_tokens > 0 ? fmt::format(" chunk_tokens={}", chunk_tokens) : "",
+      sharded ? fmt::format(" ranks={} local={}", ranks > 0 ? ranks : 1,
+                            local_strategy.empty() ? kDefaultLocalStrategy : local_strategy)
+              : "");
   c.seconds = o.seconds;
   return c;
 }

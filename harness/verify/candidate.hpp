@@ -25,9 +25,11 @@ struct StrategyCandidate {
 };
 
 /// Runs strategy st with recipe on the golden file's problem (all its token rows; chunk_tokens as
-/// RunRequest::chunk_tokens, 0 = the strategy's own). Throws InputError when the strategy cannot
-/// implement the recipe on the problem (naming both and why), and what Strategy::run throws.
+/// RunRequest::chunk_tokens, 0 = the strategy's own; ranks and local_strategy as RunRequest's, for
+/// a strategy that shards the vocabulary). Throws InputError when the strategy cannot implement
+/// the recipe on the problem (naming both and why), and what Strategy::run throws.
 StrategyCandidate run_strategy_candidate(const Golden& g, const Strategy& st, const Recipe& recipe,
-                                         std::int64_t chunk_tokens = 0);
+                                         std::int64_t chunk_tokens = 0, int ranks = 0,
+                                         const std::string& local_strategy = "");
 
 }  // namespace xentlab

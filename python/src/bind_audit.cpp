@@ -1,4 +1,7 @@
 // xentlab._xentlab: the audit (CPU emulation backend).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +28,12 @@ nb::dict run_record(const audit::RunRecord& r) {
   d["spec"] = r.spec;
   d["chunk_tokens"] = r.chunk_tokens;
   d["upstream"] = r.upstream;
+  // A strategy that shards the vocabulary: its ranks and local part (0 and None otherwise).
+  d["ranks"] = r.ranks;
+  if (r.ranks > 0)
+    d["local_strategy"] = r.local_strategy;
+  else
+    d["local_strategy"] = nb::none();
   d["input_dtype"] = std::string(to_string(r.input));
   d["disposition"] = std::string(to_string(r.verdict.disposition));
   d["output"] = r.verdict.output;
@@ -81,11 +90,30 @@ nb::dict run_audit(const AuditProblems& ps, const std::vector<std::string>& stra
                    std::int64_t rows, std::int64_t vocab_rows, std::uint64_t seed,
                    const std::string& policy, const std::string& tier, std::int64_t memory_budget,
                    std::optional<std::string> out, bool force, bool append,
-                   std::int64_t chunk_tokens, const std::string& upstream) {
+                   std::int64_t chunk_tokens, const std::string& upstream,
+                   std::optional<std::int64_t> ranks, std::optional<std::string> local_strategy) {
   audit::AuditConfig cfg;
   cfg.chunk_tokens = chunk_tokens;
   cfg.upstream = upstream;
   cfg.strategies = strategies;
+  if (ranks || local_strategy) {
+    // As the command's --ranks and --local-strategy: given without a strategy that shards the
+    // vocabulary, they would be ignored.
+    const std::string given = ranks ? fmt::format("ranks={}", *ranks)
+                                    : fmt::format("local_strategy='{}'", *local_strategy);
+    bool sharding = false;
+    for (const std::string& s : strategies)
+      sharding = sharding || strategy_traits(s).shards_vocabulary;
+    if (!sharding) {
+      const std::vector<std::string> names = vocabulary_sharding_strategies();
+      throw InputError(fmt::format(
+          "{} applies to the strategies that shard the vocabulary ({}), and strategies names "
+          "none (e.g. strategies=['{}'], {})",
+          given, fmt::join(names, ", "), names.empty() ? "" : names.front(), given));
+    }
+  }
+  if (ranks) cfg.ranks = *ranks;
+  if (local_strategy) cfg.local_strategy = *local_strategy;
   for (const auto& r : recipes) cfg.recipes.push_back(parse_recipe(r));
   if (backend == "cpu") {
     cfg.backend = Backend::cpu_emulation;
@@ -163,7 +191,8 @@ void bind_audit(nb::module_& m) {
       });
   m.def("run_audit", &run_audit, "problems"_a, "strategies"_a, "recipes"_a, "backend"_a, "rows"_a,
         "vocab_rows"_a, "seed"_a, "policy"_a, "tier"_a, "memory_budget"_a, "out"_a.none(),
-        "force"_a, "append"_a, "chunk_tokens"_a, "upstream"_a);
+        "force"_a, "append"_a, "chunk_tokens"_a, "upstream"_a, "ranks"_a.none(),
+        "local_strategy"_a.none());
   m.def("strategy_names", [] { return strategy_names(Backend::cpu_emulation); });
   m.def("default_recipe_grid", [] {
     std::vector<std::string> names;

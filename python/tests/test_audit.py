@@ -90,3 +90,54 @@ def test_audit_refuses_bad_counts_strings_and_an_existing_file_before_the_work(t
     with pytest.raises(ValueError, match="exists"):
         xentlab.audit(problems=["stories260k"], out=existing)
     assert existing.read_bytes() == b"keep me"
+
+
+def test_audit_ranks_and_local_part_as_the_command(cli, tmp_path):
+    """ranks= and local_strategy= are the command's --ranks and --local-strategy: the same runs
+    (the same results file), recorded on each vocab_parallel run, and the same refusals."""
+    opts = ["--problems", "stories260k", "--strategies", "vocab_parallel"]
+    r = cli(
+        "audit",
+        *opts,
+        "--recipes",
+        "fp32/fp32/fp32/fp32",
+        "--ranks",
+        "3",
+        "--local-strategy",
+        "fused",
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--out",
+        tmp_path / "cli.h5",
+    )
+    assert r.returncode == 0, r.stderr
+    res = xentlab.audit(
+        ["stories260k"],
+        strategies=["vocab_parallel"],
+        recipes=["fp32/fp32/fp32/fp32"],
+        ranks=3,
+        local_strategy="fused",
+        out=tmp_path / "py.h5",
+    )
+    run = res.find("stories260k", "fp32/fp32/fp32/fp32", "vocab_parallel")
+    assert (run["ranks"], run["local_strategy"], run["disposition"]) == (3, "fused", "passed")
+    a, b = _attrs_and_data(tmp_path / "cli.h5"), _attrs_and_data(tmp_path / "py.h5")
+    assert sorted(a) == sorted(b)
+    assert [k for k in a if a[k] != b[k] and not k.endswith("@seconds")] == []
+    with h5py.File(tmp_path / "py.h5", "r") as f:
+        g = f["by_key/stories260k/fp32/fp32/fp32/fp32/vocab_parallel"]
+        assert (g.attrs["ranks"], g.attrs["local_strategy"]) == (3, "fused")
+    # Runs of a strategy that does not shard record neither.
+    plain = xentlab.audit(["stories260k"], strategies=["chunked"], recipes=["fp32/fp32/fp32/fp32"])
+    assert (plain.runs[0]["ranks"], plain.runs[0]["local_strategy"]) == (0, None)
+    with pytest.raises(ValueError, match=r"vocabulary-parallel ranks must be at least 1 \(got 0\)"):
+        xentlab.audit(["stories260k"], strategies=["vocab_parallel"], ranks=0)
+    with pytest.raises(ValueError, match=r"ranks \(513\) exceed the vocabulary \(512 rows\)"):
+        xentlab.audit(["stories260k"], strategies=["vocab_parallel"], ranks=513)
+    with pytest.raises(TypeError, match="ranks: expected an integer"):
+        xentlab.audit(["stories260k"], strategies=["vocab_parallel"], ranks="3")
+    with pytest.raises(ValueError, match="ranks=2 applies to the strategies that shard"):
+        xentlab.audit(["stories260k"], strategies=["chunked"], ranks=2)
+    with pytest.raises(ValueError, match="'liger' is not a local part"):
+        xentlab.audit(["stories260k"], strategies=["vocab_parallel"], local_strategy="liger")

@@ -61,6 +61,8 @@ def audit(
     append: bool = False,
     chunk_tokens: int = 0,
     upstream: str = "ones",
+    ranks: Optional[int] = None,
+    local_strategy: Optional[str] = None,
 ) -> AuditResult:
     """Every strategy × recipe on a set of problems against the certified reference, on the CPU
     emulation (``xentlab audit --backend cpu``).
@@ -71,7 +73,12 @@ def audit(
     out: also write the results HDF5 file (docs/audit.md; an existing file only with force or
     append). chunk_tokens: token rows per chunk of chunked and checkpointed (0 = their default;
     ``--chunk-tokens``); upstream: "ones" or "random", the upstream gradient of problems with
-    reduction "none" (``--upstream``); both recorded per run. The loss options are each problem's
+    reduction "none" (``--upstream``); both recorded per run. ranks: the vocabulary-parallel
+    ranks P of vocab_parallel (``--ranks``: 1 to every problem's V), local_strategy: the strategy
+    each of its ranks runs over its shard ("naive", "chunked", "checkpointed" or "fused";
+    ``--local-strategy``, default "chunked"); given, ``strategies`` must name vocab_parallel
+    (InputError otherwise, as the command), and its runs record ``ranks`` and ``local_strategy``.
+    The loss options are each problem's
     spec (a :class:`Problem` made with ``spec=LossSpec(normalizer=…)`` is audited with it). Raises InputError (ValueError) for unknown names, negative counts, an existing
     ``out`` without force/append (before the work), or when no run is supported; TypeError for a
     single string where a list of names is expected."""
@@ -111,6 +118,9 @@ def audit(
                 f"{' (0 = the default)' if what == 'chunk_tokens' else ''}, got {v!r}"
             )
     upstream = _text("upstream", upstream)
+    ranks = _int("ranks", ranks, optional=True)
+    if local_strategy is not None:
+        local_strategy = _text("local_strategy", local_strategy)
     if out is not None and os.path.exists(_path(out, "out")) and not (force or append):
         raise InputError(
             f"{_path(out)} exists: pass force=True to replace it or append=True to add the runs"
@@ -137,13 +147,16 @@ def audit(
         bool(append),
         int(chunk_tokens),
         upstream,
+        ranks,
+        local_strategy,
     )
     return AuditResult(**res)
 
 
 def strategies() -> list:
     """The strategies of the default set (CPU emulation): those an audit without `strategies`
-    runs. vocab_parallel is registered outside it and runs when named (with one rank here)."""
+    runs. vocab_parallel is registered outside it and runs when named
+    (``audit(strategies=["vocab_parallel"], ranks=P, local_strategy=...)``)."""
     return _x.strategy_names()
 
 

@@ -123,5 +123,37 @@ TEST_F(DatasetProgram, AuditRanksAreCheckedAndOnePerResultsFile) {
   EXPECT_EQ(slurp(path("a.h5")), before);
 }
 
+// --local-strategy: the strategy each rank of vocab_parallel runs. Checked before the work (a part
+// the backend does not compose, or without vocab_parallel named); recorded on each run; --append
+// refuses runs of another local part and leaves the file.
+TEST_F(DatasetProgram, AuditLocalStrategyIsCheckedRecordedAndOnePerResultsFile) {
+  const std::string small =
+      "audit --backend cpu -q --dataset odd-vocab -N 2 --strategies vocab_parallel "
+      "--recipes fp32/fp32/fp32/fp32 --vocab-rows 8 --ranks 3 -o " +
+      shell_quote(path("a.h5"));
+  expect_exit_2_naming({
+      {small + " --local-strategy liger",
+       "--local-strategy liger: vocab_parallel (cpu-emulation): 'liger' is not a local part"},
+      {small + " --local-strategy vocab_parallel", "'vocab_parallel' is not a local part"},
+      {"audit --backend cpu -q --strategies fused --local-strategy fused -o " +
+           shell_quote(path("a.h5")),
+       "--local-strategy fused applies to the strategies that shard the vocabulary "
+       "(vocab_parallel), and --strategies names none"},
+  });
+  EXPECT_FALSE(fs::exists(path("a.h5")));
+  const Ran first = xentlab(small + " --local-strategy fused");
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_TRUE(contains(slurp(path("a.h5.md")),
+                       "; vocab_parallel: 3 vocabulary-parallel ranks, each running fused"))
+      << slurp(path("a.h5.md"));
+  const std::string before = slurp(path("a.h5"));
+  expect_exit_2_naming({
+      {small + " --append",
+       "holds vocab_parallel runs of --local-strategy fused, this audit's are "
+       "of --local-strategy chunked"},
+  });
+  EXPECT_EQ(slurp(path("a.h5")), before);
+}
+
 }  // namespace
 }  // namespace xentlab::cli_tests

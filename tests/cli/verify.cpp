@@ -288,6 +288,54 @@ TEST_F(VerifyProgram, CandidateOptionsAreRefusedNamingTheCause) {
   EXPECT_FALSE(fs::exists(path("y.h5")));
 }
 
+// `xentlab candidate --strategy vocab_parallel --ranks P --local-strategy L`: every local part
+// over 3 ranks of the embedded model's 512-row vocabulary (shards 171, 171, 170), in fp32, passes
+// verify's fp32 policy and names its ranks and local part. --ranks and --local-strategy are checked
+// as the audit's: P ≥ 1, P ≤ V (after the golden file is read), a number, a local part the
+// backend composes, and only with a strategy that shards the vocabulary; each exits 2 naming the
+// cause, writing nothing.
+TEST_F(VerifyProgram, CandidateRunsVocabParallelWithItsRanksAndLocalPart) {
+  const std::string g = shell_quote(path("g.h5"));
+  for (const char* local : {"naive", "chunked", "checkpointed", "fused"}) {
+    const std::string out = shell_quote(path(std::string("vp-") + local + ".h5"));
+    const Ran made = xentlab("candidate " + g + " " + out +
+                             " --strategy vocab_parallel --recipe fp32/fp32/fp32/fp32 --ranks 3 "
+                             "--local-strategy " +
+                             local);
+    ASSERT_EQ(made.status, 0) << made.output;
+    EXPECT_TRUE(contains(made.output, std::string("vocab_parallel fp32/fp32/fp32/fp32 ranks=3 "
+                                                  "local=") +
+                                          local))
+        << made.output;
+    const Ran v = xentlab("verify " + g + " " + out + " --policy fp32");
+    EXPECT_EQ(v.status, 0) << local << "\n" << v.output;
+  }
+  const std::string out = " " + shell_quote(path("x.h5"));
+  const std::string vp = " --strategy vocab_parallel --recipe fp32/fp32/fp32/fp32";
+  expect_exit_2_naming({
+      {"candidate " + g + out + vp + " --ranks 0",
+       "--ranks: vocabulary-parallel ranks must be at least 1 (got 0)"},
+      {"candidate " + g + out + vp + " --ranks -2",
+       "--ranks: vocabulary-parallel ranks must be at least 1 (got -2)"},
+      {"candidate " + g + out + vp + " --ranks 513",
+       "--ranks 513: vocabulary-parallel ranks (513) exceed the vocabulary (512 rows)"},
+      {"candidate " + g + out + vp + " --ranks three", "--ranks"},
+      {"candidate " + g + out + vp + " --ranks 2.5", "--ranks"},
+      {"candidate " + g + out + vp + " --local-strategy liger",
+       "--local-strategy liger: vocab_parallel (cpu-emulation): 'liger' is not a local part it "
+       "composes (a rank runs one of naive, chunked, checkpointed, fused over its shard)"},
+      {"candidate " + g + out + vp + " --local-strategy ''", "--local-strategy"},
+      {"candidate " + g + out + " --strategy chunked --recipe fp32/fp32/fp32/fp32 --ranks 2",
+       "--ranks 2 applies to the strategies that shard the vocabulary (vocab_parallel), and "
+       "--strategy is chunked"},
+      {"candidate " + g + out +
+           " --strategy fused --recipe fp32/fp32/fp32/fp32 "
+           "--local-strategy naive",
+       "--local-strategy naive applies to the strategies that shard the vocabulary"},
+  });
+  EXPECT_FALSE(fs::exists(path("x.h5")));
+}
+
 // --check picks the checks; its value, and the options the differential check needs, are checked
 // before any file is read.
 TEST_F(VerifyProgram, CheckValueAndDifferentialOptionsAreValidated) {

@@ -57,6 +57,31 @@ TEST(GpuVocabParallel, NcclIsLinked) {
   EXPECT_EQ(s->backend(), Backend::cuda);
 }
 
+/// The local part on CUDA is chunked's steps only: "" and "chunked" are accepted, naive,
+/// checkpointed and fused (which the CPU emulation composes) and unknown names are not_supported,
+/// naming the part and the emulation; run() refuses them with InputError before any device work.
+/// No device needed.
+TEST(GpuVocabParallel, LocalPartsOtherThanChunkedAreRefused) {
+  const auto s = vocab_parallel();
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->can_run_local("").ok());
+  EXPECT_TRUE(s->can_run_local("chunked").ok());
+  const Problem p = make_gaussian_logits(4, 64, DType::fp32, 1.0, 3);
+  for (const char* local : {"naive", "checkpointed", "fused", "liger"}) {
+    const Status st = s->can_run_local(local);
+    EXPECT_EQ(st.code, Status::Code::not_supported) << local;
+    EXPECT_NE(st.message.find(std::string("local part '") + local + "' is not built on CUDA"),
+              std::string::npos)
+        << st.message;
+    EXPECT_NE(st.message.find("CPU emulation"), std::string::npos) << st.message;
+    RunRequest req;
+    req.problem = &p;
+    req.recipe = parse_recipe("fp32/fp32/fp32/fp32");
+    req.local_strategy = local;
+    EXPECT_THROW((void)s->run(req), InputError) << local;
+  }
+}
+
 /// More ranks than devices: not_supported naming both numbers, through the check and through
 /// run() (InputError); as many ranks as devices are accepted. A budget below one token's needs
 /// and a rank without a vocabulary row (P > V) are InputErrors naming the cause.

@@ -332,15 +332,21 @@ TEST(VocabParallel, TheDeclaredBoundChargesTheCrossRankAdditions) {
   EXPECT_EQ(b1.lse, bc.lse);
   EXPECT_EQ(b1.dz, bc.dz);
   EXPECT_EQ(b1.c_vocab, bc.c_vocab);
-  // Ranks past the vocabulary, or with an online order, have no declared bound.
+  // Ranks past the vocabulary have no declared bound.
   DeclaredArithmetic bad = a2;
   bad.vocab_ranks = 4097;
   EXPECT_THROW(vocab_reduction_constant(bad, 4096), InputError);
   EXPECT_THROW(dH_vocab_constant(bad, 4096), InputError);
-  bad.vocab_ranks = 2;
-  bad.vocab_order = ReductionOrder::online_tiles;
-  bad.tile = 128;
-  EXPECT_THROW(vocab_reduction_constant(bad, 4096), InputError);
+  // An online order's rank state is rescaled to the global maximum once: online tiles of 128 over
+  // the shard of 2048, (128 − 1) + 2·16 = 159, + 1 (the rescale) + 1 (P − 1) = 161; its rescales
+  // ⌈2048/128⌉ = 16, + 1.
+  DeclaredArithmetic online = a2;
+  online.vocab_order = ReductionOrder::online_tiles;
+  online.tile = 128;
+  EXPECT_EQ(vocab_reduction_constant(online, 4096), 161.0);
+  EXPECT_EQ(vocab_online_rescales(online, 4096), 17.0);
+  // The plain orders sum with the global maximum: no rescale.
+  EXPECT_EQ(vocab_online_rescales(a2, 4096), 0.0);
 }
 
 // The emulation adds the ranks' partial sums in rank order, ((s_0 + s_1) + s_2), in the accum

@@ -185,6 +185,43 @@ TEST(BenchOptions, BadSizes) {
   EXPECT_THROW(resolve_options(sized(std::int64_t{1} << 62, 2, 4), kKnown), InputError);
 }
 
+// --ranks (as xentlab audit's): 1 to V, only with a strategy that shards the vocabulary named;
+// not given, 1. The sharding names come from the registry's trait, as the command passes them.
+TEST(BenchOptions, RanksAreCheckedAsTheAudits) {
+  const std::vector<std::string> sharding = vocabulary_sharding_strategies();
+  ASSERT_EQ(sharding, std::vector<std::string>{"vocab_parallel"});
+  BenchArgs a = sized(64, 1000, 32);
+  EXPECT_EQ(resolve_options(a, kKnown, sharding).ranks, 1);
+  a.strategies = {"chunked,vocab_parallel"};
+  a.ranks = 3;
+  EXPECT_EQ(resolve_options(a, kKnown, sharding).ranks, 3);
+  a.ranks = 1000;  // one row per rank
+  EXPECT_EQ(resolve_options(a, kKnown, sharding).ranks, 1000);
+  const auto refused = [&](BenchArgs b, const std::string& what) {
+    try {
+      (void)resolve_options(b, kKnown, sharding);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  a.ranks = 0;
+  refused(a, "--ranks: vocabulary-parallel ranks must be at least 1 (got 0)");
+  a.ranks = -4;
+  refused(a, "--ranks: vocabulary-parallel ranks must be at least 1 (got -4)");
+  a.ranks = std::int64_t{1} << 40;
+  refused(a, "is past the largest int");
+  a.ranks = 1001;
+  refused(a, "--ranks 1001: vocabulary-parallel ranks (1001) exceed the vocabulary (1000 rows)");
+  a.ranks = 2;
+  a.strategies = {"chunked,fused"};
+  refused(a,
+          "--ranks 2 applies to the strategies that shard the vocabulary (vocab_parallel), "
+          "and --strategies names none (e.g. --strategies vocab_parallel --ranks 2)");
+  a.strategies.clear();  // the default set has no strategy that shards
+  refused(a, "and --strategies names none");
+}
+
 TEST(BenchOptions, MatricesPast2Pow31Elements) {
   // W = 262144 × 8448 = 2.2·10^9 elements > 2^31, and logits 131072 × 262144 > 2^34: accepted,
   // with 64-bit byte counts.

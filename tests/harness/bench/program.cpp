@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -32,6 +33,8 @@ TEST(BenchProgram, InvalidOptionsExit2NamingThem) {
       {"bench --preset nope", "unknown preset 'nope'"},
       {"bench --tokens 1099511627776 --vocab 1048576 --hidden 8", "2^48"},
       {"bench --tokens 8 --vocab 10 --hidden 4 --csv /no/such/folder/x.csv", "does not exist"},
+      {"bench --tokens 8 --vocab 10 --hidden 4 --ranks 2",
+       "--ranks 2 applies to the strategies that shard the vocabulary"},
   };
   expect_exit_2_naming(cases);
   const Ran h = xentlab("bench --help");
@@ -42,6 +45,26 @@ TEST(BenchProgram, InvalidOptionsExit2NamingThem) {
     EXPECT_NE(h.output.find(opt), std::string::npos) << opt;
 }
 
+// --ranks with vocab_parallel named: P = 0 and P > V exit 2 naming the cause (before any
+// device is looked for); a valid P passes the options (exit 4 without a device). Skipped where
+// this build's bench has no vocab_parallel (a CUDA build without NCCL).
+TEST(BenchProgram, RanksOfVocabParallelAreCheckedBeforeTheDevice) {
+  std::vector<std::string> names = strategy_names(Backend::cuda, StrategySet::all);
+  if (names.empty()) names = strategy_names(Backend::cpu_emulation, StrategySet::all);
+  if (std::find(names.begin(), names.end(), "vocab_parallel") == names.end())
+    GTEST_SKIP() << "this build's bench has no vocab_parallel (no NCCL)";
+  const std::string b = "bench --tokens 8 --vocab 10 --hidden 4 --strategies vocab_parallel ";
+  expect_exit_2_naming({
+      {b + "--ranks 0", "--ranks: vocabulary-parallel ranks must be at least 1 (got 0)"},
+      {b + "--ranks 11", "vocabulary-parallel ranks (11) exceed the vocabulary (10 rows)"},
+      {b + "--ranks 1.5", "--ranks"},
+  });
+  if (!device_present()) {
+    const Ran r = xentlab(b + "--ranks 1");
+    EXPECT_EQ(r.status, 4) << r.output;
+  }
+}
+
 TEST(BenchProgram, CommandLinesThatDoNotParseExit2) {
   // CLI11's own codes (104, 106, 109, 114, …) are not the documented statuses.
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -49,6 +72,7 @@ TEST(BenchProgram, CommandLinesThatDoNotParseExit2) {
       {"frobnicate", "unknown command 'frobnicate'"},
       {"bench --no-such-option", "--no-such-option"},
       {"bench --tokens eight --vocab 10 --hidden 4", "--tokens"},
+      {"bench --tokens 8 --vocab 10 --hidden 4 --ranks two", "--ranks"},
       {"bench --tokens 8 --tokens 9 --vocab 10 --hidden 4", "--tokens"},
       {"bench --tokens 8 --vocab 10 --hidden 4 --memory-budget '1 2 G'", "--memory-budget"},
       {"bench --tokens 8 --vocab 10 --hidden 4 --memory-budget " + std::string(400, '9'),
