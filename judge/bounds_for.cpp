@@ -200,7 +200,8 @@ Bounds bounds_for_reference(const Problem& pb, const LossSpec& sp, const Recipe&
 
 RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
                          const DeclaredArithmetic& arith, const StrategyOutputs& out,
-                         const ReferenceResult& ref, const Policy& policy, std::int64_t n_chunks) {
+                         const ReferenceResult& ref, const Policy& policy, std::int64_t n_chunks,
+                         const StatsOptions& dz_stats) {
   const auto S = static_cast<std::int64_t>(ref.token_rows.size());
   const std::int64_t V = pb.V, D = pb.D;
   // Map the run's token rows onto the reference's.
@@ -237,7 +238,7 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
   if (!out.dz.empty() && !ref.dz.empty()) {
     HostArray<double> copy;
     ra.dz = compute_error_stats(rows_of(out.dz, pos, n_out, V, copy), ref.dz.data(), S * V,
-                                out.grad_dtype, b.dz.empty() ? nullptr : b.dz.data());
+                                out.grad_dtype, b.dz.empty() ? nullptr : b.dz.data(), dz_stats);
     ra.has_dz = true;
     judged.push_back({"dz", &ra.dz, false});
   }

@@ -159,6 +159,16 @@ void check_reference_fits(std::int64_t S, std::int64_t V, std::int64_t D, std::i
                          budget_given, detail::tier_what("BLAS", S, V, D, J, opt.want_dW));
 }
 
+double reference_memory_bytes(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
+                              const ReferenceOptions& opt) {
+  const bool linear = D > 0;
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  if (!linear || opt.tier == ReferenceTier::compensated)
+    return compensated_need(S, V, D, J, opt, linear && opt.want_dH, linear && opt.want_dW,
+                            linear && opt.want_db);
+  return detail::blas_plan_terms(S, V, D, J, opt, threads).minimum();
+}
+
 std::string_view to_string(ReferenceTier tier) {
   switch (tier) {
     case ReferenceTier::automatic:
