@@ -13,11 +13,13 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/options/reference.hpp"
 #include "datasets/generators.hpp"
 #include "datasets/io/atomic_file.hpp"
 #include "gpu/registry.hpp"
 #include "harness/text.hpp"
 #include "harness/verify/golden.hpp"
+#include "harness/verify/memory.hpp"
 #include "harness/verify/verify.hpp"
 #include "numerics/error.hpp"
 #include "numerics/recipe.hpp"
@@ -26,7 +28,7 @@ namespace xentlab::cli {
 namespace {
 
 struct CandidateArgs {
-  std::string golden, out, strategy, recipe, backend = "cpu";
+  std::string golden, out, strategy, recipe, backend = "cpu", memory_budget;
   std::int64_t chunk_tokens = 0;
   bool force = false;
 };
@@ -77,6 +79,8 @@ int run_candidate(const CandidateArgs& a) {
     throw InputError(fmt::format("{} is the golden file {} itself: write the candidate elsewhere",
                                  a.out, a.golden));
   { AtomicOutput probe(a.out, a.force); }  // refuse an existing file before the work
+  const std::int64_t budget = parse_memory_budget(a.memory_budget);
+  check_golden_read_memory(a.golden, budget, "candidate");
   const Golden g = read_golden(a.golden);
   const Status can = st.can_implement(g.problem, g.spec, recipe);
   if (!can.ok())
@@ -89,6 +93,13 @@ int run_candidate(const CandidateArgs& a) {
   req.recipe = recipe;
   req.chunk_tokens = a.chunk_tokens;
   req.want_grads = g.D > 0 ? (!g.dH.empty() || !g.dW.empty() || !g.db.empty()) : !g.dz.empty();
+  // What the run and the file's outputs hold, refused before the strategy runs when over the
+  // budget.
+  check_memory_estimate(
+      candidate_memory(g, st, req), MemoryBudget::from(budget),
+      fmt::format("candidate {} {} on {}", st.name(), recipe.name(), a.golden),
+      "run it on a golden file of a smaller problem, or give a larger --memory-budget on a "
+      "machine that has it");
   const StrategyOutputs o = st.run(req);
   const std::int64_t N = g.N, V = g.V, D = g.D;
   std::vector<std::pair<std::string, Tensor>> outputs;
@@ -132,6 +143,7 @@ void register_candidate(CLI::App& app) {
                 "tokens per chunk of chunked and checkpointed (0: the strategy's own)")
       ->capture_default_str();
   c->add_flag("--force", a->force, "overwrite an existing candidate file");
+  add_memory_budget_option(c, a->memory_budget);
   c->callback([a]() {
     const int rc = run_candidate(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -5,8 +5,10 @@
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
+#include "cli/options/reference.hpp"
 #include "datasets/io/atomic_file.hpp"
 #include "harness/text.hpp"
+#include "harness/verify/memory.hpp"
 #include "harness/verify/verify.hpp"
 #include "numerics/error.hpp"
 
@@ -15,7 +17,7 @@ namespace {
 
 struct VerifyArgs {
   std::string golden, candidate, policy, strictness = "default", junit, check = "both";
-  std::string baseline_backend = "cpu";
+  std::string baseline_backend = "cpu", memory_budget;
   std::int64_t baseline_rows = 0;
   std::uint64_t baseline_seed = 1;
   bool explain = false;
@@ -92,6 +94,10 @@ int run_verify(const VerifyArgs& a) {
                                      other == &a.golden ? "golden" : "candidate"));
     check_junit_output(a.junit, a.force);
   }
+  options.memory_budget = parse_memory_budget(a.memory_budget);
+  // Refused before the golden file is read when reading it alone would not fit; the whole of
+  // verify's estimate is checked by verify_candidate before any output is judged.
+  check_golden_read_memory(a.golden, options.memory_budget, "verify");
   const Golden g = read_golden(a.golden);
   VerifyPolicy pol;
   if (explicit_tol) {
@@ -168,6 +174,7 @@ void register_verify(CLI::App& app) {
                 "re-runs write to the same path)");
   c->add_flag("--force", a->force,
               "overwrite an existing --junit file that is not a report of verify");
+  add_memory_budget_option(c, a->memory_budget);
   c->callback([a]() {
     const int rc = run_verify(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

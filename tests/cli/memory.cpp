@@ -1,13 +1,17 @@
-// The audit's memory budget, as a user meets it: a budget below what a problem needs at once makes
-// a given-logits problem audited in blocks of token rows, whose measured peak (the process's
+// The memory budget, as a user meets it. The audit: a budget below what a problem needs at once
+// makes a given-logits problem audited in blocks of token rows, whose measured peak (the process's
 // maximum resident set, wait4) stays within the budget plus the fixed process baseline and below
-// the audit at once; a budget below even one block is refused before any work
-// (exit 2, naming the estimate, its terms and the budget).
+// the audit at once; a budget below even one block is refused before any work (exit 2, naming the
+// estimate, its terms and the budget). golden, verify and candidate: a budget below their
+// estimate is refused before any work (golden before it generates the problem), exit 2, no file
+// written; golden's measured peak stays within the estimate it prints plus the process baseline.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "tests/cli/cli_support.hpp"
@@ -84,6 +88,97 @@ TEST_F(AuditMemory, BlocksStayWithinTheBudgetAndBelowTheWholeAudit) {
   EXPECT_TRUE(contains(refused.output, "memory budget is 0.03 GiB (31457280 bytes, as given)"))
       << refused.output;
   EXPECT_FALSE(fs::exists(path("refused.h5")));
+}
+
+// The figure "(N bytes)" after "estimated " in a command's output; -1 when there is none.
+double estimated_bytes(const std::string& text) {
+  const auto at = text.find("estimated ");
+  if (at == std::string::npos) return -1;
+  const auto open = text.find('(', at), close = text.find(" bytes)", at);
+  if (open == std::string::npos || close == std::string::npos || close < open) return -1;
+  return std::strtod(text.substr(open + 1, close - open - 1).c_str(), nullptr);
+}
+
+class CommandMemory : public DatasetProgram {};
+
+// The brief's case: the Llama-3 8B head at 256 tokens (W alone 1.05 GB of bf16) against 1 GiB is
+// refused from its shape, before the problem is generated (that took 21 s and more): exit 2, the
+// estimate at least the problem's own bytes, the peak far below them, no file.
+TEST_F(CommandMemory, GoldenIsRefusedBeforeItGeneratesTheProblem) {
+  const Measured m =
+      run_measured({"golden", "--dataset", "llama3-8b", "--tokens", "256", "--vocab-rows", "8192",
+                    "--memory-budget", "1GiB", "-o", path("llama.h5")},
+                   path("llama.log"));
+  EXPECT_EQ(m.status, 2) << m.output;
+  EXPECT_TRUE(contains(m.output, "would hold an estimated")) << m.output;
+  EXPECT_TRUE(contains(m.output, "memory budget is 1.00 GiB (1073741824 bytes, as given)"))
+      << m.output;
+  EXPECT_FALSE(contains(m.output, "problem  llama3-8b")) << "generated first: " << m.output;
+  const double problem = 2.0 * (128256.0 * 4096 + 256.0 * 4096) + 8.0 * 256;  // bf16 W, H; targets
+  EXPECT_GE(estimated_bytes(m.output), problem) << m.output;
+  EXPECT_LT(m.peak_bytes, 0.25 * problem);
+  EXPECT_FALSE(fs::exists(path("llama.h5")));
+}
+
+// golden on the catalog's given-logits problem (256 × 32000 fp32 logits, dz and its bound): the
+// measured peak is within the estimate golden prints plus the process baseline (a tiny golden's
+// peak, measured).
+TEST_F(CommandMemory, GoldenStaysWithinItsEstimate) {
+  const Measured tiny = run_measured(
+      {"golden", "--dataset", "offset", "--tokens", "8", "--vocab", "64", "-o", path("tiny.h5")},
+      path("tiny.log"));
+  ASSERT_EQ(tiny.status, 0) << tiny.output;
+  const Measured m =
+      run_measured({"golden", "--dataset", "offset", "--tokens", "256", "-o", path("offset.h5")},
+                   path("offset.log"));
+  ASSERT_EQ(m.status, 0) << m.output;
+  const double estimate = estimated_bytes(m.output);
+  ASSERT_GT(estimate, 0) << m.output;
+  EXPECT_GE(estimate, 2.0 * 8 * 256 * 32000) << "dz and its bound as doubles: " << m.output;
+  EXPECT_LE(m.peak_bytes, estimate + tiny.peak_bytes)
+      << "peak " << m.peak_bytes << " estimate " << estimate << " baseline " << tiny.peak_bytes;
+}
+
+// verify and candidate: a budget below reading the golden file is refused before it is read; a
+// budget of exactly that (the figure the refusal names) is refused at the next estimate, before
+// the candidate is judged or the strategy runs: exit 2 each time, no candidate or JUnit file.
+TEST_F(CommandMemory, VerifyAndCandidateAreRefusedBeforeAnyWork) {
+  const std::string g = path("g.h5"), c = path("c.h5");
+  ASSERT_EQ(
+      run_measured({"golden", "--dataset", "offset", "--tokens", "64", "--vocab", "4096", "-o", g},
+                   path("g.log"))
+          .status,
+      0);
+  ASSERT_EQ(
+      run_measured({"candidate", g, c, "--strategy", "naive", "--recipe", "fp32"}, path("c.log"))
+          .status,
+      0);
+  const Measured read = run_measured(
+      {"verify", g, c, "--memory-budget", "64KiB", "--junit", path("j.xml")}, path("v1.log"));
+  EXPECT_EQ(read.status, 2) << read.output;
+  EXPECT_TRUE(contains(read.output, "verify of " + g + " would hold an estimated")) << read.output;
+  const double golden = estimated_bytes(read.output);
+  // The logits (fp32) and the reference's dz and its bound (doubles) at least.
+  EXPECT_GE(golden, 64.0 * 4096 * (4 + 8 + 8)) << read.output;
+  const std::string just = fmt::format("{:.0f}", golden);
+  const Measured verify = run_measured(
+      {"verify", g, c, "--memory-budget", just, "--junit", path("j.xml")}, path("v2.log"));
+  EXPECT_EQ(verify.status, 2) << verify.output;
+  EXPECT_TRUE(contains(verify.output, "verify of " + c + " against " + g)) << verify.output;
+  EXPECT_GT(estimated_bytes(verify.output), golden) << verify.output;
+  EXPECT_FALSE(contains(verify.output, "PASSED")) << verify.output;
+  EXPECT_FALSE(fs::exists(path("j.xml")));
+  for (const std::string& budget : {std::string("64KiB"), just}) {
+    const Measured cand = run_measured({"candidate", g, path("c2.h5"), "--strategy", "naive",
+                                        "--recipe", "fp32", "--memory-budget", budget},
+                                       path("c2.log"));
+    EXPECT_EQ(cand.status, 2) << cand.output;
+    EXPECT_TRUE(contains(cand.output, "would hold an estimated")) << cand.output;
+    EXPECT_TRUE(contains(cand.output, budget == just ? "candidate naive fp32/fp32/fp32/fp32 on"
+                                                     : "candidate of " + g))
+        << cand.output;
+    EXPECT_FALSE(fs::exists(path("c2.h5")));
+  }
 }
 
 }  // namespace
