@@ -13,12 +13,15 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/options/reference.hpp"
+#include "datasets/generators.hpp"
 #include "datasets/io/atomic_file.hpp"
 #include "gpu/plans/vocab_shards.hpp"
 #include "gpu/registry.hpp"
 #include "harness/text.hpp"
 #include "harness/verify/candidate.hpp"
 #include "harness/verify/golden.hpp"
+#include "harness/verify/memory.hpp"
 #include "harness/verify/verify.hpp"
 #include "numerics/error.hpp"
 #include "numerics/no_device.hpp"
@@ -28,7 +31,7 @@ namespace xentlab::cli {
 namespace {
 
 struct CandidateArgs {
-  std::string golden, out, out_positional, strategy, recipe, backend = "cpu";
+  std::string golden, out, out_positional, strategy, recipe, backend = "cpu", memory_budget;
   std::int64_t chunk_tokens = 0;
   std::int64_t ranks = 1;
   bool ranks_given = false;
@@ -105,6 +108,8 @@ int run_candidate(const CandidateArgs& a) {
     throw InputError(fmt::format("{} is the golden file {} itself: write the candidate elsewhere",
                                  a.out, a.golden));
   { AtomicOutput probe(a.out, a.force); }  // refuse an existing file before the work
+  const std::int64_t budget = parse_memory_budget(a.memory_budget);
+  check_golden_read_memory(a.golden, budget, "candidate");
   const Golden g = read_golden(a.golden);
   if (const std::string w = golden_checksum_warning(g); !w.empty())
     fmt::print(stderr, "xentlab: warning: {}\n", w);
@@ -113,6 +118,28 @@ int run_candidate(const CandidateArgs& a) {
     } catch (const InputError& e) {
       throw InputError(fmt::format("--ranks {}: {} of {}", a.ranks, e.what(), a.golden));
     }
+  // What the run and the file's outputs hold, refused before the strategy runs when over the
+  // budget.
+  {
+    const Status can = st.can_implement(g.problem, g.spec, recipe);
+    if (!can.ok())
+      throw InputError(fmt::format("{} cannot run recipe {} on {}: {}", st.name(), recipe.name(),
+                                   a.golden, can.message));
+    RunRequest req;
+    req.problem = &g.problem;
+    req.spec = g.spec;
+    req.upstream = g.upstream;
+    req.recipe = recipe;
+    req.chunk_tokens = a.chunk_tokens;
+    req.ranks = static_cast<int>(a.ranks);
+    req.local_strategy = a.local_strategy;
+    req.want_grads = g.D > 0 ? (!g.dH.empty() || !g.dW.empty() || !g.db.empty()) : !g.dz.empty();
+    check_memory_estimate(
+        candidate_memory(g, st, req), MemoryBudget::from(budget),
+        fmt::format("candidate {} {} on {}", st.name(), recipe.name(), a.golden),
+        "run it on a golden file of a smaller problem, or give a larger --memory-budget on a "
+        "machine that has it");
+  }
   const StrategyCandidate c = run_strategy_candidate(g, st, recipe, a.chunk_tokens,
                                                      static_cast<int>(a.ranks), a.local_strategy);
   const auto& outputs = c.outputs;
@@ -162,18 +189,7 @@ void register_candidate(CLI::App& app) {
                 "with --strategy vocab_parallel")
       ->check(non_empty());
   c->add_flag("--force", a->force, "overwrite an existing candidate file");
-  c->callback([a, ranks]() {
-    a->ranks_given = ranks->count() > 0;
-    if (!a->out.empty() && !a->out_positional.empty())
-      throw InputError(
-          fmt::format("the candidate file is named twice ({} and --out {}): give --out "
-                      "alone",
-                      a->out_positional, a->out));
-    if (a->out.empty()) a->out = a->out_positional;
-    if (a->out.empty())
-      throw InputError(
-          "no candidate file named: give --out FILE (xentlab candidate GOLDEN --out "
-          "FILE --strategy S --recipe R)");
+  std::string golden, out, out_positional, strategy, recipe, backend = "cpu", memory_budget;
     const int rc = run_candidate(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

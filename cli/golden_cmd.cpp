@@ -10,6 +10,7 @@
 #include "cli/options/loss.hpp"
 #include "cli/options/reference.hpp"
 #include "datasets/catalog.hpp"
+#include "datasets/generators.hpp"
 #include "datasets/io/atomic_file.hpp"
 #include "datasets/io/h5.hpp"
 #include "harness/verify/golden.hpp"
@@ -46,25 +47,6 @@ int run_golden(GoldenArgs& a, const std::string& command) {
     a.opt.memory_budget = ro.max_bytes;
   }
   a.opt.progress = progress_printer("reference");
-  // A catalog problem's shape is known before it is generated: refuse what the reference would
-  // refuse for want of memory now rather than after the generation. (Files are checked by the
-  // reference itself once loaded.)
-  if (const auto& cat = dataset_catalog(); std::any_of(
-          cat.begin(), cat.end(), [&](const DatasetEntry& e) { return e.name == a.dataset; })) {
-    const DatasetEntry& e = find_dataset(a.dataset);
-    const std::int64_t N = a.N > 0 ? a.N : e.defaults.N;
-    const std::int64_t V = !e.fixed_shape && a.V > 0 ? a.V : e.defaults.V;
-    const std::int64_t D = !e.fixed_shape && a.D > 0 ? a.D : e.defaults.D;
-    const bool partial = a.opt.rows > 0 && a.opt.rows < N;
-    ReferenceOptions ro;
-    ro.tier = a.opt.tier;
-    ro.max_bytes = a.opt.memory_budget;
-    ro.threads = a.opt.threads;
-    ro.want_dH = D > 0 && !a.no_grad;
-    ro.want_dW = ro.want_db = D > 0 && !a.no_grad && !partial;
-    check_reference_fits(partial ? a.opt.rows : N, V, D,
-                         a.opt.vocab_rows > 0 && a.opt.vocab_rows < V ? a.opt.vocab_rows : V, ro);
-  }
   DatasetParams p;
   if (a.N > 0) p.N = a.N;
   if (a.V > 0) p.V = a.V;
@@ -73,6 +55,24 @@ int run_golden(GoldenArgs& a, const std::string& command) {
   if (a.sigma > 0) p.sigma = a.sigma;
   p.seed = a.seed;
   p.targets = target_engine_for(a.opt.tier);
+  a.opt.gradients = !a.no_grad;
+  // A catalog problem's shape is known before it is generated: what the whole command would hold
+  // (golden_memory) is refused before the generation, which can take many seconds. (A file's
+  // problem is checked by write_golden once loaded.)
+  if (const auto& cat = dataset_catalog(); std::any_of(
+          cat.begin(), cat.end(), [&](const DatasetEntry& e) { return e.name == a.dataset; })) {
+    const DatasetEntry& e = find_dataset(a.dataset);
+    GoldenShape g;
+    g.N = p.N.value_or(e.defaults.N);
+    g.V = !e.fixed_shape && p.V ? *p.V : e.defaults.V;
+    g.D = e.defaults.D > 0 ? (!e.fixed_shape && p.D ? *p.D : e.defaults.D) : 0;
+    g.dtype = !e.fixed_shape && p.dtype ? *p.dtype : e.defaults.dtype;
+    // A linear head's calibrated targets drawn on the CPU hold its fp64 logits in blocks.
+    if (g.D > 0 && !p.targets) g.generation_bytes = head_generation_bytes(g.N, g.V, g.D);
+    check_golden_memory(g, a.opt,
+                        fmt::format("the golden file of {} (N={} V={}{} {})", a.dataset, g.N, g.V,
+                                    g.D > 0 ? fmt::format(" D={}", g.D) : "", to_string(g.dtype)));
+  }
   p.progress = progress_printer("generating " + a.dataset +
                                 (p.targets ? " (targets on " + p.targets->describe() + ")" : ""));
   for (const auto& kv : a.params) {
@@ -91,7 +91,6 @@ int run_golden(GoldenArgs& a, const std::string& command) {
   spec.validate();  // e.g. a normaliser beside a dataset whose default reduction is not mean
   if (spec.reduction == Reduction::none)
     a.opt.upstream = a.loss.upstream_values(ds.problem.N, a.loss.upstream_seed);
-  a.opt.gradients = !a.no_grad;
   a.opt.command = command;
   fmt::print("problem  {}  ({}{})\nspec     {}\n", ds.problem.describe(), ds.generator,
              ds.generator.rfind("catalog:", 0) == 0 ? fmt::format(", seed {}", a.seed) : "",
@@ -113,6 +112,7 @@ int run_golden(GoldenArgs& a, const std::string& command) {
   fmt::print("loss     {:.17g} ± {:.3g}{}\noutputs  {}\nwrote    {} in {:.2f} s\n", s.reduced_loss,
              s.reduced_loss_bound, s.partial ? " (over the sampled rows)" : "", outs, a.out,
              s.seconds);
+  fmt::print("memory   estimated {}; budget {}\n", s.memory.describe(), s.budget.describe());
   if (a.opt.compression.enabled())
     fmt::print("stored   {} bytes of data for {} raw ({:.1f}% of raw, {}: {} bytes saved)\n",
                s.storage.stored_bytes, s.storage.raw_bytes,

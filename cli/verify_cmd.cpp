@@ -8,9 +8,11 @@
 #include <cstdio>
 
 #include "cli/commands.hpp"
+#include "cli/options/reference.hpp"
 #include "datasets/io/atomic_file.hpp"
 #include "harness/json_report.hpp"
 #include "harness/text.hpp"
+#include "harness/verify/memory.hpp"
 #include "harness/verify/verify.hpp"
 #include "numerics/error.hpp"
 
@@ -19,7 +21,7 @@ namespace {
 
 struct VerifyArgs {
   std::string golden, candidate, policy, strictness = "default", junit, json, check = "both";
-  std::string baseline_backend = "cpu";
+  std::string baseline_backend = "cpu", memory_budget;
   std::int64_t baseline_rows = 0;
   std::uint64_t baseline_seed = 1;
   bool explain = false;
@@ -110,6 +112,10 @@ int run_verify(const VerifyArgs& a) {
                                                              : "--junit"));
     json_report::check_json_output(a.json, a.force, "verify");
   }
+  options.memory_budget = parse_memory_budget(a.memory_budget);
+  // Refused before the golden file is read when reading it alone would not fit; the whole of
+  // verify's estimate is checked by verify_candidate before any output is judged.
+  check_golden_read_memory(a.golden, options.memory_budget, "verify");
   const Golden g = read_golden(a.golden);
   if (const std::string w = golden_checksum_warning(g); !w.empty())
     fmt::print(stderr, "xentlab: warning: {}\n", w);
@@ -197,6 +203,7 @@ void register_verify(CLI::App& app) {
                 "verify is replaced)");
   c->add_flag("--force", a->force,
               "overwrite an existing --junit or --json file that is not a report of verify");
+  add_memory_budget_option(c, a->memory_budget);
   c->callback([a]() {
     const int rc = run_verify(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);

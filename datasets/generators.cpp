@@ -201,6 +201,19 @@ HeadLogits::HeadLogits(const Tensor& W, std::int64_t panel_rows) : W_(W) {
   panel_ = std::min(V_, tiles(panel_rows > 0 ? panel_rows : kPanelBytes / (8 * D_)));
 }
 
+double HeadLogits::held_bytes(std::int64_t V, std::int64_t D, std::int64_t panel_rows) {
+  if (panel_rows == 0 && 8 * V * D <= kWholeWBytes) return 8.0 * static_cast<double>(V * D);
+  const std::int64_t rows = panel_rows > 0 ? panel_rows : kPanelBytes / (8 * D);
+  const std::int64_t tiled =
+      std::max<std::int64_t>(1, (rows + kTileRows - 1) / kTileRows) * kTileRows;
+  return 8.0 * static_cast<double>(std::min(V, tiled)) * static_cast<double>(D);
+}
+
+double head_generation_bytes(std::int64_t N, std::int64_t V, std::int64_t D) {
+  const std::int64_t m = head_block_rows(N, V, D);
+  return HeadLogits::held_bytes(V, D) + 8.0 * static_cast<double>(m) * static_cast<double>(V + D);
+}
+
 void HeadLogits::compute(const double* X, std::int64_t m, std::vector<double>& Z) const {
   if (m < 0 || m > kBlasIntMax)
     throw InputError(

@@ -54,6 +54,9 @@ class HeadLogits {
   /// Z (m × V, row-major, resized) = X (m × D, row-major) · Wᵀ.
   void compute(const double* X, std::int64_t m, std::vector<double>& Z) const;
   bool whole() const { return !whole_.empty(); }  ///< W held as doubles once
+  /// The bytes an instance holds for a V × D head at its largest (W whole as doubles, or one
+  /// panel of it), before the m × V logits compute resizes Z to.
+  static double held_bytes(std::int64_t V, std::int64_t D, std::int64_t panel_rows = 0);
 
  private:
   const Tensor& W_;
@@ -85,6 +88,11 @@ class TargetEngine {
                       const GenerationProgress& progress) const = 0;
 };
 
+/// The bytes make_head holds beyond the problem itself while it draws calibrated targets on the
+/// CPU, at most: HeadLogits and a block of rows of H and their logits as doubles (uniform targets
+/// or a target engine hold none of it).
+double head_generation_bytes(std::int64_t N, std::int64_t V, std::int64_t D);
+
 /// Linear head: H_id ~ N(0, 1), W_jd ~ N(0, sigma²/D) (so each logit is ≈ N(0, sigma²)), targets by
 /// mode (calibrated: from the softmax of the spec-transformed logits of the stored values, the
 /// logits from HeadLogits in blocks of rows of at most 1 GiB of logits). Generated in parallel
@@ -97,6 +105,7 @@ class TargetEngine {
 /// about 4γ_D·max_j Σ|h||w_j| (relative) of a cumulative sum of the softmax: 3e-10 at worst for
 /// llama3-8b's head (D = 4096, σ = 4), ~1e-15 as measured (docs/design.md, "Calibrated targets
 /// through fp64 GEMM").
+
 Problem make_head(std::int64_t N, std::int64_t V, std::int64_t D, DType dtype, double sigma,
                   std::uint64_t seed, TargetMode mode, const LossSpec& spec,
                   const std::string& name = "head", const GenerationProgress& progress = {},

@@ -116,6 +116,7 @@ Problem assemble(std::map<std::string, LoadedArray> arrays, const std::string& p
     if (a.shape.size() < 2)
       throw InputError(fmt::format("{}: tensor '{}' must have rank >= 2, got shape of rank {}",
                                    path, n, a.shape.size()));
+    if (a.shape.size() == 2 && a.floats.rank() == 2) return;  // already (rows, last): no copy
     const std::int64_t last = a.shape.back();
     const std::int64_t rows = numel_of(a.shape) / std::max<std::int64_t>(last, 1);
     Tensor t(a.floats.dtype(), {rows, last}, n);

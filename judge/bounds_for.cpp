@@ -206,7 +206,8 @@ const ErrorProfile* RunAssessment::profile(const std::string& name) const {
 
 RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
                          const DeclaredArithmetic& arith, const StrategyOutputs& out,
-                         const ReferenceResult& ref, const Policy& policy, std::int64_t n_chunks) {
+                         const ReferenceResult& ref, const Policy& policy, std::int64_t n_chunks,
+                         const StatsOptions& dz_stats) {
   const auto S = static_cast<std::int64_t>(ref.token_rows.size());
   const std::int64_t V = pb.V, D = pb.D;
   // Map the run's token rows onto the reference's.
@@ -251,7 +252,7 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
     HostArray<double> copy;
     const double* x = rows_of(out.dz, pos, n_out, V, copy);
     ra.dz = compute_error_stats(x, ref.dz.data(), S * V, out.grad_dtype,
-                                b.dz.empty() ? nullptr : b.dz.data());
+                                b.dz.empty() ? nullptr : b.dz.data(), dz_stats);
     profile("dz", x, ref.dz.data(), S * V, out.grad_dtype);
     ra.has_dz = true;
     judged.push_back({"dz", &ra.dz, false});

@@ -109,10 +109,12 @@ struct RunAssessment {
 /// lse (dtype out.loss_dtype), reduced loss, dz/dH (rows of ref.token_rows, which must equal
 /// out.token_rows or cover all rows), dW/db (rows ref.vocab_rows of out's V×D), each with its
 /// a-priori bound, then judges them with `policy` (judge/policy.hpp judge). Throws InputError
-/// when the token rows of out and ref differ or sizes do not match.
+/// when the token rows of out and ref differ or sizes do not match. dz_stats: the options of dz's
+/// statistics (the audit's blocks of token rows give a shared relative floor and take the prefix
+/// counts, BlockedErrorStats).
 RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
                          const DeclaredArithmetic& arith, const StrategyOutputs& out,
                          const ReferenceResult& ref, const Policy& policy,
-                         std::int64_t n_chunks = 0);
+                         std::int64_t n_chunks = 0, const StatsOptions& dz_stats = {});
 
 }  // namespace xentlab

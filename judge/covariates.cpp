@@ -29,6 +29,15 @@ double kernel(const LossSpec& sp, double r) {
 
 }  // namespace
 
+double exact_row_covariates_bytes(std::int64_t S, std::int64_t V, std::int64_t D, DType w_dtype) {
+  const double m = static_cast<double>(std::min(
+      S, std::max<std::int64_t>(1, (std::int64_t{1} << 27) / std::max<std::int64_t>(1, V))));
+  const double results = 8.0 * 4.0 * static_cast<double>(S);
+  if (D <= 0) return results + 8.0 * m * static_cast<double>(V);
+  return results + static_cast<double>(size_of(w_dtype)) * static_cast<double>(V) * D +
+         2.0 * (HeadLogits::held_bytes(V, D) + 8.0 * m * static_cast<double>(V + D));
+}
+
 ExactRowCovariates exact_row_covariates(const Problem& pb, const LossSpec& spec,
                                         const std::vector<std::int64_t>& rows) {
   const std::int64_t S = static_cast<std::int64_t>(rows.size()), V = pb.V, D = pb.D;

@@ -28,6 +28,10 @@ struct ExactRowCovariates {
 /// at most 2^27 logits (1 GiB).
 ExactRowCovariates exact_row_covariates(const Problem& pb, const LossSpec& spec,
                                         const std::vector<std::int64_t>& rows);
+/// The most exact_row_covariates holds for S rows of a V-vocabulary problem (D = 0: given
+/// logits; else a linear head whose W is stored in w_dtype), in bytes: the results, and for a
+/// linear head |W| and two HeadLogits, each with a block of logits and rows of H as doubles.
+double exact_row_covariates_bytes(std::int64_t S, std::int64_t V, std::int64_t D, DType w_dtype);
 
 /// The bounded covariates of token rows `token_rows` (S, sorted) of pb under sp (S values each;
 /// linear problems also |H| of the rows (S, D), |W_t| of each valid row's target (S, D) and

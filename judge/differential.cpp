@@ -152,30 +152,36 @@ void add_profiles(Baseline& b, const Strategy& st, const StrategyOutputs& o,
 
 }  // namespace
 
-Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineOptions& opt) {
+namespace {
+
+// What emulate_baseline runs: the strategies of the chosen backends that implement the recipe
+// (none: why), the golden file's token rows it runs on (positions `pos` into them: all, or a
+// seeded sample of the work) and the vocabulary rows of dW/db it compares.
+struct BaselineSetup {
+  std::vector<std::unique_ptr<Strategy>> strategies;
+  std::vector<const Strategy*> runs;
+  std::string why;
+  std::vector<std::int64_t> pos, token_rows, vocab_rows;
+  bool sampled = false;
+};
+
+BaselineSetup setup_baseline(const Golden& g, const Recipe& recipe, const BaselineOptions& opt) {
   if (opt.rows < 0) throw InputError(fmt::format("baseline rows must be ≥ 0, got {}", opt.rows));
-  const auto t0 = std::chrono::steady_clock::now();
-  Baseline b;
-  b.recipe = recipe;
-  b.golden_rows = g.S;
-  b.seed = opt.seed;
   const Problem& P = g.problem;
+  BaselineSetup u;
   // Every strategy of the chosen backends that implements the recipe.
   if (opt.backends.empty()) throw InputError("the baseline needs at least one backend");
-  std::vector<std::unique_ptr<Strategy>> strategies;
   for (const Backend be : opt.backends) {
-    for (auto& s : make_strategies(be)) strategies.push_back(std::move(s));
+    for (auto& s : make_strategies(be)) u.strategies.push_back(std::move(s));
     // The emulated models of other correct implementations (sequential sums; tensor-core
     // accumulation where the recipe runs on tensor cores): a candidate of either passes.
     if (be == Backend::cpu_emulation)
-      for (auto& s : make_baseline_models(recipe)) strategies.push_back(std::move(s));
+      for (auto& s : make_baseline_models(recipe)) u.strategies.push_back(std::move(s));
   }
-  std::string why;
-  std::vector<const Strategy*> runs;
   const auto excluded = [&](const std::string& name) {
     return std::find(opt.exclude.begin(), opt.exclude.end(), name) != opt.exclude.end();
   };
-  for (const auto& s : strategies) {
+  for (const auto& s : u.strategies) {
     if (excluded(s->name())) continue;
     // The emulated checkpointed strategy is chunked's arithmetic bit for bit (its backward
     // recomputes the logits exactly; gpu/emulation/checkpointed.cpp): the same profile twice,
@@ -185,12 +191,82 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
       continue;
     const Status ok = s->can_implement(P, g.spec, recipe);
     if (ok.ok())
-      runs.push_back(s.get());
-    else if (why.empty())
-      why = ok.message;
+      u.runs.push_back(s.get());
+    else if (u.why.empty())
+      u.why = ok.message;
   }
+  if (u.runs.empty()) return u;
+  // Token rows: all the golden file's (the default), or a seeded sample of at most opt.rows.
+  const std::int64_t m = opt.rows > 0 ? std::min(opt.rows, g.S) : g.S;
+  if (m < g.S) {
+    u.sampled = true;
+    u.pos = sample_rows(g.S, m, opt.seed);
+  } else {
+    u.pos.resize(sz(g.S));
+    for (std::int64_t q = 0; q < g.S; ++q) u.pos[sz(q)] = q;
+  }
+  for (const std::int64_t q : u.pos) u.token_rows.push_back(g.token_rows[sz(q)]);
+  // With sampled tokens dW and db are not compared: each is a sum over all N tokens, and the sum
+  // over the sample is another quantity (measured: on calibrated N = 256, V = 32000, D = 1024 the
+  // normwise error of bf16 dz's dW was 2.6× smaller over 16 sampled tokens than over all 256).
+  if (!u.sampled && (!g.dW.empty() || !g.db.empty())) u.vocab_rows = g.vocab_rows;
+  return u;
+}
+
+RunRequest baseline_request(const Golden& g, const Recipe& recipe, const BaselineSetup& u) {
+  RunRequest req;
+  req.problem = &g.problem;
+  req.spec = g.spec;          // with the normaliser, when the golden file has one
+  req.upstream = g.upstream;  // reduction none: the golden file's g (empty = ones)
+  req.recipe = recipe;
+  req.token_rows = u.token_rows;
+  req.want_grads = !g.dH.empty() || !g.dW.empty() || !g.db.empty() || !g.dz.empty();
+  req.want_db = !g.db.empty();  // a golden file holds db also for a problem without a bias
+  // dW/db of the compared vocabulary rows only (one row when none is compared: the least work).
+  req.vocab_rows =
+      !u.vocab_rows.empty() || !g.problem.is_linear() ? u.vocab_rows : std::vector<std::int64_t>{0};
+  return req;
+}
+
+}  // namespace
+
+double baseline_memory_bytes(const Golden& g, const Recipe& recipe, const BaselineOptions& opt) {
+  const BaselineSetup u = setup_baseline(g, recipe, opt);
+  if (u.runs.empty()) return 0;
+  const RunRequest req = baseline_request(g, recipe, u);
+  const double m = static_cast<double>(u.token_rows.size()), N = static_cast<double>(g.N);
+  const double J = static_cast<double>(u.vocab_rows.empty() ? 1 : u.vocab_rows.size());
+  const double V = static_cast<double>(g.V), D = static_cast<double>(g.D);
+  const bool grads = req.want_grads, linear = g.problem.is_linear();
+  // The references compared with (rows of the golden file's), and one run's outputs as doubles.
+  const double refs = 8.0 * (2 * m + (g.dH.empty() ? 0 : m * D) + (g.dz.empty() ? 0 : m * V) +
+                             (u.sampled ? 0 : J * D + J));
+  double largest = 2 * m;  // the largest output compared, copied once and profiled
+  if (grads) largest = std::max(largest, linear ? std::max(m * D, J * D) : m * V);
+  double most = 0;
+  for (const Strategy* st : u.runs) {
+    // A device strategy runs the whole problem and returns every row (rows_of then keeps some).
+    const bool device = st->backend() != Backend::cpu_emulation;
+    const double rows = device ? N : m, vocab = device ? V : J;
+    const double outputs =
+        8.0 * (2 * rows + (grads ? (linear ? rows * D + vocab * D + vocab : rows * V) : 0.0));
+    const double ws = device ? 0.0 : static_cast<double>(st->workspace_size(req));
+    most = std::max(most, ws + outputs * (device ? 2.0 : 1.0) + 8.0 * 3.0 * largest);
+  }
+  return refs + most;
+}
+
+Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  BaselineSetup u = setup_baseline(g, recipe, opt);
+  Baseline b;
+  b.recipe = recipe;
+  b.golden_rows = g.S;
+  b.seed = opt.seed;
+  const Problem& P = g.problem;
+  const std::vector<const Strategy*>& runs = u.runs;
   if (runs.empty()) {
-    b.status = why.empty() ? "no emulated strategy" : why;
+    b.status = u.why.empty() ? "no emulated strategy" : u.why;
     return b;
   }
   // "naive, chunked (cpu-emulation), naive (cuda); per output the largest error"
@@ -200,17 +276,10 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
       b.strategy += fmt::format(" ({})", to_string(runs[i]->backend()));
   }
   b.strategy += "; per output the largest error";
-  // Token rows: all the golden file's (the default), or a seeded sample of at most opt.rows.
-  const std::int64_t m = opt.rows > 0 ? std::min(opt.rows, g.S) : g.S;
-  std::vector<std::int64_t> pos;
-  if (m < g.S) {
-    b.sampled = true;
-    pos = sample_rows(g.S, m, opt.seed);
-  } else {
-    pos.resize(sz(g.S));
-    for (std::int64_t q = 0; q < g.S; ++q) pos[sz(q)] = q;
-  }
-  for (const std::int64_t q : pos) b.token_rows.push_back(g.token_rows[sz(q)]);
+  b.sampled = u.sampled;
+  b.token_rows = u.token_rows;
+  b.vocab_rows = u.vocab_rows;
+  const std::vector<std::int64_t>& pos = u.pos;
 
   // The references the baseline is compared with.
   std::vector<std::pair<std::string, std::vector<double>>> refs;
@@ -218,29 +287,13 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   if (!g.lse.empty()) refs.emplace_back("lse", pick(g.lse, 1, pos));
   if (!g.dH.empty()) refs.emplace_back("dH", pick(g.dH, g.D, pos));
   if (!g.dz.empty()) refs.emplace_back("dz", pick(g.dz, g.V, pos));
-  const bool vocab_outputs = !g.dW.empty() || !g.db.empty();
   if (!b.sampled) {
     if (g.reduced_loss && !g.partial)
       refs.emplace_back("reduced_loss", std::vector<double>{*g.reduced_loss});
-    if (vocab_outputs) b.vocab_rows = g.vocab_rows;
     if (!g.dW.empty()) refs.emplace_back("dW", g.dW);
     if (!g.db.empty()) refs.emplace_back("db", g.db);
   }
-  // With sampled tokens dW and db are not compared: each is a sum over all N tokens, and the sum
-  // over the sample is another quantity (measured: on calibrated N = 256, V = 32000, D = 1024 the
-  // normwise error of bf16 dz's dW was 2.6× smaller over 16 sampled tokens than over all 256).
-
-  RunRequest req;
-  req.problem = &P;
-  req.spec = g.spec;          // with the normaliser, when the golden file has one
-  req.upstream = g.upstream;  // reduction none: the golden file's g (empty = ones)
-  req.recipe = recipe;
-  req.token_rows = b.token_rows;
-  req.want_grads = !g.dH.empty() || !g.dW.empty() || !g.db.empty() || !g.dz.empty();
-  req.want_db = !g.db.empty();  // a golden file holds db also for a problem without a bias
-  // dW/db of the compared vocabulary rows only (one row when none is compared: the least work).
-  req.vocab_rows =
-      !b.vocab_rows.empty() || !P.is_linear() ? b.vocab_rows : std::vector<std::int64_t>{0};
+  const RunRequest req = baseline_request(g, recipe, u);
   for (const Strategy* st : runs) {
     if (opt.progress)
       opt.progress(fmt::format("baseline: {} ({}) on {} token rows", st->name(),

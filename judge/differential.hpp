@@ -110,6 +110,14 @@ struct Baseline {
 Baseline emulate_baseline(const Golden& golden, const Recipe& recipe,
                           const BaselineOptions& options = {});
 
+/// The most emulate_baseline holds for this golden file and recipe beside the golden file itself,
+/// in bytes: the references it compares with and, of the strategies it runs in turn, the largest
+/// workspace (Strategy::workspace_size of its request) with that run's outputs as doubles and the
+/// copies its profiles make. 0 when no strategy implements the recipe. Throws as
+/// emulate_baseline for bad options.
+double baseline_memory_bytes(const Golden& golden, const Recipe& recipe,
+                             const BaselineOptions& options = {});
+
 /// The differential check of one output.
 struct DifferentialResult {
   std::string status = "not run";  ///< "passed", "incorrect", "not judged" (why in message)

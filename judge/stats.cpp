@@ -380,6 +380,8 @@ void finish_moments(const Inputs& in, const Sums& s, ErrorStats& st) {
     st.mean_out = s.out.value() / m;
     st.mean_ref = s.ref.value() / m;
     st.mean_value_err = st.mean_out - st.mean_ref;
+    st.err_norm2 = s.sq.value();
+    st.ref_norm2 = s.ref_sq.value();
     const double ne = std::sqrt(s.sq.value()), nr = std::sqrt(s.ref_sq.value());
     st.normwise_rel_err = ratio_of(ne, nr);
     if (st.n_finite_pairs > 1)
@@ -587,6 +589,10 @@ ErrorStats compute_error_stats(const double* out, const double* ref, std::int64_
   const std::vector<ChunkSums> part = pass_sums(in, st, buckets);
   finish_moments(in, merge_chunks(part, st), st);
   pass_percentiles(in, buckets, st);
+  if (opt.prefix_counts) {
+    opt.prefix_counts->err = std::move(buckets.err);
+    opt.prefix_counts->ratio = std::move(buckets.ratio);
+  }
   return st;
 }
 

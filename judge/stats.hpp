@@ -35,6 +35,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "numerics/dtype.hpp"
 
@@ -110,6 +111,17 @@ struct StatsOptions {
   double rel_floor_abs = 0.0;      ///< absolute floor of the relative error's denominator
   double rel_floor_rel = 0x1p-20;  ///< floor relative to max|ref| (about 1e-6)
   bool keep_histograms = true;     ///< fill abs_err_hist / rel_err_hist / ratio_hist
+  /// When given: receives the counts of |e| (err) and of the ratios |e|/bound (ratio, with
+  /// bounds) per 16-bit prefix of their bit patterns (kStatsBuckets each), which BlockedErrorStats
+  /// merges into percentiles over blocks.
+  struct PrefixCounts* prefix_counts = nullptr;
+};
+
+/// Buckets of the percentile selection: the top 16 bits of a non-negative double's bit pattern
+/// (sign, exponent and 4 bits of the significand), so a bucket spans a relative 2^-4.
+inline constexpr std::size_t kStatsBuckets = std::size_t{1} << 16;
+struct PrefixCounts {
+  std::vector<std::int64_t> err, ratio;
 };
 
 /// Statistics of out vs ref (see the file comment for every convention).
@@ -137,7 +149,8 @@ struct ErrorStats {
   double max_rel_err = 0.0;
   std::int64_t max_rel_err_index = -1;
   double mean_rel_err = 0.0;
-  double normwise_rel_err = 0.0;  ///< ‖e‖₂/‖ref‖₂
+  double normwise_rel_err = 0.0;            ///< ‖e‖₂/‖ref‖₂
+  double err_norm2 = 0.0, ref_norm2 = 0.0;  ///< Σe² and Σref² over finite pairs
 
   // ULP distance to the correctly rounded reference in out_dtype.
   std::int64_t ulp_count = 0;  ///< pairs that entered the ULP statistics
@@ -151,8 +164,12 @@ struct ErrorStats {
   double mean_out = 0.0, mean_ref = 0.0;  ///< means over finite pairs
   double mean_value_err = 0.0;            ///< mean(out) − mean(ref): error of the batch mean
 
-  // Percentiles of |e| (exact order statistics over finite pairs).
+  // Percentiles of |e| (exact order statistics over finite pairs; see percentiles_exact).
   double p50 = 0.0, p90 = 0.0, p99 = 0.0, p999 = 0.0, pmax = 0.0;
+  /// false for statistics merged over blocks (BlockedErrorStats): p50…p999 and p99_ratio are then
+  /// the upper edge of the 16-bit prefix bucket holding the order statistic (at most a relative
+  /// 2^-4 above it, never below); pmax stays exact.
+  bool percentiles_exact = true;
 
   // Ratio |e_i| / bound_i (only when bounds were given; has_bounds says so).
   bool has_bounds = false;
@@ -180,5 +197,27 @@ struct ErrorStats {
 ErrorStats compute_error_stats(const double* out, const double* ref, std::int64_t n,
                                DType out_dtype, const double* bound = nullptr,
                                const StatsOptions& options = {});
+
+/// The statistics of one output computed block by block (e.g. token rows audited in blocks so that
+/// no whole S×V array is held): add each block's statistics, computed with the same
+/// StatsOptions (a relative floor given absolutely, rel_floor_abs = 2^-20·max|ref| over every
+/// block, so the blocks share the floor) and its prefix_counts, with the flat index of its first
+/// element. finish() gives the statistics of the concatenation: counts, maxima (first index
+/// attaining them) and histograms exactly as compute_error_stats; means, norms and the bias's
+/// standard error (Chan's pairwise update) to rounding; percentiles as the upper edge of their
+/// bucket (percentiles_exact = false).
+class BlockedErrorStats {
+ public:
+  void add(const ErrorStats& block, const PrefixCounts& counts, std::int64_t first_index);
+  ErrorStats finish() const;
+
+ private:
+  ErrorStats acc_;
+  PrefixCounts counts_;
+  bool any_ = false;
+  double sum_abs_ = 0, sum_rel_ = 0, sum_e_ = 0, sum_out_ = 0, sum_ref_ = 0, m2_ = 0;
+  double sum_b2_ = 0, sum_b_ = 0, n_finite_bound_ = 0;
+  double ulp0_ = 0, ulp1_ = 0, ulp2_ = 0, ulp4_ = 0;
+};
 
 }  // namespace xentlab

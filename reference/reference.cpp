@@ -160,6 +160,32 @@ void check_reference_fits(std::int64_t S, std::int64_t V, std::int64_t D, std::i
                          budget_given, detail::tier_what("BLAS", S, V, D, J, opt.want_dW));
 }
 
+double reference_memory_bytes(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
+                              const ReferenceOptions& opt) {
+  const bool linear = D > 0;
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  if (!linear || opt.tier == ReferenceTier::compensated)
+    return compensated_need(S, V, D, J, opt, linear && opt.want_dH, linear && opt.want_dW,
+                            linear && opt.want_db);
+  return detail::blas_plan_terms(S, V, D, J, opt, threads).minimum();
+}
+
+double reference_peak_bytes(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
+                            const ReferenceOptions& opt) {
+  if (D <= 0 || opt.tier == ReferenceTier::compensated)
+    return reference_memory_bytes(S, V, D, J, opt);
+  const int threads = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+  const detail::BlasPlanTerms t = detail::blas_plan_terms(S, V, D, J, opt, threads);
+  // blas.cpp plan_blocking with an unlimited budget: the largest panel and block it takes.
+  const std::int64_t panel = std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(64.0 * (1 << 20) / (16.0 * static_cast<double>(D))),
+      std::min<std::int64_t>(64, V), V);
+  const std::int64_t block =
+      std::min<std::int64_t>({S, std::max<std::int64_t>(128, (S + 7) / 8), std::int64_t{4096}});
+  return t.fixed + 16.0 * static_cast<double>(panel) * static_cast<double>(D) +
+         t.per_row * static_cast<double>(std::max<std::int64_t>(1, block));
+}
+
 std::string_view to_string(ReferenceTier tier) {
   switch (tier) {
     case ReferenceTier::automatic:

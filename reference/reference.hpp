@@ -136,6 +136,19 @@ ReferenceResult compute_reference(const Problem& problem, const LossSpec& spec,
 void check_reference_fits(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
                           const ReferenceOptions& options);
 
+/// The bytes compute_reference holds for S token rows, V × D (D = 0: a logits problem) and J
+/// vocabulary rows of dW/db with these options: the compensated tier's whole working set, or the
+/// minimum of the BLAS and cuda tiers' host plan (they take larger blocks up to options.max_bytes
+/// when it is given: the caller gives it their allotment).
+double reference_memory_bytes(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
+                              const ReferenceOptions& options);
+/// The most compute_reference holds for these sizes whatever options.max_bytes allows: the
+/// compensated tier's working set, or the BLAS and cuda tiers' host plan at its largest blocks
+/// (panels of 64 MiB, blocks of at most max(128, S/8) and 4096 token rows). A budget below it
+/// makes those tiers take smaller blocks (down to reference_memory_bytes).
+double reference_peak_bytes(std::int64_t S, std::int64_t V, std::int64_t D, std::int64_t J,
+                            const ReferenceOptions& options);
+
 /// Sorted, unique random subset of [0, n) of size min(k, n), from a seeded generator
 /// (std::mt19937_64). Used to sample token and vocabulary rows reproducibly.
 std::vector<std::int64_t> sample_rows(std::int64_t n, std::int64_t k, std::uint64_t seed);

@@ -13,15 +13,12 @@
 
 namespace xentlab::cli {
 
-void add_reference_options(CLI::App* cmd, ReferenceChoice& choice) {
-  cmd->add_option("--reference", choice.tier,
-                  "reference tier: auto (cuda where a GPU is present, else blas), compensated "
-                  "(tightest bounds, small problems), blas (fp64 GEMM on the system BLAS), cuda")
-      ->capture_default_str();
-  cmd->add_option("--memory-budget", choice.memory_budget,
-                  "memory the reference may use: bytes, or with a unit as for bench (K/M/G/T and "
+void add_memory_budget_option(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--memory-budget", value,
+                  "host memory the command may hold: bytes, or with a unit (K/M/G/T and "
                   "KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000); default or 0: the "
-                  "memory available now. A problem that needs more is refused before any work")
+                  "memory available now. Work whose estimate exceeds it is refused before it "
+                  "starts (exit 2)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
             return v.find_first_not_of(" \t") == std::string::npos
@@ -29,6 +26,23 @@ void add_reference_options(CLI::App* cmd, ReferenceChoice& choice) {
                        : std::string();
           },
           "", "nonempty"));
+}
+
+std::int64_t parse_memory_budget(const std::string& value) {
+  if (value.empty()) return 0;
+  try {
+    return parse_bytes(value);  // 0: the available memory
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("--memory-budget: {}", e.what()));
+  }
+}
+
+void add_reference_options(CLI::App* cmd, ReferenceChoice& choice) {
+  cmd->add_option("--reference", choice.tier,
+                  "reference tier: auto (cuda where a GPU is present, else blas), compensated "
+                  "(tightest bounds, small problems), blas (fp64 GEMM on the system BLAS), cuda")
+      ->capture_default_str();
+  add_memory_budget_option(cmd, choice.memory_budget);
 }
 
 void apply_reference_choice(const ReferenceChoice& choice, ReferenceOptions& options) {
@@ -40,12 +54,7 @@ void apply_reference_choice(const ReferenceChoice& choice, ReferenceOptions& opt
   std::string why;
   if (options.tier == ReferenceTier::cuda && !cuda_reference_available(&why))
     throw NoDeviceError("--reference cuda: the cuda reference tier is not available: " + why);
-  if (choice.memory_budget.empty()) return;
-  try {
-    options.max_bytes = parse_bytes(choice.memory_budget);  // 0: the available memory
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("--memory-budget: {}", e.what()));
-  }
+  options.max_bytes = parse_memory_budget(choice.memory_budget);
 }
 
 std::function<void(std::int64_t, std::int64_t)> progress_printer(std::string what) {

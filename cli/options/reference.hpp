@@ -16,6 +16,14 @@ struct ReferenceChoice {
   std::string memory_budget;  ///< as bench's parse_bytes ("12G", "12GB"); "" or 0 = available
 };
 
+/// Adds --memory-budget (its value into `value`) to a subcommand, as every command that holds
+/// host memory spells it: bytes or a size with a unit (parse_bytes); work whose estimate exceeds
+/// it is refused before it starts.
+void add_memory_budget_option(CLI::App* cmd, std::string& value);
+/// The bytes of a --memory-budget value: 0 (the memory available now) for "" or 0. Throws
+/// InputError naming the option and the value ("--memory-budget '12Q': …").
+std::int64_t parse_memory_budget(const std::string& value);
+
 /// Adds --reference and --memory-budget to a subcommand.
 void add_reference_options(CLI::App* cmd, ReferenceChoice& choice);
 

@@ -14,9 +14,11 @@
 #include "datasets/problem_ops.hpp"
 #include "gpu/plans/vocab_shards.hpp"
 #include "gpu/registry.hpp"
+#include "harness/audit/blocked.hpp"
 #include "judge/bounds_for.hpp"
 #include "judge/emulation_check.hpp"
 #include "numerics/error.hpp"
+#include "numerics/memory.hpp"
 #include "reference/reference.hpp"
 
 namespace xentlab::audit {
@@ -37,13 +39,6 @@ struct Prepared {
   ReferenceResult ref;
   std::vector<std::int64_t> orig_rows;
   std::vector<double> upstream;  ///< reduction none: g over the sub-batch's rows; empty = ones
-};
-
-// The problem has no version in an input dtype (e.g. fp32 values beyond fp16's range): its runs
-// of that dtype are not-supported. Any other InputError (a reference refused over its memory
-// budget, a tier not available) ends the audit with its own message.
-struct NoInputVersion : InputError {
-  using InputError::InputError;
 };
 
 }  // namespace
@@ -199,6 +194,8 @@ struct AuditPlan {
   std::vector<std::unique_ptr<Strategy>> emulations;  ///< empty for a CPU-emulation audit
   std::int64_t total = 0, done = 0;
   bool timings = false;  ///< XENTLAB_AUDIT_TIMINGS: each run's wall time on stderr
+  /// Token rows per block of each (problem, input dtype) audited in blocks (absent: at once).
+  std::map<std::pair<std::string, DType>, std::int64_t> block_rows;
 
   void progress(const std::string& what) const {
     if (cfg.progress) cfg.progress(done, total, what);
@@ -237,22 +234,27 @@ std::string not_audited_in(const AuditProblem& ap, DType input) {
 
 // The problem's record: its sub-batch rows, compared vocabulary rows (a linear problem's; a logits
 // problem has no dW/db) and the reference's per-token covariates.
-ProblemRecord problem_record(const AuditProblem& ap, DType input, const Prepared& pr) {
+ProblemRecord problem_record_of(const AuditProblem& ap, DType input, const Problem& problem,
+                                const ReferenceResult& ref,
+                                const std::vector<std::int64_t>& orig_rows) {
   ProblemRecord p;
   p.name = ap.name;
   p.regime = ap.regime;
   p.input = input;
   p.spec = ap.spec.describe();
-  p.describe = pr.problem.describe();
-  p.targets_drawn_by = pr.problem.targets_drawn_by;
-  p.token_rows = pr.orig_rows;
-  if (pr.problem.is_linear()) p.vocab_rows = pr.ref.vocab_rows;
-  p.loss = pr.ref.loss;
-  p.lse = pr.ref.lse;
-  p.p_target = pr.ref.p_target;
-  p.max_logit = pr.ref.max_logit;
-  p.entropy = pr.ref.entropy;
+  p.describe = problem.describe();
+  p.targets_drawn_by = problem.targets_drawn_by;
+  p.token_rows = orig_rows;
+  if (problem.is_linear()) p.vocab_rows = ref.vocab_rows;
+  p.loss = ref.loss;
+  p.lse = ref.lse;
+  p.p_target = ref.p_target;
+  p.max_logit = ref.max_logit;
+  p.entropy = ref.entropy;
   return p;
+}
+ProblemRecord problem_record(const AuditProblem& ap, DType input, const Prepared& pr) {
+  return problem_record_of(ap, input, pr.problem, pr.ref, pr.orig_rows);
 }
 
 // The multiply-adds of a problem's logits (S·V·D; S·V for given logits): the size the baseline
@@ -381,6 +383,112 @@ void audit_problem_input(AuditPlan& plan, const AuditProblem& ap, DType input, A
   }
 }
 
+// The memory plan of the audit, before any work: each (problem, input dtype) at once when its
+// estimate (blocked.hpp, problem_memory) and the problems held fit the budget, else a logits
+// problem in the largest blocks of token rows that fit; otherwise refused (InputError naming the
+// estimate, its terms and the budget).
+void plan_memory(AuditPlan& plan, const std::vector<AuditProblem>& problems,
+                 const std::set<DType>& inputs) {
+  const MemoryBudget budget = MemoryBudget::from(plan.cfg.reference_memory);
+  double held = 0;
+  for (const AuditProblem& ap : problems) held += problem_bytes(ap.problem);
+  std::vector<const Strategy*> emus;
+  for (const auto& e : plan.emulations) emus.push_back(e.get());
+  for (const AuditProblem& ap : problems)
+    for (DType input : inputs) {
+      if (!ap.inputs.empty() &&
+          std::find(ap.inputs.begin(), ap.inputs.end(), input) == ap.inputs.end())
+        continue;
+      const AuditedRows rows = audited_rows(ap, plan.cfg);
+      const auto S = static_cast<std::int64_t>(rows.token_rows.size());
+      const std::int64_t J = rows.vocab_rows.empty()
+                                 ? ap.problem.V
+                                 : static_cast<std::int64_t>(rows.vocab_rows.size());
+      const bool baseline =
+          plan.cfg.baseline && !plan.emulations.empty() &&
+          logits_macs(ap.problem) * S / ap.problem.N <= plan.cfg.baseline_max_macs;
+      const auto estimate = [&](std::int64_t B) {
+        MemoryEstimate m =
+            problem_memory(ap, input, S, J, B, plan.cfg, plan.chosen, emus, baseline);
+        m.terms.insert(m.terms.begin(), {"the problems as loaded", held});
+        return m;
+      };
+      const MemoryEstimate whole = estimate(S);
+      if (whole.total() <= static_cast<double>(budget.bytes)) continue;
+      const std::string what = fmt::format(
+          "the audit of {} ({} inputs, {} token rows × V={}{})", ap.name, to_string(input), S,
+          ap.problem.V, ap.problem.is_linear() ? fmt::format(" × D={}", ap.problem.D) : "");
+      if (ap.problem.is_linear())
+        check_memory_estimate(whole, budget, what,
+                              "audit fewer token or vocabulary rows (--rows, --vocab-rows), or "
+                              "give a larger --memory-budget on a machine that has it");
+      std::int64_t lo = 0, hi = S;  // the largest B in [1, S) that fits, by bisection
+      while (hi - lo > 1) {
+        const std::int64_t mid = lo + (hi - lo) / 2;
+        (estimate(mid).total() <= static_cast<double>(budget.bytes) ? lo : hi) = mid;
+      }
+      if (lo == 0)
+        check_memory_estimate(estimate(1), budget, what + " in blocks of 1 token row",
+                              "give a larger --memory-budget on a machine that has it");
+      plan.block_rows[{ap.name, input}] = lo;
+      fmt::print(stderr,
+                 "audit: {} would hold an estimated {} at once, over the memory budget of {}: "
+                 "audited in blocks of {} token rows, estimated {}\n",
+                 what, gib(whole.total()), budget.describe(), lo, estimate(lo).describe());
+    }
+}
+
+// A logits problem audited in blocks of token rows (blocked.hpp): its records.
+void audit_blocked(AuditPlan& plan, const AuditProblem& ap, DType input, std::int64_t B,
+                   AuditResult& res) {
+  const AuditConfig& cfg = plan.cfg;
+  plan.progress(fmt::format("{} {}: in blocks of {} token rows", ap.name, to_string(input), B));
+  const AuditedRows rows = audited_rows(ap, cfg);
+  std::vector<double> upstream;
+  if (cfg.upstream == "random")
+    upstream = random_upstream(static_cast<std::int64_t>(rows.token_rows.size()), cfg.seed + 2);
+  std::vector<const Strategy*> emus;
+  for (const auto& e : plan.emulations) emus.push_back(e.get());
+  BlockedAudit ba;
+  try {
+    ba = audit_in_blocks(ap, input, rows.token_rows, B, cfg, plan.recipes, plan.chosen, emus,
+                         plan.policy, upstream);
+  } catch (const NoInputVersion& e) {
+    record_not_supported(
+        plan, ap, input,
+        fmt::format("the problem's inputs have no {} version: {}", to_string(input), e.what()),
+        res);
+    return;
+  }
+  ProblemRecord p = problem_record_of(ap, input, ap.problem, ba.ref, ba.orig_rows);
+  res.problems.push_back(std::move(p));
+  for (BlockedRun& br : ba.runs) {
+    ++plan.done;
+    RunRecord rec = new_record(ap, *br.strategy, br.recipe, input, cfg);
+    rec.arith = br.arith;
+    if (!br.can.ok()) {
+      rec.verdict =
+          verdict_not_run(br.can.code == Status::Code::not_supported ? Disposition::not_supported
+                                                                     : Disposition::failed,
+                          br.can.message);
+    } else if (!br.error.empty()) {
+      rec.verdict = verdict_not_run(Disposition::failed, br.error);
+    } else {
+      rec.seconds = br.seconds;
+      rec.peak_extra_bytes = br.peak_extra_bytes;
+      rec.c_vocab = br.as.bounds.c_vocab;
+      rec.bound_meaningful = br.as.bounds.meaningful;
+      rec.bound_note = br.as.bounds.note;
+      rec.outputs = outputs_of(br.as);
+      rec.verdict = br.as.verdict;
+      if (br.has_emulation && rec.verdict.disposition == Disposition::passed)
+        rec.verdict = judge_against_emulation(br.as, br.emulation_as, plan.policy);
+      rec.loss_abs_err = std::move(br.loss_abs_err);
+    }
+    res.runs.push_back(std::move(rec));
+  }
+}
+
 void count_dispositions(AuditResult& res) {
   for (const auto& r : res.runs) {
     switch (r.verdict.disposition) {
@@ -460,14 +568,18 @@ AuditResult run_audit(const std::vector<AuditProblem>& problems, const AuditConf
 
   std::set<DType> inputs;
   for (const Recipe& r : plan.recipes) inputs.insert(r.input);
+  plan_memory(plan, problems, inputs);  // refuses before any work what would not fit
   AuditResult res;
   for (const AuditProblem& ap : problems)
     for (DType input : inputs) {
-      if (ap.inputs.empty() ||
-          std::find(ap.inputs.begin(), ap.inputs.end(), input) != ap.inputs.end())
-        audit_problem_input(plan, ap, input, res);
-      else  // its runs of this input dtype are not supported, with the reason
+      const auto blocked = plan.block_rows.find({ap.name, input});
+      if (!ap.inputs.empty() &&
+          std::find(ap.inputs.begin(), ap.inputs.end(), input) == ap.inputs.end())
         record_not_supported(plan, ap, input, not_audited_in(ap, input), res);
+      else if (blocked != plan.block_rows.end())
+        audit_blocked(plan, ap, input, blocked->second, res);
+      else
+        audit_problem_input(plan, ap, input, res);
     }
   count_dispositions(res);
   res.verdict = compute_verdict(res.runs);

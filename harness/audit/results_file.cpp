@@ -58,6 +58,8 @@ void write_stats(h5::Group& g, const ErrorStats& s) {
   g.set_attr("p99", s.p99);
   g.set_attr("p999", s.p999);
   g.set_attr("pmax", s.pmax);
+  // 0: merged over blocks of token rows, p50…p999 and p99_ratio are bucket upper edges.
+  g.set_attr("percentiles_exact", std::int64_t{s.percentiles_exact ? 1 : 0});
   g.set_attr("has_bounds", s.has_bounds);
   g.set_attr("max_ratio", s.max_ratio);
   g.set_attr("p99_ratio", s.p99_ratio);

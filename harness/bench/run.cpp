@@ -38,6 +38,7 @@
 #include "harness/bench/timing.hpp"
 #include "judge/sampled_check.hpp"
 #include "numerics/error.hpp"
+#include "numerics/memory.hpp"
 #include "numerics/version.hpp"
 #include "reference/reference.hpp"
 
@@ -139,6 +140,7 @@ class Runner {
       if (std::find(inputs_seen.begin(), inputs_seen.end(), r.input) == inputs_seen.end())
         inputs_seen.push_back(r.input);
     for (DType input : inputs_seen) check_inputs_fit(input, rep.meta.l2_bytes);
+    for (DType input : inputs_seen) check_host_fits(input);
 
     say("measuring the cuBLAS bf16 GEMM rate (8192^3)");
     rep.meta.gemm_tflops = cublas_bf16_gemm_tflops();
@@ -181,6 +183,34 @@ class Runner {
       throw InputError(fmt::format(
           "the {} inputs ({} copies) and fp32-sized gradients need {}; the device has {} free",
           to_string(input), copies, format_bytes(need), format_bytes(std::int64_t(free_b))));
+  }
+
+  /// InputError (exit 2, before anything is measured) when the host side of the sampled-row
+  /// check would not fit the memory available now: W and the sampled rows of H copied to the host,
+  /// the certified reference of the sampled rows at its largest (reference_peak_bytes), and per
+  /// run the downloaded loss and lse (N floats each), the sampled dH and dW rows and their
+  /// a-priori bounds as doubles.
+  void check_host_fits(DType input) const {
+    if (o_.sample_rows <= 0) return;
+    const std::int64_t S = std::min(o_.N, o_.sample_rows), V = o_.V, D = o_.D;
+    const std::int64_t J = std::min(V, o_.vocab_rows);
+    const double isz = size_of(input);
+    ReferenceOptions ro;
+    ro.want_db = false;
+    const double s = static_cast<double>(S), j = static_cast<double>(J), d = static_cast<double>(D);
+    MemoryEstimate m;
+    m.add("W and the sampled rows of H on the host",
+          isz * (static_cast<double>(V) * d + s * d) + 8.0 * s);
+    m.add("the reference of the sampled rows", reference_peak_bytes(S, V, D, J, ro));
+    m.add("a run's downloaded outputs and their bounds",
+          4.0 * 2.0 * static_cast<double>(o_.N) + 8.0 * 2.0 * (s * d + j * d) +
+              8.0 * (s * d + 2.0 * j * d + 2.0 * j + 4.0 * s));
+    check_memory_estimate(
+        m, MemoryBudget::from(0),
+        fmt::format("the sampled-row check of {} inputs ({} token rows, {} vocabulary rows)",
+                    to_string(input), S, J),
+        "check fewer rows (--sample-rows, --vocab-rows; 0 sample rows: no check) on a machine "
+        "with more memory");
   }
 
   /// run_input_dtype, with a failure outside the per-row measurement (the inputs no longer fit,

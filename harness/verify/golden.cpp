@@ -13,6 +13,7 @@
 #include "judge/covariates.hpp"
 #include "numerics/error.hpp"
 #include "numerics/version.hpp"
+#include "reference/reference.hpp"
 
 namespace xentlab {
 namespace {
@@ -31,6 +32,46 @@ std::vector<std::int64_t> all_rows(std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
   return v;
 }
+// The outputs a golden file's reference forms: dH, dW and db of a linear head (dW and db over all
+// token rows only), dz while S·V ≤ max_dz_elements (a logits problem's gradient; a linear head's
+// Σ_i|dz_ij|, db's condition).
+void set_outputs_wanted(ReferenceOptions& opt, bool linear, std::int64_t S, std::int64_t V,
+                        bool partial, const GoldenOptions& o) {
+  opt.want_dH = linear && o.gradients;
+  opt.want_dW = opt.want_db = linear && o.gradients && !partial;
+  opt.want_dz = o.gradients && (!linear || opt.want_db) && S * V <= o.max_dz_elements;
+}
+
+// The rows a golden file holds: S token rows and J vocabulary rows (a linear head's).
+std::pair<std::int64_t, std::int64_t> golden_rows(const GoldenShape& g, const GoldenOptions& o) {
+  const std::int64_t S = o.rows > 0 && o.rows < g.N ? o.rows : g.N;
+  const std::int64_t J =
+      g.D > 0 ? (o.vocab_rows > 0 && o.vocab_rows < g.V ? o.vocab_rows : g.V) : 0;
+  return {S, J};
+}
+
+// The HDF5 library's buffers while the file is written (its type conversion buffer and
+// metadata cache), beside db's condition (J doubles) formed for the file.
+constexpr double kFileBufferBytes = 4.0 * (1 << 20);
+
+// The reference's options for the estimate, and the bytes it may hold (its allotment) when the
+// rest of the estimate leaves `left` of the budget.
+struct ReferencePlan {
+  ReferenceOptions opt;
+  double least = 0, most = 0;
+  double within(double left) const { return std::min(most, std::max(least, left)); }
+};
+ReferencePlan reference_plan(const GoldenShape& g, const GoldenOptions& o) {
+  const auto [S, J] = golden_rows(g, o);
+  ReferencePlan p;
+  p.opt.tier = o.tier;
+  p.opt.threads = o.threads;
+  set_outputs_wanted(p.opt, g.D > 0, S, g.V, S < g.N, o);
+  p.least = reference_memory_bytes(S, g.V, g.D, J, p.opt);
+  p.most = reference_peak_bytes(S, g.V, g.D, J, p.opt);
+  return p;
+}
+
 // The reference options of a golden file: threads, tier, memory, the upstream gradient (checked:
 // reduction none only, N values, each 0 or a normal fp32 number), the token and vocabulary rows
 // (all, or seeded samples) and the outputs wanted.
@@ -40,7 +81,6 @@ ReferenceOptions reference_options(const Problem& pb, const LossSpec& spec,
   ReferenceOptions opt;
   opt.threads = o.threads;
   opt.tier = o.tier;
-  opt.max_bytes = o.memory_budget;
   opt.progress = o.progress;
   // Ones are stored as no upstream at all (the file of an all-ones g is the one of reduction none
   // without g); the reference checks the length, finiteness and the reduction.
@@ -74,10 +114,8 @@ ReferenceOptions reference_options(const Problem& pb, const LossSpec& spec,
     opt.vocab_rows = (o.vocab_rows > 0 && o.vocab_rows < pb.V)
                          ? sample_rows(pb.V, o.vocab_rows, o.sample_seed + 1)
                          : all_rows(pb.V);
-  const std::int64_t S = static_cast<std::int64_t>(opt.token_rows.size());
-  opt.want_dH = linear && o.gradients;
-  opt.want_dW = opt.want_db = linear && o.gradients && !partial;
-  opt.want_dz = o.gradients && (!linear || opt.want_db) && S * pb.V <= o.max_dz_elements;
+  set_outputs_wanted(opt, linear, static_cast<std::int64_t>(opt.token_rows.size()), pb.V, partial,
+                     o);
   return opt;
 }
 
@@ -196,6 +234,48 @@ void write_covariates(h5::File& f, const ReferenceResult& r, const ExactRowCovar
 
 }  // namespace
 
+GoldenShape GoldenShape::of(const Problem& p) {
+  GoldenShape g;
+  g.N = p.N;
+  g.V = p.V;
+  g.D = p.is_linear() ? p.D : 0;
+  g.dtype = p.input_dtype();
+  g.bias = p.bias.has_value();
+  return g;
+}
+
+MemoryEstimate golden_memory(const GoldenShape& g, const GoldenOptions& o, std::int64_t budget) {
+  const auto [S, J] = golden_rows(g, o);
+  const double e = size_of(g.dtype), N = static_cast<double>(g.N), V = static_cast<double>(g.V),
+               D = static_cast<double>(g.D);
+  MemoryEstimate m;
+  m.add(fmt::format("the problem ({})", to_string(g.dtype)),
+        (g.D > 0 ? e * (N * D + V * D + (g.bias ? V : 0.0)) : e * N * V) + 8.0 * N);
+  m.add("the upstream gradient, row samples and covariates",
+        8.0 * (N + static_cast<double>(S) + static_cast<double>(J)) + 8.0 * 4.0 * double(S));
+  m.add("the file's buffers", kFileBufferBytes + 8.0 * static_cast<double>(J));
+  // The stages in turn: only the largest adds to the rest.
+  const ReferencePlan rp = reference_plan(g, o);
+  const double reference = rp.within(static_cast<double>(budget) - m.total());
+  const double covariates = exact_row_covariates_bytes(S, g.V, g.D, g.dtype);
+  if (g.generation_bytes >= covariates && g.generation_bytes >= reference)
+    m.add("the generation (fp64 logits of the targets)", g.generation_bytes);
+  else if (covariates >= reference)
+    m.add("the exact covariates (fp64 logits and Σ|h||w|)", covariates);
+  else
+    m.add(fmt::format("the reference ({} tier, outputs and bounds)",
+                      g.D > 0 ? to_string(o.tier) : "compensated"),
+          reference);
+  return m;
+}
+
+void check_golden_memory(const GoldenShape& g, const GoldenOptions& o, const std::string& what) {
+  const MemoryBudget budget = MemoryBudget::from(o.memory_budget);
+  check_memory_estimate(golden_memory(g, o, budget.bytes), budget, what,
+                        "sample fewer token or vocabulary rows (--rows, --vocab-rows), a smaller "
+                        "problem, or give a larger --memory-budget on a machine that has it");
+}
+
 GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, const LossSpec& spec,
                            const GoldenOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -204,7 +284,21 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   const Problem& pb = ds.problem;
   pb.validate(spec.ignore_index);
   const bool linear = pb.is_linear();
+  // Refused before any work when it cannot fit (the command checks the same before it makes the
+  // problem). A budget given leaves the reference what the rest of the estimate leaves of it (its
+  // blocks, and so its roundings, change only where that is below its largest plan); none leaves
+  // it its own default, as before, where it takes its largest plan (reference_peak_bytes).
+  const GoldenShape shape = GoldenShape::of(pb);
+  check_golden_memory(shape, o, fmt::format("the golden file of {}", pb.describe()));
+  const MemoryBudget budget = MemoryBudget::from(o.memory_budget);
   ReferenceOptions opt = reference_options(pb, spec, o);
+  if (budget.given) {
+    MemoryEstimate rest = golden_memory(shape, o, budget.bytes);
+    rest.terms.pop_back();  // the largest stage
+    opt.max_bytes = std::max<std::int64_t>(
+        static_cast<std::int64_t>(reference_plan(shape, o).least),
+        static_cast<std::int64_t>(static_cast<double>(budget.bytes) - rest.total()));
+  }
   const std::int64_t S = static_cast<std::int64_t>(opt.token_rows.size());
   // The covariates first: their buffers (|W|, blocks of logits) are freed before the reference
   // plans its memory.
@@ -213,6 +307,8 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   const std::int64_t J = static_cast<std::int64_t>(r.vocab_rows.size());
 
   GoldenSummary sum;
+  sum.memory = golden_memory(shape, o, budget.bytes);
+  sum.budget = budget;
   sum.S = S;
   sum.J = J;
   sum.partial = r.partial;

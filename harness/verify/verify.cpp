@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "datasets/io/h5.hpp"
+#include "harness/verify/memory.hpp"
 #include "judge/output_verdict.hpp"
 #include "numerics/error.hpp"
 #include "numerics/version.hpp"
@@ -438,6 +439,12 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
   rep.policy_recipe = policy_recipe(pol, g.problem.input_dtype());
   rep.provenance = g.provenance;
   const h5::File f = open_candidate(g, candidate_path, rep);
+  check_memory_estimate(verify_memory(g, candidate_path, pol, options),
+                        MemoryBudget::from(options.memory_budget),
+                        fmt::format("verify of {} against {}", candidate_path, g.path),
+                        "verify against a golden file of fewer token or vocabulary rows, sample "
+                        "the baseline (--baseline-rows), or give a larger --memory-budget on a "
+                        "machine that has it");
 
   PolicyBounds pb;
   if (!pol.explicit_tol) policy_bounds(g, pol, pb);

@@ -82,6 +82,9 @@ struct VerifyOptions {
   const Baseline* baseline_given = nullptr;
   /// Likewise the baselines --explain compares with (explain_recipes of this golden file).
   const std::vector<Baseline>* explain_given = nullptr;
+  /// Bytes verify may hold (harness/verify/memory.hpp verify_memory); 0 = the memory available
+  /// now. Over it: InputError before the candidate is judged or a baseline runs.
+  std::int64_t memory_budget = 0;
 };
 
 /// Reads the candidate (format "xentlab-candidate" version 1: datasets loss, lse, reduced_loss, dH,
@@ -97,6 +100,8 @@ struct VerifyOptions {
 /// is checked, and check = differential throws InputError. An output whose bound is infinite is
 /// judged by the differential check alone (differential_only) when it runs, and is incorrect
 /// ("no meaningful bound") when it does not (as judge/policy.hpp judge under default/strict).
+/// Throws InputError naming the estimate, its terms and the budget when verify_memory exceeds
+/// options.memory_budget, before any output is judged.
 VerifyReport verify_candidate(const Golden& golden, const std::string& candidate_path,
                               const VerifyPolicy& policy, const VerifyOptions& options);
 /// verify_candidate with options {required, check both, default sampling, no explain}.

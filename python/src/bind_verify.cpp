@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "harness/verify/golden.hpp"
+#include "harness/verify/memory.hpp"
 #include "harness/verify/verify.hpp"
 #include "numerics/error.hpp"
 #include "python/src/common.hpp"
@@ -83,8 +84,9 @@ VerifyPolicy policy_of(std::optional<std::string> name, const std::string& stric
 nb::dict verify(const Golden& g, const std::string& candidate, const VerifyPolicy& pol,
                 const std::vector<std::string>& required, const std::string& check, bool explain,
                 std::int64_t baseline_rows, std::uint64_t baseline_seed,
-                const std::string& baseline_backend) {
+                const std::string& baseline_backend, std::int64_t memory_budget) {
   VerifyOptions opt;
+  opt.memory_budget = memory_budget;
   opt.required = required;
   opt.check = parse_verify_check(check);  // InputError naming the value, as the command's
   opt.explain = explain;
@@ -136,7 +138,9 @@ void bind_verify(nb::module_& m) {
   m.def("parse_required_outputs", &parse_required_outputs);
   m.def("candidate_output_names", &candidate_output_names);
   m.def("verify", &verify, "golden"_a, "candidate"_a, "policy"_a, "required"_a, "check"_a,
-        "explain"_a, "baseline_rows"_a, "baseline_seed"_a, "baseline_backend"_a);
+        "explain"_a, "baseline_rows"_a, "baseline_seed"_a, "baseline_backend"_a, "memory_budget"_a);
+  m.def("check_golden_read_memory", &check_golden_read_memory, "path"_a, "budget"_a, "command"_a,
+        "InputError (ValueError) when reading the golden file alone would exceed the budget");
   m.def("check_junit_output", &check_junit_output, "path"_a, "force"_a);
   m.def("write_junit", [](const std::string& path, bool force, const VerifyReport& r) {
     write_junit(path, force, r);

@@ -1,6 +1,8 @@
 """check() catches deliberately wrong loss kernels and passes a correct one; the assertion helper
 raises with the report."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -303,3 +305,24 @@ def test_check_argument_types_are_named(cache_dir, kwargs, message):
         xentlab.check(ce_fp32, problem="stories260k", cache_dir=cache_dir, **kwargs)
     with pytest.raises(TypeError, match=r"loss_fn: expected a function, got str"):
         xentlab.check("ce_fp32", problem="stories260k", cache_dir=cache_dir)
+
+
+def test_a_memory_budget_below_the_estimate_is_refused_before_the_work(cache_dir):
+    """memory_budget: below reading the golden file, refused before loss_fn runs; at exactly that
+    figure (the refusal names it), refused by verify's estimate, before any output is judged."""
+    path = xentlab.cached_golden("stories260k", cache_dir=cache_dir).path
+    calls = []
+
+    def fn(*args, **kwargs):
+        calls.append(1)
+        return ce_fp32(*args, **kwargs)
+
+    with pytest.raises(ValueError, match=r"check of .* would hold an estimated") as e:
+        xentlab.check(fn, problem=path, policy="fp32", memory_budget=1024)
+    assert not calls and "(1024 bytes, as given)" in str(e.value)
+    golden = int(re.search(r"estimated [0-9.]+ GiB \(([0-9]+) bytes\)", str(e.value)).group(1))
+    # stories260k: V = 512, D = 64, fp32 W alone is 131072 bytes
+    assert golden >= 4 * 512 * 64
+    with pytest.raises(ValueError, match=r"verify of .* against .* would hold an estimated"):
+        xentlab.check(fn, problem=path, policy="fp32", memory_budget=golden)
+    assert calls == [1]

@@ -130,9 +130,12 @@ def write_golden(
     is ``upstream=random_upstream(N)``), stored in the file and applied by the reference.
     compress: "none", "gzip" (level 4) or "gzip:LEVEL" (1–9), as ``xentlab golden --compress``:
     the datasets chunked through shuffle and gzip (h5py reads them without a plugin).
-    Returns a summary dict: path, S, J, reduced_loss, reduced_loss_bound, partial, outputs,
-    seconds, raw_bytes and stored_bytes (the datasets' bytes, uncompressed and as stored). Raises
-    InputError (ValueError) for an existing file without force or bad options,
+    memory_budget: bytes the work may hold (the problem, covariates, reference and file buffers;
+    0, the default: the memory available now): over it, InputError naming the estimate, its terms
+    and the budget before the reference runs. Returns a summary dict: path, S, J, reduced_loss,
+    reduced_loss_bound, partial, outputs, seconds, raw_bytes and stored_bytes (the datasets'
+    bytes, uncompressed and as stored). Raises InputError (ValueError) for an existing file
+    without force or bad options,
     OutputError (OSError) when the file cannot be written."""
     if not isinstance(problem, Problem):
         raise TypeError(f"problem: expected a xentlab.Problem, got {type(problem).__name__}")
@@ -347,6 +350,7 @@ def verify(
     baseline_rows: Optional[int] = None,
     baseline_seed: Optional[int] = None,
     baseline_backend: Optional[str] = None,
+    memory_budget: int = 0,
 ) -> VerifyReport:
     """Scores a candidate file against a golden file, as ``xentlab verify`` does (the same
     policies, tolerances, report and JUnit file; docs/verify.md).
@@ -366,7 +370,9 @@ def verify(
     the same verdict on every machine), "cuda" (the lab's CUDA kernels), "all" (both) or "auto"
     (all where a GPU is present, else cpu); docs/verify.md, "Tensor-core accumulation". The three
     baseline options are refused where no baseline runs (atol/rtol; check="bound" without
-    explain).
+    explain). memory_budget: bytes verify may hold (0, the default: the memory available now); a
+    golden file, candidate and baseline whose estimate exceeds it are refused before any work
+    (InputError naming the estimate, its terms and the budget).
     Raises InputError (ValueError) for invalid options (and for "cuda"/"all" without a usable GPU,
     naming why) (the command's messages, with the
     keyword's name), FormatError (ValueError) for unreadable files."""
@@ -422,6 +428,9 @@ def verify(
                 raise InputError(
                     f"junit {_path(junit)} is the {what} file itself: the report would replace it"
                 )
+    memory_budget = _int("memory_budget", memory_budget, minimum=0)
+    if not isinstance(golden, Golden):
+        _x.check_golden_read_memory(_path(golden), memory_budget, "verify")
     g = golden if isinstance(golden, Golden) else read_golden(golden)
     pol = _policy(g, policy, strictness, k, atol, rtol)
     d = _x.verify(
@@ -434,6 +443,7 @@ def verify(
         baseline_rows,
         baseline_seed,
         baseline_backend,
+        memory_budget,
     )
     d["outputs"] = [VerifyOutput(**o) for o in d["outputs"]]
     d["k"] = pol.k

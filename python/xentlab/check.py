@@ -41,6 +41,7 @@ from ._core import (
     InputError,
     LossSpec,
     Problem,
+    _int,
     _names,
     _path,
     _shown,
@@ -86,15 +87,19 @@ def cached_golden(
     params: Optional[Mapping[str, float]] = None,
     spec: Optional[LossSpec | Mapping] = None,
     tier: str = "auto",
+    memory_budget: int = 0,
 ) -> Golden:
     """The golden file of a catalog problem or a problem file (all token and vocabulary rows),
     written once into ``cache_dir`` (default ``$XENTLAB_CACHE_DIR``, else ``~/.cache/xentlab``)
     under a name that holds a digest of every argument, the xentlab version and, for a problem
     file (or folder of .npy files), the SHA-256 of its contents — a file changed in place gets a
     golden file of its own — then read from there. The same arguments give the same problem bits
-    as ``xentlab golden --dataset NAME``."""
+    as ``xentlab golden --dataset NAME``. memory_budget: bytes writing and reading it may hold (0,
+    the default: the memory available now; over it: InputError before the reference runs, or
+    before the file is read)."""
     name = _path(name, "name")
     _text("tier", tier)
+    memory_budget = _int("memory_budget", memory_budget, minimum=0)
     p = make_problem(name, N=N, V=V, D=D, dtype=dtype, sigma=sigma, seed=seed, params=params)
     if spec is not None:
         p = p.with_spec(spec)
@@ -121,10 +126,11 @@ def cached_golden(
     path = os.path.join(_cache_dir(cache_dir), f"{safe}-{digest}.h5")
     if not os.path.exists(path):
         try:
-            write_golden(path, p, tier=tier)
+            write_golden(path, p, tier=tier, memory_budget=memory_budget)
         except InputError:
             if not os.path.exists(path):  # another process may have written it first
                 raise
+    _x.check_golden_read_memory(path, memory_budget, "check")
     return read_golden(path)
 
 
@@ -151,18 +157,19 @@ def _content_digest(path: str) -> str:
     return h.hexdigest()
 
 
-def _golden_of(problem, cache_dir, tier, tmp) -> Golden:
+def _golden_of(problem, cache_dir, tier, tmp, memory_budget=0) -> Golden:
     if isinstance(problem, Golden):
         return problem
     if isinstance(problem, Problem):
         path = os.path.join(tmp, "golden.h5")
-        write_golden(path, problem, tier=tier)
+        write_golden(path, problem, tier=tier, memory_budget=memory_budget)
         return read_golden(path)
     if isinstance(problem, (str, os.PathLike)):
         s = os.fspath(problem)
         if os.path.exists(s):
+            _x.check_golden_read_memory(s, memory_budget, "check")
             return read_golden(s)
-        return cached_golden(s, cache_dir=cache_dir, tier=tier)
+        return cached_golden(s, cache_dir=cache_dir, tier=tier, memory_budget=memory_budget)
     raise TypeError(
         f"problem: expected a catalog name, a golden file path, a xentlab.Golden or a xentlab.Problem, "
         f"got {type(problem).__name__}"
@@ -451,6 +458,7 @@ def check(
     implementation: Optional[str] = None,
     check: str = "both",
     baseline_backend: Optional[str] = None,
+    memory_budget: int = 0,
 ) -> CheckReport:
     """Runs ``loss_fn`` on a golden problem and scores its outputs against the certified
     reference with verify (docs/verify.md; see this module's docstring for the calling
@@ -462,7 +470,10 @@ def check(
     dtype); strictness, k, atol, rtol, check ("bound", "differential" or "both": the
     differential check holds the function's errors to twice the CPU emulation of the policy's
     recipe) and baseline_backend ("cpu", "cuda", "all" or "auto": "all" adds the lab's CUDA
-    kernels to the baseline, for a function on tensor cores) as :func:`xentlab.verify`. framework: "numpy" (the inputs
+    kernels to the baseline, for a function on tensor cores) as :func:`xentlab.verify`.
+    memory_budget: bytes writing or reading the golden file and verify may hold (0, the default:
+    the memory available now; over it: InputError naming the estimate before that work; loss_fn's
+    own memory is not counted). framework: "numpy" (the inputs
     are numpy arrays, bf16 as ml_dtypes.bfloat16) or "torch" (torch tensors on ``device``,
     requiring grad). require: outputs that must be present (default: the loss, and for a torch
     loss every gradient autograd can give — of these, those the golden file holds a reference
@@ -478,9 +489,10 @@ def check(
         raise InputError(f"framework '{framework}': expected numpy or torch")
     _text("tier", tier)
     _text("implementation", implementation, optional=True)
+    memory_budget = _int("memory_budget", memory_budget, minimum=0)
     asked = None if require is None else _x.parse_required_outputs(_names("require", require))
     with tempfile.TemporaryDirectory(prefix="xentlab-check-") as tmp:
-        g = _golden_of(problem, cache_dir, tier, tmp)
+        g = _golden_of(problem, cache_dir, tier, tmp, memory_budget)
         # What the golden file cannot judge cannot be required of the function: refused before
         # the function runs, with the reason.
         for n in asked or ():
@@ -521,6 +533,7 @@ def check(
             require=required,
             check=check,
             baseline_backend=baseline_backend,
+            memory_budget=memory_budget,
         )
     checks = []
     for o in rep.outputs:

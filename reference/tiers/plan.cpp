@@ -9,36 +9,12 @@
 #include <cstdio>
 
 #include "numerics/error.hpp"
+#include "numerics/memory.hpp"
 
 namespace xentlab::detail {
 
 std::int64_t available_memory_bytes() {
-  std::int64_t avail = -1;
-  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    long long kb = -1;
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-    std::fclose(f);
-    if (kb > 0) avail = static_cast<std::int64_t>(kb) * 1024;
-  }
-  if (avail < 0) {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    avail = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : std::int64_t{8} << 30;
-  }
-  // A container's memory limit (cgroup v2) can be far below what the machine has.
-  auto read_number = [](const char* path) -> long long {
-    long long v = -1;
-    if (std::FILE* f = std::fopen(path, "r")) {
-      if (std::fscanf(f, "%lld", &v) != 1) v = -1;  // "max": no limit
-      std::fclose(f);
-    }
-    return v;
-  };
-  const long long limit = read_number("/sys/fs/cgroup/memory.max");
-  const long long used = read_number("/sys/fs/cgroup/memory.current");
-  if (limit > 0 && used >= 0) avail = std::min<std::int64_t>(avail, std::max(0LL, limit - used));
-  return avail;
+  return xentlab::available_memory_bytes();
 }
 
 void check_memory(double needed, std::int64_t budget, bool budget_given, const std::string& what) {

@@ -61,10 +61,11 @@ TEST(ReferenceOptionsProgram, RefusalsComeFirstAndSayWhy) {
            ::testing::TempDir() + "xl-never-audit2.h5",
        "of memory but the budget is 1048576 bytes"},
       {"reference -N 100000000 --memory-budget 1G", "needs 163254856720 bytes"},
-      // The Llama-3-8B head (V = 128256, D = 4096) is refused before it is generated.
+      // The Llama-3-8B head (V = 128256, D = 4096) is refused before it is generated: its W alone
+      // is 1.05 GB of bf16.
       {"golden --dataset llama3-8b -N 16 --memory-budget 1M --out " + ::testing::TempDir() +
            "xl-never-golden2.h5",
-       "needs 12636878352 bytes"},
+       "but the memory budget is 0.00 GiB (1048576 bytes, as given): refused before any work"},
   });
 }
 
@@ -86,7 +87,7 @@ TEST(ReferenceOptionsProgram, GoldenOverTheBudgetWritesNothing) {
   const Ran r = testing::xentlab(
       "golden --dataset gaussian -N 8 -V 2000 -D 16 --memory-budget 64K --out " + dir + "/g.h5");
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("of memory but the budget is 65536 bytes"), std::string::npos)
+  EXPECT_NE(r.output.find("memory budget is 0.00 GiB (65536 bytes, as given)"), std::string::npos)
       << r.output;
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "files left in " << dir;
   std::filesystem::remove_all(dir);

@@ -1,0 +1,98 @@
+// Host memory available, and the estimate check (memory.hpp).
+#include "numerics/memory.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "numerics/error.hpp"
+
+namespace xentlab {
+namespace {
+
+long long read_number(const char* path) {
+  long long v = -1;
+  if (std::FILE* f = std::fopen(path, "r")) {
+    if (std::fscanf(f, "%lld", &v) != 1) v = -1;  // "max": no limit
+    std::fclose(f);
+  }
+  return v;
+}
+
+}  // namespace
+
+std::int64_t available_memory_bytes() {
+  std::int64_t avail = -1;
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    long long kb = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    std::fclose(f);
+    if (kb > 0) avail = static_cast<std::int64_t>(kb) * 1024;
+  }
+  if (avail < 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    avail = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : std::int64_t{8} << 30;
+  }
+  // A container's memory limit (cgroup v2) can be far below what the machine has.
+  const long long limit = read_number("/sys/fs/cgroup/memory.max");
+  const long long used = read_number("/sys/fs/cgroup/memory.current");
+  if (limit > 0 && used >= 0) avail = std::min<std::int64_t>(avail, std::max(0LL, limit - used));
+  return avail;
+}
+
+std::string gib(double bytes) {
+  return fmt::format("{:.2f} GiB", bytes / double(std::int64_t{1} << 30));
+}
+
+double MemoryEstimate::total() const {
+  double t = 0;
+  for (const auto& [name, b] : terms) t += b;
+  return t;
+}
+
+std::string MemoryEstimate::describe() const {
+  const double tot = total();
+  std::vector<std::pair<std::string, double>> sorted = terms;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string s;
+  double other = 0;
+  for (const auto& [name, b] : sorted) {
+    if (b < 0.01 * tot) {
+      other += b;
+      continue;
+    }
+    s += fmt::format("{}{} {}", s.empty() ? "" : ", ", name, gib(b));
+  }
+  if (other > 0) s += fmt::format("{}other {}", s.empty() ? "" : ", ", gib(other));
+  return fmt::format("{} ({:.0f} bytes): {}", gib(tot), tot, s);
+}
+
+MemoryBudget MemoryBudget::from(std::int64_t given) {
+  if (given < 0)
+    throw InputError(
+        fmt::format("memory budget must be >= 0 bytes (0 = the available memory), got {}", given));
+  MemoryBudget b;
+  b.given = given > 0;
+  b.bytes = b.given ? given : available_memory_bytes();
+  return b;
+}
+
+std::string MemoryBudget::describe() const {
+  return fmt::format("{} ({} bytes, {})", gib(static_cast<double>(bytes)), bytes,
+                     given ? "as given" : "the memory available now");
+}
+
+void check_memory_estimate(const MemoryEstimate& estimate, const MemoryBudget& budget,
+                           const std::string& what, const std::string& remedy) {
+  if (estimate.total() <= static_cast<double>(budget.bytes)) return;
+  throw InputError(fmt::format(
+      "{} would hold an estimated {} but the memory budget is {}: refused before any work; {}",
+      what, estimate.describe(), budget.describe(), remedy));
+}
+
+}  // namespace xentlab
