@@ -43,14 +43,35 @@ def _run(pytester, *args):
     return pytester.runpytest_subprocess(*LOAD, *args)
 
 
-def test_fixtures_options_and_junit(pytester, tmp_path):
+# Any warning of pytest (record_property's "incompatible with junit_family 'xunit2'" among them)
+# is an error of the inner run.
+NO_PYTEST_WARNINGS = ("-W", "error::pytest.PytestWarning")
+
+
+def _check_properties(ok, bad):
+    assert ok["xentlab.passed"] == "True" and ok["xentlab.dW.status"] == "passed"
+    assert float(ok["xentlab.dW.ratio"]) <= 1 and ok["xentlab.dW.worst"].startswith("dW[")
+    assert bad["xentlab.passed"] == "False" and bad["xentlab.reduced_loss.status"] == "incorrect"
+    assert float(bad["xentlab.reduced_loss.ratio"]) > 1
+
+
+def test_fixtures_options_and_junit_xunit1(pytester, tmp_path):
+    """junit_family xunit1: the findings are properties of each <testcase>."""
     xml = tmp_path / "junit.xml"
     cache = tmp_path / "cache"
     result = _run(
-        pytester, "--xentlab-policy", "fp32", f"--xentlab-cache={cache}", f"--junitxml={xml}"
+        pytester,
+        "--xentlab-policy",
+        "fp32",
+        f"--xentlab-cache={cache}",
+        f"--junitxml={xml}",
+        "-o",
+        "junit_family=xunit1",
+        *NO_PYTEST_WARNINGS,
     )
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["*xentlab 0.*: policy fp32*", "*reduced_loss incorrect*"])
+    result.stdout.no_fnmatch_line("*incompatible with junit_family*")
     assert any(p.suffix == ".h5" for p in cache.iterdir())  # the golden file was cached there
     cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
 
@@ -58,11 +79,34 @@ def test_fixtures_options_and_junit(pytester, tmp_path):
         return {p.get("name"): p.get("value") for p in cases[name].iter("property")}
 
     ok, bad = props("test_correct"), props("test_wrong")
-    assert ok["xentlab.passed"] == "True" and ok["xentlab.dW.status"] == "passed"
-    assert float(ok["xentlab.dW.ratio"]) <= 1 and ok["xentlab.dW.worst"].startswith("dW[")
-    assert bad["xentlab.passed"] == "False" and bad["xentlab.reduced_loss.status"] == "incorrect"
-    assert float(bad["xentlab.reduced_loss.ratio"]) > 1
+    _check_properties(ok, bad)
     assert cases["test_wrong"].find("failure") is not None
+
+
+def test_junit_xunit2_gets_suite_properties_without_warnings(pytester, tmp_path):
+    """pytest's default junit_family, xunit2, has no properties in a <testcase>: the findings are
+    properties of the <testsuite> named after the test, and no test warns."""
+    xml = tmp_path / "junit.xml"
+    result = _run(
+        pytester,
+        "--xentlab-policy",
+        "fp32",
+        f"--xentlab-cache={tmp_path}",
+        f"--junitxml={xml}",
+        *NO_PYTEST_WARNINGS,
+    )
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.no_fnmatch_line("*incompatible with junit_family*")
+    root = ET.parse(xml).getroot()
+    assert not [p for c in root.iter("testcase") for p in c.iter("property")]
+    suite = {p.get("name"): p.get("value") for p in root.find("testsuite").iter("property")}
+
+    def props(test):
+        prefix = f"test_inner.py::{test}::"
+        return {k[len(prefix) :]: v for k, v in suite.items() if k.startswith(prefix)}
+
+    ok, bad = props("test_correct"), props("test_wrong")
+    _check_properties(ok, bad)
 
 
 def test_default_policy_is_the_problems_dtype(pytester, tmp_path):

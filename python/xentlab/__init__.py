@@ -7,6 +7,8 @@ user's own loss function against the certified reference.
     r = xentlab.reference(p)                      # values and certified bounds
     report = xentlab.check(my_loss, problem="stories260k", policy="fp32")
     print(report)                                 # per output: statistics, bound ratio, worst element
+    report.to_dict()                              # the same findings as JSON types
+    xentlab.check(xentlab.adapters.liger_fused_linear_cross_entropy(), device="cuda")  # a library's loss
 
 The API is documented in docs/python.md.
 """
@@ -119,7 +121,7 @@ from ._golden import (
     write_golden,
 )
 from .check import CheckReport, OutputCheck, cached_golden, check
-from . import testing
+from . import adapters, testing
 
 # isort: on
 
@@ -138,6 +140,7 @@ __all__ = [
     "Reference",
     "VerifyOutput",
     "VerifyReport",
+    "adapters",
     "audit",
     "cached_golden",
     "check",

@@ -20,6 +20,10 @@ A golden problem with a per-token upstream gradient g (reduction none, ``Golden.
 gradients of Σ g_i·loss_i: autograd applies g; a function that returns its own gradients cannot be
 given g and is refused (InputError) on such a problem.
 
+With framework="jax" the inputs are jax arrays and a loss returned alone gets its gradients from
+``jax.vjp`` (the upstream gradient g, or ones, as the cotangent); ``xentlab.adapters`` holds
+ready functions for the losses of PyTorch, Liger-Kernel and Cut Cross-Entropy.
+
 Every array is stored in the dtype it came in (a bf16 result is judged as a bf16 result).
 """
 
@@ -30,11 +34,11 @@ import json
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import numpy as np
 
+from . import _jax
 from . import _xentlab as _x
 from ._arrays import is_torch, to_numpy64
 from ._core import (
@@ -50,12 +54,13 @@ from ._core import (
 from ._core import problem as make_problem
 from ._golden import (
     Golden,
-    VerifyReport,
     read_golden,
     verify,
     write_candidate,
     write_golden,
 )
+from ._report import CheckReport, OutputCheck
+from .adapters import Adapter
 
 _LOSS_KWARGS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "logit_scale", "reduction")
 
@@ -176,78 +181,13 @@ def _golden_of(problem, cache_dir, tier, tmp, memory_budget=0) -> Golden:
     )
 
 
-@dataclass
-class OutputCheck:
-    """One output of a check: ``status`` (verify's: passed, incorrect, failed, skipped),
-    ``stats`` (judge/stats.hpp's statistics, dict), ``ratio`` = max |e| / tolerance (the
-    output passes when ratio ≤ k and, for the per-token loss, the bias test holds), and
-    ``worst``: the element with the largest ratio — its index in the golden file's numbering
-    (token or vocabulary row, column), candidate and reference values, |e| and tolerance."""
-
-    name: str
-    status: str
-    message: str
-    dtype: Optional[str]
-    shape: list
-    stats: Optional[dict]
-    ratio: float
-    worst: Optional[dict]
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "passed"
-
-
-@dataclass
-class CheckReport:
-    """What :func:`check` found: ``passed``, ``reason``, one :class:`OutputCheck` per output,
-    the policy line, and ``verify``, the full verify report. ``str(report)`` is verify's table
-    followed by the worst element of each output."""
-
-    passed: bool
-    reason: str
-    policy: str
-    k: float
-    outputs: list
-    verify: VerifyReport = field(repr=False)
-    implementation: str = ""
-
-    def output(self, name: str) -> OutputCheck:
-        for o in self.outputs:
-            if o.name == name:
-                return o
-        raise KeyError(name)
-
-    def __str__(self) -> str:
-        lines = [
-            self.verify.text.rstrip("\n"),
-            "",
-            f"worst element per output (golden file's numbering; ratio = |e| / tolerance, an output "
-            f"passes at ratio <= k = {self.k:g}):",
-        ]
-        for o in self.outputs:
-            if o.worst is None:
-                lines.append(
-                    f"  {o.name:<12} {o.status}: {o.message}"
-                    if o.message
-                    else f"  {o.name:<12} {o.status}"
-                )
-                continue
-            w = o.worst
-            lines.append(
-                f"  {o.name:<12} {w['element']:<28} candidate {w['candidate']:.9g}  reference {w['reference']:.9g}"
-                f"  |e| {w['error']:.3g}  tolerance {w['tolerance']:.3g}  ratio {o.ratio:.3g}  {o.status}"
-            )
-        return "\n".join(lines) + "\n"
-
-
 def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
     """Runs loss_fn on the golden problem; returns the candidate outputs and the required names."""
     p = g.problem
     spec = {k: v for k, v in g.spec.as_dict().items() if k in _LOSS_KWARGS}
     if g.spec.normalizer > 0:  # only then: a loss_fn of PyTorch's keywords keeps working
         spec["normalizer"] = g.spec.normalizer
-    arrays = p.arrays(framework, device)
+    arrays = p.arrays("numpy" if framework == "jax" else framework, device)
     linear = p.kind == "linear"
     leaves = {}
     if framework == "torch":
@@ -261,7 +201,11 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
             spec["bias"] = arrays["bias"]
     else:
         args = (arrays["logits"], arrays["targets"])
-    out = loss_fn(*args, **spec)
+    pull = None  # jax: the vector-Jacobian product of the loss
+    if framework == "jax":
+        out, pull = _jax.run(loss_fn, _jax.inputs(arrays, device), linear, spec)
+    else:
+        out = loss_fn(*args, **spec)
 
     grads = ("dH", "dW", "db") if linear else ("dz",)
     outputs: dict = {}
@@ -335,6 +279,15 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
             if leaf.grad is not None:
                 outputs[names[k]] = leaf.grad
         required = [names[k] for k in leaves]
+    elif pull is not None:
+        shape = np.shape(loss)
+        if upstream is not None and shape != (len(upstream),):
+            raise InputError(
+                f"loss_fn returned a per-token loss of shape {shape}; expected "
+                f"({len(upstream)},) to apply the golden problem's upstream gradient"
+            )
+        outputs.update(pull(upstream if upstream is not None else np.ones(shape)))
+        required = list(outputs)
     else:
         required = list(outputs)
     scalar = np.ndim(to_numpy64(loss)) == 0
@@ -446,7 +399,7 @@ def check(
     problem: Any = "stories260k",
     policy: Optional[str] = None,
     *,
-    framework: str = "numpy",
+    framework: Optional[str] = None,
     device=None,
     strictness: str = "default",
     k: Optional[float] = None,
@@ -473,9 +426,11 @@ def check(
     kernels to the baseline, for a function on tensor cores) as :func:`xentlab.verify`.
     memory_budget: bytes writing or reading the golden file and verify may hold (0, the default:
     the memory available now; over it: InputError naming the estimate before that work; loss_fn's
-    own memory is not counted). framework: "numpy" (the inputs
-    are numpy arrays, bf16 as ml_dtypes.bfloat16) or "torch" (torch tensors on ``device``,
-    requiring grad). require: outputs that must be present (default: the loss, and for a torch
+    own memory is not counted). framework: "numpy" (the inputs are numpy arrays, bf16 as
+    ml_dtypes.bfloat16), "torch" (torch tensors on ``device``, requiring grad; gradients by
+    autograd) or "jax" (jax arrays on ``device``, a jax.Device; gradients by ``jax.vjp``; float64
+    inputs need jax_enable_x64); default: an adapter's own (``xentlab.adapters``: "torch"), else
+    "numpy". require: outputs that must be present (default: the loss, and for a torch
     loss every gradient autograd can give — of these, those the golden file holds a reference
     for: a golden file of sampled token rows holds none for the reduced loss, dW and db, one
     written without gradients none for dH, dW, db; those are reported as skipped). Returns a
@@ -485,8 +440,10 @@ def check(
     argument of the wrong type or a loss that is no number; and whatever loss_fn raises."""
     if not callable(loss_fn):
         raise TypeError(f"loss_fn: expected a function, got {_shown(loss_fn)}")
-    if _text("framework", framework) not in ("numpy", "torch"):
-        raise InputError(f"framework '{framework}': expected numpy or torch")
+    if framework is None:
+        framework = loss_fn.framework if isinstance(loss_fn, Adapter) else "numpy"
+    if _text("framework", framework) not in ("numpy", "torch", "jax"):
+        raise InputError(f"framework '{framework}': expected numpy, torch or jax")
     _text("tier", tier)
     _text("implementation", implementation, optional=True)
     memory_budget = _int("memory_budget", memory_budget, minimum=0)
@@ -547,4 +504,27 @@ def check(
         checks.append(
             OutputCheck(o.name, o.status, o.message, o.dtype, o.shape, stats, ratio, worst)
         )
-    return CheckReport(rep.passed, rep.reason, rep.policy, rep.k, checks, rep, impl)
+    explicit = atol is not None or rtol is not None
+    settings = {
+        "framework": framework,
+        "strictness": strictness,
+        "check": check,
+        "explicit": explicit,
+        "baseline_backend": (None if explicit or check == "bound" else (baseline_backend or "cpu")),
+    }
+    golden = {
+        "path": g.path,
+        "provenance": g.provenance,
+        "kind": g.problem.kind,
+        "N": g.N,
+        "V": g.V,
+        "D": g.D,
+        "S": g.S,
+        "J": g.J,
+        "input_dtype": g.problem.input_dtype,
+        "spec": g.spec.as_dict(),
+        "upstream": g.upstream is not None,
+    }
+    return CheckReport(
+        rep.passed, rep.reason, rep.policy, rep.k, checks, rep, impl, settings, golden
+    )
