@@ -189,7 +189,19 @@ void register_candidate(CLI::App& app) {
                 "with --strategy vocab_parallel")
       ->check(non_empty());
   c->add_flag("--force", a->force, "overwrite an existing candidate file");
-  std::string golden, out, out_positional, strategy, recipe, backend = "cpu", memory_budget;
+  add_memory_budget_option(c, a->memory_budget);
+  c->callback([a, ranks]() {
+    a->ranks_given = ranks->count() > 0;
+    if (!a->out.empty() && !a->out_positional.empty())
+      throw InputError(
+          fmt::format("the candidate file is named twice ({} and --out {}): give --out "
+                      "alone",
+                      a->out_positional, a->out));
+    if (a->out.empty()) a->out = a->out_positional;
+    if (a->out.empty())
+      throw InputError(
+          "no candidate file named: give --out FILE (xentlab candidate GOLDEN --out "
+          "FILE --strategy S --recipe R)");
     const int rc = run_candidate(*a);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -1,6 +1,6 @@
 // The differential check's parts (judge/differential.hpp): error profiles, and the emulated
 // baseline of a recipe on a golden problem (the CPU emulation, gpu/emulation, against the golden
-// file's certified reference). docs/verify.md, "The differential check", derives the constants.
+// file's certified reference). docs/verify.md, "The criterion", derives the constants.
 #include "judge/differential.hpp"
 
 #include <fmt/format.h>
@@ -380,21 +380,23 @@ DifferentialResult compare_with_baseline(const ErrorProfile& c, const ErrorProfi
   // The scale test: a correct implementation's error has no component along the reference
   // beyond the baseline's own systematic part and its random spread; one rounding (u) allows a
   // systematically directed rounding of the output.
-  d.limit_scale = kDifferentialK * std::fabs(base.scale) + kScaleSigmas * base.scale_spread + u;
+  // A correct candidate may have k times the baseline's error, so k times its spread.
+  d.limit_scale = kDifferentialK * (std::fabs(base.scale) + kScaleSigmas * base.scale_spread) + u;
   std::string why;
-  if (c.normwise > d.limit_normwise)
+  // Comparisons that fail closed: a NaN statistic is not within its limit.
+  if (!(c.normwise <= d.limit_normwise))
     why = fmt::format(
         "normwise relative error {:.3g} > {:g} × {:.3g} + {:.2g} (recipe {} "
         "emulated: {:.1f}× its error)",
         c.normwise, kDifferentialK, base.normwise, d.floor_normwise, recipe,
         base.normwise > 0 ? c.normwise / base.normwise : INFINITY);
-  else if (d.quantile_compared && c.rel_q > d.limit_rel_q)
+  else if (d.quantile_compared && !(c.rel_q <= d.limit_rel_q))
     why = fmt::format(
         "{:g}-quantile of the element-wise relative error {:.3g} > {:g} × {:.3g} + "
         "{:.2g} (recipe {} emulated: {:.1f}× its error)",
         kDifferentialQuantile, c.rel_q, kDifferentialK, base.rel_q, d.floor_rel, recipe,
         base.rel_q > 0 ? c.rel_q / base.rel_q : INFINITY);
-  else if (std::fabs(c.scale) > d.limit_scale)
+  else if (!(std::fabs(c.scale) <= d.limit_scale))
     why = fmt::format(
         "systematic scale: the error's projection on the reference is {:+.3g} (the output is "
         "{:.6g}× the reference's) > {:g} × {:.3g} + {:g} × {:.3g} + {:.2g} (recipe {} emulated: "

@@ -1,5 +1,5 @@
 #pragma once
-// verify's differential check (docs/verify.md, "The differential check", derives each constant):
+// verify's differential check (docs/verify.md, "The criterion", derives each constant):
 // each output's error profile against the emulated baseline of the policy's recipe — the CPU
 // emulation (gpu/emulation) of every strategy implementing it, run on the golden problem — and
 // `--explain`, which ranks the recipes by how close their profiles are to the candidate's. The
@@ -28,15 +28,11 @@ enum class VerifyCheck : std::uint8_t { bound, differential, both };
 VerifyCheck parse_verify_check(std::string_view text);
 std::string_view to_string(VerifyCheck c);
 
-// The differential check (docs/verify.md, "The differential check", derives each constant).
-// An output passes when, for its normwise relative error and for the kDifferentialQuantile-quantile
-// of its element-wise relative errors,
-//     candidate error ≤ kDifferentialK · baseline error + floor,
-// the baseline being a correct implementation of the policy's recipe (the CPU emulation) on the
-// same golden problem, and the floor one ULP of the format the recipe delivers the output in
-// (normwise: one ULP of the largest reference element, 2u·max|ref|/‖ref‖₂; element-wise: 2u). An
-// output stored coarser than that (an fp32 lse stored in bf16) is judged as the lowered precision
-// it is, where the bound check allows one rounding into the storage dtype.
+// The differential check (docs/verify.md, "The criterion", derives each constant): an output's
+// error profile against the least accurate of the correct implementations of the policy's recipe
+// (the CPU emulation of the lab's strategies and of the baseline models) on the same golden
+// problem, by compare_with_baseline; a loss-like output stored coarser than the recipe delivers
+// it, by rounding_check.
 /// (k, the quantile and the minimum element count: judge/policy.hpp, with the policies.)
 /// Fewest token rows of a sampled baseline (--baseline-rows).
 inline constexpr std::int64_t kBaselineMinRows = 4;
@@ -49,7 +45,7 @@ struct BaselineOptions {
   std::uint64_t seed = 1;  ///< of the samples
   /// The backends whose strategies make the baseline: the CPU emulation (IEEE arithmetic in the
   /// recipe's formats), and where a GPU is present the CUDA kernels, whose tensor-core GEMMs
-  /// accumulate fp32 differently (docs/verify.md, "Tensor-core accumulation"). Per output the
+  /// accumulate fp32 differently (docs/verify.md, "The tensor-core model"). Per output the
   /// largest error over all of them. A backend this build lacks contributes no strategy.
   std::vector<Backend> backends{Backend::cpu_emulation};
   /// Strategies left out of the baseline, by name (on every backend): a baseline of the *other*
@@ -125,7 +121,7 @@ struct DifferentialResult {
   ErrorProfile candidate, baseline;  ///< on the same elements (rows of the baseline)
   double floor_normwise = 0, floor_rel = 0;
   double limit_normwise = 0, limit_rel_q = 0;  ///< k·baseline + floor
-  /// |candidate.scale| ≤ k·|baseline.scale| + kScaleSigmas·baseline.scale_spread + u_out
+  /// |candidate.scale| ≤ k·(|baseline.scale| + kScaleSigmas·baseline.scale_spread) + u_out
   double limit_scale = 0;
   bool quantile_compared = false;  ///< n ≥ kDifferentialMinElements
   /// Judged by rounding_check (an output stored coarser than the recipe delivers it), not by the
@@ -140,11 +136,11 @@ bool judged_by_rounding(const std::string& name, DType stored, DType recipe_dtyp
 
 /// The check of a loss-like output stored coarser than the recipe delivers it: every finite value
 /// must be one correct rounding into `stored` of a value within `tol_i` of the reference, i.e.
-/// rnd(ref_i − tol_i) ≤ out_i ≤ rnd(ref_i + tol_i) (rounding to nearest is monotone). tol is the
-/// recipe's tolerance (k times the a-priori bound and the reference's own bound); the candidate's
-/// profile is kept for the report. A value of the coarse format one ULP off its correct rounding
-/// (10.5 for ln 32000 = 10.37349 in bf16, where 10.375 passes) fails. Throws InputError when the
-/// sizes differ.
+/// rnd(ref_i − tol_i) ≤ out_i ≤ rnd(ref_i + tol_i) (rounding to nearest is monotone). tol is how
+/// far the recipe's own value may be (verify: k times the baseline's largest relative error plus
+/// the criterion's floor, and the reference's own bound); the candidate's profile is kept for the
+/// report. A neighbour of the correct rounding fails (15.875 for 15.92388 in bf16, where 15.9375
+/// passes). Throws InputError when the sizes differ.
 DifferentialResult rounding_check(const std::string& name, const std::vector<double>& out,
                                   const std::vector<double>& ref, const std::vector<double>& tol,
                                   DType stored, const std::string& recipe);
@@ -169,7 +165,7 @@ std::vector<Recipe> explain_recipes(const Golden& golden);
 /// check of a device run against its emulation (docs/verify.md, "The criterion"): the
 /// candidate's profile c passes against the baseline's when
 ///     normwise ≤ k·baseline's + floor_n,  q90 ≤ k·baseline's + floor (n ≥ 64 both),
-///     |scale| ≤ k·|baseline's| + kScaleSigmas·baseline's spread + u,
+///     |scale| ≤ k·(|baseline's| + kScaleSigmas·baseline's spread) + u,
 /// k = kDifferentialK, u the unit roundoff of `out` (the format the recipe delivers the output
 /// in), floor = 2u + kElementaryUlps ULP of fp32 per element and floor_n = floor·max|ref|/‖ref‖₂.
 DifferentialResult compare_with_baseline(const ErrorProfile& c, const ErrorProfile& base, DType out,

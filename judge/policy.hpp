@@ -65,10 +65,11 @@ Verdict judge(const std::vector<JudgedOutput>& outputs, const Policy& policy);
 Verdict verdict_not_run(Disposition d, std::string message);
 
 // ---- the differential check's constants (harness/verify/verify.hpp applies them) -------------
-// docs/verify.md, "The differential check", derives each: an output passes when its normwise
-// relative error and the kDifferentialQuantile-quantile of its element-wise relative errors are at
-// most kDifferentialK × those of a correct implementation of the declared recipe plus one ULP of
-// the recipe's output format.
+// docs/verify.md, "The criterion", derives each: an output passes when its normwise relative
+// error and the kDifferentialQuantile-quantile of its element-wise relative errors are at most
+// kDifferentialK × those of the least accurate correct implementation of the declared recipe plus
+// a floor (one ULP of the recipe's output format and kElementaryUlps of fp32), and its projection
+// on the reference passes the scale test (kScaleSigmas).
 /// k: √4, the geometric middle of 1 (a candidate as accurate as the baseline must pass) and 4 (a
 /// candidate 4× less accurate than the declared recipe must fail): it tolerates a spread factor r
 /// between two correct implementations up to r² < 2 either way; measured, the errors of the

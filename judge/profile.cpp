@@ -59,7 +59,8 @@ ErrorProfile error_profile(const double* out, const double* ref, std::int64_t n,
     er += (e * s) * (ref[i] * s);
     er2 += ((e * s) * (ref[i] * s)) * ((e * s) * (ref[i] * s));
     se += e;
-    rel.push_back(std::fabs(e) / std::max(std::fabs(ref[i]), p.rel_floor));
+    // 0/0 (an exact value where the reference and its floor are 0) is an error of 0.
+    rel.push_back(e == 0 ? 0.0 : std::fabs(e) / std::max(std::fabs(ref[i]), p.rel_floor));
     ++hist[sz(ulp_bucket(ulp_distance(out[i], ref[i], ulp_dtype)))];
   }
   p.n = static_cast<std::int64_t>(rel.size());

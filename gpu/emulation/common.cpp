@@ -43,6 +43,10 @@ void row_given_logits(const Ctx& c, std::int64_t i, float* z) {
 
 // x rounded toward zero into fp32 (|result| ≤ |x|; never overflows to ±Inf).
 inline float to_float_toward_zero(double x) {
+  // Past the largest float the result is ±FLT_MAX (a double→float cast out of range is undefined).
+  constexpr double kMax = std::numeric_limits<float>::max();
+  if (x >= kMax) return std::numeric_limits<float>::max();
+  if (x <= -kMax) return -std::numeric_limits<float>::max();
   float f = static_cast<float>(x);
   if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
   return f;

@@ -52,7 +52,8 @@ inline constexpr std::int64_t kDefaultChunkTokens = 1024;
 inline constexpr std::int64_t kBlockThreads = 256;
 /// Products per block of the tensor-core accumulation model (EngineContext::logits_block): the k
 /// of one Hopper wgmma instruction on 16-bit inputs (m64nNk16), whose products the hardware adds
-/// to the fp32 accumulator at once. docs/verify.md compares the model with an H100's cuBLAS.
+/// to the fp32 accumulator at once. docs/verify.md, "The tensor-core model", compares it with
+/// cuBLAS on an H200.
 inline constexpr std::int64_t kTensorCoreBlock = 16;
 
 /// Everything the engine and a strategy's hooks read during one run (read-only).

@@ -482,7 +482,7 @@ void audit_blocked(AuditPlan& plan, const AuditProblem& ap, DType input, std::in
       rec.outputs = outputs_of(br.as);
       rec.verdict = br.as.verdict;
       if (br.has_emulation && rec.verdict.disposition == Disposition::passed)
-        rec.verdict = judge_against_emulation(br.as, br.emulation_as, plan.policy);
+        rec.verdict = judge_against_emulation(br.as, {&br.emulation_as}, rec.recipe.name());
       rec.loss_abs_err = std::move(br.loss_abs_err);
     }
     res.runs.push_back(std::move(rec));

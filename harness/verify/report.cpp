@@ -239,7 +239,8 @@ void write_junit(const std::string& path, bool force, const VerifyReport& r) {
     x << fmt::format(
         "<testsuites><testsuite name=\"xentlab.verify\" tests=\"{}\" failures=\"{}\" "
         "errors=\"{}\" skipped=\"{}\">\n",
-        r.outputs.size() + (none ? 1 : 0), failures + (none ? 1 : 0), errors, skipped);
+        r.outputs.size() + (none ? 1 : 0), failures + (none && r.verdict == "failed" ? 1 : 0),
+        errors + (none && r.verdict != "failed" ? 1 : 0), skipped);
     x << fmt::format(
         "  <properties><property name=\"golden\" value=\"{}\"/><property name=\"candidate\" "
         "value=\"{}\"/>"
@@ -288,9 +289,9 @@ void write_junit(const std::string& path, bool force, const VerifyReport& r) {
     }
     if (none)
       x << fmt::format(
-          "  <testcase classname=\"xentlab.verify\" name=\"outputs\"><failure "
+          "  <testcase classname=\"xentlab.verify\" name=\"outputs\"><{} "
           "message=\"{}\"/></testcase>\n",
-          xml_escape(r.reason));
+          r.verdict == "failed" ? "failure" : "error", xml_escape(r.reason));
     x << "</testsuite></testsuites>\n";
     if (!x.flush()) throw InputError(fmt::format("{}: write failed", path));
   }

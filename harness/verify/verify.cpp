@@ -93,9 +93,13 @@ struct OutputContext {
 // output_verdict.hpp): the bound check when |ref_i| ≤ k·tol_i everywhere, the differential check
 // when a zero output's profile (normwise 1, every relative error 1, scale −1) is within its limits
 // or, judged by rounding, when every reference rounds to 0 within its tolerance.
-bool vacuous(const OutputContext& c, const OutputReport& o, const std::vector<double>& ref,
+std::vector<double> rounding_tolerance(const OutputContext& c, const std::string& name,
+                                       const RefOutput& ro);
+
+bool vacuous(const OutputContext& c, const OutputReport& o, const RefOutput& ro,
              const std::vector<double>& tol, bool bound_check, bool diff_judges) {
   if (!bound_check && !diff_judges) return false;
+  const std::vector<double>& ref = *ro.ref;
   const auto n = static_cast<std::int64_t>(ref.size());
   if (bound_check) {
     std::vector<double> kt(tol);
@@ -104,14 +108,17 @@ bool vacuous(const OutputContext& c, const OutputReport& o, const std::vector<do
   }
   if (diff_judges) {
     const DifferentialResult& d = o.differential;
+    const std::vector<double> zeros(ref.size(), 0.0);
     if (d.rounding) {
-      for (std::int64_t i = 0; i < n; ++i) {
-        const auto k = static_cast<std::size_t>(i);
-        if (std::isfinite(ref[k]) && std::fabs(ref[k]) > c.pol.judge.k * tol[k]) return false;
-      }
-    } else if (d.limit_normwise < 1 || (d.quantile_compared && d.limit_rel_q < 1) ||
-               d.limit_scale < 1) {
-      return false;
+      const std::vector<double> t = rounding_tolerance(c, o.name, ro);
+      if (rounding_check(o.name, zeros, ref, t, o.dtype, "").status != "passed") return false;
+    } else {
+      const Baseline& b = *c.rep.baseline;
+      const DType dt = b.output_dtype(o.name);
+      if (compare_with_baseline(error_profile(zeros.data(), ref.data(), n, dt), d.baseline, dt,
+                                b.recipe.name())
+              .status != "passed")
+        return false;
     }
   }
   return true;
@@ -153,10 +160,14 @@ std::vector<double> rounding_tolerance(const OutputContext& c, const std::string
   const ErrorProfile* bp =
       c.rep.baseline && c.rep.baseline->status == "ok" ? c.rep.baseline->profile(name) : nullptr;
   const std::vector<double>& ref = *ro.ref;
+  // The criterion's floor (judge/differential.hpp compare_with_baseline): one ULP of the recipe's
+  // format and kElementaryUlps of fp32, relative.
+  const double floor =
+      2 * unit_roundoff(rc.accum) + kElementaryUlps * 2 * unit_roundoff(DType::fp32);
   for (std::size_t i = 0; i < t.size(); ++i) {
     const double rb = ro.ref_bound && i < ro.ref_bound->size() ? (*ro.ref_bound)[i] : 0.0;
-    t[i] = bp ? c.pol.judge.k * bp->rel_max * std::max(std::fabs(ref[i]), bp->rel_floor) + rb
-              : c.pol.judge.k * t[i];
+    const double r = std::max(std::fabs(ref[i]), bp ? bp->rel_floor : 0.0);
+    t[i] = bp ? c.pol.judge.k * bp->rel_max * r + floor * r + rb : c.pol.judge.k * t[i];
   }
   return t;
 }
@@ -258,7 +269,12 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
     const Recipe rc = *policy_recipe(pol, g.problem.input_dtype());
     const DType recipe_dtype =
         name == "loss" || name == "lse" || name == "reduced_loss" ? rc.accum : rc.grad;
-    if (judged_by_rounding(name, o.dtype, recipe_dtype)) {
+    const Baseline& b = *c.rep.baseline;
+    if (judged_by_rounding(name, o.dtype, recipe_dtype) && (b.status != "ok" || !b.profile(name))) {
+      // Without the baseline's measure of the recipe's error on this output (a sum over tokens
+      // against a sampled baseline) a rounding check would rest on the a-priori bound alone.
+      o.differential = differential_check(g, b, name, out, ref);  // not judged, saying why
+    } else if (judged_by_rounding(name, o.dtype, recipe_dtype)) {
       o.differential =
           rounding_check(name, out, ref, rounding_tolerance(c, name, ro), o.dtype, rc.name());
     } else {
@@ -294,7 +310,7 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
   // The differential check is wanted wherever it runs; it cannot judge a sum over tokens from a
   // baseline of sampled rows (what the bound alone passes is then inconclusive).
   checks.baseline_wanted = diff_check;
-  checks.vacuous = vacuous(c, o, ref, tol, bound_check, diff_judges);
+  checks.vacuous = vacuous(c, o, ro, tol, bound_check, diff_judges);
   o.status = std::string(to_string(judge_output(checks)));
   if (o.status == "not judged" || (o.status == "inconclusive" && !checks.vacuous))
     o.message = fmt::format("the differential check cannot judge it: {}", o.differential.message);
@@ -344,6 +360,7 @@ void overall_verdict(VerifyReport& rep, bool bound_check, bool diff_check) {
     if (o.status == "not judged" &&
         std::find(rep.required.begin(), rep.required.end(), o.name) != rep.required.end()) {
       o.status = "failed";
+      o.no_reference = false;  // what was asked for counts, with or without a reference
       o.message = fmt::format("required (--require), but not checked: {}", o.message);
     }
   Outcome verdict = Outcome::passed;

@@ -235,8 +235,9 @@ def write_candidate(
 
 @dataclass
 class VerifyOutput:
-    """One output's result: status "passed", "incorrect", "failed" (unusable) or "skipped" (no
-    reference); stats (dict of judge/stats.hpp's ErrorStats: max_abs_err, max_rel_err,
+    """One output's result: status "passed", "failed" (wrong or unusable), "inconclusive" (the
+    checks cannot tell it from a wrong one: docs/verify.md, "Verdicts") or "not judged" (missing,
+    or no reference in the golden file); stats (dict of judge/stats.hpp's ErrorStats: max_abs_err, max_rel_err,
     normwise_rel_err, max_ulp, frac_ulp_le1, bias, max_ratio — max |e|/tolerance — and their
     indices); for a failure the deciding element (its name in the golden file's numbering), both
     values, the error and the tolerance (k included)."""
@@ -278,6 +279,10 @@ class VerifyReport:
     reason: str
     text: str
     k: float = 1.0  #: the policy's multiplier: an output passes when every |e| <= k·tolerance
+    #: the candidate's verdict: "passed", "failed", "inconclusive" (the checks cannot tell an
+    #: output from a wrong one) or "not judged" (an output the golden file can check is missing);
+    #: ``xentlab verify`` exits 0, 1, 5 and 5 for them
+    verdict: str = ""
     _report: Any = field(default=None, repr=False)
 
     def __str__(self) -> str:

@@ -15,7 +15,7 @@ from ._golden import VerifyReport
 
 @dataclass
 class OutputCheck:
-    """One output of a check: ``status`` (verify's: passed, incorrect, failed, skipped),
+    """One output of a check: ``status`` (verify's: passed, failed, inconclusive, not judged),
     ``stats`` (judge/stats.hpp's statistics, dict), ``ratio`` = max |e| / tolerance (the
     output passes when ratio ≤ k and, for the per-token loss, the bias test holds), and
     ``worst``: the element with the largest ratio — its index in the golden file's numbering
@@ -53,6 +53,9 @@ class CheckReport:
     settings: dict = field(default_factory=dict, repr=False)
     #: the golden problem: path, provenance, kind, N, V, D, S, J, input_dtype, spec, upstream
     golden: dict = field(default_factory=dict, repr=False)
+    #: verify's verdict: "passed", "failed", "inconclusive" or "not judged" (a loss function that
+    #: returns only the loss, where the golden file can check gradients, is not judged)
+    verdict: str = ""
 
     def output(self, name: str) -> OutputCheck:
         for o in self.outputs:
@@ -65,13 +68,14 @@ class CheckReport:
         ``json.dump(report.to_dict(), f, allow_nan=False)``. A non-finite number is the string
         "nan", "inf" or "-inf" (strict JSON has none). Keys:
 
-        - ``schema``: "xentlab.check/1"; ``passed`` (bool); ``reason`` (verify's one line: why it passed or failed);
+        - ``schema``: "xentlab.check/1"; ``passed`` (bool); ``verdict`` ("passed", "failed",
+          "inconclusive", "not judged"); ``reason`` (verify's one line: why it passed or failed);
         - ``policy``: ``description`` (verify's policy line: recipe, tolerances), ``k``,
           ``strictness``, ``check`` ("bound", "differential" or "both"), ``explicit`` (atol/rtol);
         - ``baseline``: None when no differential baseline ran, else ``backend`` ("cpu", "cuda",
           "all", "auto") — each output's own baseline errors are in its ``differential``;
         - ``outputs``: by name (reduced_loss, loss, lse, dH, dW, db, dz, in verify's order), each
-          ``status`` ("passed", "incorrect", "failed", "skipped"), ``message``, ``dtype``,
+          ``status`` ("passed", "failed", "inconclusive", "not judged"), ``message``, ``dtype``,
           ``shape`` (list), ``ratio`` (max |e| / tolerance), ``bound_status``, ``stats``
           (judge/stats.hpp's statistics: max_abs_err, max_rel_err, normwise_rel_err, max_ulp,
           frac_ulp_le1, bias, max_ratio, … with their flat indices; None when not judged),
@@ -132,6 +136,7 @@ class CheckReport:
             {
                 "schema": "xentlab.check/1",
                 "passed": self.passed,
+                "verdict": self.verdict,
                 "reason": self.reason,
                 "policy": {
                     "description": self.policy,

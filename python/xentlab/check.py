@@ -430,10 +430,12 @@ def check(
     ml_dtypes.bfloat16), "torch" (torch tensors on ``device``, requiring grad; gradients by
     autograd) or "jax" (jax arrays on ``device``, a jax.Device; gradients by ``jax.vjp``; float64
     inputs need jax_enable_x64); default: an adapter's own (``xentlab.adapters``: "torch"), else
-    "numpy". require: outputs that must be present (default: the loss, and for a torch
-    loss every gradient autograd can give — of these, those the golden file holds a reference
-    for: a golden file of sampled token rows holds none for the reduced loss, dW and db, one
-    written without gradients none for dH, dW, db; those are reported as skipped). Returns a
+    "numpy". require: the outputs to judge, each of which must be present and pass (default:
+    every output the golden file holds a reference for — a torch or jax loss returned alone gets
+    its gradients by autograd; a numpy function that returns only the loss where the golden file
+    can check gradients is "not judged", not passed: docs/verify.md, "Verdicts"; a golden file of
+    sampled token rows holds no reference for the reduced loss, dW and db, which are then not
+    asked for). Returns a
     :class:`CheckReport`; raises InputError (ValueError) for bad options, a ``require`` the golden
     file cannot judge, an output of another shape than the problem's or the golden file's
     sampled rows (naming both), a return value of which nothing can be judged; TypeError for an
@@ -456,7 +458,7 @@ def check(
             why = _unjudged_reason(g, n)
             if why:
                 raise InputError(f"require: {n} cannot be judged on {g.path}: {why}")
-        outputs, returned = _call(loss_fn, g, framework, device)
+        outputs, _returned = _call(loss_fn, g, framework, device)
         _check_shapes(g, outputs)
         impl = (
             implementation
@@ -464,8 +466,9 @@ def check(
         )
         cand = os.path.join(tmp, "candidate.h5")
         write_candidate(cand, outputs, implementation=impl)  # refuses an unknown output's name
-        # By default what the function returned is required, as far as the golden file holds
-        # references for it; the rest is reported as skipped, with verify's reason.
+        # By default every output the golden file can check is expected (verify's default: no
+        # pass by omission): a function that returns only the loss where gradients can be
+        # checked is not judged; require names the outputs to judge.
         judged = [n for n in outputs if not _unjudged_reason(g, n)]
         if not judged:
             reasons = "; ".join(_unjudged_reason(g, n) for n in outputs)
@@ -478,7 +481,7 @@ def check(
                     else ""
                 )
             )
-        required = [n for n in returned if n in judged] if asked is None else asked
+        required = [] if asked is None else asked
         rep = verify(
             g,
             cand,
@@ -526,5 +529,5 @@ def check(
         "upstream": g.upstream is not None,
     }
     return CheckReport(
-        rep.passed, rep.reason, rep.policy, rep.k, checks, rep, impl, settings, golden
+        rep.passed, rep.reason, rep.policy, rep.k, checks, rep, impl, settings, golden, rep.verdict
     )

@@ -66,40 +66,79 @@ class Verdicts : public testing::TempFolderTest {
 // All-zero logits over V = 32000: every token's loss and lse are ln 32000 = 10.373491…, whose
 // correct rounding into bf16 is 10.375 (bf16 spacing 1/16 in [8, 16)). PyTorch's bf16
 // F.cross_entropy returns exactly that: it passes --policy bf16; 10.5, two spacings off, fails.
+// And where only the rounding check can tell: zero logits but the target's at −9.6875 over
+// V = 512, loss = ln(511 + e^-9.6875) + 9.6875 = 15.92388…, whose bf16 rounding is 15.9375;
+// 15.875, the neighbour one spacing below, is within the bound check's one rounding
+// (u·|ref| = 0.062) and fails the rounding check alone.
 TEST_F(Verdicts, LossStoredInItsOwnDtype) {
-  const std::int64_t N = 4, V = 32000;
-  Tensor logits(DType::bf16, {N, V});  // zeros
-  DatasetInstance ds;
-  ds.problem = Problem::from_logits(std::move(logits), {0, 7, 31999, 12345});
-  ds.source = "zeros";
-  ds.generator = "test:zeros";
-  write_golden(path("z.h5"), ds, LossSpec{}, {});
-  const Golden g = read_golden(path("z.h5"));
-  ASSERT_EQ(g.loss.size(), 4u);
-  EXPECT_NEAR(g.loss[0], std::log(32000.0), 1e-12);
-  ASSERT_EQ(round_to(std::log(32000.0), DType::bf16), 10.375);
-  const auto candidate = [&](double loss) {
-    const std::vector<double> per_token(N, loss);
-    return std::vector<std::pair<std::string, Tensor>>{
-        {"loss", tensor(per_token, {N}, DType::bf16)},
-        {"lse", tensor(per_token, {N}, DType::bf16)},
-        {"reduced_loss", tensor(std::vector<double>{loss}, {}, DType::bf16)},
-        {"dz", tensor(g.dz, {N, V}, DType::fp32)}};
+  const auto golden_of = [&](std::int64_t V, std::int64_t N, double target_logit,
+                             const std::string& file) {
+    Tensor logits(DType::bf16, {N, V});  // zeros
+    std::vector<std::int64_t> targets(static_cast<std::size_t>(N));
+    for (std::int64_t i = 0; i < N; ++i) {
+      targets[static_cast<std::size_t>(i)] = (i * 7919) % V;
+      logits.set(i * V + (i * 7919) % V, target_logit);
+    }
+    DatasetInstance ds;
+    ds.problem = Problem::from_logits(std::move(logits), targets);
+    ds.source = "constant logits";
+    ds.generator = "test:constant";
+    write_golden(path(file), ds, LossSpec{}, {});
+    return read_golden(path(file));
   };
-  write_candidate(path("right.h5"), false, candidate(10.375), "bf16 loss, correctly rounded");
-  const VerifyReport right = verify_candidate(g, path("right.h5"), make_verify_policy("bf16"));
+  // loss, lse and reduced_loss as given (bf16), dz the reference's (fp32).
+  const auto candidate = [&](const Golden& g, const std::vector<double>& loss,
+                             const std::vector<double>& lse, double reduced) {
+    return std::vector<std::pair<std::string, Tensor>>{
+        {"loss", tensor(loss, {g.S}, DType::bf16)},
+        {"lse", tensor(lse, {g.S}, DType::bf16)},
+        {"reduced_loss", tensor(std::vector<double>{reduced}, {}, DType::bf16)},
+        {"dz", tensor(g.dz, {g.S, g.V}, DType::fp32)}};
+  };
+  const auto rounded = [](const std::vector<double>& v) {
+    std::vector<double> r(v);
+    for (double& x : r) x = round_to(x, DType::bf16);
+    return r;
+  };
+  const Golden z = golden_of(32000, 4, 0.0, "z.h5");
+  EXPECT_NEAR(z.loss[0], std::log(32000.0), 1e-12);
+  ASSERT_EQ(round_to(std::log(32000.0), DType::bf16), 10.375);
+  write_candidate(
+      path("right.h5"), false,
+      candidate(z, std::vector<double>(4, 10.375), std::vector<double>(4, 10.375), 10.375),
+      "bf16 loss, correctly rounded");
+  const VerifyReport right = verify_candidate(z, path("right.h5"), make_verify_policy("bf16"));
   EXPECT_TRUE(right.passed) << format_report(right);
   for (const char* name : {"loss", "lse", "reduced_loss"})
     EXPECT_TRUE(output(right, name).differential.rounding) << name;
-  write_candidate(path("wrong.h5"), false, candidate(10.5), "bf16 loss, one rounding off");
-  const VerifyReport wrong = verify_candidate(g, path("wrong.h5"), make_verify_policy("bf16"));
+  write_candidate(
+      path("wrong.h5"), false,
+      candidate(z, std::vector<double>(4, 10.5), std::vector<double>(4, 10.375), 10.375),
+      "bf16 loss, two spacings off");
+  const VerifyReport wrong = verify_candidate(z, path("wrong.h5"), make_verify_policy("bf16"));
   EXPECT_EQ(wrong.verdict, "failed") << format_report(wrong);
   EXPECT_EQ(output(wrong, "loss").status, "failed");
-  // (10.5 is also beyond the bound check's one rounding of u·|ref| ≈ 0.041.)
-  EXPECT_EQ(output(wrong, "loss").differential.status, "incorrect");
-  EXPECT_NE(output(wrong, "loss").differential.message.find("not a correct rounding into bf16"),
+
+  const Golden t = golden_of(512, 4, -9.6875, "t.h5");
+  const double loss = std::log(511.0 + std::exp(-9.6875)) + 9.6875;
+  EXPECT_NEAR(t.loss[0], loss, 1e-12);
+  ASSERT_EQ(round_to(loss, DType::bf16), 15.9375);
+  const double red = round_to(*t.reduced_loss, DType::bf16);
+  write_candidate(path("t-right.h5"), false, candidate(t, rounded(t.loss), rounded(t.lse), red),
+                  "correctly rounded");
+  const VerifyReport tr = verify_candidate(t, path("t-right.h5"), make_verify_policy("bf16"));
+  EXPECT_TRUE(tr.passed) << format_report(tr);
+  std::vector<double> below = rounded(t.loss);
+  below[2] = 15.875;
+  write_candidate(path("t-below.h5"), false, candidate(t, below, rounded(t.lse), red),
+                  "one spacing below");
+  const VerifyReport tb = verify_candidate(t, path("t-below.h5"), make_verify_policy("bf16"));
+  EXPECT_EQ(output(tb, "loss").status, "failed") << format_report(tb);
+  EXPECT_EQ(output(tb, "loss").bound_status, "passed");
+  EXPECT_EQ(output(tb, "loss").differential.status, "incorrect");
+  EXPECT_NE(output(tb, "loss").differential.message.find("not a correct rounding into bf16"),
             std::string::npos)
-      << output(wrong, "loss").differential.message;
+      << output(tb, "loss").differential.message;
 }
 
 // A normaliser off by one at N ≈ 100, a missing factor: dH or dW 1% too large, every element
@@ -119,6 +158,19 @@ TEST_F(Verdicts, OnePercentScaleOnAGradientFailsEveryPolicy) {
       const VerifyReport r = verify_candidate(g, path("scaled.h5"), make_verify_policy(policy));
       EXPECT_EQ(r.verdict, "failed") << policy << " " << grad << "\n" << format_report(r);
       EXPECT_EQ(output(r, grad).status, "failed") << policy << " " << grad;
+      // Under bf16, where one rounding of a gradient is 0.4%, the bound check passes the 1%
+      // scale and the differential check's scale test alone fails it; under fp16 and fp32 the
+      // differential check fails it too (its normwise limit or the scale test), beside the bound.
+      VerifyOptions diff_only;
+      diff_only.check = VerifyCheck::differential;
+      const VerifyReport d =
+          verify_candidate(g, path("scaled.h5"), make_verify_policy(policy), diff_only);
+      EXPECT_EQ(output(d, grad).status, "failed") << policy << " " << grad;
+      if (dt == DType::bf16) {
+        EXPECT_EQ(output(r, grad).bound_status, "passed") << grad;
+        EXPECT_NE(output(r, grad).message.find("systematic scale"), std::string::npos)
+            << output(r, grad).message;
+      }
     }
   }
 }
@@ -152,10 +204,14 @@ TEST_F(Verdicts, FaultConfinedToSomeRowsFails) {
   auto c = reference_candidate(g, DType::fp32);
   c[3].second = tensor(dH, {g.S, g.D}, DType::fp32);
   write_candidate(path("chunk.h5"), false, c, "one chunk in bf16");
-  const VerifyReport r = verify_candidate(g, path("chunk.h5"), make_verify_policy("fp32"));
+  VerifyOptions diff_only;  // the differential check alone (the bound check catches it too)
+  diff_only.check = VerifyCheck::differential;
+  const VerifyReport r =
+      verify_candidate(g, path("chunk.h5"), make_verify_policy("fp32"), diff_only);
   ASSERT_TRUE(r.baseline);
   EXPECT_FALSE(r.baseline->sampled);
   EXPECT_EQ(output(r, "dH").status, "failed") << format_report(r);
+  EXPECT_EQ(output(r, "dH").differential.candidate.n, g.S * g.D);
 }
 
 // A candidate that lacks outputs the golden file can check is not passed: not judged, naming
