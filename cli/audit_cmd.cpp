@@ -641,7 +641,8 @@ void register_audit(CLI::App& app) {
   c->add_flag("--no-plots", a->no_plots, "draw no plots");
   c->add_option("--json", a->json,
                 "write the machine-readable report here (docs/json.md; an existing JSON report of "
-                "audit is replaced)");
+                "audit is replaced)")
+      ->check(non_empty());
   c->add_flag("--force", a->force,
               "overwrite an existing results file (and a --json file that is not a report of "
               "audit)");

@@ -80,7 +80,7 @@ void register_selftest(CLI::App& app) {
   c->add_option("--workdir", a->opt.workdir,
                 "keep the golden files here (an existing folder; default: a temporary folder, "
                 "removed at the end)");
-  c->add_option("--json", a->json, "also write the result as JSON here");
+  c->add_option("--json", a->json, "also write the result as JSON here")->check(non_empty());
   c->add_flag("--force", a->force, "overwrite an existing --json file");
   c->add_flag("--quiet,-q", a->quiet, "no progress lines on stderr");
   c->callback([a]() {

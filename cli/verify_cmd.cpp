@@ -197,10 +197,12 @@ void register_verify(CLI::App& app) {
           ->capture_default_str();
   c->add_option("--junit", a->junit,
                 "write a JUnit XML report here (an existing report of verify is replaced: CI "
-                "re-runs write to the same path)");
+                "re-runs write to the same path)")
+      ->check(non_empty());
   c->add_option("--json", a->json,
-                "write the machine-readable report here (docs/json.md; an existing JSON report of "
-                "verify is replaced)");
+                "write the machine-readable report here (docs/json.md; an existing JSON report "
+                "of verify is replaced)")
+      ->check(non_empty());
   c->add_flag("--force", a->force,
               "overwrite an existing --junit or --json file that is not a report of verify");
   add_memory_budget_option(c, a->memory_budget);

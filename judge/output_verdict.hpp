@@ -45,7 +45,8 @@ struct OutputChecks {
 Outcome judge_output(const OutputChecks& c);
 
 /// Whether a tolerance passes an output of zeros: |ref_i| ≤ tol_i for every element with a
-/// finite reference (tol already multiplied by the policy's k). An empty output is not vacuous.
+/// finite non-zero reference (tol already multiplied by the policy's k). An output with no such
+/// element (empty, or all zeros: zeros are then the answer) is not vacuous.
 bool zero_output_passes(const double* ref, const double* tol, std::int64_t n);
 
 }  // namespace xentlab

@@ -101,6 +101,10 @@ bool vacuous(const OutputContext& c, const OutputReport& o, const RefOutput& ro,
   if (!bound_check && !diff_judges) return false;
   const std::vector<double>& ref = *ro.ref;
   const auto n = static_cast<std::int64_t>(ref.size());
+  // A reference of zeros only: zeros are the answer, and every check that ran tells them from
+  // anything else.
+  if (std::none_of(ref.begin(), ref.end(), [](double x) { return std::isfinite(x) && x != 0; }))
+    return false;
   if (bound_check) {
     std::vector<double> kt(tol);
     for (double& x : kt) x *= c.pol.judge.k;
@@ -193,11 +197,14 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
       o.message = fmt::format("required (--require), but the candidate holds no {}", name);
       return o;
     }
-    // No pass by omission: without --require, every output the golden file can check is
-    // expected, and one the candidate lacks leaves the verdict open — but for db of a problem
-    // without a bias (the golden file's db is the gradient of a zero bias, which an
-    // implementation without one does not compute).
-    const bool expected = !ro.ref->empty() && (name != "db" || g.problem.bias);
+    // No pass by omission: without --require, every gradient the golden file can check (dH, dW,
+    // dz, and db of a problem with a bias: the golden file's db of a problem without one is the
+    // gradient of a zero bias, which such an implementation does not compute) is expected, and
+    // one the candidate lacks leaves the verdict open. The loss is expected in one of its forms
+    // (overall_verdict: loss or reduced_loss); lse is the candidate's to give or not.
+    const bool gradient = name == "dH" || name == "dW" || name == "dz" || name == "db";
+    const bool expected =
+        !ro.ref->empty() && gradient && (name != "db" || g.problem.bias.has_value());
     if (c.rep.required.empty() && expected) {
       o.status = "not judged";
       o.message = fmt::format(
@@ -363,6 +370,21 @@ void overall_verdict(VerifyReport& rep, bool bound_check, bool diff_check) {
       o.no_reference = false;  // what was asked for counts, with or without a reference
       o.message = fmt::format("required (--require), but not checked: {}", o.message);
     }
+  // Without --require the loss is expected in one of its forms: per token or reduced.
+  const auto held = [&](const char* n) {
+    return std::any_of(rep.outputs.begin(), rep.outputs.end(), [&](const OutputReport& o) {
+      return o.name == n && o.status != "not judged";
+    });
+  };
+  if (rep.required.empty() && !held("loss") && !held("reduced_loss")) {
+    OutputReport o;
+    o.name = "loss";
+    o.status = "not judged";
+    o.message =
+        "the candidate holds neither loss nor reduced_loss (the golden file can check them; "
+        "--require names the outputs to judge)";
+    rep.outputs.insert(rep.outputs.begin(), std::move(o));
+  }
   Outcome verdict = Outcome::passed;
   int compared = 0;
   std::string first_failed, first_open, not_checkable;

@@ -288,6 +288,10 @@ class VerifyReport:
     def __str__(self) -> str:
         return self.text
 
+    def __bool__(self) -> bool:
+        """``passed``: ``assert report`` holds only for a passed verdict."""
+        return self.passed
+
     def output(self, name: str) -> VerifyOutput:
         for o in self.outputs:
             if o.name == name:

@@ -57,6 +57,10 @@ class CheckReport:
     #: returns only the loss, where the golden file can check gradients, is not judged)
     verdict: str = ""
 
+    def __bool__(self) -> bool:
+        """``passed``: ``assert report`` holds only for a passed verdict."""
+        return self.passed
+
     def output(self, name: str) -> OutputCheck:
         for o in self.outputs:
             if o.name == name:

@@ -75,7 +75,7 @@ TEST(CommandsProgram, AProblemPastTheMachinesMemoryIsRefusedBeforeTheWork) {
        "more than this machine's memory"},
       {"datasets --make gaussian -N 3000000000", "more than this machine's memory"},
       {"reference -N 3000000000", "of memory but the budget is"},
-      {"golden -N 3000000000 -o " + never, "of memory but the budget is"},
+      {"golden -N 3000000000 -o " + never, "but the memory budget is"},
   });
 }
 

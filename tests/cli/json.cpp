@@ -19,6 +19,7 @@
 #include "datasets/io/sha256.hpp"
 #include "harness/verify/golden.hpp"
 #include "harness/verify/verify.hpp"
+#include "judge/output_verdict.hpp"
 #include "judge/policy.hpp"
 #include "numerics/version.hpp"
 #include "tests/cli/cli_support.hpp"
@@ -172,7 +173,7 @@ TEST_F(JsonProgram, VerifyReportOfAFailingCandidateSaysFailed) {
   doc = read_report(out);
   EXPECT_EQ(doc.at("verdict"), std::string(to_string(Disposition::failed)));
   const json& loss = output_named(doc, "loss");
-  EXPECT_EQ(loss.at("status"), std::string(to_string(Disposition::incorrect)));
+  EXPECT_EQ(loss.at("status"), std::string(to_string(Outcome::failed)));
   EXPECT_TRUE(contains(n.output, "loss         fp64")) << n.output;
   EXPECT_EQ(loss.at("statistics").at("out_nan"), 1);
   EXPECT_EQ(loss.at("statistics").at("nonfinite_where_ref_finite"), 1);
@@ -222,7 +223,8 @@ TEST_F(JsonProgram, VerifyReportReplacesItsOwnAndRefusesOtherFiles) {
                        "replaced"));
 }
 
-// A folder the user may not write to: refused before the work (exit 2), naming the cause; no
+// A folder the user may not write to: refused before the work (exit 3: the output cannot be
+// written), naming the cause; no
 // report and no temporary file.
 TEST_F(JsonProgram, ReadOnlyFolderIsRefusedBeforeTheWork) {
   fs::create_directory(path("ro"));
@@ -238,7 +240,7 @@ TEST_F(JsonProgram, ReadOnlyFolderIsRefusedBeforeTheWork) {
   XL_EXPECT_UNPRIVILEGED([&] {
     for (const std::string& cmd : {v, a}) {
       const Ran r = xentlab(cmd);
-      if (r.status != 2 || !contains(r.output, "Permission denied") ||
+      if (r.status != 3 || !contains(r.output, "Permission denied") ||
           !contains(r.output, path("ro/r.json"))) {
         std::fprintf(stderr, "%s\n%s\n", cmd.c_str(), r.output.c_str());
         return false;
@@ -322,8 +324,10 @@ TEST_F(JsonProgram, SchemaTakesEveryKindOfReportAndRefusesAMissingKey) {
   EXPECT_EQ(e.at("policy").at("rtol"), 1e-3);
   EXPECT_TRUE(e.at("policy").at("recipe").is_null());
   EXPECT_TRUE(e.at("baseline").is_null());
-  ASSERT_EQ(xentlab(verify("loss.h5") + "--explain --json " + shell_quote(path("x.json"))).status,
-            0);
+  ASSERT_EQ(
+      xentlab(verify("loss.h5") + "--require loss --explain --json " + shell_quote(path("x.json")))
+          .status,
+      0);
   const json x = read_report(path("x.json"));
   ASSERT_FALSE(x.at("explain").empty());
   EXPECT_TRUE(x.at("explain")[0].at("profiles").contains("loss")) << x.at("explain")[0].dump();
