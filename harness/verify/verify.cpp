@@ -371,9 +371,9 @@ void overall_verdict(VerifyReport& rep, bool bound_check, bool diff_check) {
       o.message = fmt::format("required (--require), but not checked: {}", o.message);
     }
   // Without --require the loss is expected in one of its forms: per token or reduced.
-  const auto held = [&](const char* n) {
+  const auto held = [&](const char* n) {  // in the candidate (judged, or without a reference)
     return std::any_of(rep.outputs.begin(), rep.outputs.end(), [&](const OutputReport& o) {
-      return o.name == n && o.status != "not judged";
+      return o.name == n && (o.status != "not judged" || o.no_reference);
     });
   };
   if (rep.required.empty() && !held("loss") && !held("reduced_loss")) {

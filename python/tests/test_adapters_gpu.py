@@ -103,6 +103,6 @@ def test_a_library_loss_is_judged_on_the_gpu(goldens, name, case):
     loss = "loss" if case == "none_upstream" else "reduced_loss"
     want = {loss, "dH", "dW"} | ({"db"} if case == "bias" else set())
     assert set(statuses) == want, statuses
-    assert all(s in ("passed", "incorrect") for s in statuses.values()), str(rep)
+    assert all(s in ("passed", "failed", "inconclusive") for s in statuses.values()), str(rep)
     if name == "torch_cross_entropy_fp32_logits":  # the plain implementation of the bf16 recipe
         assert rep.passed, str(rep)

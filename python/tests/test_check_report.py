@@ -65,7 +65,7 @@ def test_a_failing_report_names_the_deciding_element_and_writes_infinity_as_text
     assert _json_round_trip(d) == d
     assert d["passed"] is False and d["reason"] == rep.reason
     dH = d["outputs"]["dH"]
-    assert dH["status"] == "incorrect" and dH["ratio"] == "inf"
+    assert dH["status"] == "failed" and dH["ratio"] == "inf"
     v = rep.verify.output("dH")
     assert dH["deciding"]["element"] == v.element and dH["deciding"]["reference"] == 0.0
     assert d["baseline"] is None and d["policy"]["check"] == "bound"
@@ -83,7 +83,7 @@ def test_a_skipped_output_is_in_the_dict(cache_dir):
     xentlab.write_golden(path, g.problem, rows=16, force=True)
     rep = xentlab.check(ce_fp32, problem=path, policy="fp32")
     d = rep.to_dict()
-    assert d["outputs"]["dW"]["status"] == "skipped" and d["outputs"]["dW"]["stats"] is None
+    assert d["outputs"]["dW"]["status"] == "not judged" and d["outputs"]["dW"]["stats"] is None
     assert d["provenance"]["golden"]["S"] == 16
     with pytest.raises(TypeError):  # the converter refuses what JSON cannot hold
         from xentlab._report import _plain
