@@ -100,9 +100,10 @@ std::string format_report(const VerifyReport& r) {
   }
   if (r.baseline) {
     s += fmt::format(
-        "\ndifferential check: error ≤ {:g} × the emulated recipe's + one ULP of its "
-        "output format; q{:g} = {:g}-quantile of |e_i|/|ref_i|\nbaseline   {}\n",
-        kDifferentialK, 100 * kDifferentialQuantile, kDifferentialQuantile,
+        "\ndifferential check: error ≤ {:g} × the least accurate correct implementation's + "
+        "one ULP of the recipe's format and {:g} of fp32, and a scale test; q{:g} = "
+        "{:g}-quantile of |e_i|/|ref_i| (docs/verify.md, \"The criterion\")\nbaseline   {}\n",
+        kDifferentialK, kElementaryUlps, 100 * kDifferentialQuantile, kDifferentialQuantile,
         r.baseline->describe() + (r.baseline->status == "ok"
                                       ? fmt::format(", {:.2f} s", r.baseline->seconds)
                                       : std::string()));
