@@ -458,7 +458,7 @@ def check(
             why = _unjudged_reason(g, n)
             if why:
                 raise InputError(f"require: {n} cannot be judged on {g.path}: {why}")
-        outputs, _returned = _call(loss_fn, g, framework, device)
+        outputs, returned = _call(loss_fn, g, framework, device)
         _check_shapes(g, outputs)
         impl = (
             implementation
@@ -481,7 +481,10 @@ def check(
                     else ""
                 )
             )
-        required = [] if asked is None else asked
+        # torch and jax: every gradient autograd should give is required (a detached input's
+        # missing gradient fails); numpy: verify's own rule (no pass by omission).
+        autograd = [n for n in returned if n in judged] if framework in ("torch", "jax") else []
+        required = autograd if asked is None else asked
         rep = verify(
             g,
             cand,
