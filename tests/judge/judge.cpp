@@ -64,7 +64,7 @@ TEST(Judge, DeviceRunHeldToItsBaseline) {
   const Verdict v = judge_against_emulation(with_loss_error(0x1p-18), {&emulation}, "r");
   EXPECT_EQ(v.disposition, Disposition::incorrect);
   EXPECT_EQ(v.output, "loss");
-  EXPECT_NEAR(v.bound, limit, 1e-6 * limit);
+  EXPECT_NEAR(v.bound, limit, 16 * 0x1p-53 * limit);  // the same formula, other roundings
   // The baseline is the least accurate of the correct implementations given: a model whose error
   // is 2^-18 makes the same run pass.
   const RunAssessment model = with_loss_error(0x1p-18);
@@ -92,7 +92,7 @@ TEST(Judge, ScaleTestCatchesASystematicFactor) {
   }
   const ErrorProfile b = error_profile(base.data(), ref.data(), 256, DType::bf16);
   const ErrorProfile s = error_profile(scaled.data(), ref.data(), 256, DType::bf16);
-  EXPECT_NEAR(s.scale, 0.01, 1e-12);
+  EXPECT_NEAR(s.scale, 0.01, 256 * 0x1p-53);  // 256 sums of doubles: their rounding
   const DifferentialResult d = compare_with_baseline(s, b, DType::bf16, "r");
   EXPECT_LT(s.normwise, d.limit_normwise);  // the normwise limit alone passes it
   EXPECT_EQ(d.status, "incorrect") << d.message;
