@@ -34,7 +34,13 @@ class ChunkedStrategy final : public ChunkStrategy {
       if (P.linear()) {
         launch_ce_rows(r.recipe.logits, z, rows, P.targets + r0, r.out.loss + r0, r.out.lse + r0,
                        rp, r.want_grads, g, c.stream);
+#ifdef XENTLAB_BROKEN_CHUNKED
+        // A test build's deliberate fault (XENTLAB_BROKEN_STRATEGY=chunked): the first token
+        // chunk gets no gradient, as an off-by-one in this loop would do.
+        if (r.want_grads && k > 0) steps::chunk_backward(r, c, ws, z, r0, rows, k);
+#else
         if (r.want_grads) steps::chunk_backward(r, c, ws, z, r0, rows, k);
+#endif
       } else {
         launch_ce_rows(r.recipe.logits, z, rows, P.targets + r0, r.out.loss + r0, r.out.lse + r0,
                        rp, false, g, c.stream);

@@ -24,7 +24,9 @@
 # VOCAB_ROWS_128K (vocabulary rows of its dW, 256; 0 = all),
 # RECIPES_128K (recipes of the 128K audit), AUDIT_ARGS (extra options of the embedded audit),
 # AUDIT_TIMEOUT (seconds per audit step, 0 = none), SKIP_TESTS=1 (skip step 2), NO_GPU_CHECK=1
-# (skip the check for a GPU; without one it exits 4 before building).
+# (skip the check for a GPU; without one it exits 4 before building), BROKEN_STRATEGY=chunked (a
+# test build whose chunked strategy is wrong on purpose, CMake's XENTLAB_BROKEN_STRATEGY: the suite
+# must then exit non-zero; empty, the default, builds the real strategies).
 set -uo pipefail
 out=${1:?usage: tools/scripts/nightly_gpu.sh OUTDIR [BASELINE.h5]}
 baseline=${2:-}
@@ -45,11 +47,12 @@ if [ -z "${NO_GPU_CHECK:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
   step "no NVIDIA GPU here (nvidia-smi -L failed): the nightly GPU suite needs one"
   exit 4
 fi
-step "build"
+step "build${BROKEN_STRATEGY:+ (a test build: strategy $BROKEN_STRATEGY broken on purpose)}"
 # Only what the suite runs: the command line and the executables of the gpu- and slow-labelled
 # tests (their targets named in tests/CMakeLists.txt: CTest lists the tests themselves only after
 # the executables are built, gtest_discover_tests).
-cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DXENTLAB_CUDA=ON >"$out/configure.log" 2>&1 ||
+cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DXENTLAB_CUDA=ON \
+  -DXENTLAB_BROKEN_STRATEGY="${BROKEN_STRATEGY:-}" >"$out/configure.log" 2>&1 ||
   { step "configure FAILED (see configure.log)"; exit 1; }
 targets=$(grep -oE 'xl_add_test\(test_[a-z0-9_]+ LABELS [a-z ]*(gpu|slow)' "$here/tests/CMakeLists.txt" |
   sed -E 's/xl_add_test\(([a-z0-9_]+) .*/\1/' | sort -u | tr '\n' ' ')
