@@ -163,7 +163,9 @@ void register_candidate(CLI::App& app) {
   c->add_option("golden", a->golden, "golden file (xentlab golden)")->required();
   // The output is --out, as in audit and golden; a second positional argument is read as --out
   // (the spelling of earlier versions, kept working).
-  c->add_option("out", a->out_positional,
+  // Named "output", not "out": CLI11 from 2.2 on refuses a positional named as an option's long
+  // name ("out is already added") when the subcommand is registered, breaking every command.
+  c->add_option("output", a->out_positional,
                 "the candidate file as a second argument: the same as --out");
   c->add_option("--out,-o", a->out, "candidate file to write (docs/formats.md)");
   c->add_option("--strategy", a->strategy,

@@ -37,6 +37,12 @@ void register_bench(CLI::App& app);
 /// every subcommand is registered; a rejected value is a parse error (exit 2) naming the value.
 /// Floating-point options likewise refuse an empty value (CLI11 would read '' as 0).
 void require_decimal_integers(CLI::App& app);
+/// Throws std::logic_error when a command has a positional argument named as one of its
+/// options' long names (candidate's "out" beside --out): CLI11 2.1 accepts it, CLI11 from 2.2 on
+/// refuses it when the command is registered ("out is already added"), so every command of a
+/// build against a newer CLI11 would fail. Called at startup: the test suite sees it with any
+/// CLI11.
+void require_distinct_option_names(const CLI::App& app);
 /// Validators with plain messages ("must be ≥ 0, got -1"; CLI11's NonNegativeNumber and
 /// PositiveNumber print a range with a 300-digit bound). A value that is not a number is left to
 /// the option's type conversion.

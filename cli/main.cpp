@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   xentlab::cli::register_fidelity(app);
   xentlab::cli::register_bench(app);
   xentlab::cli::require_decimal_integers(app);
+  xentlab::cli::require_distinct_option_names(app);
   xentlab::cli::set_command_line(argc, argv);
   try {
     app.parse(argc, argv);

@@ -27,6 +27,8 @@ std::string_view to_string(Disposition d) {
       return "not-supported";
     case Disposition::failed:
       return "failed";
+    case Disposition::measured:
+      return "measured";
   }
   return "?";
 }

@@ -12,8 +12,16 @@
 
 namespace xentlab {
 
-enum class Disposition : std::uint8_t { passed, incorrect, not_supported, failed };
+/// A run's disposition. passed: consistent with its recipe's finite a-priori bound (and, where it
+/// ran, the baseline-relative check); measured: every check that applies passed but the recipe
+/// has no finite bound on the problem (c·u_accum ≥ 1), so nothing bounds its error: its errors are
+/// measured, not judged; incorrect: a check failed; not_supported / failed: it did not run.
+enum class Disposition : std::uint8_t { passed, incorrect, not_supported, failed, measured };
 std::string_view to_string(Disposition d);
+/// passed or measured: the run completed and no check found it wrong.
+inline bool consistent(Disposition d) {
+  return d == Disposition::passed || d == Disposition::measured;
+}
 
 /// A named policy. All thresholds of the project's pass/fail decisions live here.
 struct Policy {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -103,6 +104,23 @@ const CLI::Validator& positive() {
 
 void require_decimal_integers(CLI::App& app) {
   add_checks(app);
+}
+
+void require_distinct_option_names(const CLI::App& app) {
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    for (const CLI::Option* p : sub->get_options()) {
+      if (!p->get_positional()) continue;
+      const std::string name = p->get_name(true);  // the positional name
+      for (const CLI::Option* o : sub->get_options())
+        for (const std::string& l : o->get_lnames())
+          if (o != p && l == name)
+            throw std::logic_error(fmt::format(
+                "xentlab {}: the positional argument '{}' has the name of the option --{} "
+                "(refused by CLI11 2.2 and later): rename the positional",
+                sub->get_name(), name, l));
+    }
+    require_distinct_option_names(*sub);
+  }
 }
 
 }  // namespace xentlab::cli

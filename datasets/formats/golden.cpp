@@ -142,6 +142,10 @@ Golden read_golden(const std::string& path) {
     throw FormatError(
         fmt::format("{}: golden format_version {}; this xentlab ({}) reads versions 1 to {}", path,
                     ver, kVersion, kGoldenVersion));
+  // Deleted datasets (a reference output a candidate would then not be held to), added ones and
+  // edited attributes (the loss spec, the sampled rows' counts) are refused before anything is
+  // read, naming what changed; the data themselves are checked by their digests as they are read.
+  f.verify_manifest();
   Golden g;
   g.path = path;
   g.provenance =
@@ -237,11 +241,17 @@ Golden read_golden(const std::string& path) {
   // z_term, …) are checked too, so that a damaged file is refused whatever part is damaged.
   f.verify_digests();
   g.checksums = f.declares_checksums();
+  g.manifest = f.has_manifest();
   return g;
 }
 
 std::string golden_checksum_warning(const Golden& g) {
-  if (g.checksums) return "";
+  if (g.checksums && g.manifest) return "";
+  if (g.checksums)
+    return fmt::format(
+        "{}: no manifest: written by an older xentlab (deleted datasets and edited attributes "
+        "cannot be detected; xentlab golden now stores a manifest of them)",
+        g.path);
   return fmt::format(
       "{}: no checksums: written by an older xentlab (its data cannot be checked for damage; "
       "xentlab golden writes them with a sha256 digest per dataset)",

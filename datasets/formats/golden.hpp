@@ -48,19 +48,23 @@ struct Golden {
   /// own; false for a file written before xentlab stored digests: nothing could be checked
   /// (golden_checksum_warning).
   bool checksums = false;
+  /// The file carries a manifest (root attribute manifest: every object and attribute as written)
+  /// and matched it; false for a file written before xentlab stored one.
+  bool manifest = false;
 };
 
-/// "" for a golden file with checksums; else the warning the commands print for it: "PATH: no
-/// checksums: written by an older xentlab …".
+/// "" for a golden file with checksums and a manifest; else the warning the commands print for
+/// it: "PATH: no checksums: written by an older xentlab …" or "PATH: no manifest: …".
 std::string golden_checksum_warning(const Golden& g);
 
 /// Reads and checks a golden file: HDF5, format attribute "xentlab-golden", format_version 1 or 2,
 /// every required group and dataset present with consistent shapes, and, where the file declares
 /// checksums (every file xentlab writes now), every dataset's data matching its sha256 digest
-/// (datasets/io/h5.hpp). Any layout and filter h5py or h5repack writes is read (contiguous,
-/// chunked, gzip, shuffle, fletcher32). Throws FormatError naming the file, the object and what
-/// is wrong (a foreign file, another version, a missing dataset, data that do not match their
-/// digest, a filter this HDF5 library lacks, …).
+/// (datasets/io/h5.hpp), and, where it carries a manifest, no object or attribute deleted, added
+/// or edited since it was written (h5::File::verify_manifest). Any layout and filter h5py or
+/// h5repack writes is read (contiguous, chunked, gzip, shuffle, fletcher32). Throws FormatError
+/// naming the file, the object and what is wrong (a foreign file, another version, a missing
+/// dataset, data that do not match their digest, a filter this HDF5 library lacks, …).
 Golden read_golden(const std::string& path);
 
 /// The outputs a candidate may hold (any subset), in report order.

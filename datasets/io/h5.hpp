@@ -43,6 +43,10 @@ namespace xentlab::h5 {
 /// of the file holds one (value "sha256").
 inline constexpr const char* kDigestAttr = "sha256";
 inline constexpr const char* kChecksumsAttr = "checksums";
+/// The root attribute listing, as written, every group and dataset of the file (with its digest)
+/// and every attribute with its value (File::write_manifest): a file whose objects or attributes
+/// were deleted, added or edited after it was written no longer matches it.
+inline constexpr const char* kManifestAttr = "manifest";
 
 /// How the datasets of a file are written (File::set_compression): contiguous and uncompressed
 /// (gzip_level 0, the default), or chunked (chunks of about 1 MiB) through HDF5's shuffle and
@@ -213,6 +217,10 @@ class Group : public Object {
   /// read checks it): FormatError naming the first that does not match, or, in a file that
   /// declares checksums, that carries none.
   void verify_digests() const;
+  /// One line per object below, in name order: "group PATH" or "dataset PATH sha256=DIGEST"
+  /// (DIGEST "none" where it carries none), then "attribute PATH@NAME=VALUE" for each attribute
+  /// (numbers with 17 significant digits) but the root's manifest itself. Hard links only.
+  std::string manifest() const;
 
  protected:
   friend class File;
@@ -221,6 +229,8 @@ class Group : public Object {
  private:
   // Calls f on every dataset below, through hard links only (each object once).
   void for_each_dataset(const std::function<void(const Dataset&)>& f) const;
+  // Appends this group's manifest lines (its attributes, then each child in name order).
+  void manifest_lines(std::vector<std::string>& out) const;
   void write_raw(const std::string& name, hid_t file_type, hid_t mem_type, const void* data,
                  const std::vector<std::int64_t>& shape);
 };
@@ -243,6 +253,15 @@ class File : public Group {
   void set_compression(const Compression& c);
   /// True when the root declares checksums="sha256" (every dataset carries a digest).
   bool declares_checksums() const;
+  /// Stores manifest() as the root attribute manifest: call it last, when every dataset and
+  /// attribute is written.
+  void write_manifest();
+  /// True when the root carries a manifest.
+  bool has_manifest() const { return has_attr(kManifestAttr); }
+  /// Compares the root's manifest with the file as it is now: FormatError naming the first
+  /// objects or attributes that were deleted, added or changed since it was written (nothing to
+  /// check in a file without one).
+  void verify_manifest() const;
   /// Flushes and closes; errors are reported (the destructor closes silently).
   void close();
 

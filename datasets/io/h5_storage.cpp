@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "datasets/io/h5.hpp"
 #include "datasets/io/h5_detail.hpp"
@@ -315,6 +316,125 @@ StorageTotals Group::storage_totals() const {
 
 void Group::verify_digests() const {
   for_each_dataset([](const Dataset& d) { d.verify_digest(); });
+}
+
+namespace {
+
+// "attribute PATH@NAME=VALUE" lines of an object's attributes, in name order (the root's manifest
+// left out): strings as stored, integers exactly, floating point with 17 significant digits,
+// other types (arrays, compounds) by their type class and size.
+void attribute_lines(const Object& o, bool root, std::vector<std::string>& out) {
+  std::vector<std::string> names;
+  H5Aiterate2(
+      o.id(), H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t, const char* n, const H5A_info_t*, void* data) -> herr_t {
+        static_cast<std::vector<std::string>*>(data)->emplace_back(n);
+        return 0;
+      },
+      &names);
+  for (const std::string& n : names) {
+    // The root's manifest is not part of itself; a dataset's digest is on its own line.
+    if ((root && n == kManifestAttr) || (!root && n == kDigestAttr)) continue;
+    std::string value;
+    Handle a(H5Aopen(o.id(), n.c_str(), H5P_DEFAULT));
+    Handle t(a.valid() ? H5Aget_type(a.get()) : H5I_INVALID_HID);
+    Handle sp(a.valid() ? H5Aget_space(a.get()) : H5I_INVALID_HID);
+    const H5T_class_t cls = t.valid() ? H5Tget_class(t.get()) : H5T_NO_CLASS;
+    const hssize_t count = sp.valid() ? H5Sget_simple_extent_npoints(sp.get()) : -1;
+    try {
+      if (count == 1 && cls == H5T_STRING)
+        value = o.attr_string(n);
+      else if (count == 1 && cls == H5T_INTEGER)
+        value = std::to_string(o.attr_int(n));
+      else if (count == 1 && cls == H5T_FLOAT)
+        value = fmt::format("{:.17g}", o.attr_double(n));
+      else
+        value = fmt::format("(class {}, {} elements of {} bytes)", static_cast<int>(cls), count,
+                            t.valid() ? H5Tget_size(t.get()) : 0);
+    } catch (const FormatError&) {
+      value = fmt::format("(unreadable, class {})", static_cast<int>(cls));
+    }
+    out.push_back(fmt::format("attribute {}@{}={}", o.path(), n, value));
+  }
+}
+
+}  // namespace
+
+void Group::manifest_lines(std::vector<std::string>& out) const {
+  silence();
+  attribute_lines(*this, path() == "/", out);
+  std::vector<std::string> hard;
+  H5Literate(
+      id(), H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      [](hid_t, const char* n, const H5L_info_t* info, void* data) -> herr_t {
+        if (info->type == H5L_TYPE_HARD)
+          static_cast<std::vector<std::string>*>(data)->emplace_back(n);
+        return 0;
+      },
+      &hard);
+  for (const std::string& name : hard) {
+    Handle o(H5Oopen(id(), name.c_str(), H5P_DEFAULT));
+    if (!o.valid()) fail(where(), fmt::format("cannot open '{}'", name));
+    const std::string p = detail::join(path(), name);
+    if (H5Iget_type(o.get()) == H5I_DATASET) {
+      const Dataset d(std::move(o), file(), p, state_);
+      out.push_back(fmt::format("dataset {} sha256={}", p,
+                                d.has_attr(kDigestAttr) ? d.attr_string(kDigestAttr) : "none"));
+      attribute_lines(d, false, out);
+    } else if (H5Iget_type(o.get()) == H5I_GROUP) {
+      out.push_back("group " + p);
+      Group(std::move(o), file(), p, state_).manifest_lines(out);
+    }
+  }
+}
+
+std::string Group::manifest() const {
+  std::vector<std::string> lines;
+  manifest_lines(lines);
+  std::string s;
+  for (const std::string& l : lines) s += l + "\n";
+  return s;
+}
+
+void File::write_manifest() {
+  set_attr(kManifestAttr, manifest());
+}
+
+void File::verify_manifest() const {
+  if (!has_manifest()) return;
+  const auto split = [](const std::string& s) {
+    std::vector<std::string> v;
+    std::size_t b = 0;
+    for (std::size_t e; (e = s.find('\n', b)) != std::string::npos; b = e + 1)
+      v.push_back(s.substr(b, e - b));
+    if (b < s.size()) v.push_back(s.substr(b));
+    return v;
+  };
+  const std::vector<std::string> was = split(attr_string(kManifestAttr)), now = split(manifest());
+  if (was == now) return;
+  // The lines of each side the other lacks, in file order (objects before their attributes).
+  const auto missing_from = [](const std::vector<std::string>& a,
+                               const std::vector<std::string>& b) {
+    const std::set<std::string> in_b(b.begin(), b.end());
+    std::vector<std::string> out;
+    for (const std::string& l : a)
+      if (in_b.count(l) == 0) out.push_back(l);
+    return out;
+  };
+  const std::vector<std::string> gone = missing_from(was, now), added = missing_from(now, was);
+  std::string what;
+  const auto list = [&](const char* head, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    what += fmt::format("{}{} ", what.empty() ? "" : "; ", head);
+    for (std::size_t i = 0; i < v.size() && i < 3; ++i) what += (i ? ", " : "") + v[i];
+    if (v.size() > 3) what += fmt::format(" and {} more", v.size() - 3);
+  };
+  list("as written:", gone);
+  list("now:", added);
+  throw FormatError(
+      fmt::format("{}: the file was changed after it was written (its objects or attributes differ "
+                  "from the manifest stored with it): {}",
+                  file(), what));
 }
 
 }  // namespace xentlab::h5

@@ -93,6 +93,17 @@ std::vector<OutputRecord> outputs_of(const RunAssessment& a) {
 
 // A run record with its identity filled in (problem, strategy, recipe, …); verdict and
 // statistics come later.
+/// A run that passed every check that applies but whose recipe has no finite a-priori bound on the
+/// problem is measured, not passed: nothing bounds its error (docs/audit.md, "Dispositions").
+void mark_measured(RunRecord& rec) {
+  if (rec.verdict.disposition != Disposition::passed || rec.bound_meaningful) return;
+  rec.verdict.disposition = Disposition::measured;
+  const std::string why =
+      fmt::format("measured, not judged: the recipe has no finite a-priori bound on this problem{}",
+                  rec.bound_note.empty() ? "" : " (" + rec.bound_note + ")");
+  rec.verdict.reason = rec.verdict.reason.empty() ? why : why + "; " + rec.verdict.reason;
+}
+
 RunRecord new_record(const AuditProblem& ap, const Strategy& st, const Recipe& recipe, DType input,
                      const AuditConfig& cfg) {
   RunRecord rec;
@@ -338,6 +349,7 @@ RunRecord audit_run(const AuditPlan& plan, const AuditProblem& ap, DType input, 
       else if (emulation)
         rec.verdict = judge_against_baseline_models(plan, pr, ap, req, recipe, *emulation, as);
     }
+    mark_measured(rec);
     if (plan.timings)
       fmt::print(
           stderr,
@@ -483,6 +495,7 @@ void audit_blocked(AuditPlan& plan, const AuditProblem& ap, DType input, std::in
       rec.verdict = br.as.verdict;
       if (br.has_emulation && rec.verdict.disposition == Disposition::passed)
         rec.verdict = judge_against_emulation(br.as, {&br.emulation_as}, rec.recipe.name());
+      mark_measured(rec);
       rec.loss_abs_err = std::move(br.loss_abs_err);
     }
     res.runs.push_back(std::move(rec));
@@ -503,6 +516,9 @@ void count_dispositions(AuditResult& res) {
         break;
       case Disposition::failed:
         ++res.failed;
+        break;
+      case Disposition::measured:
+        ++res.measured;
         break;
     }
   }

@@ -197,6 +197,7 @@ struct AuditResult {
   std::vector<RunRecord> runs;
   std::vector<VerdictRow> verdict;
   std::int64_t incorrect = 0, failed = 0, not_supported = 0, passed = 0;
+  std::int64_t measured = 0;  ///< consistent runs whose recipe has no finite bound on the problem
 };
 
 /// Runs the audit over the problems: the strategies named by AuditConfig::strategies (any row of

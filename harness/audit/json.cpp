@@ -135,6 +135,7 @@ json_report::Json audit_json(const AuditResult& result, const AuditConfig& confi
                      {"max_macs", real(config.baseline_max_macs)}};
   doc["counts"] = {{"runs", static_cast<std::int64_t>(result.runs.size())},
                    {"passed", result.passed},
+                   {"measured", result.measured},
                    {"incorrect", result.incorrect},
                    {"failed", result.failed},
                    {"not_supported", result.not_supported}};

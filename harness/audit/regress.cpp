@@ -32,6 +32,8 @@ struct RunSummary {
   std::string local_strategy;     ///< and their local part (absent before it was recorded: chunked)
   std::vector<std::int64_t> token_rows;          ///< the problem's audited rows (empty when absent)
   std::map<std::string, OutputSummary> outputs;  // by output name
+  /// passed or measured (docs/audit.md, "Dispositions"): completed, no check found it wrong.
+  bool consistent() const { return disposition == "passed" || disposition == "measured"; }
 };
 
 /// The runs of a results file in file order (FormatError for a foreign file or a missing
@@ -51,10 +53,10 @@ std::vector<RunSummary> load_runs(const std::string& path) {
     r.backend = g.attr_string("backend");
     r.recipe = g.attr_string("recipe");
     r.disposition = g.attr_string("disposition");
-    if (r.disposition != "passed" && r.disposition != "incorrect" &&
+    if (r.disposition != "passed" && r.disposition != "measured" && r.disposition != "incorrect" &&
         r.disposition != "not-supported" && r.disposition != "failed")
       throw FormatError(
-          fmt::format("{}: disposition '{}' is not one of passed, incorrect, "
+          fmt::format("{}: disposition '{}' is not one of passed, measured, incorrect, "
                       "not-supported, failed",
                       g.where(), r.disposition));
     r.reason = g.attr_string("reason");
@@ -79,11 +81,11 @@ std::vector<RunSummary> load_runs(const std::string& path) {
       r.outputs[child] = {og.attr_double("max_ratio"), og.attr_double("normwise_rel_err"),
                           og.attr_string("out_dtype"), og.where()};
     }
-    if (r.disposition == "passed" && r.outputs.empty())
+    if (r.consistent() && r.outputs.empty())
       throw FormatError(
-          fmt::format("{}: a passed run without any output group (loss, lse, …): "
+          fmt::format("{}: a {} run without any output group (loss, lse, …): "
                       "a damaged or edited results file",
-                      g.where()));
+                      g.where(), r.disposition));
     out.push_back(std::move(r));
   }
   return out;
@@ -147,18 +149,18 @@ RegressReport regress(const std::string& base_path, const std::string& cur_path)
                                          std::get<2>(k), std::get<3>(k), std::get<4>(k));
     auto it = cur.find(k);
     if (it == cur.end()) {
-      if (b.disposition == "passed") {
+      if (b.consistent()) {
         rep.lines.push_back(
-            fmt::format("REGRESSION {}: passed in the baseline, missing now", name));
+            fmt::format("REGRESSION {}: {} in the baseline, missing now", name, b.disposition));
         ++regressions;
       }
       continue;
     }
     const RunSummary& c = it->second;
     require_same_problem("regress", base_path, cur_path, name, b, c);
-    if (b.disposition == "passed" && c.disposition != "passed") {
-      rep.lines.push_back(fmt::format("REGRESSION {}: passed in the baseline, {} now: {}", name,
-                                      c.disposition, c.reason));
+    if (b.consistent() && !c.consistent()) {
+      rep.lines.push_back(fmt::format("REGRESSION {}: {} in the baseline, {} now: {}", name,
+                                      b.disposition, c.disposition, c.reason));
       ++regressions;
       continue;
     }
@@ -214,11 +216,11 @@ OneBackend load_one_backend(const std::string& path) {
         throw FormatError(
             fmt::format("{}: out_dtype '{}' is not a dtype of this xentlab", o.where, o.out_dtype));
       }
-      if (r.disposition == "passed" && !(std::isfinite(o.normwise) && o.normwise >= 0.0))
+      if (r.consistent() && !(std::isfinite(o.normwise) && o.normwise >= 0.0))
         throw FormatError(
-            fmt::format("{}: normwise_rel_err = {} in a passed run (expected a "
+            fmt::format("{}: normwise_rel_err = {} in a {} run (expected a "
                         "finite number ≥ 0)",
-                        o.where, o.normwise));
+                        o.where, o.normwise, r.disposition));
     }
     out.runs[RunKey{r.problem, r.input_dtype, r.strategy, r.recipe}] = std::move(r);
   }
@@ -262,7 +264,7 @@ FidelityReport compare_backends(const std::string& model_path, const std::string
     }
     const RunSummary& m = it->second;
     require_same_problem("fidelity", model_path, device_path, key_name(k), m, d);
-    const bool mp = m.disposition == "passed", dp = d.disposition == "passed";
+    const bool mp = m.consistent(), dp = d.consistent();
     if (d.disposition == "not-supported" || m.disposition == "not-supported") {
       ++rep.not_supported;
       continue;

@@ -62,7 +62,7 @@ std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
       RecipeRuns& rr = per_recipe.outputs[out];
       rr.worst = std::isnan(rr.worst) ? e : std::max(rr.worst, e);
       rr.any_incorrect = rr.any_incorrect || r.verdict.disposition == Disposition::incorrect;
-      rr.all_passed = rr.all_passed && r.verdict.disposition == Disposition::passed;
+      rr.all_passed = rr.all_passed && consistent(r.verdict.disposition);
       ++rr.ran;
     }
   }

@@ -156,6 +156,7 @@ bool measured(RowStatus s) {
 RowStatus row_status(Disposition d) {
   switch (d) {
     case Disposition::passed:
+    case Disposition::measured:  // ran, nothing found wrong; its recipe has no finite bound
       return RowStatus::ok;
     case Disposition::incorrect:
       return RowStatus::incorrect;

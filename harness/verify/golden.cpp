@@ -324,6 +324,7 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   }
   write_reference(f, pb, r, sum);
   write_covariates(f, r, cov, linear);
+  f.write_manifest();
   sum.storage = f.storage_totals();
   f.close();
   out.commit();

@@ -150,6 +150,7 @@ nb::dict run_audit(const AuditProblems& ps, const std::vector<std::string>& stra
   d["runs"] = runs;
   d["verdict"] = verdict;
   d["passed"] = res.passed;
+  d["measured"] = res.measured;
   d["incorrect"] = res.incorrect;
   d["not_supported"] = res.not_supported;
   d["failed"] = res.failed;

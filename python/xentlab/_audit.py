@@ -20,11 +20,13 @@ class AuditResult:
     """The audit's result (harness/audit/audit.hpp): ``runs`` (one dict per strategy × recipe ×
     problem: problem, strategy, recipe, disposition, reason, max_ratio, outputs → statistics),
     ``verdict`` (rows of the verdict on "logits may be bf16 while accumulation must be fp32"), the
-    counts, and ``summary``, the table ``xentlab audit`` prints."""
+    counts (``measured``: runs with nothing found wrong whose recipe has no finite a-priori bound on
+    the problem, not counted as passed), and ``summary``, the table ``xentlab audit`` prints."""
 
     runs: list
     verdict: list
     passed: int
+    measured: int
     incorrect: int
     not_supported: int
     failed: int

@@ -483,7 +483,11 @@ def check(
             )
         # torch and jax: every gradient autograd should give is required (a detached input's
         # missing gradient fails); numpy: verify's own rule (no pass by omission).
-        autograd = [n for n in returned if n in judged] if framework in ("torch", "jax") else []
+        autograd = (
+            [n for n in returned if not _unjudged_reason(g, n)]
+            if framework in ("torch", "jax")
+            else []
+        )
         required = autograd if asked is None else asked
         rep = verify(
             g,

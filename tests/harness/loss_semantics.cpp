@@ -366,13 +366,14 @@ TEST_F(LossSemantics, NormaliserInGoldenFileExactAnswerPassesOwnCountFails) {
 TEST_F(LossSemantics, Version1GoldenFilesAreStillRead) {
   write_golden(path("g.h5"), ds_, ds_.spec, {});
   {
-    // The version 1 layout: no /spec normalizer attribute (and no upstream dataset).
+    // The version 1 layout: no /spec normalizer attribute (and no upstream dataset, no manifest).
     h5::File f = h5::File::open_rw(path("g.h5"));
     f.set_attr("format_version", std::int64_t{1});
     f.close();
     const hid_t id = H5Fopen(path("g.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     ASSERT_GE(id, 0);
     ASSERT_GE(H5Adelete_by_name(id, "spec", "normalizer", H5P_DEFAULT), 0);
+    ASSERT_GE(H5Adelete(id, h5::kManifestAttr), 0);
     H5Fclose(id);
   }
   const Golden g = read_golden(path("g.h5"));

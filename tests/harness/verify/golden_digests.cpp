@@ -3,12 +3,14 @@
 // dataset of a golden file carries a sha256 digest, and bytes flipped in a reference output, a
 // bound or a problem array are refused naming that dataset; a golden file from before digests is
 // read with a warning; `golden --compress` round-trips and is smaller.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "datasets/catalog.hpp"
 #include "datasets/io/h5.hpp"
@@ -166,6 +168,7 @@ TEST_F(GoldenStorage, AGoldenFileWithoutDigestsIsReadWithAWarning) {
   {
     const hid_t f = H5Fopen(path("old.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     ASSERT_GE(H5Adelete(f, h5::kChecksumsAttr), 0);
+    ASSERT_GE(H5Adelete(f, h5::kManifestAttr), 0);
     strip_digests(f);
     H5Fclose(f);
   }
@@ -179,23 +182,94 @@ TEST_F(GoldenStorage, AGoldenFileWithoutDigestsIsReadWithAWarning) {
       << golden_checksum_warning(old);
   EXPECT_EQ(old.dH, now.dH);
   EXPECT_EQ(old.dW_bound, now.dW_bound);
-  // A digest removed from one dataset of a file that declares them: refused, naming it.
-  fs::copy_file(path("g.h5"), path("one.h5"));
-  {
-    const hid_t f = H5Fopen(path("one.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    const hid_t d = H5Dopen2(f, "/reference/lse", H5P_DEFAULT);
-    ASSERT_GE(H5Adelete(d, "sha256"), 0);
-    H5Dclose(d);
+  // A digest removed from one dataset of a file that declares them: refused, naming it — by the
+  // manifest where the file has one, else by the declaration of checksums.
+  for (const bool manifest : {true, false}) {
+    fs::copy_file(path("g.h5"), path("one.h5"), fs::copy_options::overwrite_existing);
+    {
+      const hid_t f = H5Fopen(path("one.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      const hid_t d = H5Dopen2(f, "/reference/lse", H5P_DEFAULT);
+      ASSERT_GE(H5Adelete(d, "sha256"), 0);
+      H5Dclose(d);
+      if (!manifest) {
+        ASSERT_GE(H5Adelete(f, h5::kManifestAttr), 0);
+      }
+      H5Fclose(f);
+    }
+    try {
+      read_golden(path("one.h5"));
+      ADD_FAILURE() << "a dataset without its digest was read";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(manifest ? "now: dataset /reference/lse sha256=none"
+                                                    : "one.h5:/reference/lse: carries no sha256 "
+                                                      "digest"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// What the digests cannot see — a dataset deleted (a reference output the candidate would then
+// not be held to), a dataset added, an attribute edited (the loss spec) — is refused by the
+// manifest stored with the file, naming what changed; a file from before manifests is read with
+// a warning.
+TEST_F(GoldenStorage, DeletedDatasetsAndEditedAttributesAreRefusedNamingThem) {
+  write_golden(path("g.h5"), ds_, ds_.spec, {});
+  EXPECT_TRUE(read_golden(path("g.h5")).manifest);
+  const auto refused = [&](const std::string& file, const std::string& expected) {
+    try {
+      read_golden(file);
+      ADD_FAILURE() << expected << ": read without an error";
+    } catch (const FormatError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(file + ": the file was changed after it was written"), std::string::npos)
+          << m;
+      EXPECT_NE(m.find(expected), std::string::npos) << m;
+    }
+  };
+  const auto edited = [&](const char* name, const std::function<void(hid_t)>& edit) {
+    const std::string p = path(name);
+    fs::copy_file(path("g.h5"), p, fs::copy_options::overwrite_existing);
+    const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    edit(f);
     H5Fclose(f);
+    return p;
+  };
+  for (const char* gone : {"/reference/dW", "/reference/dH_bound", "/covariates/entropy"}) {
+    const std::string p =
+        edited("deleted.h5", [&](hid_t f) { ASSERT_GE(H5Ldelete(f, gone, H5P_DEFAULT), 0); });
+    refused(p, fmt::format("as written: dataset {} sha256=", gone));
   }
-  try {
-    read_golden(path("one.h5"));
-    ADD_FAILURE() << "a dataset without its digest was read";
-  } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("one.h5:/reference/lse: carries no sha256 digest"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string smoothing = edited("edited.h5", [](hid_t f) {
+    const hid_t g = H5Gopen2(f, "/spec", H5P_DEFAULT);
+    const double v = 0.25;
+    if (H5Aexists(g, "label_smoothing") > 0) H5Adelete(g, "label_smoothing");
+    const hid_t sp = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(g, "label_smoothing", H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Gclose(g);
+  });
+  refused(smoothing, "now: attribute /spec@label_smoothing=0.25");
+  const std::string added = edited("added.h5", [](hid_t f) {
+    const hsize_t n = 2;
+    const double x[2] = {1, 2};
+    const hid_t sp = H5Screate_simple(1, &n, nullptr);
+    const hid_t d = H5Dcreate2(f, "/reference/extra", H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT,
+                               H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
+    H5Dclose(d);
+    H5Sclose(sp);
+  });
+  refused(added, "now: dataset /reference/extra sha256=none");
+  // Without a manifest (an older file): read, with a warning saying what cannot be checked.
+  const std::string old =
+      edited("old.h5", [](hid_t f) { ASSERT_GE(H5Adelete(f, h5::kManifestAttr), 0); });
+  const Golden g = read_golden(old);
+  EXPECT_FALSE(g.manifest);
+  EXPECT_NE(golden_checksum_warning(g).find(old + ": no manifest"), std::string::npos)
+      << golden_checksum_warning(g);
 }
 
 TEST_F(GoldenStorage, CompressedGoldenRoundTripsAndIsSmaller) {
