@@ -44,6 +44,17 @@ std::int64_t available_memory_bytes() {
   return avail;
 }
 
+std::int64_t resident_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long long kb = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmRSS: %lld kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb > 0 ? static_cast<std::int64_t>(kb) * 1024 : 0;
+}
+
 std::string gib(double bytes) {
   return fmt::format("{:.2f} GiB", bytes / double(std::int64_t{1} << 30));
 }

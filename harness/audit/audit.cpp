@@ -404,6 +404,10 @@ void plan_memory(AuditPlan& plan, const std::vector<AuditProblem>& problems,
   const MemoryBudget budget = MemoryBudget::from(plan.cfg.reference_memory);
   double held = 0;
   for (const AuditProblem& ap : problems) held += problem_bytes(ap.problem);
+  // What the process holds besides the problems, loaded by now (its code, a CUDA context where a
+  // device backend was chosen), and the libraries' buffers to come.
+  const double process =
+      std::max(0.0, static_cast<double>(resident_memory_bytes()) - held) + kLibraryBuffersBytes;
   std::vector<const Strategy*> emus;
   for (const auto& e : plan.emulations) emus.push_back(e.get());
   for (const AuditProblem& ap : problems)
@@ -423,6 +427,7 @@ void plan_memory(AuditPlan& plan, const std::vector<AuditProblem>& problems,
         MemoryEstimate m =
             problem_memory(ap, input, S, J, B, plan.cfg, plan.chosen, emus, baseline);
         m.terms.insert(m.terms.begin(), {"the problems as loaded", held});
+        m.terms.insert(m.terms.begin() + 1, {"the process and its libraries' buffers", process});
         return m;
       };
       const MemoryEstimate whole = estimate(S);
