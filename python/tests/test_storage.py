@@ -87,11 +87,28 @@ def test_a_golden_file_without_digests_is_read_with_a_warning(golden, tmp_path):
     shutil.copy(golden, old)
     with h5py.File(old, "r+") as f:
         del f.attrs["checksums"]
+        del f.attrs["manifest"]  # an older file has neither
         f.visititems(lambda _, o: o.attrs.__delitem__("sha256") if "sha256" in o.attrs else None)
     with pytest.warns(UserWarning, match=r"old\.h5: no checksums: written by an older xentlab"):
         g = xentlab.read_golden(old)
     assert not g.checksums and xentlab.read_golden(golden).checksums
     assert np.array_equal(g.reference["dH"], xentlab.read_golden(golden).reference["dH"])
+
+
+def test_a_golden_file_edited_with_h5py_is_refused_naming_the_change(golden, tmp_path):
+    # A reference output deleted (the candidate would no longer be held to it) and an attribute
+    # of the loss spec edited: the manifest stored with the file names each.
+    gone, edited = tmp_path / "gone.h5", tmp_path / "edited.h5"
+    shutil.copy(golden, gone)
+    shutil.copy(golden, edited)
+    with h5py.File(gone, "r+") as f:
+        del f["reference/dW"]
+    with h5py.File(edited, "r+") as f:
+        f["spec"].attrs["label_smoothing"] = 0.1
+    with pytest.raises(xentlab.FormatError, match=r"as written: dataset /reference/dW sha256="):
+        xentlab.read_golden(gone)
+    with pytest.raises(xentlab.FormatError, match=r"now: attribute /spec@label_smoothing=0\.1"):
+        xentlab.read_golden(edited)
 
 
 def test_write_golden_compress_round_trips_and_stores_fewer_bytes(golden, tmp_path):
