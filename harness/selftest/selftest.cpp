@@ -255,6 +255,13 @@ SelftestResult run_selftest(const SelftestOptions& o) {
   if (o.N < 0 || o.V < 0 || o.D < 0)
     throw InputError(
         fmt::format("sizes must be ≥ 0 (0: the dataset's), got N={} V={} D={}", o.N, o.V, o.D));
+  if (o.N > 0 && o.N < kMinTokens)
+    throw InputError(fmt::format(
+        "--tokens {}: the fault catalogue needs at least {} token rows (a stale row needs a "
+        "second row, the chunk faults four chunks, and a loss 1e-3 too large under the bf16 "
+        "policy is within one bf16 rounding per row, seen only across rows: at N = 16 it is not, "
+        "at 32 it is); below that some faults are none",
+        o.N, kMinTokens));
   (void)find_dataset(o.dataset);  // an unknown name is refused before any work
   const WorkDir w(o.workdir);
   SelftestResult res;

@@ -178,6 +178,8 @@ TEST(SelftestProgram, RefusesBadOptionsWithExit2) {
   testing::expect_exit_2_naming({
       {"selftest --backend gpu", "--backend must be cpu, cuda or all"},
       {"selftest --tokens 0", "--tokens"},
+      {"selftest --tokens 1", "needs at least 32 token rows"},
+      {"selftest -N 31", "needs at least 32 token rows"},
       {"selftest --dataset no-such-dataset", "no-such-dataset"},
       {"selftest --dataset heavy", "given logits"},
   });
