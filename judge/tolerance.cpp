@@ -127,6 +127,12 @@ VerifyPolicy make_verify_policy(const std::string& name, const std::string& stri
   p.arith.vocab_order = ReductionOrder::sequential;
   p.arith.token_order = ReductionOrder::sequential;
   p.arith.note = "unknown arithmetic: worst-case (sequential) reduction orders";
+  // "audit" is the audit's own policy (a recipe without a finite bound measured, not failed):
+  // a candidate is never judged by it.
+  if (strictness == "audit")
+    throw InputError(
+        "unknown strictness 'audit' (expected default, strict or lenient; audit is the "
+        "policy of xentlab audit, not of a verdict on a candidate)");
   p.judge = policy_by_name(strictness);
   if (k) {
     check_tolerance_number("--k", *k, false);

@@ -163,6 +163,9 @@ TEST_F(VerifyProgram, NumberOptionsOutOfRangeAreRefusedNamingOptionAndValue) {
       {v + "--atol 0 --baseline-backend cpu",
        "--baseline-backend does not apply with --atol/--rtol"},
       {v + "--policy ''", "--policy '': give a policy"},
+      {v + "--policy fp32 --strictness audit",
+       "unknown strictness 'audit' (expected default, strict or lenient"},
+      {v + "--baseline-rows -1", "--baseline-rows must be ≥ 0 (0: every token row), got -1"},
       {v + "--check bound --baseline-rows 4", "--baseline-rows does not apply with --check bound"},
   });
   for (const char* bad : {"--atol -1", "--k 0", "--k nan"})
