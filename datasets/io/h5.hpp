@@ -47,6 +47,8 @@ inline constexpr const char* kChecksumsAttr = "checksums";
 /// and every attribute with its value (File::write_manifest): a file whose objects or attributes
 /// were deleted, added or edited after it was written no longer matches it.
 inline constexpr const char* kManifestAttr = "manifest";
+/// The manifest's first line (its format: docs/formats.md, "The manifest").
+inline constexpr const char* kManifestHeader = "xentlab-manifest 1";
 
 /// How the datasets of a file are written (File::set_compression): contiguous and uncompressed
 /// (gzip_level 0, the default), or chunked (chunks of about 1 MiB) through HDF5's shuffle and
@@ -217,9 +219,11 @@ class Group : public Object {
   /// read checks it): FormatError naming the first that does not match, or, in a file that
   /// declares checksums, that carries none.
   void verify_digests() const;
-  /// One line per object below, in name order: "group PATH" or "dataset PATH sha256=DIGEST"
-  /// (DIGEST "none" where it carries none), then "attribute PATH@NAME=VALUE" for each attribute
-  /// (numbers with 17 significant digits) but the root's manifest itself. Hard links only.
+  /// The line kManifestHeader, then one line per object below, in name order: "group PATH" or
+  /// "dataset PATH sha256=DIGEST" (DIGEST "none" where it carries none), then "attribute
+  /// PATH@NAME=VALUE" for each attribute (strings quoted; numbers with 17 significant digits) but
+  /// the root's manifest itself and a dataset's digest. Paths, names and strings are escaped
+  /// (backslash, '"', control characters), so no value can span or fake a line. Hard links only.
   std::string manifest() const;
 
  protected:

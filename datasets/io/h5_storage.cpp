@@ -320,9 +320,29 @@ void Group::verify_digests() const {
 
 namespace {
 
+// Text that cannot span or fake a line of the manifest: backslash, control characters and '"'
+// escaped (\\, \n, \t, \xNN, \").
+std::string escaped(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\' || c == '"')
+      out += std::string("\\") + ch;
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out += ch;
+  }
+  return out;
+}
+
 // "attribute PATH@NAME=VALUE" lines of an object's attributes, in name order (the root's manifest
-// left out): strings as stored, integers exactly, floating point with 17 significant digits,
-// other types (arrays, compounds) by their type class and size.
+// left out): strings quoted and escaped, integers exactly, floating point with 17 significant
+// digits, other types (arrays, compounds) by their type class and size.
 void attribute_lines(const Object& o, bool root, std::vector<std::string>& out) {
   std::vector<std::string> names;
   H5Aiterate2(
@@ -343,7 +363,7 @@ void attribute_lines(const Object& o, bool root, std::vector<std::string>& out) 
     const hssize_t count = sp.valid() ? H5Sget_simple_extent_npoints(sp.get()) : -1;
     try {
       if (count == 1 && cls == H5T_STRING)
-        value = o.attr_string(n);
+        value = '"' + escaped(o.attr_string(n)) + '"';
       else if (count == 1 && cls == H5T_INTEGER)
         value = std::to_string(o.attr_int(n));
       else if (count == 1 && cls == H5T_FLOAT)
@@ -354,7 +374,7 @@ void attribute_lines(const Object& o, bool root, std::vector<std::string>& out) 
     } catch (const FormatError&) {
       value = fmt::format("(unreadable, class {})", static_cast<int>(cls));
     }
-    out.push_back(fmt::format("attribute {}@{}={}", o.path(), n, value));
+    out.push_back(fmt::format("attribute {}@{}={}", escaped(o.path()), escaped(n), value));
   }
 }
 
@@ -378,18 +398,19 @@ void Group::manifest_lines(std::vector<std::string>& out) const {
     const std::string p = detail::join(path(), name);
     if (H5Iget_type(o.get()) == H5I_DATASET) {
       const Dataset d(std::move(o), file(), p, state_);
-      out.push_back(fmt::format("dataset {} sha256={}", p,
-                                d.has_attr(kDigestAttr) ? d.attr_string(kDigestAttr) : "none"));
+      out.push_back(
+          fmt::format("dataset {} sha256={}", escaped(p),
+                      d.has_attr(kDigestAttr) ? escaped(d.attr_string(kDigestAttr)) : "none"));
       attribute_lines(d, false, out);
     } else if (H5Iget_type(o.get()) == H5I_GROUP) {
-      out.push_back("group " + p);
+      out.push_back("group " + escaped(p));
       Group(std::move(o), file(), p, state_).manifest_lines(out);
     }
   }
 }
 
 std::string Group::manifest() const {
-  std::vector<std::string> lines;
+  std::vector<std::string> lines{kManifestHeader};
   manifest_lines(lines);
   std::string s;
   for (const std::string& l : lines) s += l + "\n";
@@ -422,6 +443,11 @@ void File::verify_manifest() const {
     return out;
   };
   const std::vector<std::string> gone = missing_from(was, now), added = missing_from(now, was);
+  if (was.empty() || was.front() != kManifestHeader)
+    throw FormatError(fmt::format(
+        "{}: its manifest attribute does not start with '{}' (written by another program or "
+        "version, or edited)",
+        file(), kManifestHeader));
   std::string what;
   const auto list = [&](const char* head, const std::vector<std::string>& v) {
     if (v.empty()) return;
@@ -431,6 +457,7 @@ void File::verify_manifest() const {
   };
   list("as written:", gone);
   list("now:", added);
+  if (what.empty()) what = "the same objects and attributes, reordered or repeated";
   throw FormatError(
       fmt::format("{}: the file was changed after it was written (its objects or attributes differ "
                   "from the manifest stored with it): {}",

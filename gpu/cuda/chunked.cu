@@ -36,7 +36,8 @@ class ChunkedStrategy final : public ChunkStrategy {
                        rp, r.want_grads, g, c.stream);
 #ifdef XENTLAB_BROKEN_CHUNKED
         // A test build's deliberate fault (XENTLAB_BROKEN_STRATEGY=chunked): the first token
-        // chunk gets no gradient, as an off-by-one in this loop would do.
+        // chunk's backward is skipped, as an off-by-one in this loop would do (its dH rows and
+        // dW keep what the unwritten buffers hold).
         if (r.want_grads && k > 0) steps::chunk_backward(r, c, ws, z, r0, rows, k);
 #else
         if (r.want_grads) steps::chunk_backward(r, c, ws, z, r0, rows, k);

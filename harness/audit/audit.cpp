@@ -61,7 +61,8 @@ AuditedRows audited_rows(const AuditProblem& ap, const AuditConfig& cfg) {
 
 namespace {
 
-Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
+Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg,
+                 std::int64_t reference_bytes) {
   Problem converted;
   try {
     converted = with_input_dtype(ap.problem, input, ap.spec.ignore_index);
@@ -75,7 +76,7 @@ Prepared prepare(const AuditProblem& ap, DType input, const AuditConfig& cfg) {
     p.problem = select_rows(p.problem, p.orig_rows, ap.spec.ignore_index);
   ReferenceOptions o;
   o.tier = cfg.reference_tier;
-  o.max_bytes = cfg.reference_memory;
+  o.max_bytes = reference_bytes > 0 ? reference_bytes : cfg.reference_memory;
   o.want_dz = !p.problem.is_linear();
   o.vocab_rows = std::move(chosen.vocab_rows);
   if (cfg.upstream == "random") p.upstream = random_upstream(p.problem.N, cfg.seed + 2);
@@ -91,10 +92,8 @@ std::vector<OutputRecord> outputs_of(const RunAssessment& a) {
   return recs;
 }
 
-// A run record with its identity filled in (problem, strategy, recipe, …); verdict and
-// statistics come later.
 /// A run that passed every check that applies but whose recipe has no finite a-priori bound on the
-/// problem is measured, not passed: nothing bounds its error (docs/audit.md, "Dispositions").
+/// problem is measured, not passed: nothing bounds its error (docs/audit.md, "What runs", step 4).
 void mark_measured(RunRecord& rec) {
   if (rec.verdict.disposition != Disposition::passed || rec.bound_meaningful) return;
   rec.verdict.disposition = Disposition::measured;
@@ -104,6 +103,8 @@ void mark_measured(RunRecord& rec) {
   rec.verdict.reason = rec.verdict.reason.empty() ? why : why + "; " + rec.verdict.reason;
 }
 
+// A run record with its identity filled in (problem, strategy, recipe, …); verdict and
+// statistics come later.
 RunRecord new_record(const AuditProblem& ap, const Strategy& st, const Recipe& recipe, DType input,
                      const AuditConfig& cfg) {
   RunRecord rec;
@@ -207,6 +208,8 @@ struct AuditPlan {
   bool timings = false;  ///< XENTLAB_AUDIT_TIMINGS: each run's wall time on stderr
   /// Token rows per block of each (problem, input dtype) audited in blocks (absent: at once).
   std::map<std::pair<std::string, DType>, std::int64_t> block_rows;
+  /// The bytes the reference of a linear head may hold (its max_bytes) under a given budget.
+  std::map<std::pair<std::string, DType>, std::int64_t> reference_bytes;
 
   void progress(const std::string& what) const {
     if (cfg.progress) cfg.progress(done, total, what);
@@ -374,7 +377,9 @@ void audit_problem_input(AuditPlan& plan, const AuditProblem& ap, DType input, A
   plan.progress(fmt::format("{} {}: reference", ap.name, to_string(input)));
   std::optional<Prepared> prepared;
   try {
-    prepared.emplace(prepare(ap, input, plan.cfg));
+    const auto allotted = plan.reference_bytes.find({ap.name, input});
+    prepared.emplace(prepare(ap, input, plan.cfg,
+                             allotted == plan.reference_bytes.end() ? 0 : allotted->second));
   } catch (const NoInputVersion& e) {
     // E.g. fp32 inputs beyond fp16's range: the problem has no fp16 version. The other dtypes
     // go on.
@@ -405,9 +410,11 @@ void plan_memory(AuditPlan& plan, const std::vector<AuditProblem>& problems,
   double held = 0;
   for (const AuditProblem& ap : problems) held += problem_bytes(ap.problem);
   // What the process holds besides the problems, loaded by now (its code, a CUDA context where a
-  // device backend was chosen), and the libraries' buffers to come.
+  // device backend was chosen), and the libraries' buffers to come. A default budget is the
+  // memory available now, which what the process holds already left out: only the buffers count.
   const double process =
-      std::max(0.0, static_cast<double>(resident_memory_bytes()) - held) + kLibraryBuffersBytes;
+      (budget.given ? std::max(0.0, static_cast<double>(resident_memory_bytes()) - held) : 0.0) +
+      kLibraryBuffersBytes;
   std::vector<const Strategy*> emus;
   for (const auto& e : plan.emulations) emus.push_back(e.get());
   for (const AuditProblem& ap : problems)
@@ -423,11 +430,30 @@ void plan_memory(AuditPlan& plan, const std::vector<AuditProblem>& problems,
       const bool baseline =
           plan.cfg.baseline && !plan.emulations.empty() &&
           logits_macs(ap.problem) * S / ap.problem.N <= plan.cfg.baseline_max_macs;
+      const bool linear = ap.problem.is_linear();
+      // A linear head's reference takes blocks as large as its max_bytes allows, from its least
+      // plan to its largest: under a given budget it gets what the other terms leave (and is
+      // counted at that), else it keeps its own default and is counted at its largest.
+      double ref_most = 0;
+      if (linear) {
+        ReferenceOptions ro;
+        ro.tier = plan.cfg.reference_tier;
+        ref_most = reference_peak_bytes(S, ap.problem.V, ap.problem.D, J, ro);
+      }
       const auto estimate = [&](std::int64_t B) {
         MemoryEstimate m =
             problem_memory(ap, input, S, J, B, plan.cfg, plan.chosen, emus, baseline);
         m.terms.insert(m.terms.begin(), {"the problems as loaded", held});
         m.terms.insert(m.terms.begin() + 1, {"the process and its libraries' buffers", process});
+        if (linear)
+          for (auto& [name, bytes] : m.terms)
+            if (name == "the reference") {
+              const double least = bytes, others = m.total() - least;
+              bytes = budget.given ? std::min(ref_most, std::max(least, budget.bytes - others))
+                                   : std::max(least, ref_most);
+              if (budget.given)
+                plan.reference_bytes[{ap.name, input}] = static_cast<std::int64_t>(bytes);
+            }
         return m;
       };
       const MemoryEstimate whole = estimate(S);
@@ -539,7 +565,7 @@ double RunRecord::normwise(const std::string& output) const {
 }
 
 void require_some_run(const AuditResult& res) {
-  if (res.passed + res.incorrect + res.failed == 0)
+  if (res.passed + res.measured + res.incorrect + res.failed == 0)
     throw InputError(fmt::format(
         "no strategy supports any of the {} selected runs (every one is not supported: e.g. "
         "fp64 is no recipe dtype, the CUDA fused strategy takes linear problems only): nothing "

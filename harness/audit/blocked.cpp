@@ -101,10 +101,10 @@ MemoryEstimate problem_memory(const AuditProblem& ap, DType input, std::int64_t 
   ReferenceOptions ro;
   ro.tier = cfg.reference_tier;
   ro.want_dz = D == 0;
-  // A linear head's reference (BLAS or cuda tier) takes blocks as large as its max_bytes allows:
-  // the most it holds whatever that is (reference_peak_bytes), not a flat allowance.
-  m.add("the reference",
-        D > 0 ? reference_peak_bytes(B, V, D, J, ro) : reference_memory_bytes(B, V, D, 0, ro));
+  // A linear head's reference (BLAS or cuda tier) takes blocks as large as its max_bytes allows,
+  // from its least plan to its largest (reference_peak_bytes): counted here at its least, the
+  // audit's plan (audit.cpp, plan_memory) gives it what the budget leaves and counts that.
+  m.add("the reference", reference_memory_bytes(B, V, D, D > 0 ? J : 0, ro));
   const int copies = baseline ? 2 : 1;  // the run and its CPU emulation's
   m.add("run outputs", copies * outputs_bytes(B, V, D));
   m.add("strategy workspace", workspace_bytes(B, V, D));

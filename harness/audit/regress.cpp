@@ -32,7 +32,7 @@ struct RunSummary {
   std::string local_strategy;     ///< and their local part (absent before it was recorded: chunked)
   std::vector<std::int64_t> token_rows;          ///< the problem's audited rows (empty when absent)
   std::map<std::string, OutputSummary> outputs;  // by output name
-  /// passed or measured (docs/audit.md, "Dispositions"): completed, no check found it wrong.
+  /// passed or measured (docs/audit.md, "What runs", step 4): completed, no check found it wrong.
   bool consistent() const { return disposition == "passed" || disposition == "measured"; }
 };
 

@@ -35,8 +35,8 @@ std::string num(double x) {
 
 /// The count line. "passed" means consistent with the recipe's finite a-priori bound; a run whose
 /// recipe has no finite bound (bf16 accumulation over a large vocabulary) is "measured": only
-/// finiteness and the baseline could be checked, so its errors are reported, not judged — counted
-/// apart, with the largest loss error among them.
+/// finiteness, the bias and (on a device) the baseline could be checked, so its errors are
+/// reported, not judged — counted apart, with the largest loss error among them.
 std::string runs_line(const AuditResult& res) {
   double worst_measured = NAN;
   for (const auto& r : res.runs) {
@@ -50,8 +50,8 @@ std::string runs_line(const AuditResult& res) {
       res.passed);
   if (res.measured > 0)
     s += fmt::format(
-        ", {} measured (their recipe has no finite bound: only finiteness checked, loss errors up "
-        "to {})",
+        ", {} measured (their recipe has no finite bound: errors reported, not judged; loss errors "
+        "up to {})",
         res.measured, num(worst_measured));
   s += fmt::format(", {} incorrect, {} not supported, {} failed\n", res.incorrect,
                    res.not_supported, res.failed);
@@ -313,8 +313,8 @@ std::string format_summary(const AuditResult& res, bool md) {
   }
   if (!md)
     s += fmt::format(
-        "(columns {} = {}; P passed (consistent with the recipe), I incorrect, n not supported, F "
-        "failed; errors are "
+        "(columns {} = {}; P passed (consistent with the recipe), M measured (no finite bound: "
+        "errors reported, not judged), I incorrect, n not supported, F failed; errors are "
         "normwise relative, worst over strategies; ratio = max |e|/bound; \"no bound\": the "
         "recipe's declared "
         "arithmetic has no finite a-priori bound, docs/audit.md)\n",

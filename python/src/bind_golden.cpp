@@ -130,6 +130,7 @@ void bind_golden(nb::module_& m) {
       .def_ro("reduced_loss_bound", &Golden::reduced_loss_bound)
       .def_ro("provenance", &Golden::provenance)
       .def_ro("checksums", &Golden::checksums)
+      .def_ro("manifest", &Golden::manifest)
       .def_ro("spec", &Golden::spec)
       .def_prop_ro("upstream",
                    [](const Golden& g) -> nb::object {

@@ -121,6 +121,20 @@ def test_missing_gradient_of_a_torch_loss_fails(cache_dir):
     rep = xentlab.check(detached_H, framework="torch", policy="fp32", cache_dir=cache_dir)
     assert not rep.passed and rep.output("dH").status == "failed"
 
+    def no_graph(H, W, targets, ignore_index, label_smoothing, reduction, **_):
+        with torch.no_grad():  # a kernel without autograd: no gradient at all
+            return torch.nn.functional.cross_entropy(
+                H.float() @ W.float().T,
+                targets,
+                ignore_index=ignore_index,
+                label_smoothing=label_smoothing,
+                reduction=reduction,
+            )
+
+    rep = xentlab.check(no_graph, framework="torch", policy="fp32", cache_dir=cache_dir)
+    assert not rep.passed
+    assert rep.output("dH").status == "failed" and rep.output("dW").status == "failed"
+
 
 def test_torch_cross_entropy_passes_and_wrong_smoothing_fails(smoothed_ignored):
     torch = pytest.importorskip("torch")

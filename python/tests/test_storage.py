@@ -105,6 +105,7 @@ def test_a_golden_file_edited_with_h5py_is_refused_naming_the_change(golden, tmp
         del f["reference/dW"]
     with h5py.File(edited, "r+") as f:
         f["spec"].attrs["label_smoothing"] = 0.1
+    assert xentlab.read_golden(golden).manifest
     with pytest.raises(xentlab.FormatError, match=r"as written: dataset /reference/dW sha256="):
         xentlab.read_golden(gone)
     with pytest.raises(xentlab.FormatError, match=r"now: attribute /spec@label_smoothing=0\.1"):

@@ -26,12 +26,12 @@ class AuditResult:
     runs: list
     verdict: list
     passed: int
-    measured: int
     incorrect: int
     not_supported: int
     failed: int
     summary: str
     markdown: str
+    measured: int = 0  # last: an AuditResult made by position before it existed still is
 
     def __str__(self) -> str:
         return self.summary

@@ -95,6 +95,12 @@ class Golden:
         doc="the file holds a sha256 digest per dataset, all checked when read (False: written "
         "by an older xentlab; read with a warning)",
     )
+    manifest = property(
+        lambda self: self._c.manifest,
+        doc="the file holds a manifest of every object and attribute as written, checked when "
+        "read (False: written by an older xentlab; read with a warning, deleted datasets and "
+        "edited attributes undetectable)",
+    )
     token_rows = property(lambda self: self._c.token_rows)
     vocab_rows = property(lambda self: self._c.vocab_rows)
     spec = property(lambda self: LossSpec._wrap(self._c.spec))
@@ -191,9 +197,10 @@ def random_upstream(N: int, seed: int = 1) -> np.ndarray:
 def read_golden(path) -> Golden:
     """Reads and checks a golden file, every dataset against its sha256 digest. Raises FormatError
     (ValueError) naming the file and what is wrong (a foreign file, another version, a missing
-    dataset, data that do not match their digest: the dataset named). A file written before
-    xentlab stored digests is read with a UserWarning "no checksums: written by an older
-    xentlab"."""
+    dataset, data that do not match their digest: the dataset named; a dataset deleted or added
+    or an attribute edited since the file was written, named by its manifest: docs/formats.md).
+    A file written before xentlab stored digests (or a manifest) is read with a UserWarning
+    "no checksums: written by an older xentlab" ("no manifest: …")."""
     c = _x.read_golden(_path(path))
     warning = _x.golden_checksum_warning(c)
     if warning:

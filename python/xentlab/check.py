@@ -123,6 +123,8 @@ def cached_golden(
             "tier": tier,
             "content": None if catalog else _content_digest(name),
             "version": _x.__version__,
+            # 2: golden files carry a manifest (files cached before would warn on every read)
+            "cache": 2,
         },
         sort_keys=True,
     )
@@ -182,7 +184,9 @@ def _golden_of(problem, cache_dir, tier, tmp, memory_budget=0) -> Golden:
 
 
 def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
-    """Runs loss_fn on the golden problem; returns the candidate outputs and the required names."""
+    """Runs loss_fn on the golden problem; returns the candidate outputs and the names autograd
+    should have given (None where loss_fn returned its own gradients, or with numpy: verify's
+    default rule applies)."""
     p = g.problem
     spec = {k: v for k, v in g.spec.as_dict().items() if k in _LOSS_KWARGS}
     if g.spec.normalizer > 0:  # only then: a loss_fn of PyTorch's keywords keeps working
@@ -225,7 +229,7 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
         outputs = dict(out)
         if "loss" in outputs and np.ndim(to_numpy64(outputs["loss"])) == 0:
             outputs["reduced_loss"] = outputs.pop("loss")
-        return outputs, [k for k in outputs]
+        return outputs, None
     if isinstance(out, (tuple, list)):
         if len(out) < 1 or len(out) > 1 + len(grads):
             raise InputError(
@@ -279,6 +283,11 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
             if leaf.grad is not None:
                 outputs[names[k]] = leaf.grad
         required = [names[k] for k in leaves]
+    elif framework == "torch" and not isinstance(out, (tuple, list)):
+        # A torch loss without a graph (every input detached, torch.no_grad(), a kernel without
+        # autograd): the gradients it should give are still required, and fail as missing.
+        names = {"H": "dH", "W": "dW", "bias": "db", "logits": "dz"}
+        required = [names[k] for k in leaves]
     elif pull is not None:
         shape = np.shape(loss)
         if upstream is not None and shape != (len(upstream),):
@@ -289,7 +298,7 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
         outputs.update(pull(upstream if upstream is not None else np.ones(shape)))
         required = list(outputs)
     else:
-        required = list(outputs)
+        required = None
     scalar = np.ndim(to_numpy64(loss)) == 0
     if not scalar and spec["reduction"] != "none":
         raise InputError(
@@ -303,7 +312,8 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
         if (is_torch(loss) or isinstance(loss, np.ndarray))
         else np.asarray(loss, dtype=loss.dtype if isinstance(loss, np.generic) else np.float64)
     )
-    required.append(name)
+    if required is not None:
+        required.append(name)
     return outputs, required
 
 
@@ -485,7 +495,7 @@ def check(
         # missing gradient fails); numpy: verify's own rule (no pass by omission).
         autograd = (
             [n for n in returned if not _unjudged_reason(g, n)]
-            if framework in ("torch", "jax")
+            if framework in ("torch", "jax") and returned is not None
             else []
         )
         required = autograd if asked is None else asked

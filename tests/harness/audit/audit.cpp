@@ -254,8 +254,8 @@ TEST(Audit, SummaryCountsUnboundedRunsApartAndAnswersInPlainLanguage) {
   const std::string s = audit::format_summary(res, false);
   EXPECT_NE(s.find(fmt::format(
                 "runs: {} passed (within the finite a-priori bound of their recipe's arithmetic), "
-                "2 measured (their recipe has no finite bound: only finiteness checked, loss "
-                "errors up to {:.2e})",
+                "2 measured (their recipe has no finite bound: errors reported, not judged; "
+                "loss errors up to {:.2e})",
                 res.passed, std::max(marked[0], marked[1]))),
             std::string::npos)
       << s;
@@ -309,6 +309,11 @@ TEST(Audit, AnUnboundedRecipeIsMeasuredNotPassed) {
                    "arithmetic), 1 measured"),
             std::string::npos)
       << s;
+  // An audit of unbounded recipes only is an audit (it was refused as "nothing audited").
+  cfg.recipes = {parse_recipe("bf16/fp32/bf16/bf16")};
+  const auto only = audit::run_audit(set, cfg);
+  EXPECT_EQ(only.measured, 1);
+  EXPECT_NO_THROW(audit::require_some_run(only));
 }
 
 // The summary opens with the short answer, per output: in how many regimes bf16 logits may be used

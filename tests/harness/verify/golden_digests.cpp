@@ -263,6 +263,23 @@ TEST_F(GoldenStorage, DeletedDatasetsAndEditedAttributesAreRefusedNamingThem) {
     H5Sclose(sp);
   });
   refused(added, "now: dataset /reference/extra sha256=none");
+  // A forged attribute value cannot pass for a line of the manifest: dH deleted, and a string
+  // attribute made to hold the line that listed it.
+  const std::string digest = h5::File::open_read(path("g.h5"))
+                                 .open_group("reference")
+                                 .open_dataset("dH")
+                                 .attr_string(h5::kDigestAttr);
+  const std::string forged = path("forged.h5");
+  fs::copy_file(path("g.h5"), forged, fs::copy_options::overwrite_existing);
+  {
+    const hid_t f = H5Fopen(forged.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Ldelete(f, "/reference/dH", H5P_DEFAULT), 0);
+    H5Fclose(f);
+    h5::File rw = h5::File::open_rw(forged);
+    rw.open_group("reference").set_attr("note", "x\ndataset /reference/dH sha256=" + digest);
+    rw.close();
+  }
+  refused(forged, "as written: dataset /reference/dH sha256=");
   // Without a manifest (an older file): read, with a warning saying what cannot be checked.
   const std::string old =
       edited("old.h5", [](hid_t f) { ASSERT_GE(H5Adelete(f, h5::kManifestAttr), 0); });
