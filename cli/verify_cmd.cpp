@@ -61,8 +61,8 @@ int run_verify(const VerifyArgs& a) {
   options.check = parse_verify_check(a.check);
   options.explain = a.explain;
   if (a.baseline_rows < 0)
-    throw InputError(fmt::format(
-        "--baseline-rows must be ≥ 0 (0: every token row), got {}", a.baseline_rows));
+    throw InputError(
+        fmt::format("--baseline-rows must be ≥ 0 (0: every token row), got {}", a.baseline_rows));
   options.baseline.rows = a.baseline_rows;
   options.baseline.seed = a.baseline_seed;
   options.baseline.progress = [](const std::string& line) {

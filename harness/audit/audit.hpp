@@ -183,7 +183,9 @@ struct VerdictRow {
   struct Accum {
     bool tested = false;    ///< a recipe of this accumulation dtype and its twin ran
     bool harmless = false;  ///< some recipe of it within max(2× its twin's error, floor), passed
-    double err = NAN, twin_err = NAN;  ///< the best recipe's error and its twin's
+    /// The best recipe's error and its twin's: a harmless one where there is one (the one with the
+    /// smallest err / twin err among them), else the one with the smallest err / twin err.
+    double err = NAN, twin_err = NAN;
     std::string recipe;
     /// The recipe of this accumulation dtype that costs most (largest err / twin err).
     double worst_err = NAN, worst_twin_err = NAN;

@@ -113,8 +113,13 @@ std::vector<VerdictRow> compute_verdict(const std::vector<RunRecord>& runs) {
         const bool bad = c.any_incorrect || !(c.worst <= lim);
         VerdictRow::Accum& per_dtype = r.accum == DType::bf16 ? v.accum_bf16 : v.accum_fp16;
         per_dtype.tested = true;
+        // The best recipe: a harmless one before a harmful one (the summary prints it as what
+        // makes the accumulation harmless), then the smaller ratio to its twin (cross-multiplied).
+        const bool better =
+            per_dtype.recipe.empty() || (!bad && !per_dtype.harmless) ||
+            (!bad == per_dtype.harmless && c.worst * per_dtype.twin_err < per_dtype.err * t->worst);
         per_dtype.harmless = per_dtype.harmless || !bad;
-        if (std::isnan(per_dtype.err) || c.worst < per_dtype.err) {
+        if (better) {
           per_dtype.err = c.worst;
           per_dtype.twin_err = t->worst;
           per_dtype.recipe = recipe;

@@ -63,8 +63,9 @@ TEST(Covariates, BoundedCovariatesBoundTheExactOnesFromAbove) {
         EXPECT_EQ(b.target_logit[q], x.target_logit[q]);  // the same double transform of one value
       }
     }
-    if (!pb.is_linear())
+    if (!pb.is_linear()) {
       EXPECT_EQ(b.raw_logits.size(), rows.size() * static_cast<std::size_t>(pb.V));
+    }
   }
 }
 
