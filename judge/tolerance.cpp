@@ -129,10 +129,12 @@ VerifyPolicy make_verify_policy(const std::string& name, const std::string& stri
   p.arith.note = "unknown arithmetic: worst-case (sequential) reduction orders";
   // "audit" is the audit's own policy (a recipe without a finite bound measured, not failed):
   // a candidate is never judged by it.
-  if (strictness == "audit")
-    throw InputError(
-        "unknown strictness 'audit' (expected default, strict or lenient; audit is the "
-        "policy of xentlab audit, not of a verdict on a candidate)");
+  if (strictness != "default" && strictness != "strict" && strictness != "lenient")
+    throw InputError(fmt::format(
+        "unknown strictness '{}' (expected default, strict or lenient{})", strictness,
+        strictness == "audit" ? "; audit is the policy of xentlab audit, not of a verdict on a "
+                                "candidate"
+                              : ""));
   p.judge = policy_by_name(strictness);
   if (k) {
     check_tolerance_number("--k", *k, false);

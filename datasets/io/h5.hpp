@@ -32,6 +32,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -219,8 +220,10 @@ class Group : public Object {
   /// read checks it): FormatError naming the first that does not match, or, in a file that
   /// declares checksums, that carries none.
   void verify_digests() const;
-  /// The line kManifestHeader, then one line per object below, in name order: "group PATH" or
-  /// "dataset PATH sha256=DIGEST" (DIGEST "none" where it carries none), then "attribute
+  /// The line kManifestHeader, then one line per link below, in name order: "group PATH",
+  /// "dataset PATH TYPE (SHAPE) sha256=DIGEST" (TYPE as stored, e.g. float64; DIGEST "none" where
+  /// it carries none), "softlink PATH", "extlink PATH", "hardlink PATH to an object listed
+  /// before" (a second link, or a loop, never walked twice), then "attribute
   /// PATH@NAME=VALUE" for each attribute (strings quoted; numbers with 17 significant digits) but
   /// the root's manifest itself and a dataset's digest. Paths, names and strings are escaped
   /// (backslash, '"', control characters), so no value can span or fake a line. Hard links only.
@@ -231,10 +234,13 @@ class Group : public Object {
   using Object::Object;
 
  private:
-  // Calls f on every dataset below, through hard links only (each object once).
+  // Calls f on every dataset below, through hard links only (each object once: `seen` holds the
+  // identities of the objects met, so a second link or a loop is not walked again).
   void for_each_dataset(const std::function<void(const Dataset&)>& f) const;
-  // Appends this group's manifest lines (its attributes, then each child in name order).
-  void manifest_lines(std::vector<std::string>& out) const;
+  void for_each_dataset(const std::function<void(const Dataset&)>& f,
+                        std::set<std::string>& seen) const;
+  // Appends this group's manifest lines (its attributes, then each link in name order).
+  void manifest_lines(std::vector<std::string>& out, std::set<std::string>& seen) const;
   void write_raw(const std::string& name, hid_t file_type, hid_t mem_type, const void* data,
                  const std::vector<std::int64_t>& shape);
 };

@@ -280,25 +280,59 @@ void Dataset::verify_digest() const {
 
 // ---------------------------------------------------------------- walks
 
-void Group::for_each_dataset(const std::function<void(const Dataset&)>& f) const {
-  silence();
-  std::vector<std::string> hard;
+namespace {
+
+// The identity of an HDF5 object within its file (its address; a token from HDF5 1.12 on): a walk
+// that meets an object twice (a second hard link to it, or a link back up that would loop) can
+// tell.
+std::string object_identity(hid_t obj) {
+#if H5_VERSION_GE(1, 12, 0)
+  H5O_info2_t info;
+  if (H5Oget_info3(obj, &info, H5O_INFO_BASIC) < 0) return {};
+  return std::string(reinterpret_cast<const char*>(&info.token), sizeof info.token);
+#else
+  H5O_info_t info;
+  if (H5Oget_info2(obj, &info, H5O_INFO_BASIC) < 0) return {};
+  return std::to_string(info.addr);
+#endif
+}
+
+// The links of a group in name order, with their kinds (hard, soft, external, other).
+std::vector<std::pair<std::string, H5L_type_t>> links_of(hid_t group) {
+  std::vector<std::pair<std::string, H5L_type_t>> links;
   H5Literate(
-      id(), H5_INDEX_NAME, H5_ITER_INC, nullptr,
+      group, H5_INDEX_NAME, H5_ITER_INC, nullptr,
       [](hid_t, const char* n, const H5L_info_t* info, void* data) -> herr_t {
-        if (info->type == H5L_TYPE_HARD)
-          static_cast<std::vector<std::string>*>(data)->emplace_back(n);
+        static_cast<std::vector<std::pair<std::string, H5L_type_t>>*>(data)->emplace_back(
+            n, info->type);
         return 0;
       },
-      &hard);
-  for (const std::string& name : hard) {
+      &links);
+  return links;
+}
+
+}  // namespace
+
+void Group::for_each_dataset(const std::function<void(const Dataset&)>& f) const {
+  std::set<std::string> seen{object_identity(id())};
+  for_each_dataset(f, seen);
+}
+
+void Group::for_each_dataset(const std::function<void(const Dataset&)>& f,
+                             std::set<std::string>& seen) const {
+  silence();
+  for (const auto& [name, type] : links_of(id())) {
+    if (type != H5L_TYPE_HARD) continue;
     Handle o(H5Oopen(id(), name.c_str(), H5P_DEFAULT));
     if (!o.valid()) fail(where(), fmt::format("cannot open '{}'", name));
-    const H5I_type_t type = H5Iget_type(o.get());
-    if (type == H5I_DATASET)
+    // Each object once: a second hard link to it, or one back up to a group above (a loop that
+    // would recurse without end), is not walked again.
+    if (!seen.insert(object_identity(o.get())).second) continue;
+    const H5I_type_t t = H5Iget_type(o.get());
+    if (t == H5I_DATASET)
       f(Dataset(std::move(o), file(), detail::join(path(), name), state_));
-    else if (type == H5I_GROUP)
-      Group(std::move(o), file(), detail::join(path(), name), state_).for_each_dataset(f);
+    else if (t == H5I_GROUP)
+      Group(std::move(o), file(), detail::join(path(), name), state_).for_each_dataset(f, seen);
   }
 }
 
@@ -380,38 +414,54 @@ void attribute_lines(const Object& o, bool root, std::vector<std::string>& out) 
 
 }  // namespace
 
-void Group::manifest_lines(std::vector<std::string>& out) const {
+void Group::manifest_lines(std::vector<std::string>& out, std::set<std::string>& seen) const {
   silence();
   attribute_lines(*this, path() == "/", out);
-  std::vector<std::string> hard;
-  H5Literate(
-      id(), H5_INDEX_NAME, H5_ITER_INC, nullptr,
-      [](hid_t, const char* n, const H5L_info_t* info, void* data) -> herr_t {
-        if (info->type == H5L_TYPE_HARD)
-          static_cast<std::vector<std::string>*>(data)->emplace_back(n);
-        return 0;
-      },
-      &hard);
-  for (const std::string& name : hard) {
+  for (const auto& [name, type] : links_of(id())) {
+    const std::string p = detail::join(path(), name);
+    // A link that is not a hard link (soft, external) is listed as such, so that one added after
+    // writing (xentlab writes none) is refused, never followed unseen.
+    if (type == H5L_TYPE_SOFT || type == H5L_TYPE_EXTERNAL) {
+      out.push_back(
+          fmt::format("{} {}", type == H5L_TYPE_SOFT ? "softlink" : "extlink", escaped(p)));
+      continue;
+    }
+    if (type != H5L_TYPE_HARD) {
+      out.push_back("link " + escaped(p));
+      continue;
+    }
     Handle o(H5Oopen(id(), name.c_str(), H5P_DEFAULT));
     if (!o.valid()) fail(where(), fmt::format("cannot open '{}'", name));
-    const std::string p = detail::join(path(), name);
+    if (!seen.insert(object_identity(o.get())).second) {
+      out.push_back("hardlink " + escaped(p) + " to an object listed before");
+      continue;
+    }
     if (H5Iget_type(o.get()) == H5I_DATASET) {
       const Dataset d(std::move(o), file(), p, state_);
-      out.push_back(
-          fmt::format("dataset {} sha256={}", escaped(p),
-                      d.has_attr(kDigestAttr) ? escaped(d.attr_string(kDigestAttr)) : "none"));
+      // The stored type and shape beside the digest: the digest covers the bytes, and the same
+      // bytes declared as another type are other values.
+      const DatasetInfo inf = d.info();
+      std::string shape;
+      for (std::size_t k = 0; k < inf.shape.size(); ++k)
+        shape += fmt::format("{}{}", k ? "," : "", inf.shape[k]);
+      const char* kind = inf.kind == DatasetInfo::Kind::floating  ? "float"
+                         : inf.kind == DatasetInfo::Kind::integer ? (inf.is_signed ? "int" : "uint")
+                                                                  : "other";
+      out.push_back(fmt::format(
+          "dataset {} {}{} ({}) sha256={}", escaped(p), kind, 8 * inf.element_bytes, shape,
+          d.has_attr(kDigestAttr) ? escaped(d.attr_string(kDigestAttr)) : "none"));
       attribute_lines(d, false, out);
     } else if (H5Iget_type(o.get()) == H5I_GROUP) {
       out.push_back("group " + escaped(p));
-      Group(std::move(o), file(), p, state_).manifest_lines(out);
+      Group(std::move(o), file(), p, state_).manifest_lines(out, seen);
     }
   }
 }
 
 std::string Group::manifest() const {
   std::vector<std::string> lines{kManifestHeader};
-  manifest_lines(lines);
+  std::set<std::string> seen{object_identity(id())};
+  manifest_lines(lines, seen);
   std::string s;
   for (const std::string& l : lines) s += l + "\n";
   return s;
@@ -452,7 +502,14 @@ void File::verify_manifest() const {
   const auto list = [&](const char* head, const std::vector<std::string>& v) {
     if (v.empty()) return;
     what += fmt::format("{}{} ", what.empty() ? "" : "; ", head);
-    for (std::size_t i = 0; i < v.size() && i < 3; ++i) what += (i ? ", " : "") + v[i];
+    for (std::size_t i = 0; i < v.size() && i < 3; ++i) {
+      // A line as it is shown: an empty one named, a long one cut (a manifest can be any size).
+      const std::string& l = v[i];
+      what += (i ? ", " : "") + (l.empty()        ? std::string("(an empty line)")
+                                 : l.size() > 200 ? l.substr(0, 200) + "… (" +
+                                                        std::to_string(l.size()) + " characters)"
+                                                  : l);
+    }
     if (v.size() > 3) what += fmt::format(" and {} more", v.size() - 3);
   };
   list("as written:", gone);

@@ -93,11 +93,20 @@ Golden make_golden(const WorkDir& w, GoldenKind kind, const SelftestOptions& o) 
   if (const std::int64_t n = main ? o.N : kSpecN; n > 0) p.N = n;
   if (const std::int64_t v = main ? o.V : kSpecV; v > 0) p.V = v;
   if (const std::int64_t d = main ? o.D : kSpecD; d > 0) p.D = d;
+  // A dataset's own size can be below the catalogue's least (llama3-8b's default is 16 tokens):
+  // refused before the problem is generated.
+  if (const std::int64_t n = p.N ? *p.N : find_dataset(dataset).defaults.N;
+      main && n < kMinTokens)
+    throw InputError(fmt::format(
+        "--dataset {}: its {} token rows are fewer than the {} the fault catalogue needs (below "
+        "that some faults are none): give --tokens {} or more",
+        dataset, n, kMinTokens, kMinTokens));
   DatasetInstance ds = make_dataset(dataset, p);
   if (!ds.problem.is_linear())
     throw InputError(fmt::format(
         "--dataset {}: a problem of given logits; the selftest needs a linear head (H, W)",
         dataset));
+
   LossSpec spec = ds.spec;
   GoldenOptions go;
   if (kind == GoldenKind::ignore_normalizer) {

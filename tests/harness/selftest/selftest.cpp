@@ -180,6 +180,7 @@ TEST(SelftestProgram, RefusesBadOptionsWithExit2) {
       {"selftest --tokens 0", "--tokens"},
       {"selftest --tokens 1", "needs at least 32 token rows"},
       {"selftest -N 31", "needs at least 32 token rows"},
+      {"selftest --dataset llama3-8b", "give --tokens 32 or more"},
       {"selftest --dataset no-such-dataset", "no-such-dataset"},
       {"selftest --dataset heavy", "given logits"},
   });

@@ -200,7 +200,7 @@ TEST_F(GoldenStorage, AGoldenFileWithoutDigestsIsReadWithAWarning) {
       read_golden(path("one.h5"));
       ADD_FAILURE() << "a dataset without its digest was read";
     } catch (const FormatError& e) {
-      EXPECT_NE(std::string(e.what()).find(manifest ? "now: dataset /reference/lse sha256=none"
+      EXPECT_NE(std::string(e.what()).find(manifest ? "now: dataset /reference/lse float64 (32) sha256=none"
                                                     : "one.h5:/reference/lse: carries no sha256 "
                                                       "digest"),
                 std::string::npos)
@@ -238,7 +238,7 @@ TEST_F(GoldenStorage, DeletedDatasetsAndEditedAttributesAreRefusedNamingThem) {
   for (const char* gone : {"/reference/dW", "/reference/dH_bound", "/covariates/entropy"}) {
     const std::string p =
         edited("deleted.h5", [&](hid_t f) { ASSERT_GE(H5Ldelete(f, gone, H5P_DEFAULT), 0); });
-    refused(p, fmt::format("as written: dataset {} sha256=", gone));
+    refused(p, fmt::format("as written: dataset {} float64 (", gone));
   }
   const std::string smoothing = edited("edited.h5", [](hid_t f) {
     const hid_t g = H5Gopen2(f, "/spec", H5P_DEFAULT);
@@ -262,7 +262,7 @@ TEST_F(GoldenStorage, DeletedDatasetsAndEditedAttributesAreRefusedNamingThem) {
     H5Dclose(d);
     H5Sclose(sp);
   });
-  refused(added, "now: dataset /reference/extra sha256=none");
+  refused(added, "now: dataset /reference/extra float64 (2) sha256=none");
   // A forged attribute value cannot pass for a line of the manifest: dH deleted, and a string
   // attribute made to hold the line that listed it.
   const std::string digest = h5::File::open_read(path("g.h5"))
@@ -279,7 +279,46 @@ TEST_F(GoldenStorage, DeletedDatasetsAndEditedAttributesAreRefusedNamingThem) {
     rw.open_group("reference").set_attr("note", "x\ndataset /reference/dH sha256=" + digest);
     rw.close();
   }
-  refused(forged, "as written: dataset /reference/dH sha256=");
+  refused(forged, "as written: dataset /reference/dH float64 (");
+  // Links: a hard link back up (a loop the walks must not follow without end), a soft link where
+  // an optional dataset would be read, and the same bytes stored as another type.
+  refused(edited("loop.h5",
+                 [](hid_t f) {
+                   ASSERT_GE(H5Lcreate_hard(f, "/covariates", f, "/covariates/loop", H5P_DEFAULT,
+                                            H5P_DEFAULT),
+                             0);
+                 }),
+          "now: hardlink /covariates/loop to an object listed before");
+  refused(edited("soft.h5",
+                 [](hid_t f) {
+                   ASSERT_GE(H5Lcreate_soft("/covariates/ce", f, "/spec/upstream", H5P_DEFAULT,
+                                            H5P_DEFAULT),
+                             0);
+                 }),
+          "now: softlink /spec/upstream");
+  const std::string retyped = edited("retyped.h5", [](hid_t f) {
+    const hid_t d = H5Dopen2(f, "/reference/dW_bound", H5P_DEFAULT);
+    const hid_t sp = H5Dget_space(d);
+    std::vector<double> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(sp)));
+    ASSERT_GE(H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    H5Dclose(d);
+    ASSERT_GE(H5Ldelete(f, "/reference/dW_bound", H5P_DEFAULT), 0);
+    const hid_t e = H5Dcreate2(f, "/reference/dW_bound", H5T_STD_I64LE, sp, H5P_DEFAULT,
+                               H5P_DEFAULT, H5P_DEFAULT);
+    // The same eight bytes per element, read as integers.
+    ASSERT_GE(H5Dwrite(e, H5T_STD_I64LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+    H5Dclose(e);
+    H5Sclose(sp);
+  });
+  refused(retyped, "now: dataset /reference/dW_bound int64");
+  {  // Without its manifest, a file with a loop is still read (each object once), not a crash.
+    const std::string p = edited("oldloop.h5", [](hid_t f) {
+      ASSERT_GE(H5Adelete(f, h5::kManifestAttr), 0);
+      ASSERT_GE(H5Lcreate_hard(f, "/covariates", f, "/covariates/loop", H5P_DEFAULT, H5P_DEFAULT),
+                0);
+    });
+    EXPECT_FALSE(read_golden(p).manifest);
+  }
   // Without a manifest (an older file): read, with a warning saying what cannot be checked.
   const std::string old =
       edited("old.h5", [](hid_t f) { ASSERT_GE(H5Adelete(f, h5::kManifestAttr), 0); });
