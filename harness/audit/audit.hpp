@@ -246,10 +246,11 @@ void write_results(const std::string& path, const AuditResult& result, const Aud
                    bool force, bool append);
 
 /// Comparison of two results files, run by run (matched on problem, input dtype, strategy,
-/// backend, recipe). A regression: a run that passed in the baseline is now anything but passed
-/// (incorrect, failed, not supported) or missing; or an output whose largest error was within its
-/// bound (max_ratio ≤ 1) is now beyond it. Error growth that stays within the bound is noted, not
-/// counted: the bound is the line.
+/// backend, recipe). A regression: a run that passed (or was measured) in the baseline is now
+/// neither (incorrect, failed, not supported) or missing; an output whose largest error was within
+/// its bound (max_ratio ≤ 1) is now beyond it; or, in a measured run (no bound), an output whose
+/// normwise error grew beyond 2× the baseline's. Error growth that stays within the bound is noted,
+/// not counted: the bound is the line.
 struct RegressReport {
   std::vector<std::string> lines;  ///< one per regression or note
   std::int64_t baseline_runs = 0, current_runs = 0, regressions = 0, grown = 0;

@@ -643,6 +643,40 @@ TEST(Audit, FidelityComparesTheEmulationWithADeviceRunByRun) {
 // regress compares two audits of one set on one backend: other problems under the same names, or
 // two backends (no run in common), are refused instead of reported as "0 regressions" or as every
 // run "missing now".
+// A measured run has no bound to stay within: its error grown beyond 2× the baseline's is a
+// regression (passed runs: a note, while within their bound).
+TEST(Audit, RegressFlagsAMeasuredRunWhoseErrorGrew) {
+  LossSpec mean;
+  std::vector<audit::AuditProblem> set;
+  set.push_back({"wide", "test",
+                 make_head(3, 40000, 8, DType::bf16, 2.0, 5, TargetMode::calibrated, mean, "w"),
+                 mean});
+  audit::AuditConfig cfg = small_config();
+  cfg.recipes = {parse_recipe("bf16/fp32/bf16/bf16")};
+  cfg.strategies = {"naive"};
+  const auto res = audit::run_audit(set, cfg);
+  ASSERT_EQ(res.measured, 1);
+  const std::string base = temp_path("mbase.h5"), cur = temp_path("mcur.h5");
+  std::filesystem::remove(base);
+  std::filesystem::remove(cur);
+  audit::write_results(base, res, cfg, true, false);
+  EXPECT_EQ(audit::regress(base, base).regressions, 0);
+  std::filesystem::copy_file(base, cur);
+  {
+    h5::File f = h5::File::open_rw(cur);
+    h5::Group loss = f.open_group("runs/" + f.open_group("runs").children().at(0) + "/loss");
+    loss.set_attr("normwise_rel_err", 10.0 * loss.attr_double("normwise_rel_err"));
+    f.close();
+  }
+  const auto r = audit::regress(base, cur);
+  EXPECT_EQ(r.regressions, 1);
+  bool named = false;
+  for (const auto& l : r.lines) named = named || l.find("a measured run") != std::string::npos;
+  EXPECT_TRUE(named);
+  std::filesystem::remove(base);
+  std::filesystem::remove(cur);
+}
+
 TEST(Audit, RegressRefusesDifferentProblemsAndBackends) {
   const std::string base = temp_path("rbase.h5"), other = temp_path("rother.h5");
   std::filesystem::remove(base);
