@@ -100,7 +100,11 @@ void mark_measured(RunRecord& rec) {
   const std::string why =
       fmt::format("measured, not judged: the recipe has no finite a-priori bound on this problem{}",
                   rec.bound_note.empty() ? "" : " (" + rec.bound_note + ")");
-  rec.verdict.reason = rec.verdict.reason.empty() ? why : why + "; " + rec.verdict.reason;
+  // The checks' own words follow ("largest ratio … ≤ k" over the finite bounds), not "passed".
+  std::string checks = rec.verdict.reason;
+  if (checks.rfind("passed: ", 0) == 0) checks = checks.substr(8);
+  if (checks.rfind("passed", 0) == 0) checks.clear();
+  rec.verdict.reason = checks.empty() ? why : why + "; " + checks;
 }
 
 // A run record with its identity filled in (problem, strategy, recipe, …); verdict and
