@@ -123,8 +123,9 @@ def cached_golden(
             "tier": tier,
             "content": None if catalog else _content_digest(name),
             "version": _x.__version__,
-            # 2: golden files carry a manifest (files cached before would warn on every read)
-            "cache": 2,
+            # 3: golden files carry a manifest of types and links (files cached before it would
+            # warn on every read, or be refused)
+            "cache": 3,
         },
         sort_keys=True,
     )
