@@ -95,8 +95,7 @@ Golden make_golden(const WorkDir& w, GoldenKind kind, const SelftestOptions& o) 
   if (const std::int64_t d = main ? o.D : kSpecD; d > 0) p.D = d;
   // A dataset's own size can be below the catalogue's least (llama3-8b's default is 16 tokens):
   // refused before the problem is generated.
-  if (const std::int64_t n = p.N ? *p.N : find_dataset(dataset).defaults.N;
-      main && n < kMinTokens)
+  if (const std::int64_t n = p.N ? *p.N : find_dataset(dataset).defaults.N; main && n < kMinTokens)
     throw InputError(fmt::format(
         "--dataset {}: its {} token rows are fewer than the {} the fault catalogue needs (below "
         "that some faults are none): give --tokens {} or more",

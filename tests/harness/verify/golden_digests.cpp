@@ -200,9 +200,10 @@ TEST_F(GoldenStorage, AGoldenFileWithoutDigestsIsReadWithAWarning) {
       read_golden(path("one.h5"));
       ADD_FAILURE() << "a dataset without its digest was read";
     } catch (const FormatError& e) {
-      EXPECT_NE(std::string(e.what()).find(manifest ? "now: dataset /reference/lse float64 (32) sha256=none"
-                                                    : "one.h5:/reference/lse: carries no sha256 "
-                                                      "digest"),
+      EXPECT_NE(std::string(e.what()).find(
+                    manifest ? "now: dataset /reference/lse float64 (32) sha256=none"
+                             : "one.h5:/reference/lse: carries no sha256 "
+                               "digest"),
                 std::string::npos)
           << e.what();
     }
