@@ -46,10 +46,12 @@ std::int64_t parse_bytes(std::string_view text) {
       found = true;
     }
   if (!found)
-    throw InputError(
-        fmt::format("memory size '{}': unknown unit '{}' (B, KiB, MiB, GiB, TiB, K, M, "
-                    "G, T, KB, MB, GB, TB)",
-                    text, s.substr(i)));
+    throw InputError(fmt::format(
+        "memory size '{}': unknown unit '{}' (B, KiB, MiB, GiB, TiB, K, M, G, T, KB, MB, GB, "
+        "TB){}",
+        text, s.substr(i),
+        !unit.empty() && unit[0] == 'e' ? "; no exponents: write 1e9 bytes as 1GB or 1000000000"
+                                        : ""));
   double value = 0.0;
   try {
     value = std::stod(num);
@@ -60,8 +62,8 @@ std::int64_t parse_bytes(std::string_view text) {
   const double v = value * mult;
   if (!(v < 0x1p62)) throw InputError(fmt::format("memory size '{}' is past 2^62 bytes", text));
   if (value > 0 && v < 1.0)
-    throw InputError(fmt::format(
-        "memory size '{}' is less than one byte (0 means each strategy's default)", text));
+    throw InputError(
+        fmt::format("memory size '{}' is less than one byte (0 means the option's default)", text));
   return static_cast<std::int64_t>(std::floor(v));
 }
 

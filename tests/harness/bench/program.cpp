@@ -30,6 +30,8 @@ TEST(BenchProgram, InvalidOptionsExit2NamingThem) {
        "unknown strategy 'flash'"},
       {"bench --tokens 8 --vocab 10 --hidden 4 --recipes bf16/bf16", "four dtypes"},
       {"bench --tokens 8 --vocab 10 --hidden 4 --memory-budget 4XB", "unknown unit"},
+      {"bench --tokens 8 --vocab 10 --hidden 4 --memory-budget 1e9",
+       "no exponents: write 1e9 bytes as 1GB or 1000000000"},
       {"bench --preset nope", "unknown preset 'nope'"},
       {"bench --tokens 1099511627776 --vocab 1048576 --hidden 8", "2^48"},
       {"bench --tokens 8 --vocab 10 --hidden 4 --csv /no/such/folder/x.csv", "does not exist"},
