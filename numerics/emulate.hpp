@@ -91,6 +91,23 @@ inline float rnd_from_double(double x, DType t) {
   return static_cast<float>(round_to(x, t == DType::fp64 ? DType::fp32 : t));
 }
 
+/// x rounded toward zero into fp32: the float of largest magnitude with |f| ≤ |x| and x's sign
+/// (±FLT_MAX past the float range, never ±Inf; NaN stays NaN). Branch-free, so that a loop over
+/// many values vectorizes: the correctly rounded float, one unit of its magnitude less where
+/// that rounding went away from zero.
+inline float rnd_toward_zero(double x) {
+  constexpr double kMax = 3.4028234663852886e38;               // FLT_MAX
+  const double c = x > kMax ? kMax : (x < -kMax ? -kMax : x);  // NaN passes unchanged
+  const float f = static_cast<float>(c);
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  // |f| > |c| only where f ≠ 0: one less in the magnitude's bits is the next float toward zero.
+  bits -= static_cast<std::uint32_t>(std::fabs(static_cast<double>(f)) > std::fabs(c));
+  float r;
+  std::memcpy(&r, &bits, sizeof r);
+  return r;
+}
+
 /// Sequential sum of x[0..n) with every addition rounded to t. n = 0 gives 0.
 float sum_sequential(const float* x, std::int64_t n, DType t);
 /// Pairwise (balanced recursive) sum, every addition rounded to t.

@@ -41,17 +41,6 @@ void row_given_logits(const Ctx& c, std::int64_t i, float* z) {
   }
 }
 
-// x rounded toward zero into fp32 (|result| ≤ |x|; never overflows to ±Inf).
-inline float to_float_toward_zero(double x) {
-  // Past the largest float the result is ±FLT_MAX (a double→float cast out of range is undefined).
-  constexpr double kMax = std::numeric_limits<float>::max();
-  if (x >= kMax) return std::numeric_limits<float>::max();
-  if (x <= -kMax) return -std::numeric_limits<float>::max();
-  float f = static_cast<float>(x);
-  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
-  return f;
-}
-
 // §1 under the tensor-core accumulation model: for the kPanel columns of wp (D × kPanel), the dot
 // products with h accumulated as a tensor core does (Fasi, Higham, Mikaitis, Pranesh, PeerJ
 // Comput. Sci. 7:e330, 2021; Blanchard et al., SIAM J. Sci. Comput. 42(3), 2020, the block FMA):
@@ -69,7 +58,7 @@ void tensor_core_dot(const float* h, const float* wp, std::int64_t D, std::int64
       const float* w = wp + d * kPanel;
       for (int l = 0; l < kPanel; ++l) s[l] += hd * static_cast<double>(w[l]);
     }
-    for (int l = 0; l < kPanel; ++l) acc[l] = to_float_toward_zero(s[l]);
+    for (int l = 0; l < kPanel; ++l) acc[l] = emu::rnd_toward_zero(s[l]);
   }
 }
 

@@ -64,6 +64,46 @@ TEST(EmulateRounding, MatchesRoundToOnEveryClassOfFloat) {
 //  blocked T=2, group=1: thread 0 holds x0, x2 → 256+1 → 256; thread 1 holds x1, x3 → 2;
 //              tree 256 + 2 = 258.
 //  blocked T=1: the sequential sum, 256.
+// Rounding toward zero into fp32 (the tensor-core model's accumulator): by its definition, the
+// float of largest magnitude not above |x| with x's sign — checked against std::nextafter on
+// doubles of every scale, exact floats, midpoints, subnormals and the ends of the range.
+TEST(EmulateRounding, TowardZeroIsTheLargestFloatNotAboveInMagnitude) {
+  std::mt19937_64 gen(7);
+  std::uniform_real_distribution<double> mant(-2.0, 2.0);
+  std::uniform_int_distribution<int> expo(-160, 140);
+  std::vector<double> xs = {0.0,
+                            -0.0,
+                            1.0,
+                            -1.0,
+                            1e-45,
+                            -1e-45,
+                            1.5e-45,
+                            3.4028234663852886e38,
+                            3.40282357e38,
+                            -3.5e38,
+                            1e300,
+                            -1e300,
+                            1.0 + 0x1p-24,
+                            1.0 - 0x1p-25,
+                            -(1.0 + 0x1p-24)};
+  for (int k = 0; k < 200000; ++k) xs.push_back(std::ldexp(mant(gen), expo(gen)));
+  for (const double x : xs) {
+    const float r = emu::rnd_toward_zero(x);
+    const double ar = std::fabs(static_cast<double>(r)), ax = std::fabs(x);
+    ASSERT_LE(ar, ax) << x;
+    ASSERT_FALSE(std::isinf(r)) << x;
+    if (r != 0.0f) {
+      ASSERT_EQ(std::signbit(r), std::signbit(x)) << x;
+    }
+    // The next float away from zero is beyond |x| (or there is none: FLT_MAX).
+    const float up = std::nextafter(std::fabs(r), std::numeric_limits<float>::infinity());
+    if (!std::isinf(up)) {
+      ASSERT_GT(static_cast<double>(up), ax) << x;
+    }
+  }
+  EXPECT_TRUE(std::isnan(emu::rnd_toward_zero(std::nan(""))));
+}
+
 TEST(EmulateReduce, HandWorkedBf16Orders) {
   const float x[] = {256, 1, 1, 1};
   EXPECT_EQ(emu::sum_sequential(x, 4, DType::bf16), 256.0f);
