@@ -32,6 +32,14 @@ std::vector<audit::AuditProblem> small_set() {
   return set;
 }
 
+// One head whose vocabulary is wide enough that bf16 accumulation of its sum of exponentials has
+// no finite a-priori bound (c·u_accum ≥ 1 at V = 40000), the rest small.
+std::vector<audit::AuditProblem> wide_set() {
+  LossSpec mean;
+  return {{"wide", "test",
+           make_head(3, 40000, 8, DType::bf16, 2.0, 5, TargetMode::calibrated, mean, "w"), mean}};
+}
+
 audit::AuditConfig small_config() {
   audit::AuditConfig cfg;
   cfg.recipes = {parse_recipe("bf16/fp32/fp32/bf16"), parse_recipe("bf16/bf16/fp32/bf16"),
@@ -286,11 +294,7 @@ TEST(Audit, SummaryCountsUnboundedRunsApartAndAnswersInPlainLanguage) {
 // a-priori bound (c·u_accum ≥ 1): such a run is "measured", never "passed" — counted apart, its
 // reason saying why, its letter M — while the bounded recipe of the same problem passes.
 TEST(Audit, AnUnboundedRecipeIsMeasuredNotPassed) {
-  LossSpec mean;
-  std::vector<audit::AuditProblem> set;
-  set.push_back({"wide", "test",
-                 make_head(3, 40000, 8, DType::bf16, 2.0, 5, TargetMode::calibrated, mean, "w"),
-                 mean});
+  const std::vector<audit::AuditProblem> set = wide_set();
   audit::AuditConfig cfg = small_config();
   cfg.recipes = {parse_recipe("bf16/fp32/fp32/bf16"), parse_recipe("bf16/fp32/bf16/bf16")};
   cfg.strategies = {"naive"};
@@ -640,17 +644,10 @@ TEST(Audit, FidelityComparesTheEmulationWithADeviceRunByRun) {
   std::filesystem::remove(dev);
 }
 
-// regress compares two audits of one set on one backend: other problems under the same names, or
-// two backends (no run in common), are refused instead of reported as "0 regressions" or as every
-// run "missing now".
 // A measured run has no bound to stay within: its error grown beyond 2× the baseline's is a
 // regression (passed runs: a note, while within their bound).
 TEST(Audit, RegressFlagsAMeasuredRunWhoseErrorGrew) {
-  LossSpec mean;
-  std::vector<audit::AuditProblem> set;
-  set.push_back({"wide", "test",
-                 make_head(3, 40000, 8, DType::bf16, 2.0, 5, TargetMode::calibrated, mean, "w"),
-                 mean});
+  const std::vector<audit::AuditProblem> set = wide_set();
   audit::AuditConfig cfg = small_config();
   cfg.recipes = {parse_recipe("bf16/fp32/bf16/bf16")};
   cfg.strategies = {"naive"};
@@ -677,6 +674,9 @@ TEST(Audit, RegressFlagsAMeasuredRunWhoseErrorGrew) {
   std::filesystem::remove(cur);
 }
 
+// regress compares two audits of one set on one backend: other problems under the same names, or
+// two backends (no run in common), are refused instead of reported as "0 regressions" or as every
+// run "missing now".
 TEST(Audit, RegressRefusesDifferentProblemsAndBackends) {
   const std::string base = temp_path("rbase.h5"), other = temp_path("rother.h5");
   std::filesystem::remove(base);
