@@ -124,6 +124,7 @@ struct DifferentialResult {
   /// |candidate.scale| ≤ k·(|baseline.scale| + kScaleSigmas·baseline.scale_spread) + u_out
   double limit_scale = 0;
   bool quantile_compared = false;  ///< n ≥ kDifferentialMinElements
+  bool scale_compared = false;     ///< n ≥ kDifferentialMinElements (the scale test ran)
   /// Judged by rounding_check (an output stored coarser than the recipe delivers it), not by the
   /// profile comparison: the normwise, quantile and scale limits are not used.
   bool rounding = false;

@@ -86,7 +86,8 @@ inline constexpr double kDifferentialK = 2.0;
 /// The quantile of the element-wise relative error |e_i|/max(|ref_i|, floor) compared.
 inline constexpr double kDifferentialQuantile = 0.9;
 /// Outputs with fewer elements compare the normwise error only (a 0.9-quantile of fewer than 64
-/// values is one of its 7 largest, as noisy as the maximum).
+/// values is one of its 7 largest, as noisy as the maximum; their projection on the reference is
+/// at most the normwise error, by Cauchy–Schwarz, and one draw of a few roundings).
 inline constexpr std::int64_t kDifferentialMinElements = 64;
 /// ULP of fp32 that two correct implementations' elementary functions may put between their
 /// per-token values (CUDA's expf ≤ 2 ULP and logf ≤ 1 ULP — CUDA C++ Programming Guide, single
@@ -96,7 +97,7 @@ inline constexpr double kElementaryUlps = 4.0;
 /// s of an output off by a factor 1 + s) exceeds k·|the baseline's| + kScaleSigmas standard
 /// deviations of the baseline's + one rounding (u of the output format) is systematically off —
 /// a normaliser, a missing factor — even where every element is within its tolerance. 4, as the
-/// bias test's bias_sigmas.
+/// bias test's bias_sigmas. Outputs of at least kDifferentialMinElements elements.
 inline constexpr double kScaleSigmas = 4.0;
 /// `--explain`: a candidate at least this many times more accurate than a recipe's baseline on
 /// some output is not that recipe (the accuracy step the differential check must detect).

@@ -3,6 +3,9 @@
 // tests/reference/tiers/agreement.cpp.
 #include <gtest/gtest.h>
 
+#include <iostream>
+#include <string>
+
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
 #include "tests/support/reference_tiers_support.hpp"
@@ -57,14 +60,28 @@ TEST(ReferenceTiersGpu, CudaIndexingPast2Pow31) {
     }
   }
   const Problem w = make_gaussian_linear(3, 131100, 16384, DType::bf16, 1.0, 9);
-  ReferenceOptions ow;
-  const ReferenceResult gw = run(w, LossSpec{}, ow, ReferenceTier::cuda);
   ReferenceOptions cw;
   cw.vocab_rows = {0, 65536, 131099};
+  // The full dW (V·D > 2³¹ output elements) needs 84 GiB of the device: a GPU with less (an H100,
+  // 80 GB) computes the same vocabulary rows as the BLAS tier, whose W offsets k·D still pass
+  // 2³¹ (row 131099 starts at element 2147893216).
+  bool full = true;
+  ReferenceResult gw;
+  try {
+    gw = run(w, LossSpec{}, ReferenceOptions{}, ReferenceTier::cuda);
+  } catch (const InputError& e) {
+    if (std::string(e.what()).find("of GPU memory") == std::string::npos) throw;
+    full = false;
+    std::cout << "full dW does not fit this GPU (" << e.what()
+              << "): its vocabulary rows 0, 65536, 131099 instead\n";
+    RecordProperty("full_dW", "does not fit this GPU: sampled vocabulary rows");
+    gw = run(w, LossSpec{}, cw, ReferenceTier::cuda);
+  }
   const ReferenceResult cc = run(w, LossSpec{}, cw, ReferenceTier::blas);
   for (std::size_t jj = 0; jj < 3; ++jj)
     for (std::int64_t d : {std::int64_t{0}, std::int64_t{16383}}) {
-      const auto gi = static_cast<std::size_t>(cw.vocab_rows[jj] * 16384 + d);
+      const auto gi =
+          static_cast<std::size_t>((full ? cw.vocab_rows[jj] : std::int64_t(jj)) * 16384 + d);
       const auto ci = jj * 16384 + static_cast<std::size_t>(d);
       EXPECT_LE(std::fabs(gw.dW[gi] - cc.dW[ci]), gw.dW_bound[gi] + cc.dW_bound[ci]);
     }
