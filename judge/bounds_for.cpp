@@ -207,7 +207,7 @@ const ErrorProfile* RunAssessment::profile(const std::string& name) const {
 RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
                          const DeclaredArithmetic& arith, const StrategyOutputs& out,
                          const ReferenceResult& ref, const Policy& policy, std::int64_t n_chunks,
-                         const StatsOptions& dz_stats) {
+                         const StatsOptions& dz_stats, bool want_profiles) {
   const auto S = static_cast<std::int64_t>(ref.token_rows.size());
   const std::int64_t V = pb.V, D = pb.D;
   // Map the run's token rows onto the reference's.
@@ -234,9 +234,9 @@ RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& 
   std::vector<double> o(sz(S));
   for (std::int64_t q = 0; q < S; ++q) o[sz(q)] = out.loss[sz(pos[sz(q)])];
   ra.loss = compute_error_stats(o.data(), ref.loss.data(), S, out.loss_dtype, b.loss.data());
-  const auto profile = [&ra](const char* name, const double* x, const double* r, std::int64_t n,
-                             DType t) {
-    ra.profiles.emplace_back(name, error_profile(x, r, n, t));
+  const auto profile = [&ra, want_profiles](const char* name, const double* x, const double* r,
+                                            std::int64_t n, DType t) {
+    if (want_profiles) ra.profiles.emplace_back(name, error_profile(x, r, n, t));
   };
   profile("loss", o.data(), ref.loss.data(), S, out.loss_dtype);
   for (std::int64_t q = 0; q < S; ++q) o[sz(q)] = out.lse[sz(pos[sz(q)])];

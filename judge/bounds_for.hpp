@@ -111,10 +111,13 @@ struct RunAssessment {
 /// a-priori bound, then judges them with `policy` (judge/policy.hpp judge). Throws InputError
 /// when the token rows of out and ref differ or sizes do not match. dz_stats: the options of dz's
 /// statistics (the audit's blocks of token rows give a shared relative floor and take the prefix
-/// counts, BlockedErrorStats).
+/// counts, BlockedErrorStats). want_profiles false: no error profiles (`profiles` empty), for a
+/// run no baseline-relative check will compare (a profile costs a pass over the output and a
+/// selection of its quantiles: seconds for the 5·10⁸ elements of the Llama-3-8B head's dW).
 RunAssessment assess_run(const Problem& pb, const LossSpec& spec, const Recipe& recipe,
                          const DeclaredArithmetic& arith, const StrategyOutputs& out,
                          const ReferenceResult& ref, const Policy& policy,
-                         std::int64_t n_chunks = 0, const StatsOptions& dz_stats = {});
+                         std::int64_t n_chunks = 0, const StatsOptions& dz_stats = {},
+                         bool want_profiles = true);
 
 }  // namespace xentlab

@@ -83,10 +83,27 @@ std::string MemoryEstimate::describe() const {
   return fmt::format("{} ({:.0f} bytes): {}", gib(tot), tot, s);
 }
 
+std::int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  std::int64_t total = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
+  const long long limit = read_number("/sys/fs/cgroup/memory.max");
+  if (limit > 0 && (total == 0 || limit < total)) total = limit;
+  return total;
+}
+
 MemoryBudget MemoryBudget::from(std::int64_t given) {
   if (given < 0)
     throw InputError(
         fmt::format("memory budget must be >= 0 bytes (0 = the available memory), got {}", given));
+  // A budget beyond the machine's memory is no budget: the kernel would kill the command before
+  // it reached it (exit 137, no message), which the budget exists to prevent.
+  const std::int64_t physical = physical_memory_bytes();
+  if (given > 0 && physical > 0 && given > physical)
+    throw InputError(fmt::format(
+        "memory budget {} ({} bytes) exceeds this machine's memory, {} ({} bytes{}): give at most "
+        "that, or 0 for the memory available now",
+        gib(static_cast<double>(given)), given, gib(static_cast<double>(physical)), physical,
+        read_number("/sys/fs/cgroup/memory.max") == physical ? ", the container's limit" : ""));
   MemoryBudget b;
   b.given = given > 0;
   b.bytes = b.given ? given : available_memory_bytes();

@@ -9,6 +9,7 @@
 
 #include "harness/text.hpp"
 #include "numerics/error.hpp"
+#include "numerics/memory.hpp"
 #include "numerics/no_device.hpp"
 
 namespace xentlab::cli {
@@ -31,7 +32,9 @@ void add_memory_budget_option(CLI::App* cmd, std::string& value) {
 std::int64_t parse_memory_budget(const std::string& value) {
   if (value.empty()) return 0;
   try {
-    return parse_bytes(value);  // 0: the available memory
+    const std::int64_t bytes = parse_bytes(value);  // 0: the available memory
+    MemoryBudget::from(bytes);  // refuses a budget beyond the machine's memory, before any work
+    return bytes;
   } catch (const InputError& e) {
     throw InputError(fmt::format("--memory-budget: {}", e.what()));
   }

@@ -30,6 +30,10 @@ TEST(ReferenceOptionsProgram, BadTierAndBudgetAreRefused) {
       {ref + "--memory-budget ''", "--memory-budget: '' is not a memory size"},
       {ref + "--memory-budget -1", "--memory-budget: memory size '-1'"},
       {ref + "--memory-budget 1K", "needs 48208 bytes"},
+      // A budget beyond the machine's memory is refused (1024 TiB: more than any machine runs
+      // this suite): the kernel would stop the command before it reached it.
+      {ref + "--memory-budget 1024T", "exceeds this machine's memory"},
+      {"verify a.h5 b.h5 --memory-budget 1024T", "exceeds this machine's memory"},
       {"golden --dataset gaussian -N 8 -V 100 -D 8 --out " + ::testing::TempDir() +
            "xl-never-golden.h5 --reference x",
        "--reference: unknown reference tier 'x'"},
