@@ -166,9 +166,11 @@ std::vector<Recipe> explain_recipes(const Golden& golden);
 /// check of a device run against its emulation (docs/verify.md, "The criterion"): the
 /// candidate's profile c passes against the baseline's when
 ///     normwise ≤ k·baseline's + floor_n,  q90 ≤ k·baseline's + floor (n ≥ 64 both),
-///     |scale| ≤ k·(|baseline's| + kScaleSigmas·baseline's spread) + u,
+///     |scale| ≤ k·(|baseline's| + kScaleSigmas·baseline's spread) + u (n ≥ 64 both),
 /// k = kDifferentialK, u the unit roundoff of `out` (the format the recipe delivers the output
-/// in), floor = 2u + kElementaryUlps ULP of fp32 per element and floor_n = floor·max|ref|/‖ref‖₂.
+/// in), δ = kElementaryUlps ULP of fp32, floor = 2u + δ per element and floor_n = the larger of
+/// floor·max|ref|/‖ref‖₂ (one element) and δ + 2u·√min(1, δ/2u) (δ on every element, with the
+/// output roundings it flips).
 DifferentialResult compare_with_baseline(const ErrorProfile& c, const ErrorProfile& base, DType out,
                                          const std::string& recipe);
 /// Merges p into a baseline profile (the least accurate of several correct implementations): the

@@ -91,18 +91,33 @@ std::int64_t physical_memory_bytes() {
   return total;
 }
 
+std::int64_t swap_bytes() {
+  long long kb = 0;
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "SwapTotal: %lld kB", &kb) == 1) break;
+    std::fclose(f);
+  }
+  std::int64_t swap = kb > 0 ? static_cast<std::int64_t>(kb) * 1024 : 0;
+  const long long limit = read_number("/sys/fs/cgroup/memory.swap.max");  // -1: "max" or none
+  if (limit >= 0) swap = std::min<std::int64_t>(swap, limit);
+  return swap;
+}
+
 MemoryBudget MemoryBudget::from(std::int64_t given) {
   if (given < 0)
     throw InputError(
         fmt::format("memory budget must be >= 0 bytes (0 = the available memory), got {}", given));
-  // A budget beyond the machine's memory is no budget: the kernel would kill the command before
-  // it reached it (exit 137, no message), which the budget exists to prevent.
+  // A budget beyond the machine's memory and swap is no budget: the kernel would kill the command
+  // before it reached it (exit 137, no message), which the budget exists to prevent.
   const std::int64_t physical = physical_memory_bytes();
-  if (given > 0 && physical > 0 && given > physical)
+  const std::int64_t most = physical > 0 ? physical + swap_bytes() : 0;
+  if (given > 0 && most > 0 && given > most)
     throw InputError(fmt::format(
-        "memory budget {} ({} bytes) exceeds this machine's memory, {} ({} bytes{}): give at most "
-        "that, or 0 for the memory available now",
-        gib(static_cast<double>(given)), given, gib(static_cast<double>(physical)), physical,
+        "memory budget {} ({} bytes) exceeds this machine's memory and swap, {} ({} bytes{}): give "
+        "at most that, or 0 for the memory available now",
+        gib(static_cast<double>(given)), given, gib(static_cast<double>(most)), most,
         read_number("/sys/fs/cgroup/memory.max") == physical ? ", the container's limit" : ""));
   MemoryBudget b;
   b.given = given > 0;

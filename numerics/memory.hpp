@@ -38,13 +38,15 @@ struct MemoryEstimate {
 /// The machine's memory in bytes: the physical memory (sysconf), or a cgroup v2 limit where that
 /// is smaller; 0 where neither can be read.
 std::int64_t physical_memory_bytes();
+/// The swap space in bytes: SwapTotal of /proc/meminfo, or a cgroup v2 swap limit where smaller.
+std::int64_t swap_bytes();
 
 /// The budget of a command: `given` bytes when > 0, else the memory available now.
 struct MemoryBudget {
   std::int64_t bytes = 0;
   bool given = false;
-  /// Throws InputError for given < 0, and for a given budget beyond physical_memory_bytes() (the
-  /// kernel would stop the command first), naming both.
+  /// Throws InputError for given < 0, and for a given budget beyond physical_memory_bytes() +
+  /// swap_bytes() (the kernel would stop the command first), naming both.
   static MemoryBudget from(std::int64_t given);
   /// "60.00 GiB (as given)" or "… (the memory available now)".
   std::string describe() const;

@@ -296,12 +296,13 @@ Verdict judge_against_baseline_models(const AuditPlan& plan, const Prepared& pr,
                                       const AuditProblem& ap, const RunRequest& req,
                                       const Recipe& recipe, const Strategy& emulation,
                                       const RunAssessment& as, ModelAssessments& models) {
-  if (!models) {
-    models.emplace();
+  if (!models) {  // kept only when every model ran (a throw leaves it for the next strategy)
+    std::vector<RunAssessment> made;
     for (const auto& m : make_baseline_models(recipe))
       if (m->can_implement(pr.problem, ap.spec, recipe).ok())
-        models->push_back(assess_run(pr.problem, ap.spec, recipe, m->run_arithmetic(req),
-                                     m->run(req), pr.ref, plan.policy));
+        made.push_back(assess_run(pr.problem, ap.spec, recipe, m->run_arithmetic(req), m->run(req),
+                                  pr.ref, plan.policy));
+    models = std::move(made);
   }
   const RunAssessment own = assess_run(pr.problem, ap.spec, recipe, emulation.run_arithmetic(req),
                                        emulation.run(req), pr.ref, plan.policy);

@@ -44,7 +44,7 @@ TEST(ReferenceOptionsProgram, BadTierAndBudgetAreRefused) {
   // The figure a refusal names is enough: the budget it names runs.
   const Ran just = testing::xentlab(ref + "--memory-budget 48208");
   EXPECT_EQ(just.status, 0) << just.output;
-  const Ran ok = testing::xentlab(ref + "--reference compensated --memory-budget 12GB");
+  const Ran ok = testing::xentlab(ref + "--reference compensated --memory-budget 1GB");
   EXPECT_EQ(ok.status, 0) << ok.output;
   EXPECT_NE(ok.output.find("tier compensated"), std::string::npos) << ok.output;
 }
