@@ -367,31 +367,34 @@ DifferentialResult compare_with_baseline(const ErrorProfile& c, const ErrorProfi
   d.baseline = base;
   // One ULP of the recipe's output format (2u) and four ULP of fp32 (δ = 8·2^-24: exp and log of
   // two correct libraries, e.g. CUDA's expf ≤ 2 ULP and logf ≤ 1 ULP against glibc's ≤ 1 ULP
-  // each, evaluated in fp32 before the output's rounding), relative per element. Normwise, the
-  // larger of that at the largest element (·max|ref|/‖ref‖₂) and δ on every element with the
-  // output roundings it flips: an element whose fp32 value moves by δ rounds to another value of
-  // the output format (2u away) with probability at most min(1, δ/2u), so ‖e‖₂/‖ref‖₂ ≤
-  // δ + 2u·√min(1, δ/2u). (A problem whose correct results are exact in the emulation — a
-  // baseline of 0 — is judged by this floor alone; measured on an H100: the CUDA strategies' dz
-  // of shared case C11, fp32, 2.1e-8 normwise, where one element's worth was 8.7e-9.) Not of the
-  // candidate's storage format: an output stored coarser than the recipe delivers it is itself a
-  // lowered precision.
-  const double u = unit_roundoff(out);
-  const double delta = kElementaryUlps * 2 * unit_roundoff(DType::fp32);
-  const double floor = 2 * u + delta;
+  // each, evaluated in fp32 before the output's rounding), relative per element: the quantile's
+  // floor, and the normwise floor at the largest element (·max|ref|/‖ref‖₂). Normwise over every
+  // element, the same differences in root mean square (kElementaryUlpsRms ULP of fp32, δ_rms) and,
+  // for an output coarser than fp32, the output roundings they flip (an element moved by δ_rms
+  // rounds to a neighbour 2u away with probability at most δ_rms/2u: rms 2u·√(δ_rms/2u)); the
+  // normwise floor is the larger of the two. (A problem whose correct results are exact in the
+  // emulation — a baseline of 0 — is judged by this floor alone; measured on an H100: the CUDA
+  // strategies' dz of shared case C11, fp32, 2.1e-8 normwise, where one element's worth was
+  // 8.7e-9.) Not of the candidate's storage format: an output stored coarser than the recipe
+  // delivers it is itself a lowered precision.
+  const double u = unit_roundoff(out), ulp32 = 2 * unit_roundoff(DType::fp32);
+  const double floor = 2 * u + kElementaryUlps * ulp32;
   d.floor_rel = floor;
-  const double every_element = delta + 2 * u * std::sqrt(std::min(1.0, delta / (2 * u)));
+  const double rms = kElementaryUlpsRms * ulp32;
+  const double every_element = out == DType::fp32 || out == DType::fp64
+                                   ? rms
+                                   : rms + 2 * u * std::sqrt(std::min(1.0, rms / (2 * u)));
   d.floor_normwise =
       c.norm_ref > 0 ? std::max(floor * c.max_ref / c.norm_ref, every_element) : floor;
   d.limit_normwise = kDifferentialK * base.normwise + d.floor_normwise;
   d.limit_rel_q = kDifferentialK * base.rel_q + d.floor_rel;
   d.quantile_compared = c.n >= kDifferentialMinElements && base.n >= kDifferentialMinElements;
-  // The scale test likewise needs many elements: |projection| ≤ normwise (Cauchy–Schwarz), so on
-  // a few elements the normwise test already holds it, and the baseline's projection there is one
-  // draw of its rounding errors, no estimate of a systematic part (measured on an H100: the
-  // scalar reduced_loss of a bf16-accumulation recipe over 37 tokens, +7.2e-3 on the GPU against
-  // the emulation's 1.1e-4, both within 2 ULP of bf16).
-  d.scale_compared = d.quantile_compared;
+  // The scale test needs kScaleMinElements: on fewer the baseline's projection is one or a few
+  // draws of its rounding errors, no estimate of a systematic part, and |projection| ≤ normwise
+  // (Cauchy–Schwarz) leaves the output to the normwise test (measured on an H100: the scalar
+  // reduced_loss of a bf16-accumulation recipe over 37 tokens, +7.2e-3 on the GPU against the
+  // emulation's 1.1e-4, both within 2 ULP of bf16).
+  d.scale_compared = c.n >= kScaleMinElements && base.n >= kScaleMinElements;
   // The scale test: a correct implementation's error has no component along the reference
   // beyond the baseline's own systematic part and its random spread; one rounding (u) allows a
   // systematically directed rounding of the output.

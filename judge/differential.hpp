@@ -124,7 +124,7 @@ struct DifferentialResult {
   /// |candidate.scale| ≤ k·(|baseline.scale| + kScaleSigmas·baseline.scale_spread) + u_out
   double limit_scale = 0;
   bool quantile_compared = false;  ///< n ≥ kDifferentialMinElements
-  bool scale_compared = false;     ///< n ≥ kDifferentialMinElements (the scale test ran)
+  bool scale_compared = false;     ///< n ≥ kScaleMinElements (the scale test ran)
   /// Judged by rounding_check (an output stored coarser than the recipe delivers it), not by the
   /// profile comparison: the normwise, quantile and scale limits are not used.
   bool rounding = false;
@@ -166,11 +166,11 @@ std::vector<Recipe> explain_recipes(const Golden& golden);
 /// check of a device run against its emulation (docs/verify.md, "The criterion"): the
 /// candidate's profile c passes against the baseline's when
 ///     normwise ≤ k·baseline's + floor_n,  q90 ≤ k·baseline's + floor (n ≥ 64 both),
-///     |scale| ≤ k·(|baseline's| + kScaleSigmas·baseline's spread) + u (n ≥ 64 both),
+///     |scale| ≤ k·(|baseline's| + kScaleSigmas·baseline's spread) + u (n ≥ kScaleMinElements),
 /// k = kDifferentialK, u the unit roundoff of `out` (the format the recipe delivers the output
-/// in), δ = kElementaryUlps ULP of fp32, floor = 2u + δ per element and floor_n = the larger of
-/// floor·max|ref|/‖ref‖₂ (one element) and δ + 2u·√min(1, δ/2u) (δ on every element, with the
-/// output roundings it flips).
+/// in), floor = 2u + kElementaryUlps ULP of fp32 per element and floor_n = the larger of
+/// floor·max|ref|/‖ref‖₂ (one element) and δ_rms = kElementaryUlpsRms ULP of fp32 on every
+/// element, plus 2u·√min(1, δ_rms/2u) (the roundings it flips) for an output coarser than fp32.
 DifferentialResult compare_with_baseline(const ErrorProfile& c, const ErrorProfile& base, DType out,
                                          const std::string& recipe);
 /// Merges p into a baseline profile (the least accurate of several correct implementations): the

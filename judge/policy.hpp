@@ -85,19 +85,28 @@ Verdict verdict_not_run(Disposition d, std::string message);
 inline constexpr double kDifferentialK = 2.0;
 /// The quantile of the element-wise relative error |e_i|/max(|ref_i|, floor) compared.
 inline constexpr double kDifferentialQuantile = 0.9;
-/// Outputs with fewer elements compare the normwise error only (a 0.9-quantile of fewer than 64
-/// values is one of its 7 largest, as noisy as the maximum; their projection on the reference is
-/// at most the normwise error, by Cauchy–Schwarz, and one draw of a few roundings).
+/// Outputs with fewer elements do not compare the quantile (a 0.9-quantile of fewer than 64
+/// values is one of its 7 largest, as noisy as the maximum).
 inline constexpr std::int64_t kDifferentialMinElements = 64;
 /// ULP of fp32 that two correct implementations' elementary functions may put between their
 /// per-token values (CUDA's expf ≤ 2 ULP and logf ≤ 1 ULP — CUDA C++ Programming Guide, single
 /// precision, no fast-math — against glibc's ≤ 1 ULP: 2 + 1 + 1): part of the criterion's floor.
 inline constexpr double kElementaryUlps = 4.0;
+/// The root mean square of that difference, in ULP of fp32, over many elements: each library's
+/// error taken as uniform within its documented maximum (rms = maximum/√3) and independent of the
+/// other's, for an exp and a log each: √((2² + 1² + 1² + 1²)/3) = √(7/3). The normwise floor of the
+/// criterion for every element of an output (judge/differential.cpp compare_with_baseline).
+inline constexpr double kElementaryUlpsRms = 1.5275252316519468;
+/// The scale test's fewest elements: the baseline's spread is estimated from the output's own n
+/// errors, with a relative standard error of about 1/√(2n) — 25 % at n = 8, which the test's four
+/// standard deviations absorb; for fewer (a scalar: one draw, its spread its own size) the
+/// normwise test alone holds the output (|projection| ≤ normwise, by Cauchy–Schwarz).
+inline constexpr std::int64_t kScaleMinElements = 8;
 /// The scale test: a candidate whose error projected on the reference (ErrorProfile::scale, the
 /// s of an output off by a factor 1 + s) exceeds k·|the baseline's| + kScaleSigmas standard
 /// deviations of the baseline's + one rounding (u of the output format) is systematically off —
 /// a normaliser, a missing factor — even where every element is within its tolerance. 4, as the
-/// bias test's bias_sigmas. Outputs of at least kDifferentialMinElements elements.
+/// bias test's bias_sigmas. Outputs of at least kScaleMinElements elements.
 inline constexpr double kScaleSigmas = 4.0;
 /// `--explain`: a candidate at least this many times more accurate than a recipe's baseline on
 /// some output is not that recipe (the accuracy step the differential check must detect).

@@ -5,6 +5,7 @@
 
 #include "datasets/catalog.hpp"
 #include "numerics/loss_spec.hpp"
+#include "numerics/memory.hpp"
 #include "python/src/common.hpp"
 #include "reference/reference.hpp"
 
@@ -21,6 +22,7 @@ nb::dict reference(const DatasetInstance& ds, const LossSpec& spec, const std::s
   o.want_dz = want_dz;
   const bool linear = ds.problem.is_linear();
   o.want_dH = o.want_dW = o.want_db = linear && want_grads;
+  if (memory_budget > 0) MemoryBudget::from(memory_budget);  // beyond memory and swap: refused
   o.max_bytes = memory_budget;
   o.threads = threads;
   ReferenceResult r;

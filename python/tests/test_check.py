@@ -338,3 +338,16 @@ def test_a_memory_budget_below_the_estimate_is_refused_before_the_work(cache_dir
     with pytest.raises(ValueError, match=r"verify of .* against .* would hold an estimated"):
         xentlab.check(fn, problem=path, policy="fp32", memory_budget=golden)
     assert calls == [1]
+
+
+def test_a_memory_budget_beyond_the_machine_is_refused_by_every_entry_point(cache_dir):
+    """A budget beyond the machine's memory and swap (2**50 bytes: 1 PiB) is refused before any
+    work, by the reference as by check(); one outside int64 is refused naming the limit, not with
+    a binding's signature error."""
+    problem = xentlab.problem("calibrated", N=8, V=100, D=8)
+    with pytest.raises(ValueError, match=r"exceeds this machine's memory and swap"):
+        xentlab.reference(problem, memory_budget=2**50)
+    with pytest.raises(ValueError, match=r"exceeds this machine's memory and swap"):
+        xentlab.check(ce_fp32, problem="stories260k", cache_dir=cache_dir, memory_budget=2**50)
+    with pytest.raises(ValueError, match=r"memory_budget must be below 2\*\*63"):
+        xentlab.reference(problem, memory_budget=2**64)

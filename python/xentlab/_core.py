@@ -57,13 +57,15 @@ def _shown(v) -> str:
 
 def _int(name: str, v, minimum: Optional[int] = None, optional: bool = False) -> Optional[int]:
     """v as an int: TypeError for what is no integer (a bool, a float, a string), InputError below
-    minimum."""
+    minimum or outside int64."""
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name}: expected an integer, got {_shown(v)}")
     if minimum is not None and v < minimum:
         raise InputError(f"{name} must be an integer >= {minimum}, got {int(v)}")
+    if not -(2**63) <= v < 2**63:  # the library's integers are int64
+        raise InputError(f"{name} must be below 2**63, got {int(v)}")
     return int(v)
 
 

@@ -54,12 +54,12 @@ TEST(Judge, AssessedOutputsInAFixedOrder) {
 TEST(Judge, DeviceRunHeldToItsBaseline) {
   // A constant error e on ref = {1, 2, 3}: normwise e·√3/√14, and the limit against a baseline
   // of error b is 2·b·√3/√14 + the larger of (2 + 8)·2^-24·3/√14 (one ULP of fp32 and four for the
-  // elementary functions, at the largest reference) and δ + 2u·√min(1, δ/2u) with δ = 8·2^-24,
-  // 2u = 2^-23 (the four ULP on every element and the roundings they flip): (8 + 2)·2^-24.
+  // elementary functions, at the largest reference) and √(7/3) ULP of fp32 (2^-23: the elementary
+  // functions' root mean square difference on every element).
   const RunAssessment emulation = with_loss_error(0x1p-22);
   const double k = std::sqrt(3.0 / 14.0);
   const double limit =
-      2 * 0x1p-22 * k + std::max(10 * 0x1p-24 * 3 / std::sqrt(14.0), (8 + 2) * 0x1p-24);
+      2 * 0x1p-22 * k + std::max(10 * 0x1p-24 * 3 / std::sqrt(14.0), std::sqrt(7.0 / 3) * 0x1p-23);
   ASSERT_LT(0x1p-20 * k, limit);
   ASSERT_GT(0x1p-18 * k, limit);
   EXPECT_EQ(judge_against_emulation(with_loss_error(0x1p-20), {&emulation}, "r").disposition,
