@@ -50,8 +50,14 @@ std::int64_t parse_bytes(std::string_view text) {
         "memory size '{}': unknown unit '{}' (B, KiB, MiB, GiB, TiB, K, M, G, T, KB, MB, GB, "
         "TB){}",
         text, s.substr(i),
-        !unit.empty() && unit[0] == 'e' ? "; no exponents: write 1e9 bytes as 1GB or 1000000000"
-                                        : ""));
+        unit.size() > 1 && unit[0] == 'e' &&
+                std::all_of(unit.begin() + 1, unit.end(),
+                            [](char c) {
+                              return std::isdigit(static_cast<unsigned char>(c)) || c == '+' ||
+                                     c == '-';
+                            })
+            ? "; no exponents: write 1e9 bytes as 1GB or 1000000000"
+            : ""));
   double value = 0.0;
   try {
     value = std::stod(num);

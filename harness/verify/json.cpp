@@ -19,6 +19,8 @@ Json profile_json(const ErrorProfile& p) {
   j["rel_p99"] = real(p.rel_p99);
   j["rel_floor"] = real(p.rel_floor);
   j["bias"] = real(p.bias);
+  j["scale"] = real(p.scale);
+  j["scale_spread"] = real(p.scale_spread);
   j["max_ref"] = real(p.max_ref);
   j["norm_ref"] = real(p.norm_ref);
   j["ulp_dtype"] = std::string(to_string(p.ulp_dtype));
@@ -46,6 +48,10 @@ Json differential_json(const DifferentialResult& d) {
   j["limit_normwise"] = compared ? real(d.limit_normwise) : Json(nullptr);
   j["limit_rel_q"] = compared && d.quantile_compared ? real(d.limit_rel_q) : Json(nullptr);
   j["quantile_compared"] = d.quantile_compared;
+  // The scale test (docs/verify.md, "The criterion"): the candidate's projection is
+  // candidate.scale; null where it did not run (fewer than 8 elements).
+  j["limit_scale"] = compared && d.scale_compared ? real(d.limit_scale) : Json(nullptr);
+  j["scale_compared"] = d.scale_compared;
   return j;
 }
 

@@ -65,6 +65,26 @@ TEST(BenchBytes, ParsesUnits) {
     EXPECT_THROW(parse_bytes(bad), InputError) << bad;
 }
 
+// The exponent hint is for what reads as an exponent ("1e9", "1e+9"), not for an unknown unit that
+// starts with e ("8E", exbibytes, which the units do not include).
+TEST(BenchBytes, TheExponentHintOnlyForAnExponent) {
+  const auto message = [](const char* text) {
+    try {
+      parse_bytes(text);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  for (const char* exp : {"1e9", "1E9", "1e+9"})
+    EXPECT_NE(message(exp).find("no exponents"), std::string::npos) << message(exp);
+  for (const char* unit : {"8E", "8EiB", "8e"}) {
+    const std::string m = message(unit);
+    EXPECT_NE(m.find("unknown unit"), std::string::npos) << m;
+    EXPECT_EQ(m.find("no exponents"), std::string::npos) << m;
+  }
+}
+
 TEST(BenchBytes, BlanksOnlyAroundTheNumberAndOneBeforeTheUnit) {
   EXPECT_EQ(parse_bytes(" 4GiB\t"), std::int64_t{4} << 30);
   EXPECT_EQ(parse_bytes("4 GiB"), std::int64_t{4} << 30);
