@@ -23,14 +23,22 @@ std::string format_result(const SelftestResult& r) {
         e.golden, e.policy, e.expect_pass ? "pass" : "fail", e.verdict,
         e.deciding.empty() ? "-" : e.deciding, e.as_expected() ? "" : "UNEXPECTED: ", e.reason);
   const SelftestMatrix m = r.matrix();
+  const int correct = m.correct_passed + m.correct_inconclusive + m.correct_failed;
+  const int faults = m.faults_caught + m.faults_inconclusive + m.faults_missed;
   s += fmt::format(
-      "\nconfusion matrix          verdict passed   verdict failed\n"
-      "  correct candidates      {:>14}   {:>14}\n"
-      "  faulty candidates       {:>14}   {:>14}\n"
-      "correct candidates passed {} of {}; faults caught {} of {}\n",
-      m.correct_passed, m.correct_failed, m.faults_missed, m.faults_caught, m.correct_passed,
-      m.correct_passed + m.correct_failed, m.faults_caught, m.faults_caught + m.faults_missed);
-  if (m.faults_missed > 0) {
+      "\nconfusion matrix          verdict passed   verdict failed   inconclusive\n"
+      "  correct candidates      {:>14}   {:>14}   {:>12}\n"
+      "  faulty candidates       {:>14}   {:>14}   {:>12}\n"
+      "correct candidates passed {} of {}{}; faults caught {} of {}\n",
+      m.correct_passed, m.correct_failed, m.correct_inconclusive, m.faults_missed, m.faults_caught,
+      m.faults_inconclusive, m.correct_passed, correct,
+      m.correct_inconclusive > 0
+          ? fmt::format(" ({} inconclusive: their golden problem cannot tell the output from a "
+                        "wrong one, not a rejection)",
+                        m.correct_inconclusive)
+          : "",
+      m.faults_caught, faults);
+  if (m.faults_missed + m.faults_inconclusive > 0) {
     s += "missed faults:";
     for (const SelftestEntry& e : r.entries)
       if (e.fault && !e.as_expected()) s += fmt::format(" [{}]", e.name);
@@ -39,11 +47,12 @@ std::string format_result(const SelftestResult& r) {
   if (m.correct_failed > 0) {
     s += "correct candidates failed:";
     for (const SelftestEntry& e : r.entries)
-      if (!e.fault && !e.as_expected()) s += fmt::format(" [{} on {}]", e.name, e.golden);
+      if (!e.fault && !e.as_expected() && e.verdict != "inconclusive")
+        s += fmt::format(" [{} on {}]", e.name, e.golden);
     s += "\n";
   }
-  s += fmt::format("selftest   {}\n", r.ok() ? "PASSED: every fault caught, every correct "
-                                               "candidate passed"
+  s += fmt::format("selftest   {}\n", r.ok() ? "PASSED: every fault caught, no correct "
+                                               "candidate failed"
                                              : "FAILED");
   return s;
 }
@@ -57,8 +66,10 @@ void write_result_json(const std::string& path, bool force, const SelftestResult
   j["notes"] = r.notes;
   j["matrix"] = {{"correct_passed", m.correct_passed},
                  {"correct_failed", m.correct_failed},
+                 {"correct_inconclusive", m.correct_inconclusive},
                  {"faults_caught", m.faults_caught},
-                 {"faults_missed", m.faults_missed}};
+                 {"faults_missed", m.faults_missed},
+                 {"faults_inconclusive", m.faults_inconclusive}};
   j["passed"] = r.ok();
   nlohmann::json entries = nlohmann::json::array();
   for (const SelftestEntry& e : r.entries)

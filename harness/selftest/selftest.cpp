@@ -30,7 +30,9 @@ namespace fs = std::filesystem;
 SelftestMatrix SelftestResult::matrix() const {
   SelftestMatrix m;
   for (const SelftestEntry& e : entries) {
-    if (!e.fault)
+    if (e.verdict == "inconclusive")
+      (e.fault ? m.faults_inconclusive : m.correct_inconclusive)++;
+    else if (!e.fault)
       (e.as_expected() ? m.correct_passed : m.correct_failed)++;
     else
       (e.as_expected() ? m.faults_caught : m.faults_missed)++;
@@ -39,8 +41,10 @@ SelftestMatrix SelftestResult::matrix() const {
 }
 
 bool SelftestResult::ok() const {
+  // A correct candidate judged inconclusive is not rejected; a fault so judged is not caught.
   const SelftestMatrix m = matrix();
-  return m.correct_failed == 0 && m.faults_missed == 0 && !entries.empty();
+  return m.correct_failed == 0 && m.faults_missed == 0 && m.faults_inconclusive == 0 &&
+         !entries.empty();
 }
 
 namespace {
@@ -144,7 +148,8 @@ class Judge {
     const VerifyReport rep = verify_candidate(g_, path, pol, vo);
     std::error_code ec;
     fs::remove(path, ec);
-    e.verdict = rep.passed ? "passed" : "failed";
+    // verify's verdict word: passed, failed, inconclusive or not judged.
+    e.verdict = rep.verdict.empty() ? (rep.passed ? "passed" : "failed") : rep.verdict;
     e.reason = rep.reason;
     for (const OutputReport& o : rep.outputs)
       if (o.status != "passed" && o.status != "skipped") {

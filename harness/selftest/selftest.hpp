@@ -61,6 +61,9 @@ struct SelftestEntry {
 struct SelftestMatrix {
   int correct_passed = 0, correct_failed = 0;  ///< correct candidates ("error" counts as failed)
   int faults_caught = 0, faults_missed = 0;    ///< faulty candidates ("error" counts as missed)
+  /// Verdict inconclusive (the golden problem cannot tell the output from a wrong one:
+  /// docs/verify.md, "Verdicts"): for a correct candidate no rejection, for a fault not caught.
+  int correct_inconclusive = 0, faults_inconclusive = 0;
 };
 
 struct SelftestResult {

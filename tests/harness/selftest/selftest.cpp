@@ -88,9 +88,10 @@ void the_confusion_matrix_adds_up() {
   const SelftestMatrix m = result->matrix();
   int faults = 0, correct = 0;
   for (const SelftestEntry& e : result->entries) (e.fault ? faults : correct)++;
-  EXPECT_EQ(m.faults_caught + m.faults_missed, faults);
-  EXPECT_EQ(m.correct_passed + m.correct_failed, correct);
-  EXPECT_EQ(result->ok(), m.faults_missed == 0 && m.correct_failed == 0);
+  EXPECT_EQ(m.faults_caught + m.faults_missed + m.faults_inconclusive, faults);
+  EXPECT_EQ(m.correct_passed + m.correct_failed + m.correct_inconclusive, correct);
+  EXPECT_EQ(result->ok(),
+            m.faults_missed == 0 && m.faults_inconclusive == 0 && m.correct_failed == 0);
   const std::string text = format_result(*result);
   EXPECT_NE(text.find(fmt::format("faults caught {} of {}", m.faults_caught, faults)),
             std::string::npos)
