@@ -118,16 +118,11 @@ ErrorProfile error_profile(const double* out, const double* ref, std::int64_t n,
       p.ulp_hist[sz(b)] = static_cast<double>(hist[sz(b)]) / static_cast<double>(p.n);
     p.rel_max = *std::max_element(rel, rel + count);
     // Increasing quantiles, each selected among the elements above the previous one.
-    const std::array<double, 3> qs{0.5, kDifferentialQuantile, 0.99};
-    std::array<double, 3> val{};
+    static_assert(0.5 < kDifferentialQuantile && kDifferentialQuantile < 0.99);
     std::size_t from = 0;
-    std::array<std::size_t, 3> order{0, 1, 2};
-    std::sort(order.begin(), order.end(),
-              [&](std::size_t a, std::size_t b) { return qs[a] < qs[b]; });
-    for (const std::size_t j : order) val[j] = quantile_from(rel, sz(count), from, qs[j]);
-    p.rel_p50 = val[0];
-    p.rel_q = val[1];
-    p.rel_p99 = val[2];
+    p.rel_p50 = quantile_from(rel, sz(count), from, 0.5);
+    p.rel_q = quantile_from(rel, sz(count), from, kDifferentialQuantile);
+    p.rel_p99 = quantile_from(rel, sz(count), from, 0.99);
   }
   return p;
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "numerics/error.hpp"
 
@@ -21,18 +22,24 @@ long long read_number(const char* path) {
   return v;
 }
 
+// A field of /proc/meminfo ("MemAvailable", "SwapTotal") in bytes; -1 where it cannot be read.
+std::int64_t meminfo_bytes(const char* field) {
+  long long kb = -1;
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    const std::string pattern = std::string(field) + ": %lld kB";
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, pattern.c_str(), &kb) == 1) break;
+    std::fclose(f);
+  }
+  return kb >= 0 ? static_cast<std::int64_t>(kb) * 1024 : -1;
+}
+
 }  // namespace
 
 std::int64_t available_memory_bytes() {
-  std::int64_t avail = -1;
-  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    long long kb = -1;
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-    std::fclose(f);
-    if (kb > 0) avail = static_cast<std::int64_t>(kb) * 1024;
-  }
+  const std::int64_t meminfo = meminfo_bytes("MemAvailable");
+  std::int64_t avail = meminfo > 0 ? meminfo : -1;
   if (avail < 0) {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     avail = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : std::int64_t{8} << 30;
@@ -92,14 +99,7 @@ std::int64_t physical_memory_bytes() {
 }
 
 std::int64_t swap_bytes() {
-  long long kb = 0;
-  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "SwapTotal: %lld kB", &kb) == 1) break;
-    std::fclose(f);
-  }
-  std::int64_t swap = kb > 0 ? static_cast<std::int64_t>(kb) * 1024 : 0;
+  std::int64_t swap = std::max<std::int64_t>(meminfo_bytes("SwapTotal"), 0);
   const long long limit = read_number("/sys/fs/cgroup/memory.swap.max");  // -1: "max" or none
   if (limit >= 0) swap = std::min<std::int64_t>(swap, limit);
   return swap;

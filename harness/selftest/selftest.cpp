@@ -148,8 +148,7 @@ class Judge {
     const VerifyReport rep = verify_candidate(g_, path, pol, vo);
     std::error_code ec;
     fs::remove(path, ec);
-    // verify's verdict word: passed, failed, inconclusive or not judged.
-    e.verdict = rep.verdict.empty() ? (rep.passed ? "passed" : "failed") : rep.verdict;
+    e.verdict = rep.verdict;  // passed, failed, inconclusive or not judged
     e.reason = rep.reason;
     for (const OutputReport& o : rep.outputs)
       if (o.status != "passed" && o.status != "skipped") {
