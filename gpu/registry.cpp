@@ -24,10 +24,11 @@ std::unique_ptr<Strategy> make_tensor_core_model();  // gpu/emulation/naive.cpp
 }  // namespace emulation
 #ifdef XENTLAB_HAVE_CUDA
 namespace gpu {
-std::unique_ptr<Strategy> make_cuda_naive();         // gpu/cuda/naive.cu
-std::unique_ptr<Strategy> make_cuda_chunked();       // gpu/cuda/chunked.cu
-std::unique_ptr<Strategy> make_cuda_checkpointed();  // gpu/cuda/checkpointed.cu
-std::unique_ptr<Strategy> make_cuda_fused();         // gpu/cuda/fused/strategy.cu
+std::unique_ptr<Strategy> make_cuda_naive();             // gpu/cuda/naive.cu
+std::unique_ptr<Strategy> make_cuda_chunked();           // gpu/cuda/chunked.cu
+std::unique_ptr<Strategy> make_cuda_checkpointed();      // gpu/cuda/checkpointed.cu
+std::unique_ptr<Strategy> make_cuda_fused();             // gpu/cuda/fused/strategy.cu
+std::unique_ptr<Strategy> make_cuda_sequential_model();  // gpu/cuda/naive.cu
 }  // namespace gpu
 #define XL_CUDA_FACTORY(f) &gpu::f
 #else
@@ -111,12 +112,18 @@ std::unique_ptr<Strategy> make_strategy(Backend backend, std::string_view name) 
   return e == nullptr ? nullptr : make_entry(*e, backend);
 }
 
-std::vector<std::unique_ptr<Strategy>> make_baseline_models(const Recipe& r) {
+std::vector<std::unique_ptr<Strategy>> make_baseline_models(const Recipe& r, Backend backend) {
   // Both model orders of fp32 sums: under 16-bit accumulation the order is part of what the
   // recipe declares (a sequential fp16 sum over a long row is a recipe of its own, whose error the
   // a-priori bound and the lab's strategies' orders describe).
   std::vector<std::unique_ptr<Strategy>> m;
   if (r.accum != DType::fp32) return m;
+  if (backend == Backend::cuda) {
+#ifdef XENTLAB_HAVE_CUDA
+    m.push_back(gpu::make_cuda_sequential_model());
+#endif
+    return m;
+  }
   m.push_back(emulation::make_sequential_model());
   if (r.input == DType::bf16 || r.input == DType::fp16)
     m.push_back(emulation::make_tensor_core_model());

@@ -76,13 +76,16 @@ const StrategyTraits& strategy_traits(std::string_view name);
 std::vector<std::unique_ptr<Strategy>> make_strategies(Backend backend,
                                                        StrategySet set = StrategySet::default_set);
 /// Models of other correct implementations of recipe r, for the differential baseline only (they
-/// are not strategies of the table: the audit, the bench and `candidate` never run them), on the
-/// CPU emulation, for a recipe with fp32 accumulation: the naive strategy with every sum in
+/// are not strategies of the table: the audit, the bench and `candidate` never run them), for a
+/// recipe with fp32 accumulation. On the CPU emulation: the naive strategy with every sum in
 /// sequential order (the least accurate order in common use: a candidate summing exp over the
 /// vocabulary one term at a time), and — for 16-bit inputs, which GPUs run on tensor cores — with
-/// the logits GEMM accumulated as tensor cores do (gpu/emulation/common.hpp kTensorCoreBlock).
-/// None for 16-bit accumulation, whose order is part of the declared arithmetic.
-std::vector<std::unique_ptr<Strategy>> make_baseline_models(const Recipe& r);
+/// the logits GEMM accumulated as tensor cores do (gpu/emulation/common.hpp kTensorCoreBlock). On
+/// CUDA (when this build has it): the sequential-sum model on the GPU (gpu/cuda/naive.cu), the
+/// same order as the emulation's; no tensor-core model, as the CUDA strategies' GEMMs run on tensor
+/// cores themselves. None for 16-bit accumulation, whose order is part of the declared arithmetic.
+std::vector<std::unique_ptr<Strategy>> make_baseline_models(
+    const Recipe& r, Backend backend = Backend::cpu_emulation);
 /// The strategy `name` of the backend, or nullptr when it has none there.
 std::unique_ptr<Strategy> make_strategy(Backend backend, std::string_view name);
 /// The names of make_strategies(backend, set), in its order (empty when the backend is not built).

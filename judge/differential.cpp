@@ -173,10 +173,10 @@ BaselineSetup setup_baseline(const Golden& g, const Recipe& recipe, const Baseli
   if (opt.backends.empty()) throw InputError("the baseline needs at least one backend");
   for (const Backend be : opt.backends) {
     for (auto& s : make_strategies(be)) u.strategies.push_back(std::move(s));
-    // The emulated models of other correct implementations (sequential sums; tensor-core
-    // accumulation where the recipe runs on tensor cores): a candidate of either passes.
-    if (be == Backend::cpu_emulation)
-      for (auto& s : make_baseline_models(recipe)) u.strategies.push_back(std::move(s));
+    // The models of other correct implementations (sequential sums; on the emulation also
+    // tensor-core accumulation where the recipe runs on tensor cores): a candidate of either
+    // passes.
+    for (auto& s : make_baseline_models(recipe, be)) u.strategies.push_back(std::move(s));
   }
   const auto excluded = [&](const std::string& name) {
     return std::find(opt.exclude.begin(), opt.exclude.end(), name) != opt.exclude.end();
@@ -296,8 +296,10 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   const RunRequest req = baseline_request(g, recipe, u);
   for (const Strategy* st : runs) {
     if (opt.progress)
-      opt.progress(fmt::format("baseline: {} ({}) on {} token rows", st->name(),
-                               to_string(st->backend()), b.token_rows.size()));
+      opt.progress(fmt::format(
+          "baseline: {} ({}) on {} token rows (at {:.1f} s)", st->name(), to_string(st->backend()),
+          b.token_rows.size(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
     StrategyOutputs o;
     try {
       if (st->backend() == Backend::cpu_emulation) {
@@ -330,6 +332,7 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   }
   b.status = "ok";
   b.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (opt.progress) opt.progress(fmt::format("baseline: done in {:.1f} s", b.seconds));
   return b;
 }
 

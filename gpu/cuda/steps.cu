@@ -484,7 +484,7 @@ StrategyOutputs CudaStrategy::run(const RunRequest& req) const {
 
   DeviceMemoryTracker mem;
   OwnedStream stream;
-  Blas blas(mem, stream.s);
+  Blas blas(mem, stream.s, gemm_order());
   DeviceContext ctx{mem, blas, stream.s};
 
   auto upload = [&](const void* src, std::int64_t bytes, const char* what) {

@@ -260,6 +260,9 @@ class CudaStrategy : public Strategy {
   /// Forward and (when r.want_grads) backward on device-resident tensors, on c.stream.
   /// Throws InputError (does not fit, bad sizes) or DeviceError.
   virtual void forward_backward(const DeviceRun& r, const DeviceContext& c) const = 0;
+  /// How run()'s GEMMs sum (gemm.cuh GemmOrder): cuBLAS for every strategy; the sequential-sum
+  /// model overrides it.
+  virtual GemmOrder gemm_order() const { return GemmOrder::cublas; }
 
  protected:
   virtual Status check_specific(const Problem& p, const LossSpec& s, const Recipe& r) const;

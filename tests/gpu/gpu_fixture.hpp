@@ -22,7 +22,8 @@
 // The tests, by subject: recipes.cpp (recipes and loss options × strategies), cases.cpp (the
 // known-hard cases), determinism.cpp (repeat runs), chunked.cpp (chunked = checkpointed = naive),
 // refusals.cpp, indexing.cpp (N·V > 2^31), fused.cpp (the fused strategy), paths.cpp (fused's two
-// kernel paths, repeat runs, 64-bit offsets), vocab_parallel.cpp (NCCL).
+// kernel paths, repeat runs, 64-bit offsets), vocab_parallel.cpp (NCCL), baseline_models.cpp (the
+// CUDA sequential-sum model of the differential baseline against its emulation).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -137,9 +138,11 @@ inline std::unique_ptr<Strategy> emulated_twin(const std::string& strategy) {
 /// either (the recipe itself leaves the bound's validity: 16-bit lse at large offsets, outputs in
 /// the subnormal range), the GPU is held to the emulation baseline and the finiteness rule only,
 /// and the test log says so.
-/// `ranks`: RunRequest::ranks (vocab_parallel; the other strategies ignore it).
+/// `ranks`: RunRequest::ranks (vocab_parallel; the other strategies ignore it). `twin`: the CPU
+/// emulation to compare with when s is not a strategy of the table (a baseline model); null: s's
+/// registry row's.
 inline void check_run(const Case& c, const ReferenceResult& ref, const Strategy& s, const Recipe& r,
-                      std::int64_t chunk, int ranks = 0) {
+                      std::int64_t chunk, int ranks = 0, const Strategy* twin = nullptr) {
   const std::string ctx =
       describe(c, r, s.name(), chunk) + (ranks > 0 ? " ranks " + std::to_string(ranks) : "");
   const Status st = s.can_implement(c.pb, c.spec, r);
@@ -161,7 +164,9 @@ inline void check_run(const Case& c, const ReferenceResult& ref, const Strategy&
   const StrategyOutputs out = s.run(req);
   // A strategy that does not chunk tokens accumulates dW in fp32 over all of them (one "chunk"
   // for the bounds).
-  const std::int64_t n_chunks = chunks_tokens(s.name()) ? (c.pb.N + chunk - 1) / chunk : 1;
+  // (A baseline model is no row of the table: it does not chunk.)
+  const bool chunks = find_strategy_entry(s.name()) != nullptr && chunks_tokens(s.name());
+  const std::int64_t n_chunks = chunks ? (c.pb.N + chunk - 1) / chunk : 1;
   const Policy policy = policy_by_name("default");
   RunAssessment a;
   try {
@@ -172,8 +177,9 @@ inline void check_run(const Case& c, const ReferenceResult& ref, const Strategy&
   }
 
   // Baseline: the CPU emulation of the same strategy and recipe (same chunking).
-  const auto emu = emulated_twin(s.name());
-  const bool have_emu = emu && emu->can_implement(c.pb, c.spec, r).ok();
+  const auto own_twin = twin == nullptr ? emulated_twin(s.name()) : nullptr;
+  const Strategy* emu = twin != nullptr ? twin : own_twin.get();
+  const bool have_emu = emu != nullptr && emu->can_implement(c.pb, c.spec, r).ok();
   RunAssessment ea;
   if (have_emu) {
     try {

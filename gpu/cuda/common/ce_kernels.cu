@@ -148,7 +148,15 @@ __device__ __forceinline__ void ce_row(L* zr, std::int64_t row, const std::int64
 
   // Pass 2: sum-exp (and Σx for label smoothing) in the accumulator dtype, contract order.
   float s = 0.0f, sx = 0.0f;
-  if (m != -INFINITY) {
+  if (m != -INFINITY && p.sequential_sums) {
+    if (tid == 0)
+      for (std::int64_t j = 0; j < V; ++j) {
+        float th;
+        const float x = xform<Plain>(to_f(zr[j]), p, th);
+        s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
+        if (!Plain && p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
+      }
+  } else if (m != -INFINITY) {
     for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kStride) {
       float v[kGroup];
       load8(zr, j0, V, aligned, v);

@@ -46,6 +46,10 @@ struct RowLossParams {
   float two_lambda = 0.0f;     ///< fp32(2λ)
   bool zloss = false;          ///< λ > 0
   DType accum = DType::fp32;   ///< accumulator dtype A
+  /// The sequential-sum model (gpu/cuda/naive.cu): launch_ce_rows forms s and Σx by one
+  /// sequential sum over the row in increasing j (thread 0 alone; the tree then adds exact zeros),
+  /// each add rounded to A, instead of the 256 per-thread partials and their tree.
+  bool sequential_sums = false;
   /// Tests only: launch_ce_rows takes its general per-element path even where the plain one
   /// (scale 1, no softcap, smoothing or z-loss) applies. Both give the same bits by construction.
   bool general_path = false;

@@ -5,6 +5,7 @@
 
 #include "gpu/cuda/common/cuda_check.hpp"
 #include "gpu/cuda/common/gemm.cuh"
+#include "gpu/cuda/common/sequential_gemm.cuh"
 
 namespace xentlab::gpu {
 namespace {
@@ -130,7 +131,8 @@ void gemm(const Blas& b, cublasOperation_t ta, cublasOperation_t tb, std::int64_
 
 }  // namespace
 
-Blas::Blas(DeviceMemoryTracker& mem, cudaStream_t stream) : mem_(&mem), stream_(stream) {
+Blas::Blas(DeviceMemoryTracker& mem, cudaStream_t stream, GemmOrder order)
+    : mem_(&mem), stream_(stream), order_(order) {
   int dev = 0, major = 0, minor = 0;
   XL_CUDA_CHECK(cudaGetDevice(&dev));
   XL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -184,6 +186,10 @@ bool gemm_output_direct(DType operands, DType out) {
 
 void gemm_logits(const Blas& b, DType in, const void* H, const void* W, std::int64_t rows,
                  std::int64_t V, std::int64_t D, DType out, void* logits) {
+  if (b.order() == GemmOrder::sequential) {
+    sequential_gemm(in, {H, D, 1}, {W, 1, D}, rows, V, D, out, logits, V, false, b.stream());
+    return;
+  }
   // logitsᵀ (V, rows) = W (V, D) · Hᵀ (D, rows): A = W col-major (D, V) transposed, B = H (D,
   // rows).
   gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, V, rows, D, W, D, H, D, in, 0.0f, logits, V, out,
@@ -192,6 +198,10 @@ void gemm_logits(const Blas& b, DType in, const void* H, const void* W, std::int
 
 void gemm_dH(const Blas& b, DType op, const void* dz, const void* W, std::int64_t rows,
              std::int64_t V, std::int64_t D, DType out, void* dH) {
+  if (b.order() == GemmOrder::sequential) {
+    sequential_gemm(op, {dz, V, 1}, {W, D, 1}, rows, D, V, out, dH, D, false, b.stream());
+    return;
+  }
   // dHᵀ (D, rows) = Wᵀ (D, V) · dzᵀ (V, rows).
   gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, D, rows, V, W, D, dz, V, op, 0.0f, dH, D, out,
        CUBLASLT_MATMUL_TILE_128x256);
@@ -199,6 +209,10 @@ void gemm_dH(const Blas& b, DType op, const void* dz, const void* W, std::int64_
 
 void gemm_dW(const Blas& b, DType op, const void* dz, const void* H, std::int64_t rows,
              std::int64_t V, std::int64_t D, DType out, void* dW, float beta) {
+  if (b.order() == GemmOrder::sequential) {
+    sequential_gemm(op, {dz, 1, V}, {H, D, 1}, V, D, rows, out, dW, D, beta != 0.0f, b.stream());
+    return;
+  }
   // dWᵀ (D, V) = Hᵀ (D, rows) · dz (rows, V); dz col-major is (V, rows), so op T.
   gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, D, V, rows, H, D, dz, V, op, beta, dW, D, out,
        CUBLASLT_MATMUL_TILE_128x160);

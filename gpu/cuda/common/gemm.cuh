@@ -39,10 +39,15 @@ namespace xentlab::gpu {
 /// Bytes of cuBLAS workspace every strategy sets (32 MiB, NVIDIA's advice for Hopper).
 constexpr std::int64_t kCublasWorkspaceBytes = std::int64_t{32} << 20;
 
+/// How the GEMMs of a Blas sum their products: cuBLAS's kernels (the strategies), or one fp32 sum
+/// per output element in increasing k (the sequential-sum model of the differential baseline:
+/// gpu/cuda/common/sequential_gemm.cuh), which never touches cuBLAS.
+enum class GemmOrder : std::uint8_t { cublas, sequential };
+
 /// A cuBLAS handle bound to a stream, with its workspace taken from the tracker (extra memory).
 class Blas {
  public:
-  Blas(DeviceMemoryTracker& mem, cudaStream_t stream);
+  Blas(DeviceMemoryTracker& mem, cudaStream_t stream, GemmOrder order = GemmOrder::cublas);
   ~Blas();
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
@@ -54,6 +59,7 @@ class Blas {
   cudaStream_t stream() const { return stream_; }
   /// True on a device of compute capability 9.0 (where the preferred tiles were measured).
   bool sm90() const { return sm90_; }
+  GemmOrder order() const { return order_; }
 
   /// Shapes, transposes, leading dimensions, dtypes and preferred tile of one GEMM.
   using AlgoKey = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
@@ -72,6 +78,7 @@ class Blas {
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_ = nullptr;
   bool sm90_ = false;
+  GemmOrder order_ = GemmOrder::cublas;
   mutable DeviceBuffer workspace_;
 };
 
@@ -95,7 +102,8 @@ void gemm_dH(const Blas& b, DType op, const void* dz /* (rows, V) */, const void
              void* dH /* (rows, D) */);
 
 /// dW (V, D) = beta·dW + dzᵀ · H, dz (rows, V), H (rows, D); operands in `op`, dW in `out`;
-/// beta ∈ {0, 1} (1: accumulate in the output dtype, one rounding per call).
+/// beta ∈ {0, 1} (1: accumulate in the output dtype, one rounding per call; GemmOrder::sequential:
+/// the sum continues from dW's value, fp32 only).
 void gemm_dW(const Blas& b, DType op, const void* dz /* (rows, V) */, const void* H /* (rows, D) */,
              std::int64_t rows, std::int64_t V, std::int64_t D, DType out, void* dW /* (V, D) */,
              float beta);
