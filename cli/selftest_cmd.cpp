@@ -8,6 +8,7 @@
 #include "datasets/io/atomic_file.hpp"
 #include "gpu/registry.hpp"
 #include "harness/selftest/selftest.hpp"
+#include "judge/differential.hpp"
 #include "numerics/error.hpp"
 
 namespace xentlab::cli {
@@ -15,7 +16,7 @@ namespace {
 
 struct SelftestArgs {
   selftest::SelftestOptions opt;
-  std::string backend = "cpu", json;
+  std::string backend = "cpu", baseline_backend = "cpu", json;
   bool force = false, quiet = false;
   CLI::Option *o_dataset = nullptr, *o_N = nullptr, *o_V = nullptr, *o_D = nullptr;
 };
@@ -32,6 +33,7 @@ int run_selftest_cmd(SelftestArgs& a) {
   if (a.backend != "cpu" && !cuda_backend_built())
     throw InputError(
         fmt::format("--backend {}: this build of xentlab has no CUDA backend", a.backend));
+  a.opt.baseline_backends = baseline_backends(a.baseline_backend, true, "--baseline-backend");
   // Another dataset than the default takes its own shape where none is given.
   if (a.o_dataset->count())
     for (auto [o, v] : {std::pair{a.o_N, &a.opt.N}, {a.o_V, &a.opt.V}, {a.o_D, &a.opt.D}})
@@ -76,6 +78,11 @@ void register_selftest(CLI::App& app) {
   c->add_option("--backend", a->backend,
                 "whose strategies make the strategy candidates: cpu (the emulation), cuda (the "
                 "kernels; none without a GPU, said in the report), or all")
+      ->capture_default_str();
+  c->add_option("--baseline-backend", a->baseline_backend,
+                "whose strategies make verify's differential baseline, as verify's option: cpu "
+                "(the emulation, the default), cuda (the CUDA kernels and sequential-sum model: "
+                "the Llama-3 head at thousands of tokens), all, auto")
       ->capture_default_str();
   c->add_option("--workdir", a->opt.workdir,
                 "keep the golden files here (an existing folder; default: a temporary folder, "

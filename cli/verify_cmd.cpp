@@ -5,6 +5,7 @@
 // report cannot be written after the work.
 #include <fmt/core.h>
 
+#include <chrono>
 #include <cstdio>
 
 #include "cli/commands.hpp"
@@ -36,6 +37,7 @@ struct VerifyArgs {
 
 int run_verify(const VerifyArgs& a) {
   const std::string started = json_report::utc_now();
+  const auto t0 = std::chrono::steady_clock::now();
   // Every option is checked before any file is read.
   const bool explicit_tol = a.o_atol->count() > 0 || a.o_rtol->count() > 0;
   if (a.o_atol->count()) check_tolerance_number("--atol", a.atol, true);
@@ -117,6 +119,8 @@ int run_verify(const VerifyArgs& a) {
   // verify's estimate is checked by verify_candidate before any output is judged.
   check_golden_read_memory(a.golden, options.memory_budget, "verify");
   const Golden g = read_golden(a.golden);
+  fmt::print(stderr, "read {} in {:.1f} s\n", a.golden,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (const std::string w = golden_checksum_warning(g); !w.empty())
     fmt::print(stderr, "xentlab: warning: {}\n", w);
   VerifyPolicy pol;

@@ -19,6 +19,7 @@ packages=(
   build-essential cmake pkg-config
   libboost-dev          # Boost.Multiprecision (header-only cpp_bin_float: the oracle)
   libhdf5-dev           # HDF5 C API: golden, candidate and results files
+  libssl-dev            # OpenSSL's libcrypto: the SHA-256 digests of those files' datasets
   libgtest-dev          # GoogleTest
   libbenchmark-dev      # Google Benchmark
   libomp-dev            # OpenMP runtime (GCC uses libgomp; kept for clang builds)

@@ -1,12 +1,14 @@
-// SHA-256 after FIPS 180-4 §6.2, streaming in 64-byte blocks.
+// SHA-256 through OpenSSL's EVP interface (libcrypto), which uses the CPU's SHA extensions where
+// present: measured 1.6 GB/s against 0.19 GB/s of a portable C++ implementation on the same core,
+// the difference between seconds and a minute for the 10 GB of a golden file of the Llama-3-8B
+// head (docs/benchmarks.md).
 #include "datasets/io/sha256.hpp"
 
 #include <fmt/format.h>
+#include <openssl/evp.h>
 
-#include <algorithm>
-#include <cstdint>
-#include <cstring>
 #include <fstream>
+#include <memory>
 #include <vector>
 
 #include "numerics/error.hpp"
@@ -14,100 +16,37 @@
 namespace xentlab {
 namespace {
 
-constexpr std::uint32_t kK[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-std::uint32_t rotr(std::uint32_t x, int n) {
-  return (x >> n) | (x << (32 - n));
-}
-
+// An EVP digest context for SHA-256, freed at scope exit.
 class Sha256 {
  public:
-  void update(const unsigned char* p, std::size_t n) {
-    bytes_ += n;
-    while (n > 0) {
-      const std::size_t k = std::min(n, sizeof buf_ - fill_);
-      std::memcpy(buf_ + fill_, p, k);
-      fill_ += k;
-      p += k;
-      n -= k;
-      if (fill_ == sizeof buf_) {
-        block(buf_);
-        fill_ = 0;
-      }
-    }
+  Sha256() : ctx_(EVP_MD_CTX_new(), &EVP_MD_CTX_free) {
+    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
+      throw std::runtime_error("OpenSSL: cannot initialise a SHA-256 digest");
   }
-
+  void update(const void* data, std::size_t n) {
+    if (n > 0 && EVP_DigestUpdate(ctx_.get(), data, n) != 1)
+      throw std::runtime_error("OpenSSL: SHA-256 update failed");
+  }
   std::string hex() {
-    // Padding: 0x80, zeros up to 56 mod 64, then the message length in bits, big-endian.
-    const std::uint64_t bits = bytes_ * 8;
-    const unsigned char one = 0x80, zero = 0;
-    update(&one, 1);
-    while (fill_ != 56) update(&zero, 1);
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(bits >> (56 - 8 * i));
-    update(len, 8);
-    std::string s;
-    for (std::uint32_t v : h_) s += fmt::format("{:08x}", v);
-    return s;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_DigestFinal_ex(ctx_.get(), md, &len) != 1 || len != 32)
+      throw std::runtime_error("OpenSSL: SHA-256 final failed");
+    std::string out;
+    out.reserve(64);
+    for (unsigned int i = 0; i < len; ++i) out += fmt::format("{:02x}", md[i]);
+    return out;
   }
 
  private:
-  void block(const unsigned char* p) {
-    std::uint32_t w[64];
-    for (int t = 0; t < 16; ++t)
-      w[t] = std::uint32_t{p[4 * t]} << 24 | std::uint32_t{p[4 * t + 1]} << 16 |
-             std::uint32_t{p[4 * t + 2]} << 8 | std::uint32_t{p[4 * t + 3]};
-    for (int t = 16; t < 64; ++t) {
-      const std::uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
-      const std::uint32_t s1 = rotr(w[t - 2], 17) ^ rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
-      w[t] = w[t - 16] + s0 + w[t - 7] + s1;
-    }
-    std::uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6],
-                  h = h_[7];
-    for (int t = 0; t < 64; ++t) {
-      const std::uint32_t t1 =
-          h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[t] + w[t];
-      const std::uint32_t t2 =
-          (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-      h = g;
-      g = f;
-      f = e;
-      e = d + t1;
-      d = c;
-      c = b;
-      b = a;
-      a = t1 + t2;
-    }
-    h_[0] += a;
-    h_[1] += b;
-    h_[2] += c;
-    h_[3] += d;
-    h_[4] += e;
-    h_[5] += f;
-    h_[6] += g;
-    h_[7] += h;
-  }
-
-  std::uint32_t h_[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                         0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  unsigned char buf_[64] = {};
-  std::size_t fill_ = 0;
-  std::uint64_t bytes_ = 0;
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_;
 };
 
 }  // namespace
 
 std::string sha256_hex(const void* data, std::size_t n) {
   Sha256 s;
-  s.update(static_cast<const unsigned char*>(data), n);
+  s.update(data, n);
   return s.hex();
 }
 
@@ -115,11 +54,10 @@ std::string sha256_file_hex(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(fmt::format("{}: cannot open to compute its SHA-256", path));
   Sha256 s;
-  std::vector<char> buf(1 << 16);
+  std::vector<char> buf(1 << 20);
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    s.update(reinterpret_cast<const unsigned char*>(buf.data()),
-             static_cast<std::size_t>(in.gcount()));
+    s.update(buf.data(), static_cast<std::size_t>(in.gcount()));
   }
   if (in.bad()) throw InputError(fmt::format("{}: read error while computing its SHA-256", path));
   return s.hex();

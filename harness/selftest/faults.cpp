@@ -170,14 +170,16 @@ Outputs dW_rows_rotated(const Golden& g) {
   return o;
 }
 
-// The first registered strategy with an emulation, in the recipe of the bf16 policy (input/bf16/
-// fp32/bf16): a correct candidate of that policy, as verify's differential baseline runs it.
+// The first registered strategy of candidate_backend(g), in the recipe of the bf16 policy
+// (input/bf16/fp32/bf16): a correct candidate of that policy, as verify's differential baseline
+// runs it.
 Outputs bf16_strategy(const Golden& g) {
   const DType in = g.problem.input_dtype();
   const Recipe r = *policy_recipe(make_verify_policy("bf16"), in);
+  const Backend b = candidate_backend(g);
   for (const StrategyEntry& e : strategy_table())
-    if (e.emulated) return run_strategy_candidate(g, *e.emulated(), r).outputs;
-  throw InputError("no strategy of the registry has a CPU emulation");
+    if (auto st = make_strategy(b, e.name)) return run_strategy_candidate(g, *st, r).outputs;
+  throw InputError(fmt::format("no strategy of the registry runs on {}", to_string(b)));
 }
 Outputs dW_09_bf16(const Golden& g) {
   Outputs o = bf16_strategy(g);
@@ -201,6 +203,15 @@ Outputs sequential_fp32(const Golden& g) {
   return model_candidate(g, k);
 }
 Outputs sequential_fp32_lse_minus_target(const Golden& g) {
+  // Beyond the model's work limit (minutes of CPU), the CUDA sequential-sum model in the fp32
+  // policy's recipe: the same sequential orders, loss = lse − x_t (gpu/cuda/naive.cu).
+  if (static_cast<double>(g.N) * static_cast<double>(g.V) * static_cast<double>(g.D) >
+      kSequentialWork) {
+    const Recipe r = *policy_recipe(make_verify_policy("fp32"), g.problem.input_dtype());
+    const auto models = make_baseline_models(r, Backend::cuda);
+    if (models.empty()) throw InputError("this build has no CUDA sequential-sum model");
+    return run_strategy_candidate(g, *models.front(), r).outputs;
+  }
   ModelKnobs k;
   k.fp32_sequential = true;
   k.loss_as_lse_minus_target = true;
@@ -218,6 +229,12 @@ Outputs bf16_loss(const Golden& g) {
 }
 
 }  // namespace
+
+Backend candidate_backend(const Golden& g) {
+  const double work =
+      static_cast<double>(g.N) * static_cast<double>(g.V) * static_cast<double>(g.D);
+  return work > kEmulationWork && cuda_device_available() ? Backend::cuda : Backend::cpu_emulation;
+}
 
 Outputs fp32_reference(const Golden& g) {
   if (g.partial || g.J != g.V)
@@ -241,8 +258,9 @@ std::vector<MadeCandidate> correct_candidates() {
        "fp32", false, all, sequential_fp32, kSequentialWork},
       {"fp32 sequential, lse − z_t",
        "the fp32 sequential candidate with the loss as lse − z_t (numpy's logsumexp(z) − z[t]) "
-       "instead of (max − z_t) + log Σ exp(z − max)",
-       "fp32", false, all, sequential_fp32_lse_minus_target, kSequentialWork},
+       "instead of (max − z_t) + log Σ exp(z − max); above N·V·D = 2^36 the CUDA sequential-sum "
+       "model in the fp32 policy's recipe (the same orders)",
+       "fp32", false, all, sequential_fp32_lse_minus_target, kSequentialWork, true},
       {"bf16 loss",
        "the fp32 reference with loss, lse and reduced_loss stored in bf16 (PyTorch's bf16 "
        "F.cross_entropy)",

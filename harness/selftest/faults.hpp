@@ -9,6 +9,7 @@
 
 #include "datasets/formats/golden.hpp"
 #include "datasets/tensor.hpp"
+#include "gpu/strategy.hpp"
 
 namespace xentlab::selftest {
 
@@ -31,11 +32,24 @@ struct MadeCandidate {
   std::vector<GoldenKind> goldens;  ///< the golden files it is judged on
   std::function<Outputs(const Golden&)> make;
   double max_work = 0;  ///< the largest N·V·D it is made for (0: any); left out, noted, above
+  /// Above max_work it is made on the GPU instead (the CUDA sequential-sum model), where one is
+  /// present; left out, noted, without one.
+  bool gpu_above_max_work = false;
 };
 
+/// The largest N·V·D of a strategy candidate on the CPU emulation: 32× the default problem's 2^23,
+/// about ten seconds per candidate on two cores. Above it strategy candidates run on CUDA only.
+inline constexpr double kEmulationWork = 0x1p28;
+
+/// Where the selftest runs a strategy to make a candidate of golden g: the CPU emulation up to
+/// kEmulationWork, above it the CUDA kernels where this build and machine have them (the emulation
+/// would take hours at the Llama-3 head), else the emulation.
+Backend candidate_backend(const Golden& g);
+
 /// The correct candidates: the reference rounded to fp32 (policy fp32), an fp32 implementation
-/// with sequential sums in two orders of the loss (policy fp32), and the fp32 candidate with loss,
-/// lse and reduced_loss rounded to bf16 (policy bf16), on every golden file.
+/// with sequential sums in two orders of the loss (policy fp32; above kSequentialWork the lse − z_t
+/// order is the CUDA sequential-sum model's, on a GPU), and the fp32 candidate with loss, lse and
+/// reduced_loss rounded to bf16 (policy bf16), on every golden file.
 std::vector<MadeCandidate> correct_candidates();
 /// The faults, each from the fp32 candidate (policy fp32), on the golden whose spec it needs; and
 /// three of them from a correct candidate of the bf16 policy (a strategy in its recipe).

@@ -30,6 +30,11 @@ struct SelftestOptions {
   /// Whose strategies make the strategy candidates: the CPU emulation, and/or the CUDA kernels
   /// (skipped, with the reason in the report, where this build or machine has no GPU).
   std::vector<Backend> backends{Backend::cpu_emulation};
+  /// Whose strategies and models make verify's differential baseline (judge/differential.hpp
+  /// BaselineOptions::backends): the CPU emulation (the default: the same verdicts on every
+  /// machine), or the CUDA kernels and the CUDA sequential-sum model, which take the Llama-3 head
+  /// at thousands of tokens in seconds where the emulation takes hours.
+  std::vector<Backend> baseline_backends{Backend::cpu_emulation};
   /// Where the golden and candidate files go; empty: a fresh temporary folder, removed at the end.
   std::string workdir;
   /// Hears one line per step of long work (a golden file written, a candidate judged).

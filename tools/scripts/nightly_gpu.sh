@@ -15,12 +15,16 @@
 #    emulation (OUTDIR/audit-cpu.h5, run beside the tests and the GPU audit: it needs no GPU) and
 #    `xentlab fidelity` of the two (OUTDIR/fidelity.txt:
 #    where the emulation does not model the GPU within 2×; reported, not failing);
-# 4. with BASELINE.h5 (a previous OUTDIR/audit.h5): xentlab regress BASELINE.h5 OUTDIR/audit.h5
+# 4. runs `xentlab selftest` at the Llama-3-8B head (SELFTEST_TOKENS tokens, 8192; 0 skips it):
+#    every fault of the catalogue caught, no correct candidate failed, candidates and the
+#    differential baseline on the GPU (OUTDIR/selftest.txt, OUTDIR/selftest.json);
+# 5. with BASELINE.h5 (a previous OUTDIR/audit.h5): xentlab regress BASELINE.h5 OUTDIR/audit.h5
 #    (the embedded set's runs; the 128K audit's are not compared with a baseline).
 #    A baseline from before the Llama-3-8B head was audited in bf16 only holds its fp16 and fp32
 #    runs as passed, now not supported: regress reports them; refresh the baseline.
 # Exit status: non-zero when a test failed, a run was incorrect or failed, or a regression was found.
 # Environment: BUILD_DIR (build-nightly), JOBS (nproc), ROWS_128K (sub-batch rows, 8),
+# SELFTEST_TOKENS (8192; 0 = no selftest),
 # VOCAB_ROWS_128K (vocabulary rows of its dW, 256; 0 = all),
 # RECIPES_128K (recipes of the 128K audit), AUDIT_ARGS (extra options of the embedded audit),
 # AUDIT_TIMEOUT (seconds per audit step, 0 = none), SKIP_TESTS=1 (skip step 2), NO_GPU_CHECK=1
@@ -114,6 +118,16 @@ timeout "$limit" "$build/cli/xentlab" audit --backend cuda --dataset llama3-8b -
   --out "$out/audit-128k.h5" --force >"$out/audit-128k.txt" 2>&1 || status=1
 grep -E '^runs:' "$out/audit-128k.txt" | tee -a "$out/summary.txt"
 echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
+
+if [ "${SELFTEST_TOKENS:-8192}" != 0 ]; then
+  step "selftest: proof by mutation at the Llama-3-8B head (N=${SELFTEST_TOKENS:-8192}, full dW), candidates and baseline on the GPU"
+  timeout "$limit" "$build/cli/xentlab" selftest --backend cuda --baseline-backend cuda \
+    --dataset llama3-8b --tokens "${SELFTEST_TOKENS:-8192}" --json "$out/selftest.json" --force \
+    >"$out/selftest.txt" 2>&1 || status=1
+  grep -E '^(correct candidates passed|missed faults|correct candidates failed|selftest )' \
+    "$out/selftest.txt" | tee -a "$out/summary.txt"
+  echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
+fi
 
 step "fidelity: the CPU emulation of the same set against the GPU runs (reported, not failing)"
 wait "$cpu_audit" &&
