@@ -93,6 +93,11 @@ StrategyOutputs rows_of(StrategyOutputs o, const std::vector<std::int64_t>& rows
   const auto cut = [](auto& v, const std::vector<std::int64_t>& keep, std::int64_t count,
                       std::int64_t width) {
     if (static_cast<std::int64_t>(v.size()) != count * width) return;
+    // Every row in order (the whole golden problem): nothing to cut, nothing copied.
+    bool all = static_cast<std::int64_t>(keep.size()) == count;
+    for (std::size_t i = 0; all && i < keep.size(); ++i)
+      all = keep[i] == static_cast<std::int64_t>(i);
+    if (all) return;
     std::remove_reference_t<decltype(v)> r;
     r.reserve(keep.size() * static_cast<std::size_t>(width));
     for (const std::int64_t i : keep)
@@ -111,26 +116,53 @@ StrategyOutputs rows_of(StrategyOutputs o, const std::vector<std::int64_t>& rows
   return o;
 }
 
+// A reference the baseline is compared with: the golden file's own values (all rows: not
+// copied, dW is 4 GB at the Llama-3-8B head) or the sampled rows' copy.
+struct RefValues {
+  const std::vector<double>* whole = nullptr;
+  std::vector<double> picked;
+  const std::vector<double>& values() const { return whole != nullptr ? *whole : picked; }
+};
+RefValues ref_of(const std::vector<double>& full, std::int64_t cols,
+                 const std::vector<std::int64_t>& pos, bool all) {
+  RefValues r;
+  if (all)
+    r.whole = &full;
+  else
+    r.picked = pick(full, cols, pos);
+  return r;
+}
+
 // Adds strategy st's outputs o to the baseline's profiles: per output the largest error over the
 // strategies (the profile of the largest normwise error, with the largest quantiles).
 void add_profiles(Baseline& b, const Strategy& st, const StrategyOutputs& o,
-                  const std::vector<std::pair<std::string, std::vector<double>>>& refs) {
-  for (const auto& [name, ref] : refs) {
-    std::vector<double> out;
-    if (name == "loss") out = o.loss;
-    if (name == "lse") out = o.lse;
-    if (name == "dH") out.assign(o.dH.begin(), o.dH.end());
-    if (name == "dz") out.assign(o.dz.begin(), o.dz.end());
-    if (name == "reduced_loss") out = {o.reduced_loss};
-    if (name == "dW") out.assign(o.dW.begin(), o.dW.end());
-    if (name == "db") out = o.db;
-    if (out.empty()) continue;     // not produced (db without a bias)
-    if (out.size() != ref.size())  // never dropped without a word: a baseline of fewer runs
+                  const std::vector<std::pair<std::string, RefValues>>& refs) {
+  for (const auto& [name, rv] : refs) {
+    const std::vector<double>& ref = rv.values();
+    // The run's values of the output, in place (dW is 4 GB at the Llama-3-8B head: not copied).
+    const double* out = nullptr;
+    std::size_t n = 0;
+    const auto view = [&](const auto& v) {
+      out = v.data();
+      n = v.size();
+    };
+    if (name == "loss") view(o.loss);
+    if (name == "lse") view(o.lse);
+    if (name == "dH") view(o.dH);
+    if (name == "dz") view(o.dz);
+    if (name == "reduced_loss") {
+      out = &o.reduced_loss;
+      n = 1;
+    }
+    if (name == "dW") view(o.dW);
+    if (name == "db") view(o.db);
+    if (n == 0) continue;  // not produced (db without a bias)
+    if (n != ref.size())   // never dropped without a word: a baseline of fewer runs
       throw std::logic_error(
           fmt::format("baseline: {} ({}) returned {} values of {} where the golden file holds {}",
-                      st.name(), to_string(st.backend()), out.size(), name, ref.size()));
-    const ErrorProfile p = error_profile(
-        out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), b.output_dtype(name));
+                      st.name(), to_string(st.backend()), n, name, ref.size()));
+    const ErrorProfile p =
+        error_profile(out, ref.data(), static_cast<std::int64_t>(ref.size()), b.output_dtype(name));
     // Per output the largest error over the strategies: the profile of the largest normwise
     // error, with the largest quantiles.
     auto it = std::find_if(b.profiles.begin(), b.profiles.end(),
@@ -282,16 +314,17 @@ Baseline emulate_baseline(const Golden& g, const Recipe& recipe, const BaselineO
   const std::vector<std::int64_t>& pos = u.pos;
 
   // The references the baseline is compared with.
-  std::vector<std::pair<std::string, std::vector<double>>> refs;
-  if (!g.loss.empty()) refs.emplace_back("loss", pick(g.loss, 1, pos));
-  if (!g.lse.empty()) refs.emplace_back("lse", pick(g.lse, 1, pos));
-  if (!g.dH.empty()) refs.emplace_back("dH", pick(g.dH, g.D, pos));
-  if (!g.dz.empty()) refs.emplace_back("dz", pick(g.dz, g.V, pos));
+  std::vector<std::pair<std::string, RefValues>> refs;
+  const bool all_rows = !b.sampled;  // pos is then 0 … S−1
+  if (!g.loss.empty()) refs.emplace_back("loss", ref_of(g.loss, 1, pos, all_rows));
+  if (!g.lse.empty()) refs.emplace_back("lse", ref_of(g.lse, 1, pos, all_rows));
+  if (!g.dH.empty()) refs.emplace_back("dH", ref_of(g.dH, g.D, pos, all_rows));
+  if (!g.dz.empty()) refs.emplace_back("dz", ref_of(g.dz, g.V, pos, all_rows));
   if (!b.sampled) {
     if (g.reduced_loss && !g.partial)
-      refs.emplace_back("reduced_loss", std::vector<double>{*g.reduced_loss});
-    if (!g.dW.empty()) refs.emplace_back("dW", g.dW);
-    if (!g.db.empty()) refs.emplace_back("db", g.db);
+      refs.emplace_back("reduced_loss", RefValues{nullptr, {*g.reduced_loss}});
+    if (!g.dW.empty()) refs.emplace_back("dW", RefValues{&g.dW, {}});
+    if (!g.db.empty()) refs.emplace_back("db", RefValues{&g.db, {}});
   }
   const RunRequest req = baseline_request(g, recipe, u);
   for (const Strategy* st : runs) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -20,17 +21,103 @@ std::size_t sz(std::int64_t i) {
   return static_cast<std::size_t>(i);
 }
 
-// Nearest-rank q-quantile of v (v is reordered), given that v[from..) holds every element not
-// below v[from] (from = 0: none known); from is set to the quantile's rank, so that quantiles
-// taken in increasing order each select only among the elements above the previous one.
-double quantile_from(double* v, std::size_t n, std::size_t& from, double q) {
-  if (n == 0) return 0.0;
+// The nearest-rank q-quantile's 0-based rank among n values.
+std::size_t quantile_rank(std::size_t n, double q) {
   auto k = static_cast<std::size_t>(std::ceil(q * static_cast<double>(n)));
-  k = std::min(std::max<std::size_t>(k, 1), n) - 1;
-  k = std::max(k, from);
-  std::nth_element(v + from, v + k, v + n);
-  from = k;
-  return v[k];
+  return std::min(std::max<std::size_t>(k, 1), n) - 1;
+}
+
+// The values of ranks[r] (0-based, each < n) among v's n values, which are ≥ +0 (+inf allowed,
+// no NaN), and the largest: exact order statistics, found in parallel. Non-negative doubles are
+// ordered as their bit patterns, so one pass counts the values per top-16-bit bucket (sign,
+// exponent, 4 mantissa bits), a second gathers the values of the buckets holding the ranks, and a
+// selection among those gives each rank. The same values as std::nth_element over all of v on any
+// number of threads (the gathered order differs; the selected value does not), in a fraction of
+// its time: 5·10⁸ values (the Llama-3-8B head's dW) took 3 s serially. A bucket of more than
+// kGatherMax values (many equal or nearly equal errors) is not copied: its rank is selected in
+// place in v, as before (v is reordered then).
+struct OrderStatistics {
+  std::vector<double> at_rank;
+  double max = 0;
+};
+OrderStatistics order_statistics(double* v, std::size_t n, const std::vector<std::size_t>& ranks) {
+  constexpr std::uint64_t kGatherMax = std::uint64_t{1} << 25;
+  constexpr int kShift = 48;
+  constexpr std::size_t kBuckets = std::size_t{1} << 16;
+  const auto bucket = [](double x) {
+    std::uint64_t b = 0;
+    std::memcpy(&b, &x, sizeof b);
+    return static_cast<std::size_t>(b >> kShift);
+  };
+  OrderStatistics out;
+  out.at_rank.assign(ranks.size(), 0.0);
+  if (n == 0) return out;
+  std::vector<std::uint64_t> count(kBuckets, 0);
+  double mx = 0;
+#pragma omp parallel
+  {
+    std::vector<std::uint64_t> local(kBuckets, 0);
+    double m = 0;
+#pragma omp for schedule(static) nowait
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) {
+      ++local[bucket(v[i])];
+      m = std::max(m, v[i]);
+    }
+#pragma omp critical
+    {
+      for (std::size_t b = 0; b < kBuckets; ++b) count[b] += local[b];
+      mx = std::max(mx, m);
+    }
+  }
+  out.max = mx;
+  // Each rank's bucket and its rank within the bucket.
+  std::vector<std::size_t> want(ranks.size()), within(ranks.size());
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    std::uint64_t below = 0;
+    std::size_t b = 0;
+    while (below + count[b] <= ranks[r]) below += count[b++];
+    want[r] = b;
+    within[r] = ranks[r] - below;
+  }
+  std::vector<char> wanted(kBuckets, 0);
+  for (const std::size_t b : want) wanted[b] = count[b] <= kGatherMax ? 1 : 0;
+  std::vector<std::vector<double>> gathered(kBuckets);
+  for (const std::size_t b : want)
+    if (wanted[b]) gathered[b].reserve(count[b]);
+#pragma omp parallel
+  {
+    std::vector<std::vector<double>> local(ranks.size());
+#pragma omp for schedule(static) nowait
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) {
+      const std::size_t b = bucket(v[i]);
+      if (!wanted[b]) continue;
+      for (std::size_t r = 0; r < ranks.size(); ++r)
+        if (want[r] == b) {
+          local[r].push_back(v[i]);
+          break;
+        }
+    }
+#pragma omp critical
+    for (std::size_t r = 0; r < ranks.size(); ++r)
+      if (!local[r].empty()) {
+        // The first rank of a bucket holds its values (shared by the later ranks of that bucket).
+        std::size_t first = r;
+        while (want[first] != want[r]) ++first;
+        auto& g = gathered[want[first]];
+        g.insert(g.end(), local[r].begin(), local[r].end());
+      }
+  }
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    if (!wanted[want[r]]) {
+      std::nth_element(v, v + ranks[r], v + n);
+      out.at_rank[r] = v[ranks[r]];
+      continue;
+    }
+    std::vector<double>& g = gathered[want[r]];
+    std::nth_element(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(within[r]), g.end());
+    out.at_rank[r] = g[within[r]];
+  }
+  return out;
 }
 
 int ulp_bucket(double d) {
@@ -116,13 +203,14 @@ ErrorProfile error_profile(const double* out, const double* ref, std::int64_t n,
     p.bias = rr > 0 ? (se / static_cast<double>(p.n)) / (p.norm_ref / std::sqrt(double(p.n))) : 0.0;
     for (int b = 0; b < kUlpBuckets; ++b)
       p.ulp_hist[sz(b)] = static_cast<double>(hist[sz(b)]) / static_cast<double>(p.n);
-    p.rel_max = *std::max_element(rel, rel + count);
-    // Increasing quantiles, each selected among the elements above the previous one.
-    static_assert(0.5 < kDifferentialQuantile && kDifferentialQuantile < 0.99);
-    std::size_t from = 0;
-    p.rel_p50 = quantile_from(rel, sz(count), from, 0.5);
-    p.rel_q = quantile_from(rel, sz(count), from, kDifferentialQuantile);
-    p.rel_p99 = quantile_from(rel, sz(count), from, 0.99);
+    const std::size_t c = sz(count);
+    const OrderStatistics os = order_statistics(
+        rel, c,
+        {quantile_rank(c, 0.5), quantile_rank(c, kDifferentialQuantile), quantile_rank(c, 0.99)});
+    p.rel_max = os.max;
+    p.rel_p50 = os.at_rank[0];
+    p.rel_q = os.at_rank[1];
+    p.rel_p99 = os.at_rank[2];
   }
   return p;
 }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 
@@ -477,6 +478,7 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
   rep.applied_policy = pol;
   rep.policy_recipe = policy_recipe(pol, g.problem.input_dtype());
   rep.provenance = g.provenance;
+  const auto t_bounds = std::chrono::steady_clock::now();
   const h5::File f = open_candidate(g, candidate_path, rep);
   check_memory_estimate(verify_memory(g, candidate_path, pol, options),
                         MemoryBudget::from(options.memory_budget),
@@ -487,6 +489,10 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
 
   PolicyBounds pb;
   if (!pol.explicit_tol) policy_bounds(g, pol, pb);
+  if (options.baseline.progress)
+    options.baseline.progress(fmt::format(
+        "opened the candidate and formed the policy's bounds in {:.1f} s",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_bounds).count()));
   if (diff_check) {
     const Recipe r = *policy_recipe(pol, g.problem.input_dtype());
     if (options.baseline_given && !(options.baseline_given->recipe == r))
@@ -499,9 +505,16 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
   std::vector<ComparedOutput> compared_values;
   rep.outputs.reserve(candidate_output_names().size());
   const OutputContext ctx{g, pol, pb, rep, bound_check, diff_check, options.explain};
-  for (const std::string& name : candidate_output_names())
-    if (std::optional<OutputReport> o = judge_candidate_output(ctx, f, name, compared_values))
+  for (const std::string& name : candidate_output_names()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (std::optional<OutputReport> o = judge_candidate_output(ctx, f, name, compared_values)) {
       rep.outputs.push_back(std::move(*o));
+      if (options.baseline.progress)
+        options.baseline.progress(fmt::format(
+            "judged {} in {:.1f} s", name,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    }
+  }
   overall_verdict(rep, bound_check, diff_check);
   if (options.explain) {
     std::vector<Baseline> computed;

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 
 #include "datasets/catalog.hpp"
 #include "gpu/registry.hpp"
@@ -476,6 +477,50 @@ TEST(ErrorProfile, NumbersFromTheirDefinitions) {
   EXPECT_DOUBLE_EQ(p.bias, (-0.25 / 4) / std::sqrt((1 + 4 + 16 + 0.25) / 4));
   EXPECT_DOUBLE_EQ(p.ulp_hist[0], 0.5);  // two exact elements
   EXPECT_THROW(error_profile(out.data(), ref.data(), -1, DType::fp32), InputError);
+}
+
+// The quantiles and the maximum are exact order statistics (nearest rank) of the element-wise
+// relative errors, found in parallel by buckets of their bit patterns: against a full sort of the
+// same errors, on values spread over many exponents, with ties, exact zeros and a reference
+// element of 0 (its error relative to the floor 2^-20·max|ref|).
+TEST(ErrorProfile, QuantilesAreTheSortedErrorsRanks) {
+  for (const std::int64_t n :
+       {std::int64_t{1}, std::int64_t{7}, std::int64_t{1000}, std::int64_t{100003}}) {
+    std::mt19937_64 rng(static_cast<std::uint64_t>(n));
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    std::vector<double> ref(static_cast<std::size_t>(n)), out(ref.size());
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      ref[i] = std::ldexp(u(rng), static_cast<int>(rng() % 40) - 20);
+      const std::uint64_t kind = rng() % 10;
+      out[i] = kind == 0   ? ref[i]                  // exact: relative error 0
+               : kind == 1 ? ref[i] * (1 + 0x1p-10)  // ties of one value
+                           : ref[i] * (1 + std::ldexp(u(rng), -static_cast<int>(rng() % 30)));
+    }
+    if (n > 10) {
+      ref[3] = 0.0;  // a zero reference element with a non-zero error
+      out[3] = 1e-30;
+    }
+    const ErrorProfile p = error_profile(out.data(), ref.data(), n, DType::fp32);
+    // The relative errors by the profile's definition (judge/profile.hpp).
+    double max_ref = 0;
+    for (const double r : ref) max_ref = std::max(max_ref, std::fabs(r));
+    const double floor = 0x1p-20 * max_ref;
+    std::vector<double> rel;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      const double e = out[i] - ref[i];
+      rel.push_back(e == 0 ? 0.0 : std::fabs(e) / std::max(std::fabs(ref[i]), floor));
+    }
+    std::sort(rel.begin(), rel.end());
+    const auto rank = [&](double q) {
+      const auto k = static_cast<std::size_t>(std::ceil(q * static_cast<double>(rel.size())));
+      return rel[std::min(std::max<std::size_t>(k, 1), rel.size()) - 1];
+    };
+    SCOPED_TRACE("n = " + std::to_string(n));
+    EXPECT_EQ(p.rel_p50, rank(0.5));
+    EXPECT_EQ(p.rel_q, rank(kDifferentialQuantile));
+    EXPECT_EQ(p.rel_p99, rank(0.99));
+    EXPECT_EQ(p.rel_max, rel.back());
+  }
 }
 
 }  // namespace
