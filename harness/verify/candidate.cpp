@@ -64,7 +64,9 @@ StrategyCandidate run_strategy_candidate(const Golden& g, const Strategy& st, co
   if (!o.dW.empty()) out.emplace_back("dW", tensor_of(o.dW, o.grad_dtype, {V, D}, "dW"));
   if (!o.db.empty()) out.emplace_back("db", tensor_of(o.db, o.grad_dtype, {V}, "db"));
   if (!o.dz.empty()) out.emplace_back("dz", tensor_of(o.dz, o.grad_dtype, {N, V}, "dz"));
-  const bool sharded = strategy_traits(st.name()).shards_vocabulary;
+  // A baseline model (make_baseline_models) is no row of the strategy table: it shards nothing.
+  const StrategyEntry* entry = find_strategy_entry(st.name());
+  const bool sharded = entry != nullptr && entry->traits.shards_vocabulary;
   c.implementation = fmt::format(
       "xentlab {} {} {}{}{}", to_string(st.backend()), st.name(), recipe.name(),
       chunk_tokens > 0 ? fmt::format(" chunk_tokens={}", chunk_tokens) : "",

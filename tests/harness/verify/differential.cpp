@@ -23,6 +23,7 @@
 
 #include "datasets/catalog.hpp"
 #include "gpu/registry.hpp"
+#include "harness/verify/candidate.hpp"
 #include "harness/verify/golden.hpp"
 #include "harness/verify/verify.hpp"
 #include "numerics/error.hpp"
@@ -446,6 +447,34 @@ TEST_F(VerifyDifferential, EmulationVocabRowsAreTheFullRunsRows) {
             << e.what();
       }
     }
+  }
+}
+
+// A model of the baseline (no row of the strategy table) runs as a candidate, as the selftest
+// makes its sequential candidate from the CUDA model above the emulation's work: the same outputs
+// as the model's own run, its name in the implementation string.
+TEST_F(VerifyDifferential, BaselineModelRunsAsACandidate) {
+  const Golden& g = golden("calibrated");
+  const Recipe r = parse_recipe("bf16/fp32/fp32/fp32");
+  const auto models = make_baseline_models(r);
+  ASSERT_FALSE(models.empty());
+  for (const auto& m : models) {
+    const StrategyCandidate c = run_strategy_candidate(g, *m, r);
+    EXPECT_NE(c.implementation.find(m->name()), std::string::npos) << c.implementation;
+    RunRequest req;
+    req.problem = &g.problem;
+    req.spec = g.spec;
+    req.upstream = g.upstream;
+    req.recipe = r;
+    req.want_grads = true;
+    const StrategyOutputs o = m->run(req);
+    const auto loss = std::find_if(c.outputs.begin(), c.outputs.end(),
+                                   [](const auto& p) { return p.first == "loss"; });
+    ASSERT_NE(loss, c.outputs.end()) << m->name();
+    ASSERT_EQ(loss->second.numel(), static_cast<std::int64_t>(o.loss.size()));
+    for (std::size_t i = 0; i < o.loss.size(); ++i)
+      EXPECT_EQ(loss->second.get(static_cast<std::int64_t>(i)), o.loss[i])
+          << m->name() << " row " << i;
   }
 }
 
