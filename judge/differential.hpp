@@ -108,9 +108,9 @@ Baseline emulate_baseline(const Golden& golden, const Recipe& recipe,
 
 /// The most emulate_baseline holds for this golden file and recipe beside the golden file itself,
 /// in bytes: the references it compares with and, of the strategies it runs in turn, the largest
-/// workspace (Strategy::workspace_size of its request) with that run's outputs as doubles and the
-/// copies its profiles make. 0 when no strategy implements the recipe. Throws as
-/// emulate_baseline for bad options.
+/// workspace (Strategy::workspace_size of its request) with that run's outputs as doubles (twice
+/// for a device run whose rows are cut to a sample) and the scratch of its profiles. 0 when no
+/// strategy implements the recipe. Throws as emulate_baseline for bad options.
 double baseline_memory_bytes(const Golden& golden, const Recipe& recipe,
                              const BaselineOptions& options = {});
 

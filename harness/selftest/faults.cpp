@@ -259,7 +259,8 @@ std::vector<MadeCandidate> correct_candidates() {
       {"fp32 sequential, lse − z_t",
        "the fp32 sequential candidate with the loss as lse − z_t (numpy's logsumexp(z) − z[t]) "
        "instead of (max − z_t) + log Σ exp(z − max); above N·V·D = 2^36 the CUDA sequential-sum "
-       "model in the fp32 policy's recipe (the same orders)",
+       "model in the fp32 policy's recipe (the same orders; a member of a CUDA baseline, so "
+       "there only its bound check is informative)",
        "fp32", false, all, sequential_fp32_lse_minus_target, kSequentialWork, true},
       {"bf16 loss",
        "the fp32 reference with loss, lse and reduced_loss stored in bf16 (PyTorch's bf16 "
