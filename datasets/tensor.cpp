@@ -17,7 +17,7 @@ Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape, std::string name)
       throw InputError(fmt::format("{}: shape too large to allocate", name_));
     numel_ *= e;
   }
-  bytes_.assign(static_cast<std::size_t>(numel_) * size_of(dtype_), std::byte{0});
+  bytes_.resize(static_cast<std::size_t>(numel_) * size_of(dtype_));  // zeroed when allocated
 }
 
 double Tensor::get(std::int64_t i) const {
@@ -72,9 +72,13 @@ void Tensor::set(std::int64_t i, double v) {
 }
 
 void Tensor::read(std::int64_t first, std::int64_t n, double* out) const {
+  // Exact conversions, element by element: in parallel over a large range (a row's read inside a
+  // caller's parallel loop stays on its thread).
+  const bool par = n >= (std::int64_t{1} << 20);
   switch (dtype_) {
     case DType::fp32: {
       const float* f = reinterpret_cast<const float*>(bytes_.data()) + first;
+#pragma omp parallel for schedule(static) if (par)
       for (std::int64_t k = 0; k < n; ++k) out[k] = f[k];
       return;
     }
@@ -84,6 +88,7 @@ void Tensor::read(std::int64_t first, std::int64_t n, double* out) const {
     }
     case DType::bf16: {
       const auto* b = reinterpret_cast<const std::uint16_t*>(bytes_.data()) + first;
+#pragma omp parallel for schedule(static) if (par)
       for (std::int64_t k = 0; k < n; ++k) {
         const std::uint32_t u = static_cast<std::uint32_t>(b[k]) << 16;
         float f;
@@ -94,6 +99,7 @@ void Tensor::read(std::int64_t first, std::int64_t n, double* out) const {
     }
     case DType::fp16: {
       const auto* b = reinterpret_cast<const std::uint16_t*>(bytes_.data()) + first;
+#pragma omp parallel for schedule(static) if (par)
       for (std::int64_t k = 0; k < n; ++k) out[k] = fp16_bits_to_double(b[k]);
       return;
     }

@@ -44,9 +44,9 @@ struct OutputChecks {
 /// (only finiteness was checked).
 Outcome judge_output(const OutputChecks& c);
 
-/// Whether a tolerance passes an output of zeros: |ref_i| ≤ tol_i for every element with a
-/// finite non-zero reference (tol already multiplied by the policy's k). An output with no such
-/// element (empty, or all zeros: zeros are then the answer) is not vacuous.
-bool zero_output_passes(const double* ref, const double* tol, std::int64_t n);
+/// Whether a tolerance passes an output of zeros: |ref_i| ≤ k·tol_i for every element with a
+/// finite non-zero reference (k: the policy's factor). An output with no such element (empty, or
+/// all zeros: zeros are then the answer) is not vacuous.
+bool zero_output_passes(const double* ref, const double* tol, std::int64_t n, double k = 1.0);
 
 }  // namespace xentlab

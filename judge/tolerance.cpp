@@ -70,6 +70,8 @@ std::vector<double> tolerance_from(const Golden& g, const VerifyPolicy& pol, con
   std::vector<double> scalar_b;
   const BoundView pbv = pol.explicit_tol ? BoundView{} : bound_of(pb, name, scalar_b);
   const double u_out = unit_roundoff(out_dtype);
+  // Element by element (the same values on any number of threads).
+#pragma omp parallel for schedule(static) if (ref.size() >= (std::size_t{1} << 20))
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const double a = std::isfinite(ref[i]) ? std::fabs(ref[i]) : 0.0;
     const double base = pol.explicit_tol ? pol.atol + pol.rtol * a

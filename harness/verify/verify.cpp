@@ -106,11 +106,7 @@ bool vacuous(const OutputContext& c, const OutputReport& o, const RefOutput& ro,
   // anything else.
   if (std::none_of(ref.begin(), ref.end(), [](double x) { return std::isfinite(x) && x != 0; }))
     return false;
-  if (bound_check) {
-    std::vector<double> kt(tol);
-    for (double& x : kt) x *= c.pol.judge.k;
-    if (!zero_output_passes(ref.data(), kt.data(), n)) return false;
-  }
+  if (bound_check && !zero_output_passes(ref.data(), tol.data(), n, c.pol.judge.k)) return false;
   if (diff_judges) {
     const DifferentialResult& d = o.differential;
     const std::vector<double> zeros(ref.size(), 0.0);
