@@ -27,111 +27,135 @@ std::size_t quantile_rank(std::size_t n, double q) {
   return std::min(std::max<std::size_t>(k, 1), n) - 1;
 }
 
-// The values of ranks[r] (0-based, each < n) among v's n values, which are ≥ +0 (+inf allowed,
-// no NaN), and the largest: exact order statistics, found in parallel. Non-negative doubles are
-// ordered as their bit patterns, so one pass counts the values per top-16-bit bucket (sign,
-// exponent, 4 mantissa bits), a second gathers the values of the buckets holding the ranks, and a
-// selection among those gives each rank. The same values as std::nth_element over all of v on any
-// number of threads (the gathered order differs; the selected value does not), in a fraction of
-// its time: 5·10⁸ values (the Llama-3-8B head's dW) took 3 s serially. A bucket of more than
-// kGatherMax values (many equal or nearly equal errors) is not copied: its rank is selected in
-// place in v, as before (v is reordered then); so are the ranks of fewer than 2^16 values.
+// The values of ranks[r] (0-based, each < n; at least one rank) among v's n values, which are ≥ +0
+// (+inf allowed, no NaN), and the largest: exact order statistics by radix selection, in parallel,
+// v unchanged. Non-negative doubles are ordered as their bit patterns, so each pass over v counts,
+// per rank, the next 16 bits of the values that share the bits found so far (the first pass: the
+// top 16 bits of every value), until at most kGatherMax values share them — those are gathered and
+// the rank selected among them — or all 64 bits are known. At most five passes whatever the data (a
+// bucket of 5·10⁸ equal errors costs what any other does; a selection in place over all of v took
+// seconds serially), the same values as std::nth_element over v on any number of threads.
 struct OrderStatistics {
   std::vector<double> at_rank;
   double max = 0;
 };
-OrderStatistics order_statistics(double* v, std::size_t n, const std::vector<std::size_t>& ranks) {
-  constexpr std::uint64_t kGatherMax = std::uint64_t{1} << 25;
-  constexpr int kShift = 48;
+OrderStatistics order_statistics(const double* v, std::size_t n,
+                                 const std::vector<std::size_t>& ranks) {
+  constexpr std::size_t kGatherMax = std::size_t{1} << 18;
   constexpr std::size_t kBuckets = std::size_t{1} << 16;
-  const auto bucket = [](double x) {
+  const auto bits = [](double x) {
     std::uint64_t b = 0;
     std::memcpy(&b, &x, sizeof b);
-    return static_cast<std::size_t>(b >> kShift);
+    return b;
   };
+  const std::size_t nr = ranks.size();
   OrderStatistics out;
-  out.at_rank.assign(ranks.size(), 0.0);
+  out.at_rank.assign(nr, 0.0);
   if (n == 0) return out;
-  if (n < kBuckets) {  // few values: the buckets' tables would cost more than selecting in place
-    out.max = *std::max_element(v, v + n);
-    for (std::size_t r = 0; r < ranks.size(); ++r) {
-      std::nth_element(v, v + ranks[r], v + n);
-      out.at_rank[r] = v[ranks[r]];
+  if (n <= kGatherMax) {  // few values: a copy and a selection cost less than the passes
+    std::vector<double> w(v, v + n);
+    out.max = *std::max_element(w.begin(), w.end());
+    for (std::size_t r = 0; r < nr; ++r) {
+      std::nth_element(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(ranks[r]), w.end());
+      out.at_rank[r] = w[ranks[r]];
     }
     return out;
   }
-  std::vector<std::uint64_t> count(kBuckets, 0);
+  // Per rank: the top `known` bits found (prefix, right-aligned), how many values share them, the
+  // rank among those, and whether the value is known.
+  std::vector<std::uint64_t> prefix(nr, 0);
+  std::vector<std::size_t> sharing(nr, n), within(ranks);
+  std::vector<char> resolved(nr, 0);
+  int known = 0;
   double mx = 0;
+  while (std::find(resolved.begin(), resolved.end(), 0) != resolved.end()) {
+    // The unresolved ranks' distinct prefixes: ranks that share one share its counts or values.
+    std::vector<std::uint64_t> group;
+    std::vector<std::size_t> group_of(nr, 0);
+    std::vector<char> gather;
+    for (std::size_t r = 0; r < nr; ++r) {
+      if (resolved[r]) continue;
+      const auto it = std::find(group.begin(), group.end(), prefix[r]);
+      group_of[r] = static_cast<std::size_t>(it - group.begin());
+      if (it == group.end()) {
+        group.push_back(prefix[r]);
+        gather.push_back(known > 0 && sharing[r] <= kGatherMax ? 1 : 0);
+      }
+    }
+    const std::size_t ng = group.size();
+    std::vector<std::vector<std::uint64_t>> count(ng);
+    std::vector<std::vector<double>> gathered(ng);
+    for (std::size_t k = 0; k < ng; ++k)
+      if (!gather[k]) count[k].assign(kBuckets, 0);
+    const int shift = 48 - known;  // the next 16 bits of a counting group
 #pragma omp parallel
-  {
-    std::vector<std::uint64_t> local(kBuckets, 0);
-    double m = 0;
-#pragma omp for schedule(static) nowait
-    for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) {
-      ++local[bucket(v[i])];
-      m = std::max(m, v[i]);
-    }
-#pragma omp critical
     {
-      for (std::size_t b = 0; b < kBuckets; ++b) count[b] += local[b];
-      mx = std::max(mx, m);
+      std::vector<std::vector<std::uint64_t>> c(ng);
+      std::vector<std::vector<double>> g(ng);
+      for (std::size_t k = 0; k < ng; ++k)
+        if (!gather[k]) c[k].assign(kBuckets, 0);
+      double m = 0;
+      if (known == 0) {  // one group, every value: the top 16 bits, and the largest value
+        std::uint64_t* const h = c[0].data();
+#pragma omp for schedule(static) nowait
+        for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) {
+          m = std::max(m, v[i]);
+          ++h[bits(v[i]) >> 48];
+        }
+      } else {
+#pragma omp for schedule(static) nowait
+        for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) {
+          const std::uint64_t b = bits(v[i]), top = b >> (64 - known);
+          for (std::size_t k = 0; k < ng; ++k)
+            if (top == group[k]) {
+              if (gather[k])
+                g[k].push_back(v[i]);
+              else
+                ++c[k][static_cast<std::size_t>((b >> shift) & 0xFFFF)];
+              break;
+            }
+        }
+      }
+#pragma omp critical
+      {
+        mx = std::max(mx, m);
+        for (std::size_t k = 0; k < ng; ++k) {
+          for (std::size_t j = 0; j < c[k].size(); ++j) count[k][j] += c[k][j];
+          gathered[k].insert(gathered[k].end(), g[k].begin(), g[k].end());
+        }
+      }
     }
+    for (std::size_t r = 0; r < nr; ++r) {
+      if (resolved[r]) continue;
+      const std::size_t k = group_of[r];
+      if (gather[k]) {  // the rank among the values sharing the prefix (a selection keeps the
+                        // multiset, so the group's other ranks select from the same vector)
+        std::vector<double>& w = gathered[k];
+        std::nth_element(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(within[r]), w.end());
+        out.at_rank[r] = w[within[r]];
+        resolved[r] = 1;
+        continue;
+      }
+      std::size_t b = 0, below = 0;  // the bucket of the next 16 bits holding the rank
+      while (below + count[k][b] <= within[r]) below += count[k][b++];
+      prefix[r] = (prefix[r] << 16) | b;
+      within[r] -= below;
+      sharing[r] = count[k][b];
+      if (known + 16 == 64) {  // every bit known: the value itself
+        std::memcpy(&out.at_rank[r], &prefix[r], sizeof(double));
+        resolved[r] = 1;
+      }
+    }
+    known += 16;
   }
   out.max = mx;
-  // Each rank's bucket and its rank within the bucket.
-  std::vector<std::size_t> want(ranks.size()), within(ranks.size());
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    std::uint64_t below = 0;
-    std::size_t b = 0;
-    while (below + count[b] <= ranks[r]) below += count[b++];
-    want[r] = b;
-    within[r] = ranks[r] - below;
-  }
-  std::vector<char> wanted(kBuckets, 0);
-  for (const std::size_t b : want) wanted[b] = count[b] <= kGatherMax ? 1 : 0;
-  std::vector<std::vector<double>> gathered(kBuckets);
-  for (const std::size_t b : want)
-    if (wanted[b]) gathered[b].reserve(count[b]);
-#pragma omp parallel
-  {
-    std::vector<std::vector<double>> local(ranks.size());
-#pragma omp for schedule(static) nowait
-    for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) {
-      const std::size_t b = bucket(v[i]);
-      if (!wanted[b]) continue;
-      for (std::size_t r = 0; r < ranks.size(); ++r)
-        if (want[r] == b) {
-          local[r].push_back(v[i]);
-          break;
-        }
-    }
-#pragma omp critical
-    for (std::size_t r = 0; r < ranks.size(); ++r)
-      if (!local[r].empty()) {
-        // The first rank of a bucket holds its values (shared by the later ranks of that bucket).
-        std::size_t first = r;
-        while (want[first] != want[r]) ++first;
-        auto& g = gathered[want[first]];
-        g.insert(g.end(), local[r].begin(), local[r].end());
-      }
-  }
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    if (!wanted[want[r]]) {
-      std::nth_element(v, v + ranks[r], v + n);
-      out.at_rank[r] = v[ranks[r]];
-      continue;
-    }
-    std::vector<double>& g = gathered[want[r]];
-    std::nth_element(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(within[r]), g.end());
-    out.at_rank[r] = g[within[r]];
-  }
   return out;
 }
 
 int ulp_bucket(double d) {
   if (d < 1) return 0;
   if (d < 2) return 1;
-  const int b = 1 + static_cast<int>(std::floor(std::log2(d)));
+  const int b = 1 + std::ilogb(d);  // 1 + floor(log2 d), exactly
   return std::min(b, kUlpBuckets - 1);
 }
 

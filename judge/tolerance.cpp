@@ -41,6 +41,7 @@ void policy_bounds(const Golden& g, const VerifyPolicy& pol, PolicyBounds& pb) {
     cov.db = g.db.data();
     cov.db_cond = g.db_cond.data();
   }
+  pb.policy = pol.describe(g.problem.input_dtype());
   pb.b = bounds_for_covariates(g.problem, g.spec, recipe_of(pol, g.problem.input_dtype()),
                                pol.arith, cov, 1);
 }

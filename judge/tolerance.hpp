@@ -56,6 +56,9 @@ std::vector<double> verify_tolerance(const Golden& golden, const VerifyPolicy& p
 /// The a-priori bounds of the policy's recipe on the golden file's covariates (policy_bounds).
 struct PolicyBounds {
   Bounds b;
+  /// The policy they are of (VerifyPolicy::describe of the golden's input dtype): bounds formed
+  /// once are reused only for that policy (VerifyOptions::bounds_given).
+  std::string policy;
 };
 /// Fills pb: the quantities the golden file stores of its certified reference (not a
 /// ReferenceResult recomputed here), through the judge's one function from covariates to bounds

@@ -124,7 +124,10 @@ Golden make_golden(const WorkDir& w, GoldenKind kind, const SelftestOptions& o) 
   return read_golden(path);
 }
 
-// Judges candidates against one golden file; the baseline of each policy recipe is emulated once.
+// Judges candidates against one golden file; the baseline of each policy recipe is emulated once,
+// and the policy's a-priori bounds are formed once for consecutive candidates of one policy (the
+// candidates of a recipe follow each other; bounds of the whole dW are gigabytes at the Llama-3-8B
+// head, so only the last policy's are kept).
 class Judge {
  public:
   Judge(const WorkDir& w, const Golden& g, GoldenKind kind, std::vector<Backend> baseline)
@@ -142,6 +145,13 @@ class Judge {
       if (it == baselines_.end())
         it = baselines_.emplace(r->name(), emulate_baseline(g_, *r, vo.baseline)).first;
       vo.baseline_given = &it->second;
+    }
+    if (!pol.explicit_tol) {
+      if (bounds_.policy != pol.describe(g_.problem.input_dtype())) {
+        bounds_ = PolicyBounds{};  // the last policy's released before the next ones are formed
+        policy_bounds(g_, pol, bounds_);
+      }
+      vo.bounds_given = &bounds_;
     }
     const VerifyReport rep = verify_candidate(g_, path, pol, vo);
     std::error_code ec;
@@ -168,6 +178,7 @@ class Judge {
   GoldenKind kind_;
   std::vector<Backend> baseline_;
   std::map<std::string, Baseline> baselines_;
+  PolicyBounds bounds_;
   int count_ = 0;
 };
 

@@ -483,8 +483,13 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
                         "the baseline (--baseline-rows), or give a larger --memory-budget on a "
                         "machine that has it");
 
-  PolicyBounds pb;
-  if (!pol.explicit_tol) policy_bounds(g, pol, pb);
+  PolicyBounds own;
+  const PolicyBounds* given = pol.explicit_tol ? nullptr : options.bounds_given;
+  if (given && given->policy != rep.policy)
+    throw InputError(fmt::format("the a-priori bounds given are of policy {}, this one is {}",
+                                 given->policy, rep.policy));
+  if (!pol.explicit_tol && !given) policy_bounds(g, pol, own);
+  const PolicyBounds& pb = given ? *given : own;
   if (options.baseline.progress)
     options.baseline.progress(fmt::format(
         "opened the candidate and formed the policy's bounds in {:.1f} s",

@@ -80,6 +80,10 @@ struct VerifyOptions {
   /// emulate_baseline returned it for this golden file (its recipe must be the policy's, else
   /// InputError); null: computed here.
   const Baseline* baseline_given = nullptr;
+  /// Likewise the policy's a-priori bounds, as policy_bounds formed them for this golden file
+  /// (their policy must be this one, else InputError); null: formed here. At the Llama-3-8B head
+  /// forming them takes about a second.
+  const PolicyBounds* bounds_given = nullptr;
   /// Likewise the baselines --explain compares with (explain_recipes of this golden file).
   const std::vector<Baseline>* explain_given = nullptr;
   /// Bytes verify may hold (harness/verify/memory.hpp verify_memory); 0 = the memory available

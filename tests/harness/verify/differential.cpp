@@ -513,16 +513,20 @@ TEST(ErrorProfile, NumbersFromTheirDefinitions) {
 // same errors, on values spread over many exponents, with ties, exact zeros and a reference
 // element of 0 (its error relative to the floor 2^-20·max|ref|).
 TEST(ErrorProfile, QuantilesAreTheSortedErrorsRanks) {
-  for (const std::int64_t n :
-       {std::int64_t{1}, std::int64_t{7}, std::int64_t{1000}, std::int64_t{100003}}) {
+  // 2^20 + 3 values, 70% of them nearly equal (one top-16-bit bucket of more values than are
+  // gathered at once, told apart only by their low bits): the selection takes several rounds.
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{7}, std::int64_t{1000},
+                               std::int64_t{100003}, (std::int64_t{1} << 20) + 3}) {
     std::mt19937_64 rng(static_cast<std::uint64_t>(n));
     std::uniform_real_distribution<double> u(-1.0, 1.0);
     std::vector<double> ref(static_cast<std::size_t>(n)), out(ref.size());
     for (std::size_t i = 0; i < ref.size(); ++i) {
       ref[i] = std::ldexp(u(rng), static_cast<int>(rng() % 40) - 20);
-      const std::uint64_t kind = rng() % 10;
-      out[i] = kind == 0   ? ref[i]                  // exact: relative error 0
-               : kind == 1 ? ref[i] * (1 + 0x1p-10)  // ties of one value
+      const std::uint64_t kind = n > 100003 && rng() % 10 < 7 ? 1 : rng() % 10;
+      if (kind == 1 && n > 100003)
+        ref[i] = std::ldexp(1 + std::fabs(u(rng)), 19);  // above the floor
+      out[i] = kind == 0   ? ref[i]                      // exact: relative error 0
+               : kind == 1 ? ref[i] * (1 + 0x1p-10)      // ties of one value
                            : ref[i] * (1 + std::ldexp(u(rng), -static_cast<int>(rng() % 30)));
     }
     if (n > 10) {

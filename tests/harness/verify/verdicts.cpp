@@ -13,6 +13,7 @@
 #include "datasets/catalog.hpp"
 #include "harness/verify/golden.hpp"
 #include "harness/verify/verify.hpp"
+#include "judge/tolerance.hpp"
 #include "numerics/dtype.hpp"
 #include "numerics/error.hpp"
 #include "tests/support/temp_folder.hpp"
@@ -173,6 +174,29 @@ TEST_F(Verdicts, OnePercentScaleOnAGradientFailsEveryPolicy) {
             << output(r, grad).message;
       }
     }
+  }
+}
+
+// Bounds formed once and given to verify (as the selftest does for a run of candidates) decide
+// as bounds formed inside it; bounds of another policy are refused, naming both.
+TEST_F(Verdicts, BoundsGivenAreThePolicysOwn) {
+  const Golden& g = linear_golden();
+  write_candidate(path("scaled.h5"), true, reference_candidate(g, DType::fp32, 1.0, 1.01),
+                  "scaled");
+  const VerifyPolicy fp32 = make_verify_policy("fp32");
+  PolicyBounds pb;
+  policy_bounds(g, fp32, pb);
+  VerifyOptions given;
+  given.bounds_given = &pb;
+  const VerifyReport own = verify_candidate(g, path("scaled.h5"), fp32);
+  const VerifyReport reused = verify_candidate(g, path("scaled.h5"), fp32, given);
+  EXPECT_EQ(reused.verdict, "failed");
+  EXPECT_EQ(format_report(reused), format_report(own));
+  try {
+    verify_candidate(g, path("scaled.h5"), make_verify_policy("bf16"), given);
+    ADD_FAILURE() << "bounds of policy fp32 accepted for policy bf16";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("of policy fp32"), std::string::npos) << e.what();
   }
 }
 
