@@ -255,11 +255,23 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
   if (!pol.explicit_tol) {
     std::vector<double> scalar_b;
     const BoundView pbv = bound_of(pb, name, scalar_b);
-    if (pbv.size() != ref.size() && !diff_check) {
+    // Without a bound, only the differential check can judge the output: where it does not run,
+    // or its baseline holds no such output (the CUDA strategies form db only for a problem with
+    // a bias), the output is not judged — not failed for a bound that is merely missing.
+    const bool baseline_has = diff_check && c.rep.baseline && c.rep.baseline->status == "ok" &&
+                              c.rep.baseline->profile(name) != nullptr;
+    if (pbv.size() != ref.size() && !baseline_has) {
       o.status = "not judged";
-      o.message =
-          fmt::format("no a-priori bound for {} from this golden file{}", name,
-                      name == "db" ? " (it lacks db_cond: S·V was too large to form dz)" : "");
+      o.message = fmt::format(
+          "no a-priori bound for {} from this golden file{}{}", name,
+          name == "db" ? " (it lacks db_cond: S·V was too large to form dz)" : "",
+          !diff_check ? ""
+          : c.rep.baseline && c.rep.baseline->status == "ok"
+              ? fmt::format(", and the differential baseline has no {}{}", name,
+                            name == "db" && !g.problem.bias
+                                ? " (the problem has no bias; its CUDA strategies form none)"
+                                : "")
+              : ", and the differential baseline did not run");
       return o;
     }
   }

@@ -6,6 +6,7 @@
 // Expected values come from mathematics (ln V for zero logits) and from the golden reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "datasets/catalog.hpp"
 #include "harness/verify/golden.hpp"
 #include "harness/verify/verify.hpp"
+#include "judge/differential.hpp"
 #include "judge/tolerance.hpp"
 #include "numerics/dtype.hpp"
 #include "numerics/error.hpp"
@@ -175,6 +177,47 @@ TEST_F(Verdicts, OnePercentScaleOnAGradientFailsEveryPolicy) {
       }
     }
   }
+}
+
+// db of a problem without a bias where neither check can judge it: the golden file holds no
+// a-priori bound for it (S·V too large to form dz, whose column sums are db's condition: at the
+// Llama-3-8B head, 8192 × 128256) and the baseline holds no db (the CUDA strategies form db only
+// for a problem with a bias). A candidate that gives db anyway (the reference, rounded) is not
+// judged there, saying both reasons, not failed for "no meaningful bound".
+TEST_F(Verdicts, OutputNeitherCheckCanJudgeIsNotJudged) {
+  DatasetParams p;
+  p.N = 32;
+  p.seed = 4;
+  GoldenOptions go;
+  go.max_dz_elements = 1;  // no dz formed, so no db_cond
+  write_golden(path("nodz.h5"), make_dataset("stories260k", p), LossSpec{}, go);
+  const Golden g = read_golden(path("nodz.h5"));
+  ASSERT_FALSE(g.problem.bias.has_value());
+  ASSERT_FALSE(g.db.empty());
+  ASSERT_TRUE(g.db_cond.empty());
+  auto c = reference_candidate(g, DType::fp32);
+  c.emplace_back("db", tensor(g.db, {g.J}, DType::fp32));
+  write_candidate(path("db.h5"), true, c, "reference with db");
+  const VerifyPolicy pol = make_verify_policy("fp32");
+  Baseline b = emulate_baseline(g, *policy_recipe(pol, g.problem.input_dtype()));
+  ASSERT_EQ(b.status, "ok");
+  ASSERT_NE(b.profile("db"), nullptr);  // the emulation forms db without a bias: judged by it
+  VerifyOptions o;
+  o.baseline_given = &b;
+  EXPECT_EQ(output(verify_candidate(g, path("db.h5"), pol, o), "db").status, "passed");
+  const auto no_db = [](const auto& q) { return q.first == "db"; };
+  b.profiles.erase(std::remove_if(b.profiles.begin(), b.profiles.end(), no_db), b.profiles.end());
+  b.best.erase(std::remove_if(b.best.begin(), b.best.end(), no_db), b.best.end());
+  const VerifyReport r = verify_candidate(g, path("db.h5"), pol, o);
+  const OutputReport& db = output(r, "db");
+  EXPECT_EQ(db.status, "not judged") << format_report(r);
+  EXPECT_NE(db.message.find("no a-priori bound for db"), std::string::npos) << db.message;
+  EXPECT_NE(db.message.find("baseline"), std::string::npos) << db.message;
+  EXPECT_EQ(r.verdict, "not judged") << format_report(r);
+  // Without db the same candidate passes.
+  c.pop_back();
+  write_candidate(path("nodb.h5"), true, c, "reference");
+  EXPECT_TRUE(verify_candidate(g, path("nodb.h5"), pol, o).passed);
 }
 
 // Bounds formed once and given to verify (as the selftest does for a run of candidates) decide
