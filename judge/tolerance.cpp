@@ -62,12 +62,12 @@ BoundView bound_of(const PolicyBounds& pb, const std::string& name, std::vector<
 }
 
 // Tolerance per element: policy bound (or atol + rtol·|ref|) + u_out·|ref| + the reference's bound.
-std::vector<double> tolerance_from(const Golden& g, const VerifyPolicy& pol, const PolicyBounds& pb,
-                                   const std::string& name, DType out_dtype, const RefOutput& ro) {
+HostArray<double> tolerance_from(const Golden& g, const VerifyPolicy& pol, const PolicyBounds& pb,
+                                 const std::string& name, DType out_dtype, const RefOutput& ro) {
   (void)g;
   const std::vector<double>& ref = *ro.ref;
   const std::vector<double>& rb = *ro.ref_bound;
-  std::vector<double> tol(ref.size());
+  HostArray<double> tol(ref.size());
   std::vector<double> scalar_b;
   const BoundView pbv = pol.explicit_tol ? BoundView{} : bound_of(pb, name, scalar_b);
   const double u_out = unit_roundoff(out_dtype);
@@ -94,7 +94,8 @@ std::vector<double> verify_tolerance(const Golden& g, const VerifyPolicy& pol,
   RefOutput ro;
   ref_output(g, name, ro);
   if (!ro.ref) throw InputError(fmt::format("verify_tolerance: unknown output '{}'", name));
-  return tolerance_from(g, pol, pb, name, out_dtype, ro);
+  const HostArray<double> t = tolerance_from(g, pol, pb, name, out_dtype, ro);
+  return std::vector<double>(t.begin(), t.end());
 }
 
 std::string VerifyPolicy::describe(DType input_dtype) const {

@@ -98,7 +98,7 @@ std::vector<double> rounding_tolerance(const OutputContext& c, const std::string
                                        const RefOutput& ro);
 
 bool vacuous(const OutputContext& c, const OutputReport& o, const RefOutput& ro,
-             const std::vector<double>& tol, bool bound_check, bool diff_judges) {
+             const HostArray<double>& tol, bool bound_check, bool diff_judges) {
   if (!bound_check && !diff_judges) return false;
   const std::vector<double>& ref = *ro.ref;
   const auto n = static_cast<std::int64_t>(ref.size());
@@ -157,7 +157,8 @@ std::string vacuous_message(const OutputContext& c, const OutputReport& o,
 std::vector<double> rounding_tolerance(const OutputContext& c, const std::string& name,
                                        const RefOutput& ro) {
   const Recipe rc = *policy_recipe(c.pol, c.g.problem.input_dtype());
-  std::vector<double> t = tolerance_from(c.g, c.pol, c.pb, name, rc.accum, ro);
+  const HostArray<double> from_bounds = tolerance_from(c.g, c.pol, c.pb, name, rc.accum, ro);
+  std::vector<double> t(from_bounds.begin(), from_bounds.end());  // a loss-like output: N values
   const ErrorProfile* bp =
       c.rep.baseline && c.rep.baseline->status == "ok" ? c.rep.baseline->profile(name) : nullptr;
   const std::vector<double>& ref = *ro.ref;
@@ -275,7 +276,7 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
       return o;
     }
   }
-  const std::vector<double> tol = tolerance_from(g, pol, pb, name, o.dtype, ro);
+  const HostArray<double> tol = tolerance_from(g, pol, pb, name, o.dtype, ro);
   o.stats = compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()),
                                 o.dtype, tol.data());
   if (diff_check) {
