@@ -234,7 +234,13 @@ TEST_F(Verdicts, BoundsGivenAreThePolicysOwn) {
   const VerifyReport own = verify_candidate(g, path("scaled.h5"), fp32);
   const VerifyReport reused = verify_candidate(g, path("scaled.h5"), fp32, given);
   EXPECT_EQ(reused.verdict, "failed");
-  EXPECT_EQ(format_report(reused), format_report(own));
+  EXPECT_EQ(reused.reason, own.reason);
+  ASSERT_EQ(reused.outputs.size(), own.outputs.size());
+  for (std::size_t i = 0; i < own.outputs.size(); ++i) {  // (the report's times differ)
+    EXPECT_EQ(reused.outputs[i].status, own.outputs[i].status) << own.outputs[i].name;
+    EXPECT_EQ(reused.outputs[i].message, own.outputs[i].message) << own.outputs[i].name;
+    EXPECT_EQ(reused.outputs[i].stats->max_ratio, own.outputs[i].stats->max_ratio);
+  }
   try {
     verify_candidate(g, path("scaled.h5"), make_verify_policy("bf16"), given);
     ADD_FAILURE() << "bounds of policy fp32 accepted for policy bf16";
