@@ -56,7 +56,8 @@ std::vector<MadeCandidate> correct_candidates();
 std::vector<MadeCandidate> fault_catalogue();
 
 /// The golden file's reference outputs rounded to fp32 (a candidate as accurate as fp32 storage
-/// allows; db only where the problem has a bias). Throws InputError for a golden file of sampled rows (dW, db and rows are missing).
+/// allows; db only where the problem has a bias). Throws InputError for a golden file of sampled
+/// rows (dW, db and rows are missing).
 Outputs fp32_reference(const Golden& g);
 
 }  // namespace xentlab::selftest
