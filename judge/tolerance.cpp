@@ -41,9 +41,12 @@ void policy_bounds(const Golden& g, const VerifyPolicy& pol, PolicyBounds& pb) {
     cov.db = g.db.data();
     cov.db_cond = g.db_cond.data();
   }
-  pb.policy = pol.describe(g.problem.input_dtype());
+  // Labelled only once formed: bounds whose forming threw (out of memory at the Llama-3-8B head)
+  // are never taken for the policy's (VerifyOptions::bounds_given refuses them).
+  pb.policy.clear();
   pb.b = bounds_for_covariates(g.problem, g.spec, recipe_of(pol, g.problem.input_dtype()),
                                pol.arith, cov, 1);
+  pb.policy = pol.describe(g.problem.input_dtype());
 }
 
 template <class Vec>

@@ -16,6 +16,7 @@
 #include "harness/verify/verify.hpp"
 #include "judge/differential.hpp"
 #include "judge/tolerance.hpp"
+#include "numerics/arithmetic.hpp"
 #include "numerics/dtype.hpp"
 #include "numerics/error.hpp"
 #include "tests/support/temp_folder.hpp"
@@ -246,6 +247,31 @@ TEST_F(Verdicts, BoundsGivenAreThePolicysOwn) {
     ADD_FAILURE() << "bounds of policy fp32 accepted for policy bf16";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("of policy fp32"), std::string::npos) << e.what();
+  }
+}
+
+// Bounds whose forming threw are not taken for the policy's: policy_bounds names them by their
+// policy only once formed (else the bounds of the policy before, labelled as this one's, would
+// judge its candidates). An online order with a tile of 0 columns is refused by the bounds.
+TEST_F(Verdicts, BoundsNotFormedAreRefused) {
+  const Golden& g = linear_golden();
+  write_candidate(path("ref.h5"), true, reference_candidate(g, DType::fp32), "reference");
+  PolicyBounds pb;
+  policy_bounds(g, make_verify_policy("fp32"), pb);
+  VerifyPolicy bad = make_verify_policy("fp32");
+  bad.arith.vocab_order = ReductionOrder::online_tiles;
+  bad.arith.tile = 0;
+  EXPECT_THROW(policy_bounds(g, bad, pb), InputError);
+  EXPECT_NE(pb.policy, bad.describe(g.problem.input_dtype()));
+  VerifyOptions given;
+  given.bounds_given = &pb;
+  try {
+    verify_candidate(g, path("ref.h5"), bad, given);
+    ADD_FAILURE() << "bounds that were not formed accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("the a-priori bounds given are of policy"),
+              std::string::npos)
+        << e.what();
   }
 }
 
