@@ -174,6 +174,34 @@ std::vector<double> rounding_tolerance(const OutputContext& c, const std::string
   return t;
 }
 
+// Why neither check can judge output `name`: the golden file gives no a-priori bound for it, and
+// the differential check does not run or its baseline holds no such output (the CUDA strategies
+// form db only for a problem with a bias) — not judged, not failed for a bound that is merely
+// missing. nullopt where a check can judge it, and where a value is non-finite where the
+// reference is finite (which fails without any bound: the checks of judge_candidate_output).
+std::optional<std::string> no_check_judges(const OutputContext& c, const std::string& name,
+                                           const std::vector<double>& out,
+                                           const std::vector<double>& ref, DType out_dtype) {
+  if (c.pol.explicit_tol) return std::nullopt;
+  std::vector<double> scalar_b;
+  if (bound_of(c.pb, name, scalar_b).size() == ref.size()) return std::nullopt;
+  const Baseline* b = c.diff_check && c.rep.baseline ? &*c.rep.baseline : nullptr;
+  if (b && b->status == "ok" && b->profile(name)) return std::nullopt;
+  if (compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()), out_dtype)
+          .finiteness_mismatches > 0)
+    return std::nullopt;
+  return fmt::format(
+      "no a-priori bound for {} from this golden file{}{}", name,
+      name == "db" ? " (it lacks db_cond: S·V was too large to form dz)" : "",
+      !b ? ""
+      : b->status == "ok"
+          ? fmt::format(", and the differential baseline has no {}{}", name,
+                        name == "db" && !c.g.problem.bias
+                            ? " (the problem has no bias; its CUDA strategies form none)"
+                            : "")
+          : fmt::format(", and the differential baseline did not run ({})", b->status));
+}
+
 // Output `name` of the candidate file f judged by the bound check and the differential check;
 // nullopt when the candidate lacks it and it is not required. With c.explain, the values
 // compared are appended to `compared`.
@@ -253,28 +281,10 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
     }
   }
   const std::vector<double>& ref = *ro.ref;
-  if (!pol.explicit_tol) {
-    std::vector<double> scalar_b;
-    const BoundView pbv = bound_of(pb, name, scalar_b);
-    // Without a bound, only the differential check can judge the output: where it does not run,
-    // or its baseline holds no such output (the CUDA strategies form db only for a problem with
-    // a bias), the output is not judged — not failed for a bound that is merely missing.
-    const bool baseline_has = diff_check && c.rep.baseline && c.rep.baseline->status == "ok" &&
-                              c.rep.baseline->profile(name) != nullptr;
-    if (pbv.size() != ref.size() && !baseline_has) {
-      o.status = "not judged";
-      o.message = fmt::format(
-          "no a-priori bound for {} from this golden file{}{}", name,
-          name == "db" ? " (it lacks db_cond: S·V was too large to form dz)" : "",
-          !diff_check ? ""
-          : c.rep.baseline && c.rep.baseline->status == "ok"
-              ? fmt::format(", and the differential baseline has no {}{}", name,
-                            name == "db" && !g.problem.bias
-                                ? " (the problem has no bias; its CUDA strategies form none)"
-                                : "")
-              : ", and the differential baseline did not run");
-      return o;
-    }
+  if (const std::optional<std::string> why = no_check_judges(c, name, out, ref, o.dtype)) {
+    o.status = "not judged";
+    o.message = *why;
+    return o;
   }
   const HostArray<double> tol = tolerance_from(g, pol, pb, name, o.dtype, ro);
   o.stats = compute_error_stats(out.data(), ref.data(), static_cast<std::int64_t>(ref.size()),

@@ -103,7 +103,10 @@ struct VerifyOptions {
 /// (emulate_baseline), which needs a recipe: with an explicit --atol/--rtol policy only the bound
 /// is checked, and check = differential throws InputError. An output whose bound is infinite is
 /// judged by the differential check alone (differential_only) when it runs, and is incorrect
-/// ("no meaningful bound") when it does not (as judge/policy.hpp judge under default/strict).
+/// ("no meaningful bound") when it does not (as judge/policy.hpp judge under default/strict). An
+/// output with no a-priori bound at all (db of a golden file without db_cond) that the
+/// differential check cannot judge either (not run, or no such output in its baseline) is "not
+/// judged", naming both reasons; one non-finite where the reference is finite fails.
 /// Throws InputError naming the estimate, its terms and the budget when verify_memory exceeds
 /// options.memory_budget, before any output is judged.
 VerifyReport verify_candidate(const Golden& golden, const std::string& candidate_path,

@@ -219,6 +219,21 @@ TEST_F(Verdicts, OutputNeitherCheckCanJudgeIsNotJudged) {
   c.pop_back();
   write_candidate(path("nodb.h5"), true, c, "reference");
   EXPECT_TRUE(verify_candidate(g, path("nodb.h5"), pol, o).passed);
+  // A NaN in that db fails all the same, with the differential check and without it: no bound is
+  // needed to tell a non-finite value from a finite reference (docs/verify.md).
+  std::vector<double> nan_db = g.db;
+  nan_db[1] = NAN;
+  c.emplace_back("db", tensor(nan_db, {g.J}, DType::fp32));
+  write_candidate(path("nan_db.h5"), true, c, "reference with a NaN in db");
+  VerifyOptions bound_only = o;
+  bound_only.check = VerifyCheck::bound;
+  for (const VerifyOptions& opt : {o, bound_only}) {
+    const VerifyReport rn = verify_candidate(g, path("nan_db.h5"), pol, opt);
+    EXPECT_EQ(output(rn, "db").status, "failed") << format_report(rn);
+    EXPECT_NE(output(rn, "db").message.find("finiteness mismatch"), std::string::npos)
+        << output(rn, "db").message;
+    EXPECT_EQ(rn.verdict, "failed") << format_report(rn);
+  }
 }
 
 // Bounds formed once and given to verify (as the selftest does for a run of candidates) decide
