@@ -32,7 +32,7 @@ std::size_t quantile_rank(std::size_t n, double q) {
 // v unchanged. Non-negative doubles are ordered as their bit patterns, so each pass over v counts,
 // per rank, the next 16 bits of the values that share the bits found so far (the first pass: the
 // top 16 bits of every value), until at most kGatherMax values share them — those are gathered and
-// the rank selected among them — or all 64 bits are known. At most five passes whatever the data (a
+// the rank selected among them — or all 64 bits are known. At most four passes whatever the data (a
 // bucket of 5·10⁸ equal errors costs what any other does; a selection in place over all of v took
 // seconds serially), the same values as std::nth_element over v on any number of threads.
 struct OrderStatistics {

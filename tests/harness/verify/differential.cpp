@@ -11,6 +11,7 @@
 //  - a sampled baseline records its sample; --explain names the candidate's recipe.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -553,6 +554,108 @@ TEST(ErrorProfile, QuantilesAreTheSortedErrorsRanks) {
     EXPECT_EQ(p.rel_q, rank(kDifferentialQuantile));
     EXPECT_EQ(p.rel_p99, rank(0.99));
     EXPECT_EQ(p.rel_max, rel.back());
+  }
+}
+
+// The same order statistics on data built against the selection's corners: a group of errors that
+// share their top 48 bits (told apart by their last 16) of one fewer, as many and one more values
+// than are gathered at once (2^18), below and above it errors spread or packed into one group that
+// holds two of the quantiles; heavy ties (three distinct errors); every error 0; errors of +inf (a
+// difference that overflows; every non-zero error of an all-zero reference, whose floor is 0).
+// On one thread and on three (each thread's counts and gathered values are merged).
+TEST(ErrorProfile, QuantilesAtTheGatherLimitTiesAndInfinities) {
+  constexpr std::size_t kGather = std::size_t{1} << 18;
+  // ref 1 and out 1 + j·2^-52 (exact for j < 2^52): the relative error is j·2^-52, exactly.
+  const auto err_of = [](std::uint64_t j) { return 1.0 + std::ldexp(static_cast<double>(j), -52); };
+  struct Case {
+    std::string name;
+    std::vector<double> out, ref;
+  };
+  std::vector<Case> cases;
+  std::mt19937_64 rng(11);
+  const std::uint64_t half = std::uint64_t{1} << 51;  // j·2^-52 = 1/2
+  for (const std::size_t c : {kGather - 1, kGather, kGather + 1})
+    for (const bool packed : {false, true}) {
+      Case k;
+      k.name = fmt::format("a group of {} values, the larger {}", c, packed ? "packed" : "spread");
+      const std::size_t n = 2 * kGather + 3, below = (n - c) / 2;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint64_t j = 0;
+        if (i < below)
+          j = rng() % half;  // below the group
+        else if (i < below + c)
+          j = half + rng() % (std::uint64_t{1} << 15);  // the group: bits 1..15 differ
+        else
+          j = packed ? 2 * half - 1 - rng() % (std::uint64_t{1} << 20)  // top 32 bits shared
+                     : half + (std::uint64_t{1} << 17) + rng() % (half - (std::uint64_t{1} << 17));
+        k.ref.push_back(1.0);
+        k.out.push_back(err_of(j));
+      }
+      cases.push_back(std::move(k));
+    }
+  for (const std::size_t n : {kGather, kGather + 1, 2 * kGather + 1}) {
+    Case ties{fmt::format("{} values of three errors", n), {}, {}};
+    Case zeros{fmt::format("{} exact values", n), {}, {}};
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::uint64_t r = rng() % 10;
+      ties.ref.push_back(1.0);
+      ties.out.push_back(err_of(r < 2 ? 0 : r < 7 ? 12345 : 12346));
+      zeros.ref.push_back(std::ldexp(1.0 + static_cast<double>(i % 7), static_cast<int>(i % 9)));
+      zeros.out.push_back(zeros.ref.back());
+    }
+    cases.push_back(std::move(ties));
+    cases.push_back(std::move(zeros));
+  }
+  for (const int percent_inf : {5, 60}) {
+    Case k{fmt::format("{}% of the errors +inf", percent_inf), {}, {}};
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    for (std::size_t i = 0; i < 2 * kGather + 5; ++i) {
+      if (static_cast<int>(rng() % 100) < percent_inf) {
+        k.ref.push_back(-1e308);
+        k.out.push_back(1e308);  // out − ref overflows
+      } else {
+        k.ref.push_back(std::ldexp(u(rng), static_cast<int>(rng() % 40) - 20));
+        k.out.push_back(k.ref.back() * (1 + std::ldexp(u(rng), -static_cast<int>(rng() % 30))));
+      }
+    }
+    cases.push_back(std::move(k));
+  }
+  {
+    Case k{"an all-zero reference, half the outputs not 0", {}, {}};
+    for (std::size_t i = 0; i < kGather + 7; ++i) {
+      k.ref.push_back(0.0);
+      k.out.push_back(i % 2 ? 1e-3 * static_cast<double>(i) : 0.0);
+    }
+    cases.push_back(std::move(k));
+  }
+  const int threads = omp_get_max_threads();
+  for (const Case& k : cases) {
+    // The relative errors by the profile's definition (judge/profile.hpp), sorted.
+    double max_ref = 0;
+    for (const double r : k.ref) max_ref = std::max(max_ref, std::fabs(r));
+    const double floor = 0x1p-20 * max_ref;
+    std::vector<double> rel;
+    for (std::size_t i = 0; i < k.ref.size(); ++i) {
+      const double e = k.out[i] - k.ref[i];
+      rel.push_back(e == 0 ? 0.0 : std::fabs(e) / std::max(std::fabs(k.ref[i]), floor));
+    }
+    std::sort(rel.begin(), rel.end());
+    const auto rank = [&](double q) {
+      const auto r = static_cast<std::size_t>(std::ceil(q * static_cast<double>(rel.size())));
+      return rel[std::min(std::max<std::size_t>(r, 1), rel.size()) - 1];
+    };
+    for (const int t : {1, 3}) {
+      SCOPED_TRACE(fmt::format("{}, {} thread(s)", k.name, t));
+      omp_set_num_threads(t);
+      const ErrorProfile p = error_profile(k.out.data(), k.ref.data(),
+                                           static_cast<std::int64_t>(k.ref.size()), DType::fp32);
+      omp_set_num_threads(threads);
+      EXPECT_EQ(p.n, static_cast<std::int64_t>(k.ref.size()));
+      EXPECT_EQ(p.rel_p50, rank(0.5));
+      EXPECT_EQ(p.rel_q, rank(kDifferentialQuantile));
+      EXPECT_EQ(p.rel_p99, rank(0.99));
+      EXPECT_EQ(p.rel_max, rel.back());
+    }
   }
 }
 
