@@ -101,7 +101,9 @@ MemoryEstimate verify_memory(const Golden& g, const std::string& candidate_path,
   m.add("the golden file as read", golden_bytes(g));
   const double V = static_cast<double>(g.V), D = static_cast<double>(g.D);
   const double S = static_cast<double>(g.S), J = static_cast<double>(g.J);
-  if (!pol.explicit_tol)  // the a-priori bounds of every output the golden file holds
+  // The a-priori bounds of every output the golden file holds (formed here unless given: given,
+  // they are the caller's, as a baseline given is).
+  if (!pol.explicit_tol && !o.bounds_given)
     m.add("the policy's a-priori bounds",
           g.D > 0 ? 8.0 * (S * D + 2.0 * J * D + 2.0 * J + 4.0 * S) : 16.0 * S * V + 32.0 * S);
   // The candidate's outputs, one at a time: as stored, as doubles (the full shape's, then the

@@ -25,11 +25,11 @@ double golden_bytes(const Golden& golden);
 void check_golden_read_memory(const std::string& path, std::int64_t budget,
                               const std::string& command);
 
-/// The most verify_candidate holds: the golden file as read and the policy's a-priori bounds,
-/// plus the largest of its stages in turn: the emulated baseline of the policy's recipe
-/// (baseline_memory_bytes), one output of the candidate at a time (as stored, as doubles, the
-/// rows compared, the tolerance and the differential check's copies), and --explain's baselines
-/// beside the outputs kept for them.
+/// The most verify_candidate holds: the golden file as read and the policy's a-priori bounds
+/// (unless options.bounds_given), plus the largest of its stages in turn: the emulated baseline of
+/// the policy's recipe (baseline_memory_bytes), one output of the candidate at a time (as stored,
+/// as doubles, the rows compared, the tolerance and the differential check's copies), and
+/// --explain's baselines beside the outputs kept for them.
 MemoryEstimate verify_memory(const Golden& golden, const std::string& candidate_path,
                              const VerifyPolicy& policy, const VerifyOptions& options);
 

@@ -202,6 +202,36 @@ std::optional<std::string> no_check_judges(const OutputContext& c, const std::st
           : fmt::format(", and the differential baseline did not run ({})", b->status));
 }
 
+// Output o.name, which the candidate lacks: failed where required, not judged where expected
+// (no pass by omission), nullopt (not reported) otherwise.
+std::optional<OutputReport> missing_output(const OutputContext& c, const RefOutput& ro,
+                                           OutputReport o) {
+  const std::string& name = o.name;
+  const Golden& g = c.g;
+  if (c.required(name)) {
+    o.status = "failed";
+    o.message = fmt::format("required (--require), but the candidate holds no {}", name);
+    return o;
+  }
+  // No pass by omission: without --require, every gradient the golden file can check (dH, dW,
+  // dz, and db of a problem with a bias: the golden file's db of a problem without one is the
+  // gradient of a zero bias, which such an implementation does not compute) is expected, and
+  // one the candidate lacks leaves the verdict open. The loss is expected in one of its forms
+  // (overall_verdict: loss or reduced_loss); lse is the candidate's to give or not.
+  const bool gradient = name == "dH" || name == "dW" || name == "dz" || name == "db";
+  const bool expected =
+      !ro.ref->empty() && gradient && (name != "db" || g.problem.bias.has_value());
+  if (c.rep.required.empty() && expected) {
+    o.status = "not judged";
+    o.message = fmt::format(
+        "the candidate holds no {} (the golden file can check it; --require names the outputs "
+        "to judge, e.g. --require loss,lse for a forward-only implementation)",
+        name);
+    return o;
+  }
+  return std::nullopt;
+}
+
 // Output `name` of the candidate file f judged by the bound check and the differential check;
 // nullopt when the candidate lacks it and it is not required. With c.explain, the values
 // compared are appended to `compared`.
@@ -217,30 +247,7 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
   RefOutput ro;
   ref_output(g, name, ro);
   o.shape = ro.shape;
-  if (!f.exists(name)) {
-    if (c.required(name)) {
-      o.status = "failed";
-      o.message = fmt::format("required (--require), but the candidate holds no {}", name);
-      return o;
-    }
-    // No pass by omission: without --require, every gradient the golden file can check (dH, dW,
-    // dz, and db of a problem with a bias: the golden file's db of a problem without one is the
-    // gradient of a zero bias, which such an implementation does not compute) is expected, and
-    // one the candidate lacks leaves the verdict open. The loss is expected in one of its forms
-    // (overall_verdict: loss or reduced_loss); lse is the candidate's to give or not.
-    const bool gradient = name == "dH" || name == "dW" || name == "dz" || name == "db";
-    const bool expected =
-        !ro.ref->empty() && gradient && (name != "db" || g.problem.bias.has_value());
-    if (c.rep.required.empty() && expected) {
-      o.status = "not judged";
-      o.message = fmt::format(
-          "the candidate holds no {} (the golden file can check it; --require names the outputs "
-          "to judge, e.g. --require loss,lse for a forward-only implementation)",
-          name);
-      return o;
-    }
-    return std::nullopt;
-  }
+  if (!f.exists(name)) return missing_output(c, ro, std::move(o));
   const h5::Dataset d = f.open_dataset(name);
   const h5::DatasetInfo inf = d.info();
   if (ro.ref->empty()) {
