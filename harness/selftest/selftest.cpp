@@ -130,13 +130,12 @@ Golden make_golden(const WorkDir& w, GoldenKind kind, const SelftestOptions& o) 
 // head, so only the last policy's are kept).
 class Judge {
  public:
-  Judge(const WorkDir& w, const Golden& g, GoldenKind kind, std::vector<Backend> baseline)
-      : w_(w), g_(g), kind_(kind), baseline_(std::move(baseline)) {}
+  Judge(const Golden& g, GoldenKind kind, std::vector<Backend> baseline)
+      : g_(g), kind_(kind), baseline_(std::move(baseline)) {}
 
-  // Writes the candidate, verifies it under `policy`, fills e's verdict.
+  // Verifies the candidate (held in memory: verify_outputs, the checks of verify_candidate without
+  // a file written and read back) under e's policy, fills e's verdict.
   void judge(const Outputs& outputs, const std::string& implementation, SelftestEntry& e) {
-    const std::string path = w_.path(fmt::format("candidate-{}.h5", count_++));
-    write_candidate(path, true, outputs, implementation);
     const VerifyPolicy pol = make_verify_policy(e.policy);
     VerifyOptions vo;
     vo.baseline.backends = baseline_;
@@ -153,9 +152,7 @@ class Judge {
       }
       vo.bounds_given = &bounds_;
     }
-    const VerifyReport rep = verify_candidate(g_, path, pol, vo);
-    std::error_code ec;
-    fs::remove(path, ec);
+    const VerifyReport rep = verify_outputs(g_, outputs, implementation, pol, vo);
     e.verdict = rep.verdict;  // passed, failed, inconclusive or not judged
     e.reason = rep.reason;
     for (const OutputReport& o : rep.outputs)
@@ -173,13 +170,11 @@ class Judge {
   const Golden& golden() const { return g_; }
 
  private:
-  const WorkDir& w_;
   const Golden& g_;
   GoldenKind kind_;
   std::vector<Backend> baseline_;
   std::map<std::string, Baseline> baselines_;
   PolicyBounds bounds_;
-  int count_ = 0;
 };
 
 // Makes and judges one candidate; an exception is the entry's "error".
@@ -295,7 +290,7 @@ SelftestResult run_selftest(const SelftestOptions& o) {
     res.goldens.push_back(fmt::format("{:<18} {} ({}), {}", to_string(kind), g.problem.describe(),
                                       kind == GoldenKind::mean ? o.dataset : "calibrated",
                                       g.spec.describe()));
-    Judge j(w, g, kind, o.baseline_backends);
+    Judge j(g, kind, o.baseline_backends);
     strategy_entries(j, o, res);
     made_entries(j, correct_candidates(), o, res);
     made_entries(j, fault_catalogue(), o, res);

@@ -2,8 +2,9 @@
 // `xentlab selftest`: proof by mutation of verify (docs/selftest.md). It writes small golden files,
 // makes candidates that are correct (every registered strategy in its recipes, the certified
 // reference rounded to fp32, an fp32 implementation with sequential sums, a bf16-loss one) and
-// candidates with one fault each (harness/selftest/faults.hpp), judges each through verify's entry
-// point (harness/verify/verify.hpp verify_candidate) under the policy named for it, and counts: the
+// candidates with one fault each (harness/selftest/faults.hpp), judges each, held in memory, by
+// verify's checks (harness/verify/verify.hpp verify_outputs: verify_candidate's without the file)
+// under the policy named for it, and counts: the
 // correct candidates that pass or fail, the faults caught or missed. It reads only the overall
 // verdict and the per-output statuses, so it keeps measuring as the judge changes.
 #include <cstdint>

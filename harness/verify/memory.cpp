@@ -97,6 +97,18 @@ void check_golden_read_memory(const std::string& path, std::int64_t budget_bytes
 
 MemoryEstimate verify_memory(const Golden& g, const std::string& candidate_path,
                              const VerifyPolicy& pol, const VerifyOptions& o) {
+  const h5::File f = h5::File::open_read(candidate_path);
+  std::vector<StoredOutput> stored;
+  for (const std::string& name : candidate_output_names()) {
+    if (!f.exists(name)) continue;
+    const h5::DatasetInfo inf = f.open_dataset(name).info();
+    stored.push_back({name, inf.numel(), static_cast<double>(inf.element_bytes)});
+  }
+  return verify_memory(g, stored, pol, o);
+}
+
+MemoryEstimate verify_memory(const Golden& g, const std::vector<StoredOutput>& stored,
+                             const VerifyPolicy& pol, const VerifyOptions& o) {
   MemoryEstimate m;
   m.add("the golden file as read", golden_bytes(g));
   const double V = static_cast<double>(g.V), D = static_cast<double>(g.D);
@@ -108,14 +120,11 @@ MemoryEstimate verify_memory(const Golden& g, const std::string& candidate_path,
           g.D > 0 ? 8.0 * (S * D + 2.0 * J * D + 2.0 * J + 4.0 * S) : 16.0 * S * V + 32.0 * S);
   // The candidate's outputs, one at a time: as stored, as doubles (the full shape's, then the
   // rows compared), the tolerance, and the differential check's copies and relative errors.
-  const h5::File f = h5::File::open_read(candidate_path);
   double one = 0, kept = 0;
-  for (const std::string& name : candidate_output_names()) {
-    if (!f.exists(name)) continue;
-    const h5::DatasetInfo inf = f.open_dataset(name).info();
-    const double n = static_cast<double>(inf.numel());
-    const double compared = compared_elements(g, name).first;
-    one = std::max(one, n * (inf.element_bytes + 8.0) + (n != compared ? 8.0 * compared : 0.0) +
+  for (const StoredOutput& s : stored) {
+    const double n = static_cast<double>(s.numel);
+    const double compared = compared_elements(g, s.name).first;
+    one = std::max(one, n * (s.element_bytes + 8.0) + (n != compared ? 8.0 * compared : 0.0) +
                             32.0 * compared);
     kept += 8.0 * compared;
   }

@@ -4,6 +4,7 @@
 // budget before any work (numerics/memory.hpp; golden's own: harness/verify/golden.hpp).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "datasets/formats/golden.hpp"
 #include "gpu/strategy.hpp"
@@ -31,6 +32,15 @@ void check_golden_read_memory(const std::string& path, std::int64_t budget,
 /// as doubles, the rows compared, the tolerance and the differential check's copies), and
 /// --explain's baselines beside the outputs kept for them.
 MemoryEstimate verify_memory(const Golden& golden, const std::string& candidate_path,
+                             const VerifyPolicy& policy, const VerifyOptions& options);
+/// One output of a candidate as stored: its name, elements and bytes per element.
+struct StoredOutput {
+  std::string name;
+  std::int64_t numel = 0;
+  double element_bytes = 0;
+};
+/// verify_memory of a candidate whose outputs are `stored` (one held in memory: verify_outputs).
+MemoryEstimate verify_memory(const Golden& golden, const std::vector<StoredOutput>& stored,
                              const VerifyPolicy& policy, const VerifyOptions& options);
 
 /// The most `xentlab candidate` holds: the golden file as read, the strategy's workspace

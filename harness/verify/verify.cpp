@@ -78,6 +78,56 @@ h5::File open_candidate(const Golden& g, const std::string& candidate_path, Veri
   return f;
 }
 
+// Where the candidate's outputs come from: its file, or tensors held in memory (verify_outputs).
+class CandidateSource {
+ public:
+  virtual ~CandidateSource() = default;
+  virtual bool holds(const std::string& name) const = 0;
+  // Output `name` (held): in `storage` or wherever the source keeps it; nullptr with `unusable`
+  // set for a dataset whose dtype is not a float format verify reads. Data that cannot be read
+  // (damaged, truncated, not matching their digest) throw FormatError.
+  virtual const Tensor* read(const std::string& name, Tensor& storage,
+                             std::string& unusable) const = 0;
+};
+
+class FileSource final : public CandidateSource {
+ public:
+  explicit FileSource(const h5::File& f) : f_(f) {}
+  bool holds(const std::string& name) const override { return f_.exists(name); }
+  const Tensor* read(const std::string& name, Tensor& storage,
+                     std::string& unusable) const override {
+    const h5::Dataset d = f_.open_dataset(name);
+    try {
+      (void)d.tensor_dtype();
+    } catch (const FormatError& e) {
+      unusable = e.what();
+      return nullptr;
+    }
+    storage = d.read_tensor();
+    return &storage;
+  }
+
+ private:
+  const h5::File& f_;
+};
+
+class MemorySource final : public CandidateSource {
+ public:
+  explicit MemorySource(const CandidateOutputs& o) : o_(o) {}
+  bool holds(const std::string& name) const override { return find(name) != nullptr; }
+  const Tensor* read(const std::string& name, Tensor&, std::string&) const override {
+    return find(name);
+  }
+
+ private:
+  const Tensor* find(const std::string& name) const {
+    for (const auto& [n, t] : o_)
+      if (n == name) return &t;
+    return nullptr;
+  }
+  const CandidateOutputs& o_;
+};
+
 // What judging one output of the candidate needs.
 struct OutputContext {
   const Golden& g;
@@ -235,7 +285,7 @@ std::optional<OutputReport> missing_output(const OutputContext& c, const RefOutp
 // Output `name` of the candidate file f judged by the bound check and the differential check;
 // nullopt when the candidate lacks it and it is not required. With c.explain, the values
 // compared are appended to `compared`.
-std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const h5::File& f,
+std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const CandidateSource& f,
                                                    const std::string& name,
                                                    std::vector<ComparedOutput>& compared) {
   const Golden& g = c.g;
@@ -247,9 +297,7 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
   RefOutput ro;
   ref_output(g, name, ro);
   o.shape = ro.shape;
-  if (!f.exists(name)) return missing_output(c, ro, std::move(o));
-  const h5::Dataset d = f.open_dataset(name);
-  const h5::DatasetInfo inf = d.info();
+  if (!f.holds(name)) return missing_output(c, ro, std::move(o));
   if (ro.ref->empty()) {
     o.status = "not judged";
     o.no_reference = true;
@@ -258,29 +306,30 @@ std::optional<OutputReport> judge_candidate_output(const OutputContext& c, const
                     g.partial ? "token rows were sampled" : "not computed for this problem");
     return o;
   }
-  try {
-    (void)d.tensor_dtype();
-  } catch (const FormatError& e) {
-    o.status = "failed";
-    o.message = fmt::format("unusable dtype: {}", e.what());
-    return o;
-  }
   // Data that cannot be read (damaged, truncated, not matching their digest) make the file
   // invalid (FormatError, exit 2), not a failed output.
-  const Tensor t = d.read_tensor();
+  Tensor storage;
+  std::string unusable;
+  const Tensor* const read = f.read(name, storage, unusable);
+  if (!read) {
+    o.status = "failed";
+    o.message = fmt::format("unusable dtype: {}", unusable);
+    return o;
+  }
+  const Tensor& t = *read;
   o.dtype = t.dtype();
   o.dtype_known = true;
   std::vector<double> out(static_cast<std::size_t>(t.numel()));
   t.read(0, t.numel(), out.data());
   const bool scalar = name == "reduced_loss";
-  if (scalar ? t.numel() != 1 : inf.shape != ro.shape) {
-    if (!scalar && inf.shape == ro.full_shape) {
+  if (scalar ? t.numel() != 1 : t.shape() != ro.shape) {
+    if (!scalar && t.shape() == ro.full_shape) {
       const std::int64_t cols = ro.shape.size() == 2 ? ro.shape[1] : 1;
       out = select_rows(out, cols, *ro.rows);
     } else {
       o.status = "failed";
       o.message = fmt::format("shape {} does not match the golden file's {}{}",
-                              shape_text(inf.shape), shape_text(ro.shape),
+                              shape_text(t.shape()), shape_text(ro.shape),
                               scalar || ro.shape == ro.full_shape
                                   ? ""
                                   : fmt::format(" (or the full {})", shape_text(ro.full_shape)));
@@ -485,34 +534,40 @@ void overall_verdict(VerifyReport& rep, bool bound_check, bool diff_check) {
   rep.passed = verdict == Outcome::passed;
 }
 
-}  // namespace
-
-VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path,
-                              const VerifyPolicy& pol, const VerifyOptions& options) {
+// The report's head: what is judged against what, under which policy; the checks' options.
+VerifyReport start_report(const Golden& g, const std::string& candidate, const VerifyPolicy& pol,
+                          const VerifyOptions& options) {
   VerifyReport rep;
   rep.required = parse_required_outputs(options.required);
   rep.check = options.check;
-  const bool bound_check = options.check != VerifyCheck::differential;
-  const bool diff_check = options.check != VerifyCheck::bound && !pol.explicit_tol;
   if (options.check == VerifyCheck::differential && pol.explicit_tol)
     throw InputError(
         "--check differential needs a recipe to emulate: an explicit --atol/--rtol tolerance "
         "declares none (give --policy instead)");
   rep.golden = g.path;
-  rep.candidate = candidate_path;
+  rep.candidate = candidate;
   rep.policy = pol.describe(g.problem.input_dtype());
   rep.applied_policy = pol;
   rep.policy_recipe = policy_recipe(pol, g.problem.input_dtype());
   rep.provenance = g.provenance;
-  const auto t_bounds = std::chrono::steady_clock::now();
-  const h5::File f = open_candidate(g, candidate_path, rep);
-  check_memory_estimate(verify_memory(g, candidate_path, pol, options),
-                        MemoryBudget::from(options.memory_budget),
-                        fmt::format("verify of {} against {}", candidate_path, g.path),
+  return rep;
+}
+
+void check_verify_memory(const MemoryEstimate& m, const Golden& g, const std::string& candidate,
+                         const VerifyOptions& options) {
+  check_memory_estimate(m, MemoryBudget::from(options.memory_budget),
+                        fmt::format("verify of {} against {}", candidate, g.path),
                         "verify against a golden file of fewer token or vocabulary rows, sample "
                         "the baseline (--baseline-rows), or give a larger --memory-budget on a "
                         "machine that has it");
+}
 
+// The bounds, the baseline and every output of the candidate judged into rep.
+void judge_candidate(const Golden& g, const CandidateSource& src, const VerifyPolicy& pol,
+                     const VerifyOptions& options, std::chrono::steady_clock::time_point t_bounds,
+                     VerifyReport& rep) {
+  const bool bound_check = options.check != VerifyCheck::differential;
+  const bool diff_check = options.check != VerifyCheck::bound && !pol.explicit_tol;
   PolicyBounds own;
   const PolicyBounds* given = pol.explicit_tol ? nullptr : options.bounds_given;
   if (given && given->policy != rep.policy)
@@ -538,7 +593,7 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
   const OutputContext ctx{g, pol, pb, rep, bound_check, diff_check, options.explain};
   for (const std::string& name : candidate_output_names()) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (std::optional<OutputReport> o = judge_candidate_output(ctx, f, name, compared_values)) {
+    if (std::optional<OutputReport> o = judge_candidate_output(ctx, src, name, compared_values)) {
       rep.outputs.push_back(std::move(*o));
       if (options.baseline.progress)
         options.baseline.progress(fmt::format(
@@ -555,6 +610,36 @@ VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path
     rep.explain = match_recipes(g, compared_values,
                                 options.explain_given ? *options.explain_given : computed);
   }
+}
+
+}  // namespace
+
+VerifyReport verify_candidate(const Golden& g, const std::string& candidate_path,
+                              const VerifyPolicy& pol, const VerifyOptions& options) {
+  VerifyReport rep = start_report(g, candidate_path, pol, options);
+  const auto t_bounds = std::chrono::steady_clock::now();
+  const h5::File f = open_candidate(g, candidate_path, rep);
+  check_verify_memory(verify_memory(g, candidate_path, pol, options), g, candidate_path, options);
+  judge_candidate(g, FileSource(f), pol, options, t_bounds, rep);
+  return rep;
+}
+
+VerifyReport verify_outputs(const Golden& g, const CandidateOutputs& outputs,
+                            const std::string& implementation, const VerifyPolicy& pol,
+                            const VerifyOptions& options) {
+  const std::string label = fmt::format("(in memory: {})", implementation);
+  VerifyReport rep = start_report(g, label, pol, options);
+  const auto t_bounds = std::chrono::steady_clock::now();
+  rep.implementation = implementation;
+  const std::vector<std::string>& known = candidate_output_names();
+  std::vector<StoredOutput> stored;
+  for (const auto& [name, t] : outputs) {
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw InputError(fmt::format("verify_outputs: '{}' is not an output verify knows", name));
+    stored.push_back({name, t.numel(), static_cast<double>(size_of(t.dtype()))});
+  }
+  check_verify_memory(verify_memory(g, stored, pol, options), g, label, options);
+  judge_candidate(g, MemorySource(outputs), pol, options, t_bounds, rep);
   return rep;
 }
 

@@ -111,6 +111,15 @@ struct VerifyOptions {
 /// options.memory_budget, before any output is judged.
 VerifyReport verify_candidate(const Golden& golden, const std::string& candidate_path,
                               const VerifyPolicy& policy, const VerifyOptions& options);
+/// A candidate's outputs held in memory, by name (the names of candidate_output_names).
+using CandidateOutputs = std::vector<std::pair<std::string, Tensor>>;
+/// verify_candidate of a candidate held in memory (no file written and read back: the selftest's
+/// candidates are 2.4 GB at the Llama-3-8B head): the same checks and verdicts; the report's
+/// candidate is "(in memory: <implementation>)". Throws InputError for an output name verify
+/// does not know, and as verify_candidate (memory, bounds or baseline given for another policy).
+VerifyReport verify_outputs(const Golden& golden, const CandidateOutputs& outputs,
+                            const std::string& implementation, const VerifyPolicy& policy,
+                            const VerifyOptions& options);
 /// verify_candidate with options {required, check both, default sampling, no explain}.
 VerifyReport verify_candidate(const Golden& golden, const std::string& candidate_path,
                               const VerifyPolicy& policy,

@@ -236,6 +236,36 @@ TEST_F(Verdicts, OutputNeitherCheckCanJudgeIsNotJudged) {
   }
 }
 
+// A candidate held in memory (verify_outputs: the selftest's path) is judged as the same
+// candidate written to a file and read back: the same verdicts, messages and ratios, a correct
+// one and a faulty one (dW 1% large) under each dtype policy; an unknown name is refused.
+TEST_F(Verdicts, InMemoryCandidateIsJudgedAsItsFile) {
+  const Golden& g = linear_golden();
+  for (const DType dt : {DType::bf16, DType::fp32})
+    for (const double dW_scale : {1.0, 1.01}) {
+      const std::string policy(to_string(dt));
+      const auto c = reference_candidate(g, dt, 1.0, dW_scale);
+      write_candidate(path("c.h5"), true, c, "reference");
+      const VerifyReport file = verify_candidate(g, path("c.h5"), make_verify_policy(policy));
+      const VerifyReport mem = verify_outputs(g, c, "reference", make_verify_policy(policy), {});
+      SCOPED_TRACE(policy + " dW × " + std::to_string(dW_scale));
+      EXPECT_EQ(mem.verdict, dW_scale == 1.0 ? "passed" : "failed");
+      EXPECT_EQ(mem.verdict, file.verdict);
+      EXPECT_EQ(mem.reason, file.reason);
+      ASSERT_EQ(mem.outputs.size(), file.outputs.size());
+      for (std::size_t i = 0; i < file.outputs.size(); ++i) {
+        EXPECT_EQ(mem.outputs[i].name, file.outputs[i].name);
+        EXPECT_EQ(mem.outputs[i].status, file.outputs[i].status) << file.outputs[i].name;
+        EXPECT_EQ(mem.outputs[i].message, file.outputs[i].message) << file.outputs[i].name;
+        EXPECT_EQ(mem.outputs[i].stats->max_ratio, file.outputs[i].stats->max_ratio);
+        EXPECT_EQ(mem.outputs[i].differential.status, file.outputs[i].differential.status);
+      }
+    }
+  auto bad = reference_candidate(g, DType::fp32);
+  bad.emplace_back("grad_W", tensor(g.dW, {g.J, g.D}, DType::fp32));
+  EXPECT_THROW(verify_outputs(g, bad, "misnamed", make_verify_policy("fp32"), {}), InputError);
+}
+
 // Bounds formed once and given to verify (as the selftest does for a run of candidates) decide
 // as bounds formed inside it; bounds of another policy are refused, naming both.
 TEST_F(Verdicts, BoundsGivenAreThePolicysOwn) {
