@@ -9,9 +9,15 @@
 #                                            full dW) against the naive CUDA candidate, timed,
 #                                            with --baseline-backend cuda; then selftest at the
 #                                            Llama head (256 tokens) on the GPU
+#   bash lab/sessions/gpu_judge.sh start     the whole nightly (its selftest at the Llama head
+#                                            included: about half an hour on an H100) in its own
+#                                            process session, so that it outlives this call; then
+#                                            polls it until LIMIT (580 s)
+#   bash lab/sessions/gpu_judge.sh poll      polls that nightly (the machine must still be warm:
+#                                            the next call within its 30 s); packs its files
 set -uo pipefail
 OUT=${OUT:?}
-what=${1:?nightly, broken or llama}
+what=${1:?nightly, broken, llama, start or poll}
 t0=$(date +%s)
 S=$OUT/summary.txt
 W=/tmp/xl-judge-$what
@@ -20,7 +26,23 @@ el() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$S"; }
 el "$what: $(nvidia-smi --query-gpu=name --format=csv,noheader); commit $(git log -1 --format=%h)"
 pack() { tar czf "$OUT/$what.tgz" -C /tmp --exclude='*.h5' --exclude='*-plots' "xl-judge-$what" 2>/dev/null; }
 trap pack EXIT
+bg=/tmp/xl-judge-bg
+poll_bg() {
+  while [ $(( $(date +%s) - t0 )) -lt "${LIMIT:-580}" ] && [ ! -f $bg/nightly.rc ]; do sleep 10; done
+  if [ -f $bg/nightly.rc ]; then el "nightly exit $(cat $bg/nightly.rc)"; else el "nightly still running"; fi
+  cat $bg/out/summary.txt >> "$S" 2>/dev/null
+  tail -3 $bg/out/selftest.txt >> "$S" 2>/dev/null
+  tar czf "$OUT/bg.tgz" -C /tmp --exclude='*.h5' --exclude='*-plots' xl-judge-bg 2>/dev/null
+}
 case $what in
+  start)
+    mkdir -p $bg
+    setsid nohup bash -c "cd $PWD && XENTLAB_AUDIT_TIMINGS=1 AUDIT_TIMEOUT=0 tools/scripts/nightly_gpu.sh $bg/out \
+      > $bg/nightly.log 2>&1; echo \$? > $bg/nightly.rc" < /dev/null > /dev/null 2>&1 &
+    el "nightly started in its own session"
+    poll_bg ;;
+  poll)
+    poll_bg ;;
   nightly)
     XENTLAB_AUDIT_TIMINGS=1 AUDIT_TIMEOUT=0 timeout "${LIMIT:-580}" tools/scripts/nightly_gpu.sh "$W" \
       > "$W/nightly.log" 2>&1
