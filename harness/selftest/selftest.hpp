@@ -36,7 +36,8 @@ struct SelftestOptions {
   /// machine), or the CUDA kernels and the CUDA sequential-sum model, which take the Llama-3 head
   /// at thousands of tokens in seconds where the emulation takes hours.
   std::vector<Backend> baseline_backends{Backend::cpu_emulation};
-  /// Where the golden and candidate files go; empty: a fresh temporary folder, removed at the end.
+  /// Where the golden files go (candidates are judged in memory); empty: a fresh temporary
+  /// folder, removed at the end.
   std::string workdir;
   /// Hears one line per step of long work (a golden file written, a candidate judged).
   std::function<void(const std::string&)> progress;

@@ -17,6 +17,12 @@ namespace xentlab {
 void write_candidate(const std::string& path, bool force,
                      const std::vector<std::pair<std::string, Tensor>>& outputs,
                      const std::string& implementation) {
+  // One dataset a name: a second output of a name would replace the first without a word.
+  for (auto a = outputs.begin(); a != outputs.end(); ++a)
+    for (auto b = outputs.begin(); b != a; ++b)
+      if (a->first == b->first)
+        throw InputError(
+            fmt::format("{}: the candidate's outputs name '{}' twice", path, a->first));
   AtomicOutput out(path, force);
   h5::File f = h5::File::create(out.temp_path());
   f.set_attr("format", kCandidateFormat);

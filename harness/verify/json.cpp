@@ -1,8 +1,11 @@
 // verify's JSON report (harness/verify/verify.hpp verify_json; keys: docs/json.md, "verify").
+#include <fmt/format.h>
+
 #include <utility>
 
 #include "harness/json_report.hpp"
 #include "harness/verify/verify.hpp"
+#include "numerics/error.hpp"
 
 namespace xentlab {
 namespace {
@@ -127,6 +130,13 @@ std::string_view verdict_word(const VerifyReport& r) {
 }
 
 json_report::Json verify_json(const VerifyReport& r, const json_report::Invocation& inv) {
+  // The inputs are files with their digests (docs/json.md): a candidate held in memory has
+  // neither, and its label is no path to hash (a file of that name would be another's).
+  if (r.candidate_in_memory)
+    throw InputError(fmt::format(
+        "verify_json: {} was judged in memory (verify_outputs); the JSON report names the "
+        "candidate file and its SHA-256: write it (write_candidate) and verify_candidate that",
+        r.candidate));
   Json doc = json_report::report_head(inv);
   Json in;
   in["golden"] = {{"path", r.golden},

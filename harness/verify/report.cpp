@@ -66,7 +66,9 @@ std::string format_report(const VerifyReport& r) {
   std::string s;
   s += fmt::format(
       "golden     {}\n           {}\ncandidate  {}{}\npolicy     {}\ncheck      {}\n\n", r.golden,
-      r.provenance, r.candidate, r.implementation.empty() ? "" : " (" + r.implementation + ")",
+      r.provenance, r.candidate,
+      // A candidate held in memory has the implementation in its label already.
+      r.implementation.empty() || r.candidate_in_memory ? "" : " (" + r.implementation + ")",
       r.policy, to_string(r.check));
   if (!r.required.empty()) {
     std::string names;

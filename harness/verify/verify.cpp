@@ -631,11 +631,19 @@ VerifyReport verify_outputs(const Golden& g, const CandidateOutputs& outputs,
   VerifyReport rep = start_report(g, label, pol, options);
   const auto t_bounds = std::chrono::steady_clock::now();
   rep.implementation = implementation;
+  rep.candidate_in_memory = true;
+  // As a file would be refused (open_candidate), or not written (write_candidate: one dataset a
+  // name): a misnamed output would be left out of the verdict, a second of one name never judged.
   const std::vector<std::string>& known = candidate_output_names();
   std::vector<StoredOutput> stored;
   for (const auto& [name, t] : outputs) {
     if (std::find(known.begin(), known.end(), name) == known.end())
       throw InputError(fmt::format("verify_outputs: '{}' is not an output verify knows", name));
+    for (const StoredOutput& s : stored)
+      if (s.name == name)
+        throw InputError(fmt::format(
+            "verify_outputs: the candidate holds two outputs named '{}' (one would go unjudged)",
+            name));
     stored.push_back({name, t.numel(), static_cast<double>(size_of(t.dtype()))});
   }
   check_verify_memory(verify_memory(g, stored, pol, options), g, label, options);

@@ -52,7 +52,9 @@ struct OutputReport {
 };
 
 struct VerifyReport {
+  /// candidate: the candidate file's path, or "(in memory: <implementation>)" (verify_outputs).
   std::string golden, candidate, policy, provenance, implementation;
+  bool candidate_in_memory = false;     ///< judged by verify_outputs: candidate names no file
   VerifyPolicy applied_policy;          ///< the policy the outputs were judged by
   std::optional<Recipe> policy_recipe;  ///< the recipe it declares here (none: --atol/--rtol)
   std::vector<std::string> required;    ///< outputs the candidate must hold and pass (--require)
@@ -115,8 +117,9 @@ VerifyReport verify_candidate(const Golden& golden, const std::string& candidate
 using CandidateOutputs = std::vector<std::pair<std::string, Tensor>>;
 /// verify_candidate of a candidate held in memory (no file written and read back: the selftest's
 /// candidates are 2.4 GB at the Llama-3-8B head): the same checks and verdicts; the report's
-/// candidate is "(in memory: <implementation>)". Throws InputError for an output name verify
-/// does not know, and as verify_candidate (memory, bounds or baseline given for another policy).
+/// candidate is "(in memory: <implementation>)", candidate_in_memory set. Throws InputError for
+/// an output name verify does not know or given twice, and as verify_candidate (memory, bounds or
+/// baseline given for another policy). `outputs` are read, not copied: they must outlive the call.
 VerifyReport verify_outputs(const Golden& golden, const CandidateOutputs& outputs,
                             const std::string& implementation, const VerifyPolicy& policy,
                             const VerifyOptions& options);
@@ -134,7 +137,8 @@ std::string_view verdict_word(const VerifyReport& r);
 
 /// The JSON report of `xentlab verify --json` (docs/json.md, "verify"): the head of
 /// json_report::report_head, the golden and candidate files with their SHA-256 (both files are
-/// read for it: throws InputError when one cannot be), the verdict, the policy with its
+/// read for it: throws InputError when one cannot be, or when the report is of a candidate held
+/// in memory, verify_outputs: there is no file to name), the verdict, the policy with its
 /// multipliers and the differential check's constants, the baseline, every output (status as
 /// judged, statistics, the deciding element, the differential check) and --explain's recipes.
 /// Write it with json_report::write_json_output.
@@ -152,7 +156,8 @@ void write_junit(const std::string& path, bool force, const VerifyReport& r);
 void check_junit_output(const std::string& path, bool force);
 
 /// Writes a candidate file (format attributes + the given outputs in their dtypes), atomically.
-/// For tests and C++ users; the Python example writes the same layout with h5py.
+/// For tests and C++ users; the Python example writes the same layout with h5py. Throws
+/// InputError for an output name given twice (a file holds one dataset a name).
 void write_candidate(const std::string& path, bool force,
                      const std::vector<std::pair<std::string, Tensor>>& outputs,
                      const std::string& implementation);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -309,6 +310,33 @@ TEST_F(GoldenVerify, SampledGoldenAcceptsFullShapeCandidates) {
   EXPECT_EQ(output(r, "loss").status, "passed");
   EXPECT_EQ(output(r, "dH").status, "passed");
   EXPECT_EQ(output(r, "dW").status, "not judged");
+  // Held in memory (verify_outputs), the same candidate is judged alike: the full shape's rows
+  // selected, the full dW not judged for want of a reference. With lse of no elements and dH of
+  // neither the sampled shape nor the full one, both paths fail them with the same message.
+  const auto same_as_file = [&](const std::vector<std::pair<std::string, Tensor>>& c) {
+    write_candidate(path("c.h5"), true, c, "test: full problem");
+    const VerifyReport file = verify_candidate(g, path("c.h5"), make_verify_policy("bf16"));
+    const VerifyReport mem =
+        verify_outputs(g, c, "test: full problem", make_verify_policy("bf16"), {});
+    EXPECT_EQ(mem.verdict, file.verdict);
+    EXPECT_EQ(mem.outputs.size(), file.outputs.size());
+    for (std::size_t i = 0; i < std::min(mem.outputs.size(), file.outputs.size()); ++i) {
+      EXPECT_EQ(mem.outputs[i].name, file.outputs[i].name);
+      EXPECT_EQ(mem.outputs[i].status, file.outputs[i].status) << file.outputs[i].name;
+      EXPECT_EQ(mem.outputs[i].message, file.outputs[i].message) << file.outputs[i].name;
+    }
+    return mem;
+  };
+  EXPECT_TRUE(same_as_file(cand).passed);
+  cand[1].second = Tensor(DType::fp32, {0});
+  cand[2].second = tensor(std::vector<double>(static_cast<std::size_t>(9 * ds_.problem.D), 0.0),
+                          {9, ds_.problem.D});
+  const VerifyReport bad = same_as_file(cand);
+  EXPECT_EQ(output(bad, "lse").status, "failed");
+  EXPECT_EQ(output(bad, "lse").message,
+            fmt::format("shape (0,) does not match the golden file's (8,) (or the full ({},))",
+                        ds_.problem.N));
+  EXPECT_EQ(output(bad, "dH").status, "failed");
 }
 
 TEST_F(GoldenVerify, ExplicitTolerancesAndPolicyNames) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "datasets/catalog.hpp"
+#include "harness/json_report.hpp"
 #include "harness/verify/golden.hpp"
 #include "harness/verify/verify.hpp"
 #include "judge/differential.hpp"
@@ -264,6 +265,37 @@ TEST_F(Verdicts, InMemoryCandidateIsJudgedAsItsFile) {
   auto bad = reference_candidate(g, DType::fp32);
   bad.emplace_back("grad_W", tensor(g.dW, {g.J, g.D}, DType::fp32));
   EXPECT_THROW(verify_outputs(g, bad, "misnamed", make_verify_policy("fp32"), {}), InputError);
+}
+
+// What a candidate file cannot hold, verify_outputs refuses, as write_candidate does: two outputs
+// of one name (a file holds one dataset a name; HDF5 would replace the first by the second, the
+// memory path would judge the first: either way one goes unjudged, a faulty dW behind a correct
+// one or before it). Its
+// report names no file: the text names the implementation once, the JSON report (files and their
+// SHA-256) is refused rather than hashing whatever file bears the label's name.
+TEST_F(Verdicts, InMemoryCandidateRefusesWhatNoFileHolds) {
+  const Golden& g = linear_golden();
+  auto twice = reference_candidate(g, DType::fp32);
+  twice.emplace_back("dW", tensor(g.dW, {g.J, g.D}, DType::fp32));
+  EXPECT_THROW(write_candidate(path("twice.h5"), true, twice, "dW twice"), InputError);
+  try {
+    verify_outputs(g, twice, "dW twice", make_verify_policy("fp32"), {});
+    ADD_FAILURE() << "two outputs named dW were accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("two outputs named 'dW'"), std::string::npos) << e.what();
+  }
+  const VerifyReport r =
+      verify_outputs(g, reference_candidate(g, DType::fp32), "ref", make_verify_policy("fp32"), {});
+  EXPECT_EQ(r.verdict, "passed");
+  EXPECT_TRUE(r.candidate_in_memory);
+  EXPECT_NE(format_report(r).find("candidate  (in memory: ref)\n"), std::string::npos)
+      << format_report(r);
+  try {
+    verify_json(r, json_report::Invocation{});
+    ADD_FAILURE() << "a JSON report of a candidate held in memory was written";
+  } catch (const InputError& e) {  // not "cannot read (in memory: ref)"
+    EXPECT_NE(std::string(e.what()).find("judged in memory"), std::string::npos) << e.what();
+  }
 }
 
 // Bounds formed once and given to verify (as the selftest does for a run of candidates) decide
