@@ -69,9 +69,11 @@ Outputs fp32_outputs(const Golden& g, const std::vector<double>& loss,
   return o;
 }
 
-// The model with knobs k, its outputs rounded to fp32.
+// The model with knobs k, its outputs rounded to fp32; its GEMMs on the GPU where the strategy
+// candidates run there (past kEmulationWork, on a machine with a GPU).
 Outputs model_candidate(const Golden& g, const ModelKnobs& k) {
-  const ModelOutputs m = run_model(g, k);
+  const ModelOutputs m =
+      run_model(g, k, candidate_backend(g) == Backend::cuda ? ModelDevice::cuda : ModelDevice::cpu);
   return fp32_outputs(g, m.loss, m.lse, m.reduced_loss, m.dH, m.dW, m.db);
 }
 

@@ -1,6 +1,7 @@
 // The selftest's model implementation (harness/selftest/model.hpp): blocks of token rows, each
 // through logits → per-row softmax, loss and dL/dlogits → dH and the chunk's dW, in T = double
-// (BLAS GEMMs) or T = float (every sum sequential, in index order).
+// (GEMMs of the host's BLAS or a GPU's cuBLAS) or T = float (every sum sequential, in index
+// order).
 #include "harness/selftest/model.hpp"
 
 #include <fmt/format.h>
@@ -8,20 +9,19 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <type_traits>
 
+#include "harness/selftest/model_gemms.hpp"
 #include "numerics/blas.hpp"
 #include "numerics/error.hpp"
 
 namespace xentlab::selftest {
 namespace {
 
-constexpr std::int64_t kBlockRows = 64;  // token rows per block (logits of a block: 64·V values)
-
-// logits (B, V) = H_blk (B, D) · Wᵀ (V, D)ᵀ
-void logits_of(const double* H, const double* W, std::int64_t B, std::int64_t V, std::int64_t D,
-               double* Z) {
-  dgemm_row_major(false, true, B, V, D, 1.0, H, D, W, D, 0.0, Z, V);
-}
+// The model's three products of one block of token rows through a Gemms engine: in fp32 the
+// sequential sums below, in fp64 the host's BLAS or a GPU's cuBLAS (model_gemms.hpp).
+// logits (B, V) = H_blk (B, D) · Wᵀ (V, D)ᵀ, sequential fp32 dot products
 void logits_of(const float* H, const float* W, std::int64_t B, std::int64_t V, std::int64_t D,
                float* Z) {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -33,10 +33,6 @@ void logits_of(const float* H, const float* W, std::int64_t B, std::int64_t V, s
     }
 }
 // dH_blk (B, D) = dZ (B, V) · W (V, D)
-void dH_of(const double* dZ, const double* W, std::int64_t B, std::int64_t V, std::int64_t D,
-           double* dH) {
-  dgemm_row_major(false, false, B, D, V, 1.0, dZ, V, W, D, 0.0, dH, D);
-}
 void dH_of(const float* dZ, const float* W, std::int64_t B, std::int64_t V, std::int64_t D,
            float* dH) {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -48,10 +44,6 @@ void dH_of(const float* dZ, const float* W, std::int64_t B, std::int64_t V, std:
     }
 }
 // dW (V, D) += dZ (B, V)ᵀ · H_blk (B, D)
-void add_dW(const double* dZ, const double* H, std::int64_t B, std::int64_t V, std::int64_t D,
-            double* dW) {
-  dgemm_row_major(true, false, V, D, B, 1.0, dZ, V, H, D, 1.0, dW, D);
-}
 void add_dW(const float* dZ, const float* H, std::int64_t B, std::int64_t V, std::int64_t D,
             float* dW) {
 #pragma omp parallel for schedule(static)
@@ -59,6 +51,39 @@ void add_dW(const float* dZ, const float* H, std::int64_t B, std::int64_t V, std
     for (std::int64_t i = 0; i < B; ++i)
       for (std::int64_t d = 0; d < D; ++d) dW[j * D + d] += dZ[i * V + j] * H[i * D + d];
 }
+
+// The host engines: fp32 sequential sums, or fp64 BLAS GEMMs; the chunk's dW on the host.
+template <class T>
+class HostGemms final : public Gemms<T> {
+ public:
+  HostGemms(const T* W, std::int64_t V, std::int64_t D)
+      : W_(W), V_(V), D_(D), dW_(static_cast<std::size_t>(V * D), T(0)) {}
+  std::int64_t block_rows() const override { return 64; }  // logits of a block: 64·V values
+  void logits(const T* Hb, std::int64_t B, T* Z) override {
+    if constexpr (std::is_same_v<T, double>)
+      dgemm_row_major(false, true, B, V_, D_, 1.0, Hb, D_, W_, D_, 0.0, Z, V_);
+    else
+      logits_of(Hb, W_, B, V_, D_, Z);
+  }
+  void backward(const T* dZ, const T* Hb, std::int64_t B, T* dHb) override {
+    if constexpr (std::is_same_v<T, double>) {
+      dgemm_row_major(false, false, B, D_, V_, 1.0, dZ, V_, W_, D_, 0.0, dHb, D_);
+      dgemm_row_major(true, false, V_, D_, B, 1.0, dZ, V_, Hb, D_, 1.0, dW_.data(), D_);
+    } else {
+      dH_of(dZ, W_, B, V_, D_, dHb);
+      add_dW(dZ, Hb, B, V_, D_, dW_.data());
+    }
+  }
+  void take_dW(T* dW) override {
+    std::copy(dW_.begin(), dW_.end(), dW);
+    std::fill(dW_.begin(), dW_.end(), T(0));
+  }
+
+ private:
+  const T* W_;
+  std::int64_t V_, D_;
+  std::vector<T> dW_;
+};
 
 // One token row: raw logits r (V, overwritten by z) → lse, loss, and dz = w·dL_i/dr (V).
 // numerics/loss_spec.hpp's definition; every sum over the vocabulary sequential in T.
@@ -140,28 +165,31 @@ std::vector<T> values_of(const Tensor& t) {
 }
 
 template <class T>
-ModelOutputs run_in(const Golden& g, const ModelKnobs& k) {
+ModelOutputs run_in(const Golden& g, const ModelKnobs& k, ModelDevice device) {
   const std::int64_t N = g.N, V = g.V, D = g.D;
   const RowPlan plan = plan_rows(g, k);
   const std::vector<T> H = values_of<T>(g.problem.H), W = values_of<T>(g.problem.W);
   const std::vector<T> b = g.problem.bias ? values_of<T>(*g.problem.bias) : std::vector<T>{};
+  std::unique_ptr<Gemms<T>> gemms;
+  if constexpr (std::is_same_v<T, double>)
+    if (device == ModelDevice::cuda) gemms = cuda_gemms(W.data(), V, D);
+  if (!gemms) gemms = std::make_unique<HostGemms<T>>(W.data(), V, D);
   ModelOutputs o;
   o.loss.resize(N);
   o.lse.resize(N);
   o.dH.resize(static_cast<std::size_t>(N * D));
   o.dW.assign(static_cast<std::size_t>(V * D), 0.0);
   if (!b.empty()) o.db.assign(static_cast<std::size_t>(V), 0.0);
-  const std::int64_t C = k.chunk_tokens > 0 ? k.chunk_tokens : N;
-  std::vector<T> Z(static_cast<std::size_t>(kBlockRows * V)), dZ(Z.size());
-  std::vector<T> dHb(static_cast<std::size_t>(kBlockRows * D)), dWc(o.dW.size()), dbc(o.db.size());
+  const std::int64_t C = k.chunk_tokens > 0 ? k.chunk_tokens : N, R = gemms->block_rows();
+  std::vector<T> Z(static_cast<std::size_t>(R * V)), dZ(Z.size());
+  std::vector<T> dHb(static_cast<std::size_t>(R * D)), dWc(o.dW.size()), dbc(o.db.size());
   for (std::int64_t c0 = 0; c0 < N; c0 += C) {
-    std::fill(dWc.begin(), dWc.end(), T(0));
     std::fill(dbc.begin(), dbc.end(), T(0));
     T loss_c = 0;  // the chunk's Σ_i w'_i·loss_i (w' = g_i for reduction none, else 1)
-    for (std::int64_t i0 = c0; i0 < std::min(N, c0 + C); i0 += kBlockRows) {
-      const std::int64_t B = std::min({kBlockRows, N - i0, c0 + C - i0});
+    for (std::int64_t i0 = c0; i0 < std::min(N, c0 + C); i0 += R) {
+      const std::int64_t B = std::min({R, N - i0, c0 + C - i0});
       const T* Hb = H.data() + i0 * D;
-      logits_of(Hb, W.data(), B, V, D, Z.data());
+      gemms->logits(Hb, B, Z.data());
 #pragma omp parallel for schedule(static)
       for (std::int64_t r = 0; r < B; ++r) {
         const std::int64_t i = i0 + r;
@@ -178,15 +206,19 @@ ModelOutputs run_in(const Golden& g, const ModelKnobs& k) {
       for (std::int64_t r = 0; r < B; ++r)  // sequential, in token order
         loss_c += (g.spec.reduction == Reduction::none ? static_cast<T>(plan.weight[i0 + r]) : 1) *
                   static_cast<T>(o.loss[i0 + r]);
-      dH_of(dZ.data(), W.data(), B, V, D, dHb.data());
+      gemms->backward(dZ.data(), Hb, B, dHb.data());
       std::copy(dHb.begin(), dHb.begin() + B * D, o.dH.begin() + i0 * D);
-      add_dW(dZ.data(), Hb, B, V, D, dWc.data());
       for (std::int64_t r = 0; r < B && !dbc.empty(); ++r)
         for (std::int64_t j = 0; j < V; ++j) dbc[j] += dZ[r * V + j];
     }
+    gemms->take_dW(dWc.data());
     const DType dt = k.dW_chunk_sum;
-    for (std::size_t x = 0; x < dWc.size(); ++x)
-      o.dW[x] = round_to(o.dW[x] + round_to(dWc[x], dt), dt);
+    const auto n_dW = static_cast<std::int64_t>(dWc.size());
+#pragma omp parallel for schedule(static)
+    for (std::int64_t x = 0; x < n_dW; ++x) {
+      const auto u = static_cast<std::size_t>(x);
+      o.dW[u] = round_to(o.dW[u] + round_to(dWc[u], dt), dt);
+    }
     for (std::size_t x = 0; x < dbc.size(); ++x)
       o.db[x] = round_to(o.db[x] + round_to(dbc[x], dt), dt);
     const DType lt = k.loss_chunk_sum;
@@ -203,7 +235,7 @@ ModelOutputs run_in(const Golden& g, const ModelKnobs& k) {
 
 }  // namespace
 
-ModelOutputs run_model(const Golden& g, const ModelKnobs& knobs) {
+ModelOutputs run_model(const Golden& g, const ModelKnobs& knobs, ModelDevice device) {
   if (!g.problem.is_linear())
     throw InputError(fmt::format(
         "{}: a problem of given logits; the selftest's model implements the linear head (H, W) "
@@ -215,9 +247,9 @@ ModelOutputs run_model(const Golden& g, const ModelKnobs& knobs) {
       throw InputError(fmt::format(
           "the fp32 sequential model at N·V·D = {:.3g} (> 2^36) would take too long on the CPU",
           work));
-    return run_in<float>(g, knobs);
+    return run_in<float>(g, knobs, ModelDevice::cpu);
   }
-  return run_in<double>(g, knobs);
+  return run_in<double>(g, knobs, device);
 }
 
 }  // namespace xentlab::selftest

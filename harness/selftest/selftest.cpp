@@ -226,8 +226,11 @@ void strategy_entries(Judge& j, const SelftestOptions& o, SelftestResult& res) {
           to_string(j.kind()), work_of(g)));
       continue;
     }
-    for (const auto& st : make_strategies(b, StrategySet::all))
-      for (const Recipe& r : strategy_recipes(g, j.kind())) {
+    // Recipe by recipe: the candidates of one policy follow each other, so its bounds are formed
+    // once (the Judge keeps the last policy's).
+    const auto strategies = make_strategies(b, StrategySet::all);
+    for (const Recipe& r : strategy_recipes(g, j.kind()))
+      for (const auto& st : strategies) {
         if (!st->can_implement(g.problem, g.spec, r).ok()) continue;  // not one of its recipes
         SelftestEntry e;
         e.name = fmt::format("{} {} {}", st->name(), to_string(b), r.name());
