@@ -10,8 +10,11 @@
 #                                            with --baseline-backend cuda; then selftest at the
 #                                            Llama head (256 tokens) on the GPU
 #   bash lab/sessions/gpu_judge.sh start     the whole nightly (its selftest at the Llama head
-#                                            included: about half an hour on an H100) in its own
-#                                            process session, so that it outlives this call; then
+#                                            included: about 20 minutes on an H100) in its own
+#                                            process session, so that it outlives this call, then
+#                                            (BROKEN_AFTER=1) the broken-strategy nightly of
+#                                            `broken` in the same build folder (only chunked.cu
+#                                            recompiles; no tests, the selftest at 256 tokens);
 #                                            polls it until LIMIT (580 s)
 #   bash lab/sessions/gpu_judge.sh poll      polls that nightly (the machine must still be warm:
 #                                            the next call within its 30 s); packs its files
@@ -28,17 +31,31 @@ pack() { tar czf "$OUT/$what.tgz" -C /tmp --exclude='*.h5' --exclude='*-plots' "
 trap pack EXIT
 bg=/tmp/xl-judge-bg
 poll_bg() {
-  while [ $(( $(date +%s) - t0 )) -lt "${LIMIT:-580}" ] && [ ! -f $bg/nightly.rc ]; do sleep 10; done
+  # Until the last run started is done (the broken-strategy one where it was asked for).
+  local last=$bg/nightly.rc
+  [ -f $bg/broken.wanted ] && last=$bg/broken.rc
+  while [ $(( $(date +%s) - t0 )) -lt "${LIMIT:-580}" ] && [ ! -f $last ]; do sleep 10; done
   if [ -f $bg/nightly.rc ]; then el "nightly exit $(cat $bg/nightly.rc)"; else el "nightly still running"; fi
   cat $bg/out/summary.txt >> "$S" 2>/dev/null
   tail -3 $bg/out/selftest.txt >> "$S" 2>/dev/null
+  if [ -f $bg/broken.wanted ]; then
+    if [ -f $bg/broken.rc ]; then el "broken nightly exit $(cat $bg/broken.rc) (expected non-zero)"
+    else el "broken nightly not done"; fi
+    cat $bg/broken/summary.txt >> "$S" 2>/dev/null
+  fi
   tar czf "$OUT/bg.tgz" -C /tmp --exclude='*.h5' --exclude='*-plots' xl-judge-bg 2>/dev/null
 }
 case $what in
   start)
     mkdir -p $bg
+    [ -n "${BROKEN_AFTER:-}" ] && touch $bg/broken.wanted
+    broken=":"
+    [ -n "${BROKEN_AFTER:-}" ] && broken="BROKEN_STRATEGY=chunked SKIP_TESTS=1 SELFTEST_TOKENS=256 \
+      AUDIT_TIMEOUT=0 AUDIT_ARGS='--problems calibrated,stories260k --strategies naive,chunked' \
+      RECIPES_128K=bf16/fp32/fp32/bf16 tools/scripts/nightly_gpu.sh $bg/broken > $bg/broken.log 2>&1; \
+      echo \$? > $bg/broken.rc"
     setsid nohup bash -c "cd $PWD && XENTLAB_AUDIT_TIMINGS=1 AUDIT_TIMEOUT=0 tools/scripts/nightly_gpu.sh $bg/out \
-      > $bg/nightly.log 2>&1; echo \$? > $bg/nightly.rc" < /dev/null > /dev/null 2>&1 &
+      > $bg/nightly.log 2>&1; echo \$? > $bg/nightly.rc; $broken" < /dev/null > /dev/null 2>&1 &
     el "nightly started in its own session"
     poll_bg ;;
   poll)
