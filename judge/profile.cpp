@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -181,8 +182,11 @@ ErrorProfile error_profile(const double* out, const double* ref, std::int64_t n,
   double max_ref = 0;
   for (const double m : block_max) max_ref = std::max(max_ref, m);
   p.rel_floor = 0x1p-20 * max_ref;
-  // Sums of squares scaled by max|ref| (no overflow).
-  const double s = max_ref > 0 ? 1.0 / max_ref : 1.0;
+  // Sums of squares scaled by max|ref| (no overflow): x·s0·s, s0 = 2^600 (exact) where max|ref|
+  // is subnormal and its reciprocal would overflow (the sums then NaN, the normwise error 0), else
+  // 1 (x·s as it is).
+  const double s0 = max_ref < std::numeric_limits<double>::min() ? 0x1p600 : 1.0;
+  const double s = max_ref > 0 ? 1.0 / (max_ref * s0) : 1.0;
   struct Partial {
     double ee = 0, rr = 0, se = 0, er = 0, er2 = 0;
     std::int64_t count = 0;
@@ -200,10 +204,11 @@ ErrorProfile error_profile(const double* out, const double* ref, std::int64_t n,
     for (std::int64_t i = b * kBlock, e = std::min(n, i + kBlock); i < e; ++i) {
       if (!std::isfinite(out[i]) || !std::isfinite(ref[i])) continue;
       const double err = out[i] - ref[i];
-      q.ee += (err * s) * (err * s);
-      q.rr += (ref[i] * s) * (ref[i] * s);
-      q.er += (err * s) * (ref[i] * s);
-      q.er2 += ((err * s) * (ref[i] * s)) * ((err * s) * (ref[i] * s));
+      const double es = err * s0 * s, rs = ref[i] * s0 * s;
+      q.ee += es * es;
+      q.rr += rs * rs;
+      q.er += es * rs;
+      q.er2 += (es * rs) * (es * rs);
       q.se += err;
       // 0/0 (an exact value where the reference and its floor are 0) is an error of 0.
       r[q.count++] = err == 0 ? 0.0 : std::fabs(err) / std::max(std::fabs(ref[i]), p.rel_floor);

@@ -509,6 +509,33 @@ TEST(ErrorProfile, NumbersFromTheirDefinitions) {
   EXPECT_THROW(error_profile(out.data(), ref.data(), -1, DType::fp32), InputError);
 }
 
+// A reference below 2^-1022 everywhere (its largest element subnormal, whose reciprocal overflows):
+// the profile's sums, scaled by max|ref|, stay finite, and an output of zeros has the error −ref,
+// normwise 1 and scale −1 by their definitions; it fails the differential check. (With the
+// reciprocal as the scale, the sums were NaN and the normwise error 0: any output passed.)
+TEST(ErrorProfile, SubnormalReferenceKeepsItsNormwiseErrorAndScale) {
+  const std::vector<double> ref = {3 * 0x1p-1060, 0, -0x1p-1070, 0x1p-1074};
+  const std::vector<double> zeros(ref.size(), 0.0);
+  const ErrorProfile z = error_profile(zeros.data(), ref.data(), 4, DType::fp32);
+  EXPECT_EQ(z.n, 4);
+  EXPECT_EQ(z.max_ref, 3 * 0x1p-1060);
+  EXPECT_EQ(z.normwise, 1.0);
+  EXPECT_EQ(z.scale, -1.0);
+  // ‖ref‖₂ = 2^-1074·√((3·2^14)² + 2^8 + 1), rounded to the subnormals' grid of 2^-1074
+  EXPECT_NEAR(z.norm_ref / 0x1p-1074, std::sqrt(9.0 * 0x1p28 + 0x1p8 + 1), 0.5 + 1e-6);
+  // Twice the reference: the error is +ref (normwise 1, scale +1).
+  std::vector<double> twice(ref);
+  for (double& x : twice) x *= 2;
+  const ErrorProfile t = error_profile(twice.data(), ref.data(), 4, DType::fp32);
+  EXPECT_EQ(t.normwise, 1.0);
+  EXPECT_EQ(t.scale, 1.0);
+  // Against the profile of an exact output (normwise 0) both fail the differential check.
+  const ErrorProfile exact = error_profile(ref.data(), ref.data(), 4, DType::fp32);
+  EXPECT_EQ(exact.normwise, 0.0);
+  EXPECT_EQ(compare_with_baseline(z, exact, DType::fp32, "r").status, "incorrect");
+  EXPECT_EQ(compare_with_baseline(t, exact, DType::fp32, "r").status, "incorrect");
+}
+
 // The quantiles and the maximum are exact order statistics (nearest rank) of the element-wise
 // relative errors, found in parallel by buckets of their bit patterns: against a full sort of the
 // same errors, on values spread over many exponents, with ties, exact zeros and a reference
