@@ -433,8 +433,9 @@ DifferentialResult compare_with_baseline(const ErrorProfile& c, const ErrorProfi
   const double every_element = out == DType::fp32 || out == DType::fp64
                                    ? rms
                                    : rms + 2 * u * std::sqrt(std::min(1.0, rms / (2 * u)));
+  // (The ratio first: floor·max|ref| would lose its digits below 2^-1022.)
   d.floor_normwise =
-      c.norm_ref > 0 ? std::max(floor * c.max_ref / c.norm_ref, every_element) : floor;
+      c.norm_ref > 0 ? std::max(floor * (c.max_ref / c.norm_ref), every_element) : floor;
   d.limit_normwise = kDifferentialK * base.normwise + d.floor_normwise;
   d.limit_rel_q = kDifferentialK * base.rel_q + d.floor_rel;
   d.quantile_compared = c.n >= kDifferentialMinElements && base.n >= kDifferentialMinElements;

@@ -536,6 +536,25 @@ TEST(ErrorProfile, SubnormalReferenceKeepsItsNormwiseErrorAndScale) {
   EXPECT_EQ(compare_with_baseline(t, exact, DType::fp32, "r").status, "incorrect");
 }
 
+// The criterion's normwise floor depends on the reference only through max|ref|/‖ref‖₂ (judge/
+// differential.hpp): a one-element reference of 3·2^-1074 has the floor of one of 3 — the
+// per-element floor, which for fp32 exceeds the rms term. (floor·max|ref| formed first rounds to
+// 0 below 2^-1022, leaving the rms term; verify's vacuous test relies on the floor of a ratio of
+// 1 being the largest.)
+TEST(ErrorProfile, NormwiseFloorOfASubnormalReferenceIsItsRatios) {
+  const std::vector<double> tiny = {3 * 0x1p-1074}, three = {3.0}, zero = {0.0};
+  const ErrorProfile base = error_profile(three.data(), three.data(), 1, DType::fp32);
+  const DifferentialResult a =
+      compare_with_baseline(error_profile(zero.data(), tiny.data(), 1, DType::fp32), base,
+                            DType::fp32, "r");
+  const DifferentialResult b =
+      compare_with_baseline(error_profile(zero.data(), three.data(), 1, DType::fp32), base,
+                            DType::fp32, "r");
+  const double per_element = 2 * 0x1p-24 + kElementaryUlps * 0x1p-23;  // 2u + 4 ULP of fp32
+  EXPECT_EQ(b.floor_normwise, per_element);
+  EXPECT_EQ(a.floor_normwise, per_element);
+}
+
 // The quantiles and the maximum are exact order statistics (nearest rank) of the element-wise
 // relative errors, found in parallel by buckets of their bit patterns: against a full sort of the
 // same errors, on values spread over many exponents, with ties, exact zeros and a reference
