@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <type_traits>
 
 #include "harness/selftest/model_gemms.hpp"
 
@@ -29,6 +30,19 @@ struct DeviceFree {
   void operator()(double* p) const { cudaFree(p); }
 };
 using DeviceDoubles = std::unique_ptr<double, DeviceFree>;
+
+// A cuBLAS handle destroyed with its owner, also when a later step of the owner's constructor
+// throws (a destructor does not run for a half-built object).
+struct BlasDestroy {
+  void operator()(cublasHandle_t h) const { cublasDestroy(h); }
+};
+using BlasHandle = std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, BlasDestroy>;
+
+BlasHandle blas_handle() {
+  cublasHandle_t h = nullptr;
+  ok(cublasCreate(&h), "cublasCreate");
+  return BlasHandle(h);
+}
 
 DeviceDoubles device_doubles(std::int64_t n, const char* what) {
   void* p = nullptr;
@@ -52,13 +66,12 @@ class CudaGemms final : public Gemms<double> {
         dW_(device_doubles(V * D, "the chunk's dW (fp64)")),
         Hb_(device_doubles(kRows * D, "a block of H")),
         Z_(device_doubles(kRows * V, "a block of logits")),
-        dHb_(device_doubles(kRows * D, "a block of dH")) {
-    ok(cublasCreate(&h_), "cublasCreate");
-    ok(cublasSetMathMode(h_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");  // plain fp64
+        dHb_(device_doubles(kRows * D, "a block of dH")),
+        h_(blas_handle()) {
+    ok(cublasSetMathMode(h_.get(), CUBLAS_DEFAULT_MATH), "cublasSetMathMode");  // plain fp64
     ok(cudaMemcpy(W_.get(), W, bytes(V * D), cudaMemcpyHostToDevice), "copying W");
     ok(cudaMemset(dW_.get(), 0, bytes(V * D)), "zeroing dW");
   }
-  ~CudaGemms() override { cublasDestroy(h_); }
   CudaGemms(const CudaGemms&) = delete;
   CudaGemms& operator=(const CudaGemms&) = delete;
 
@@ -89,14 +102,14 @@ class CudaGemms final : public Gemms<double> {
             std::int64_t ldc) {
     if (m == 0 || n == 0) return;
     const double one = 1.0;
-    ok(cublasDgemm(h_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, dim(n),
+    ok(cublasDgemm(h_.get(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, dim(n),
                    dim(m), dim(k), &one, B, dim(ldb), A, dim(lda), &beta, C, dim(ldc)),
        "cublasDgemm");
   }
 
   std::int64_t V_, D_;
   DeviceDoubles W_, dW_, Hb_, Z_, dHb_;
-  cublasHandle_t h_ = nullptr;
+  BlasHandle h_;  // after the buffers: destroyed before them
 };
 
 }  // namespace
