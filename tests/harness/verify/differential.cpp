@@ -544,12 +544,10 @@ TEST(ErrorProfile, SubnormalReferenceKeepsItsNormwiseErrorAndScale) {
 TEST(ErrorProfile, NormwiseFloorOfASubnormalReferenceIsItsRatios) {
   const std::vector<double> tiny = {3 * 0x1p-1074}, three = {3.0}, zero = {0.0};
   const ErrorProfile base = error_profile(three.data(), three.data(), 1, DType::fp32);
-  const DifferentialResult a =
-      compare_with_baseline(error_profile(zero.data(), tiny.data(), 1, DType::fp32), base,
-                            DType::fp32, "r");
-  const DifferentialResult b =
-      compare_with_baseline(error_profile(zero.data(), three.data(), 1, DType::fp32), base,
-                            DType::fp32, "r");
+  const DifferentialResult a = compare_with_baseline(
+      error_profile(zero.data(), tiny.data(), 1, DType::fp32), base, DType::fp32, "r");
+  const DifferentialResult b = compare_with_baseline(
+      error_profile(zero.data(), three.data(), 1, DType::fp32), base, DType::fp32, "r");
   const double per_element = 2 * 0x1p-24 + kElementaryUlps * 0x1p-23;  // 2u + 4 ULP of fp32
   EXPECT_EQ(b.floor_normwise, per_element);
   EXPECT_EQ(a.floor_normwise, per_element);
