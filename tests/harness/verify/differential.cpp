@@ -418,6 +418,50 @@ TEST_F(VerifyDifferential, SampledBaselineRecordsItsSample) {
   EXPECT_FALSE(verify_candidate(g, bad, make_verify_policy(r.name()), o).passed);
 }
 
+// Vacuity against a sampled baseline (--baseline-rows): the differential check compares the loss on
+// the baseline's rows, so whether an output of zeros would pass is decided on those rows too. A
+// baseline loss error placed between the limits at which zeros pass on the sampled rows and on
+// all rows (the normwise floor f·max|ref|/‖ref‖₂ is larger on 4 rows than on 32): zeros pass the
+// comparison the candidate's loss passed, and the loss is inconclusive, not passed.
+TEST_F(VerifyDifferential, VacuityAgainstASampledBaselineIsJudgedOnItsRows) {
+  const Golden& g = golden("calibrated");
+  const Recipe r = parse_recipe("bf16/fp32/fp32/bf16");
+  BaselineOptions bo;
+  bo.rows = 4;
+  bo.seed = 3;
+  Baseline b = emulate_baseline(g, r, bo);
+  ASSERT_TRUE(b.sampled);
+  std::vector<double> sub;
+  for (const std::int64_t row : b.token_rows) {
+    const auto at = std::find(g.token_rows.begin(), g.token_rows.end(), row);
+    ASSERT_NE(at, g.token_rows.end());
+    sub.push_back(g.loss[static_cast<std::size_t>(at - g.token_rows.begin())]);
+  }
+  const DType dt = b.output_dtype("loss");
+  const std::vector<double> zeros(g.loss.size(), 0.0);
+  const ErrorProfile z_all =
+      error_profile(zeros.data(), g.loss.data(), static_cast<std::int64_t>(g.loss.size()), dt);
+  const ErrorProfile z_sub =
+      error_profile(zeros.data(), sub.data(), static_cast<std::int64_t>(sub.size()), dt);
+  ErrorProfile* base = nullptr;
+  for (auto& [name, p] : b.profiles)
+    if (name == "loss") base = &p;
+  ASSERT_NE(base, nullptr);
+  base->normwise = 0;
+  const double f_all = compare_with_baseline(z_all, *base, dt, r.name()).floor_normwise;
+  const double f_sub = compare_with_baseline(z_sub, *base, dt, r.name()).floor_normwise;
+  ASSERT_GT(f_sub, f_all);  // the premise: a window between the two limits
+  base->normwise = (1 - (f_all + f_sub) / 2) / kDifferentialK;
+  ASSERT_EQ(compare_with_baseline(z_sub, *base, dt, r.name()).status, "passed");
+  ASSERT_EQ(compare_with_baseline(z_all, *base, dt, r.name()).status, "incorrect");
+  const auto strategies = make_strategies(Backend::cpu_emulation);
+  const std::string path = write("sampled-vacuous.h5", run_candidate(g, *strategies.front(), r));
+  const VerifyReport rep = verify(g, path, r.name(), VerifyCheck::differential, &b);
+  EXPECT_EQ(output(rep, "loss").differential.status, "passed") << format_report(rep);
+  EXPECT_EQ(output(rep, "loss").differential.candidate.n, 4);
+  EXPECT_EQ(output(rep, "loss").status, "inconclusive") << format_report(rep);
+}
+
 // --explain names the recipe of candidates made by every strategy in several recipes. Under bf16
 // accumulation the logits' dtype does not show (the sums' error dominates every output): there the
 // recipe is among the consistent ones, and every consistent recipe accumulates in bf16.
