@@ -8,7 +8,9 @@
 //  - the classic downgrade (bf16 logits declared as fp32 logits) is caught;
 //  - an infinite bound is judged by the differential check and counted apart;
 //  - one perturbed element still fails the bound check, named;
-//  - a sampled baseline records its sample; --explain names the candidate's recipe.
+//  - a sampled baseline records its sample; --explain names the candidate's recipe;
+//  - an output is inconclusive (vacuous) exactly where zeros pass the same comparison, on a sampled
+//    baseline's rows too.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
