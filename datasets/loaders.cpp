@@ -125,6 +125,15 @@ Problem assemble(std::map<std::string, LoadedArray> arrays, const std::string& p
   };
   LoadedArray t = take("targets", true);
   if (arrays.count("logits")) {
+    // Logits beside H, W or a bias: two problems, or logits whose bias would be dropped.
+    std::string others;
+    for (const char* n : {"H", "W", "bias"})
+      if (arrays.count(n)) others += fmt::format("{}{}", others.empty() ? "" : ", ", n);
+    if (!others.empty())
+      throw InputError(fmt::format(
+          "{}: holds logits and {}: a problem is given logits (logits, targets) or a linear head "
+          "(H, W, targets[, bias]), not both (a bias is not added to given logits); keep one",
+          path, others));
     LoadedArray z = take("logits", false);
     flatten(z, "logits");
     return Problem::from_logits(std::move(z.floats), std::move(t.ints), ignore_index,

@@ -523,8 +523,8 @@ DType Dataset::tensor_dtype() const {
     dt = DType::fp16;
   else
     throw FormatError(fmt::format(
-        "{}: holds {}; a tensor must be float64, float32, IEEE float16, or uint16 bit patterns "
-        "with the attribute dtype=\"bf16\"",
+        "{}: holds {}; a tensor must be float64, float32, IEEE float16, or 16-bit integer "
+        "(uint16 or int16) bit patterns with the attribute dtype=\"bf16\"",
         where(), inf.describe()));
   if (!inf.dtype_attr.empty() && inf.dtype_attr != to_string(dt))
     throw FormatError(fmt::format("{}: its dtype attribute says {} but it is stored as {}", where(),
@@ -538,7 +538,10 @@ Tensor Dataset::read_tensor() const {
   hid_t mem_type = H5T_NATIVE_DOUBLE;
   switch (dt) {
     case DType::bf16:
-      mem_type = H5T_NATIVE_UINT16;
+      // The bits as stored: bf16 patterns written as signed 16-bit integers (PyTorch's
+      // `t.view(torch.int16)`) are read as int16, whose two's complement is the same 16 bits — a
+      // conversion to uint16 would clamp every negative value (sign bit set) to 0.
+      mem_type = info().is_signed ? H5T_NATIVE_INT16 : H5T_NATIVE_UINT16;
       break;
     case DType::fp32:
       mem_type = H5T_NATIVE_FLOAT;

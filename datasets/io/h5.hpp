@@ -12,7 +12,8 @@
 //    as numpy float16.
 //  - bf16: its uint16 bit patterns with the attribute dtype="bf16" (neither HDF5 nor numpy has a
 //    bfloat16 type); in h5py `(f["W"][()].astype("uint32") << 16).view("float32")` gives the
-//    values.
+//    values. Signed 16-bit integers with that attribute are read as the same bits (PyTorch
+//    writes `t.view(torch.int16)`).
 //  - every tensor written by write_tensor carries the attribute dtype ("fp32", "fp16", "bf16",
 //    "fp64"); int64 datasets (targets, indices) carry none.
 //  - strings are variable-length UTF-8 attributes (h5py returns str).

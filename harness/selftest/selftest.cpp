@@ -284,6 +284,14 @@ SelftestResult run_selftest(const SelftestOptions& o) {
         "policy is within one bf16 rounding per row, seen only across rows: at N = 16 it is not, "
         "at 32 it is); below that some faults are none",
         o.N, kMinTokens));
+  // One class: its softmax is its one-hot for every input, so the loss is 0 and every gradient
+  // exactly 0 — zeroing or scaling a gradient or the loss is no fault, and most of the catalogue
+  // would be reported "missed".
+  if (o.V == 1)
+    throw InputError(
+        "--vocab 1: with one class the loss is 0 and every gradient exactly 0 for any input (the "
+        "softmax of one logit is its one-hot), so the faults that zero or scale a gradient or the "
+        "loss are none; give --vocab 2 or more");
   (void)find_dataset(o.dataset);  // an unknown name is refused before any work
   const WorkDir w(o.workdir);
   SelftestResult res;

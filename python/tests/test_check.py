@@ -208,6 +208,14 @@ def test_outputs_of_another_shape_are_refused_naming_the_expected_one(cache_dir,
         xentlab.check(fn, problem="stories260k", policy="fp32", cache_dir=cache_dir)
 
 
+def test_a_dict_with_a_scalar_loss_and_a_reduced_loss_is_refused(cache_dir):
+    """A scalar "loss" is the reduced loss: beside a "reduced_loss" of its own, one of the two
+    values would be dropped unjudged (a wrong reduced_loss of 99 passed under the right loss)."""
+    fn = _returning(lambda loss, dH, dW: {"loss": loss, "reduced_loss": np.float32(99), "dH": dH})
+    with pytest.raises(ValueError, match=r"both a scalar loss and a reduced_loss"):
+        xentlab.check(fn, problem="stories260k", policy="fp32", cache_dir=cache_dir)
+
+
 def test_a_per_token_loss_of_shape_N_by_1_is_refused(cache_dir):
     g = xentlab.cached_golden("stories260k", cache_dir=cache_dir, spec={"reduction": "none"})
     fn = _returning(lambda loss, dH, dW: (loss[:, None], dH, dW))

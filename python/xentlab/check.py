@@ -229,6 +229,14 @@ def _call(loss_fn, g: Golden, framework: str, device) -> tuple[dict, list]:
         refuse_own_gradients([k for k in out if k in grads])
         outputs = dict(out)
         if "loss" in outputs and np.ndim(to_numpy64(outputs["loss"])) == 0:
+            # A scalar loss is the reduced loss: beside a reduced_loss of its own, one of the two
+            # would be dropped unjudged.
+            if "reduced_loss" in outputs:
+                raise InputError(
+                    "loss_fn returned both a scalar loss and a reduced_loss: a scalar loss is the "
+                    "reduced loss, and one of the two would go unjudged (return one of them, or "
+                    "the per-token loss as loss)"
+                )
             outputs["reduced_loss"] = outputs.pop("loss")
         return outputs, None
     if isinstance(out, (tuple, list)):

@@ -372,5 +372,30 @@ TEST_F(Loaders, Hdf5ProblemFile) {
   EXPECT_THROW(load_problem_file(path("x.h5"), -100), FormatError);
 }
 
+// A file holding logits beside H, W or a bias is two problems (or logits whose bias would be
+// dropped): refused naming them, never one of them chosen without a word (the logits were).
+TEST_F(Loaders, LogitsBesideHWOrBiasAreRefusedNamingBoth) {
+  Tensor H(DType::fp32, {2, 3}, "H"), W(DType::fp32, {4, 3}, "W"), z(DType::fp32, {2, 4}, "logits");
+  Tensor b(DType::fp32, {4}, "bias");
+  for (const char* extra : {"H", "bias"}) {
+    const std::string p = path(std::string("both_") + extra + ".h5");
+    {
+      h5::File f = h5::File::create(p);
+      f.write_tensor("logits", z);
+      f.write_tensor(extra, std::string(extra) == "H" ? H : b);
+      if (std::string(extra) == "H") f.write_tensor("W", W);
+      f.write("targets", std::vector<std::int64_t>{0, 1});
+      f.close();
+    }
+    try {
+      (void)load_problem_file(p, -100);
+      ADD_FAILURE() << extra << ": loaded";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("logits and " + std::string(extra)), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace xentlab

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
+#include <utility>
 
 #include "datasets/io/h5.hpp"
 #include "numerics/error.hpp"
@@ -146,6 +148,46 @@ TEST_F(H5Storage, EveryLayoutAndStandardFilterOfH5pyReadsIdenticalValues) {
     const std::vector<double> bits = f.open_dataset("bf16").read_double();  // uint16 as numbers
     for (std::size_t i = 0; i < bf16.size(); ++i)
       ASSERT_EQ(bits[i], static_cast<double>(bf16[i])) << w.tag << " element " << i;
+  }
+}
+
+// bf16 bit patterns written as signed 16-bit integers (PyTorch's `t.view(torch.int16).numpy()`:
+// torch had no uint16) or big-endian ones, with dtype="bf16", are the same bits: every negative
+// value (sign bit set) is a negative int16, which a conversion to uint16 clamped to 0 — a
+// candidate's negative gradients read as +0, a problem file's H and W half zeroed.
+TEST_F(H5Storage, Bf16BitsStoredAsSignedOrBigEndianIntegersReadAsTheSameBits) {
+  const std::vector<std::uint16_t> bits = {0x0000, 0x8000, 0x3F80, 0xBF80, 0xC000,
+                                           0x0001, 0x8001, 0x7F7F, 0xFF7F, 0xFF80};
+  const std::string p = path("bf16_ints.h5");
+  {
+    const hid_t f = H5Fcreate(p.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t n = bits.size();
+    for (const auto& [name, ftype] : {std::pair<const char*, hid_t>{"u16le", H5T_STD_U16LE},
+                                      {"i16le", H5T_STD_I16LE},
+                                      {"i16be", H5T_STD_I16BE},
+                                      {"u16be", H5T_STD_U16BE}}) {
+      // Written from the same bytes as the file type's own sign: the stored bits are `bits`.
+      const hid_t mtype = H5Tget_sign(ftype) == H5T_SGN_2 ? H5T_NATIVE_INT16 : H5T_NATIVE_UINT16;
+      write_c(f, name, ftype, mtype, bits.data(), {n}, {n}, false, false, false, H5D_CONTIGUOUS);
+    }
+    H5Fclose(f);
+    h5::File rw = h5::File::open_rw(p);
+    for (const char* name : {"u16le", "i16le", "i16be", "u16be"})
+      rw.open_dataset(name).set_attr("dtype", "bf16");
+    rw.close();
+  }
+  const h5::File f = h5::File::open_read(p);
+  for (const char* name : {"u16le", "i16le", "i16be", "u16be"}) {
+    const h5::Dataset d = f.open_dataset(name);
+    const Tensor t = d.read_tensor();
+    ASSERT_EQ(t.dtype(), DType::bf16) << name;
+    ASSERT_EQ(t.numel(), static_cast<std::int64_t>(bits.size())) << name;
+    EXPECT_EQ(0, std::memcmp(t.data(), bits.data(), bits.size() * 2)) << name;
+    const std::vector<double> v = d.read_double();
+    EXPECT_EQ(v[3], -1.0) << name;                                      // 0xBF80
+    EXPECT_EQ(v[4], -2.0) << name;                                      // 0xC000
+    EXPECT_TRUE(std::signbit(v[1]) && v[1] == 0) << name;               // 0x8000 = −0
+    EXPECT_EQ(v[9], -std::numeric_limits<double>::infinity()) << name;  // 0xFF80
   }
 }
 

@@ -181,6 +181,7 @@ TEST(SelftestProgram, RefusesBadOptionsWithExit2) {
       {"selftest --tokens 0", "--tokens"},
       {"selftest --tokens 1", "needs at least 32 token rows"},
       {"selftest -N 31", "needs at least 32 token rows"},
+      {"selftest --vocab 1", "give --vocab 2 or more"},
       {"selftest --dataset llama3-8b", "give --tokens 32 or more"},
       {"selftest --dataset no-such-dataset", "no-such-dataset"},
       {"selftest --dataset heavy", "given logits"},
