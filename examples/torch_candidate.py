@@ -26,8 +26,15 @@ import argparse
 import os
 import sys
 
-import h5py
-import numpy as np
+try:
+    import h5py
+    import numpy as np
+except ImportError as e:
+    sys.exit(
+        f"torch_candidate.py: {e.name} is not installed for {sys.executable}; run this script "
+        "with a Python that has h5py and numpy, such as build/venv/bin/python (made by "
+        "tools/xentlab.sh or tools/setup.sh --python build/venv)"
+    )
 
 
 def read_tensor(ds):

@@ -325,6 +325,11 @@ std::string format_summary(const AuditResult& res, bool md) {
   // The verdict.
   s += md ? "\n## Verdict: \"logits may be bf16 while accumulation must be fp32\"\n\n"
           : "\nVERDICT: \"logits may be bf16 while accumulation must be fp32\"\n";
+  // No regime to compare (recipes restricted by --recipes): the reason, not an empty table.
+  if (res.verdict.empty())
+    return s + (md ? "" : "  ") +
+           "no regime: no problem ran both X/fp32/fp32/X and X/bf16/fp32/X (the recipes the "
+           "verdict compares)\n";
   if (md)
     s += "| regime | input | output | err fp32 logits | err bf16 logits | logits may be bf16 | "
          "best reduced-accum err | accum must be fp32 |\n"

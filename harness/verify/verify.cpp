@@ -50,12 +50,20 @@ h5::File open_candidate(const Golden& g, const std::string& candidate_path, Veri
   const std::vector<std::string>& known = candidate_output_names();
   for (const std::string& name : f.children())
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      std::string all;
-      for (const auto& k : known) all += (all.empty() ? "" : ", ") + k;
-      throw FormatError(
-          fmt::format("{}: '{}' is not an output verify knows (the outputs, by these names: {}; "
-                      "docs/formats.md)",
-                      candidate_path, name, all));
+      std::string all, inside;
+      for (const auto& k : known) {
+        all += (all.empty() ? "" : ", ") + k;
+        // Outputs written into a group (a candidate laid out like the golden file's /reference).
+        if (f.exists(name + "/" + k)) inside += (inside.empty() ? "" : ", ") + k;
+      }
+      throw FormatError(fmt::format(
+          "{}: '{}' is not an output verify knows (the outputs, by these names: {}; "
+          "docs/formats.md){}",
+          candidate_path, name, all,
+          inside.empty() ? ""
+                         : fmt::format("; it is a group holding {}: write the outputs as "
+                                       "datasets at the file's root, not in a group",
+                                       inside)));
     }
   // Version 2: the loss semantics the candidate declares it implemented must be the golden
   // file's (a candidate that divided by its own token count where the golden file has a

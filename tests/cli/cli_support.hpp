@@ -8,7 +8,7 @@
 // status and its output): verify's number options, --junit on a re-run, --require; golden's and
 // audit's dataset paths and loss-spec checks; the loss options reference, golden and audit share;
 // audit's, --append's and candidate's refusals; the datasets listing's suggestion; and
-// tools/scripts/plot_audit.py (bad input, existing plots, --force; skipped where python3
+// tools/scripts/plot_audit.py (bad input, existing plots, --force; skipped where its Python
 // lacks h5py or matplotlib).
 //
 // The tests, by command: verify.cpp (verify and candidate), datasets.cpp (dataset paths, the
@@ -35,6 +35,17 @@ using testing::xentlab;
 inline std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The interpreter the README runs examples/torch_candidate.py with: the build folder's virtual
+// environment (tools/setup.sh --python, which has h5py and numpy), else python3; empty when neither
+// imports them (a test of the example then skips).
+inline std::string example_python() {
+  for (const std::string& py : {std::string(XL_VENV_PYTHON), std::string("python3")}) {
+    if (py != "python3" && !fs::exists(py)) continue;
+    if (testing::run_shell(shell_quote(py) + " -c 'import h5py, numpy'").status == 0) return py;
+  }
+  return "";
 }
 
 inline bool contains(const std::string& text, const std::string& what) {

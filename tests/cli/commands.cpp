@@ -90,6 +90,22 @@ TEST(CommandsProgram, NumberOptionsSayWhatIsWrong) {
   });
 }
 
+// A misspelt option (a newcomer's --polcy) is named with the option it is closest to, as well as
+// CLI11's list of what it did not expect; an option nothing is close to is named alone.
+TEST(CommandsProgram, AMisspeltOptionIsNamedWithTheOneMeant) {
+  testing::expect_exit_2_naming({
+      {"verify g.h5 c.h5 --polcy bf16",
+       "xentlab verify: unknown option '--polcy'; did you mean "
+       "--policy? (xentlab verify --help)"},
+      {"golden --dataset stories260k --ouput g.h5",
+       "xentlab golden: unknown option '--ouput'; did you mean --out?"},
+      {"audit --no-plot", "xentlab audit: unknown option '--no-plot'; did you mean --no-plots?"},
+      {"verify g.h5 c.h5 --xyzzy=1", "xentlab verify: unknown option '--xyzzy' (xentlab verify"},
+  });
+  const Ran r = xentlab("verify g.h5 c.h5 --xyzzy");
+  EXPECT_FALSE(contains(r.output, "did you mean")) << r.output;
+}
+
 // Display width in columns: UTF-8 continuation bytes take none.
 std::size_t columns(const std::string& s) {
   std::size_t n = 0;

@@ -1,7 +1,7 @@
 // The scripts beside the program, run as a user runs them: examples/torch_candidate.py (its numpy
 // candidates pass verify), tools/scripts/plot_audit.py (bad input, existing plots, --force; the
 // audit's plots by default, and its note without the libraries) and tools/xentlab.sh (dry mode).
-// Each skips where python3 lacks the packages it imports.
+// Each skips where no Python it runs with (build/venv's, else python3) has the packages it imports.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,13 +22,12 @@ namespace {
 // (and declares the normaliser, candidate format_version 2): its numpy candidates pass verify, and
 // one of another normaliser than the golden file's is refused naming both.
 TEST_F(DatasetProgram, TheExampleAppliesTheUpstreamGradientAndTheNormaliser) {
-  const Ran py = testing::run_shell("python3 -c 'import h5py, numpy'");
-  if (py.status != 0)
-    GTEST_SKIP() << "python3 with h5py and numpy is not importable here (Debian: python3-h5py "
-                    "python3-numpy): "
-                 << py.output;
+  const std::string py = example_python();
+  if (py.empty())
+    GTEST_SKIP() << "neither " << XL_VENV_PYTHON
+                 << " nor python3 imports h5py and numpy (tools/setup.sh --python build/venv)";
   const auto example = [&](const std::string& golden, const std::string& cand) {
-    return testing::run_shell("python3 " + shell_quote(XL_EXAMPLE_SCRIPT) + " " +
+    return testing::run_shell(shell_quote(py) + " " + shell_quote(XL_EXAMPLE_SCRIPT) + " " +
                               shell_quote(path(golden)) + " " + shell_quote(path(cand)) +
                               " --backend numpy");
   };
@@ -46,6 +45,21 @@ TEST_F(DatasetProgram, TheExampleAppliesTheUpstreamGradientAndTheNormaliser) {
                             shell_quote(path("c-norm.h5")) + " --policy fp32");
   EXPECT_EQ(other.status, 2) << other.output;
   EXPECT_TRUE(contains(other.output, "the candidate declares normalizer 100")) << other.output;
+}
+
+// Without h5py (python -S: no site-packages) the example says what is missing and which Python has
+// it, in one line, not a traceback.
+TEST_F(DatasetProgram, TheExampleWithoutH5pyNamesTheModuleAndThePythonThatHasIt) {
+  const std::string py = example_python();
+  if (py.empty()) GTEST_SKIP() << "no Python with h5py and numpy to run the example with";
+  if (testing::run_shell(shell_quote(py) + " -S -c 'import h5py'").status == 0)
+    GTEST_SKIP() << py << " -S still imports h5py (installed outside site-packages)";
+  const Ran r = testing::run_shell(shell_quote(py) + " -S " + shell_quote(XL_EXAMPLE_SCRIPT) + " " +
+                                   shell_quote(path("g.h5")) + " " + shell_quote(path("c.h5")));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_FALSE(contains(r.output, "Traceback")) << r.output;
+  EXPECT_TRUE(contains(r.output, "h5py is not installed")) << r.output;
+  EXPECT_TRUE(contains(r.output, "build/venv/bin/python")) << r.output;
 }
 
 // ---- tools/scripts/plot_audit.py ----------------------------------------------------------------

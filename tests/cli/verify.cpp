@@ -396,12 +396,11 @@ TEST_F(VerifyProgram, DifferentialCheckSeparatesBF16FromFP32Results) {
 // gradients) behaves like fp32/bf16/fp32/bf16 first, and fails a policy that declares fp32 logits
 // (the classic downgrade) on the differential check.
 TEST_F(VerifyProgram, ExplainClassifiesTheNumpyExample) {
-  const Ran py = testing::run_shell("python3 -c 'import h5py, numpy'");
-  if (py.status != 0)
-    GTEST_SKIP() << "python3 with h5py and numpy is not importable here (Debian: python3-h5py "
-                    "python3-numpy): "
-                 << py.output;
-  const Ran made = testing::run_shell("python3 " + shell_quote(XL_EXAMPLE_SCRIPT) + " " +
+  const std::string py = example_python();
+  if (py.empty())
+    GTEST_SKIP() << "neither " << XL_VENV_PYTHON
+                 << " nor python3 imports h5py and numpy (tools/setup.sh --python build/venv)";
+  const Ran made = testing::run_shell(shell_quote(py) + " " + shell_quote(XL_EXAMPLE_SCRIPT) + " " +
                                       shell_quote(path("g.h5")) + " " +
                                       shell_quote(path("numpy.h5")) + " --backend numpy");
   ASSERT_EQ(made.status, 0) << made.output;
@@ -414,8 +413,8 @@ TEST_F(VerifyProgram, ExplainClassifiesTheNumpyExample) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "behaves like: fp32/fp32/fp32/fp32 (closest first)")) << r.output;
   const Ran made_bf16 = testing::run_shell(
-      "python3 " + shell_quote(XL_EXAMPLE_SCRIPT) + " " + shell_quote(path("g.h5")) + " " +
-      shell_quote(path("numpy-bf16.h5")) + " --backend numpy --dtype bf16");
+      shell_quote(py) + " " + shell_quote(XL_EXAMPLE_SCRIPT) + " " + shell_quote(path("g.h5")) +
+      " " + shell_quote(path("numpy-bf16.h5")) + " --backend numpy --dtype bf16");
   ASSERT_EQ(made_bf16.status, 0) << made_bf16.output;
   const Ran b = explain(verify("numpy-bf16.h5") + "--policy fp32/bf16/fp32/bf16 --explain");
   EXPECT_EQ(b.status, 0) << b.output;

@@ -377,6 +377,25 @@ TEST(Audit, SummaryOpensWithTheAnswerPerOutput) {
   EXPECT_LT(answer_end, s.find("VERDICT:"));
 }
 
+// An audit without both recipes the verdict compares (--recipes bf16/fp32/fp32/bf16 alone) says so
+// in the answer and in the verdict, instead of printing the verdict's table header over no rows.
+TEST(Audit, AVerdictWithoutRegimesSaysWhyInsteadOfAnEmptyTable) {
+  audit::AuditConfig cfg = small_config();
+  cfg.recipes = {parse_recipe("bf16/fp32/fp32/bf16")};
+  cfg.strategies = {"naive"};
+  const auto res = audit::run_audit(small_set(), cfg);
+  ASSERT_TRUE(res.verdict.empty());
+  for (const bool md : {false, true}) {
+    const std::string s = audit::format_summary(res, md);
+    const std::size_t verdict = s.find(md ? "## Verdict: " : "VERDICT: ");
+    ASSERT_NE(verdict, std::string::npos) << s;
+    EXPECT_NE(s.find("no regime: no problem ran both X/fp32/fp32/X and X/bf16/fp32/X", verdict),
+              std::string::npos)
+        << s;
+    EXPECT_EQ(s.find(md ? "| regime | input |" : "fp32-lgt", verdict), std::string::npos) << s;
+  }
+}
+
 // vocab_parallel runs only when named: the default audit leaves it out and records no ranks;
 // named with 8 ranks over V = 507 (shards of 64 ×3 and 63 ×5) its runs pass, record the ranks and
 // the shards' first rows, also in the results file; 0 ranks and more ranks than rows are refused.

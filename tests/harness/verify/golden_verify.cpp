@@ -286,6 +286,20 @@ TEST_F(GoldenVerify, DamagedForeignAndWrongVersionFilesAreFormatErrors) {
                           true);
       expect_format_error(path("misnamed.h5"), "loss, lse, reduced_loss, dH, dW, db, dz", true);
     }
+    // The outputs written into a group, as the golden file's /reference holds them: the message
+    // says where they go.
+    h5::File grouped = h5::File::create(path("grouped.h5"));
+    grouped.set_attr("format", kCandidateFormat);
+    grouped.set_attr("format_version", kCandidateVersion);
+    h5::Group ref = grouped.create_group("reference");
+    for (const auto& [name, t] : exact_candidate(g)) ref.write_tensor(name, t);
+    grouped.close();
+    expect_format_error(path("grouped.h5"), "'reference' is not an output verify knows", true);
+    expect_format_error(
+        path("grouped.h5"),
+        "it is a group holding loss, lse, reduced_loss, dH, dW, db: write the outputs "
+        "as datasets at the file's root",
+        true);
   }
 }
 
