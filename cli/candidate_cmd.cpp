@@ -35,6 +35,7 @@ struct CandidateArgs {
   std::int64_t chunk_tokens = 0;
   std::int64_t ranks = 1;
   bool ranks_given = false;
+  std::int64_t vocab_splits = 0;
   std::string local_strategy;  ///< --local-strategy (empty: not given)
   bool force = false;
 };
@@ -104,6 +105,17 @@ int run_candidate(const CandidateArgs& a) {
         a.chunk_tokens, st.name(), fmt::join(chunking, ", ")));
   }
   check_vocab_parallel_options(a, st);
+  if (a.vocab_splits < 0)
+    throw InputError(fmt::format("--vocab-splits must be ≥ 0 (0: from the memory budget), got {}",
+                                 a.vocab_splits));
+  if (a.vocab_splits > 0 && !strategy_traits(st.name()).splits_vocabulary) {
+    std::vector<std::string> splitting;
+    for (const StrategyEntry& e : strategy_table())
+      if (e.traits.splits_vocabulary) splitting.emplace_back(e.name);
+    throw InputError(fmt::format(
+        "--vocab-splits {}: {} does not split the vocabulary ({} do); leave the option out",
+        a.vocab_splits, st.name(), fmt::join(splitting, ", ")));
+  }
   if (same_output_file(a.out, a.golden))  // even with --force: the golden file is the input
     throw InputError(fmt::format("{} is the golden file {} itself: write the candidate elsewhere",
                                  a.out, a.golden));
@@ -133,6 +145,7 @@ int run_candidate(const CandidateArgs& a) {
     req.chunk_tokens = a.chunk_tokens;
     req.ranks = static_cast<int>(a.ranks);
     req.local_strategy = a.local_strategy;
+    req.vocab_splits = a.vocab_splits;
     req.want_grads = g.D > 0 ? (!g.dH.empty() || !g.dW.empty() || !g.db.empty()) : !g.dz.empty();
     check_memory_estimate(
         candidate_memory(g, st, req), MemoryBudget::from(budget),
@@ -140,8 +153,8 @@ int run_candidate(const CandidateArgs& a) {
         "run it on a golden file of a smaller problem, or give a larger --memory-budget on a "
         "machine that has it");
   }
-  const StrategyCandidate c = run_strategy_candidate(g, st, recipe, a.chunk_tokens,
-                                                     static_cast<int>(a.ranks), a.local_strategy);
+  const StrategyCandidate c = run_strategy_candidate(
+      g, st, recipe, a.chunk_tokens, static_cast<int>(a.ranks), a.local_strategy, a.vocab_splits);
   const auto& outputs = c.outputs;
   const std::string& impl = c.implementation;
   write_candidate(a.out, a.force, outputs, impl);
@@ -169,7 +182,8 @@ void register_candidate(CLI::App& app) {
                 "the candidate file as a second argument: the same as --out");
   c->add_option("--out,-o", a->out, "candidate file to write (docs/formats.md)");
   c->add_option("--strategy", a->strategy,
-                "naive, chunked, checkpointed, fused or vocab_parallel (with --ranks)")
+                "naive, chunked, checkpointed, fused, vocab_parallel (with --ranks) or "
+                "vocab_chunked")
       ->required();
   c->add_option("--recipe", a->recipe,
                 "the arithmetic in/logits/accum/grad, e.g. bf16/bf16/fp32/bf16 (its input dtype "
@@ -190,6 +204,10 @@ void register_candidate(CLI::App& app) {
                 "checkpointed or fused on the cpu backend, chunked on cuda (default chunked); only "
                 "with --strategy vocab_parallel")
       ->check(non_empty());
+  c->add_option("--vocab-splits", a->vocab_splits,
+                "vocabulary splits of vocab_chunked, 1 to V (0: the fewest whose logits slab of "
+                "all tokens fits 1 GiB); only with --strategy vocab_chunked")
+      ->capture_default_str();
   c->add_flag("--force", a->force, "overwrite an existing candidate file");
   add_memory_budget_option(c, a->memory_budget);
   c->callback([a, ranks]() {

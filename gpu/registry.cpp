@@ -19,6 +19,7 @@ std::unique_ptr<Strategy> make_chunked();            // gpu/emulation/chunked.cp
 std::unique_ptr<Strategy> make_checkpointed();       // gpu/emulation/checkpointed.cpp
 std::unique_ptr<Strategy> make_fused();              // gpu/emulation/fused.cpp
 std::unique_ptr<Strategy> make_vocab_parallel();     // gpu/emulation/vocab_parallel.cpp
+std::unique_ptr<Strategy> make_vocab_chunked();      // gpu/emulation/vocab_chunked.cpp
 std::unique_ptr<Strategy> make_sequential_model();   // gpu/emulation/naive.cpp
 std::unique_ptr<Strategy> make_tensor_core_model();  // gpu/emulation/naive.cpp
 }  // namespace emulation
@@ -28,6 +29,7 @@ std::unique_ptr<Strategy> make_cuda_naive();             // gpu/cuda/naive.cu
 std::unique_ptr<Strategy> make_cuda_chunked();           // gpu/cuda/chunked.cu
 std::unique_ptr<Strategy> make_cuda_checkpointed();      // gpu/cuda/checkpointed.cu
 std::unique_ptr<Strategy> make_cuda_fused();             // gpu/cuda/fused/strategy.cu
+std::unique_ptr<Strategy> make_cuda_vocab_chunked();     // gpu/cuda/vocab_chunked.cu
 std::unique_ptr<Strategy> make_cuda_sequential_model();  // gpu/cuda/naive.cu
 }  // namespace gpu
 #define XL_CUDA_FACTORY(f) &gpu::f
@@ -46,7 +48,7 @@ std::unique_ptr<Strategy> make_cuda_vocab_parallel();  // gpu/cuda/vocab_paralle
 
 const std::vector<StrategyEntry>& strategy_table() {
   // Traits: {deterministic, chunks_tokens, every_recipe, vocab_order, in_default_set,
-  // shards_vocabulary} (gpu/registry.hpp).
+  // shards_vocabulary, splits_vocabulary} (gpu/registry.hpp).
   // clang-format off
   static const std::vector<StrategyEntry> table = {
       {"naive",          {true,  false, true,  ReductionOrder::blocked,     true,  false},
@@ -60,6 +62,11 @@ const std::vector<StrategyEntry>& strategy_table() {
       // Runs only when named (xentlab audit --strategies vocab_parallel --ranks P).
       {"vocab_parallel", {true,  true,  true,  ReductionOrder::blocked,     false, true},
        &emulation::make_vocab_parallel, XL_NCCL_FACTORY(make_cuda_vocab_parallel)},
+      // The vocabulary in splits on one device (RunRequest::vocab_splits, or from the memory
+      // budget). Runs only when named: at the default budget the audit's problems take one
+      // split, whose outputs are naive's bit for bit.
+      {"vocab_chunked",  {true,  false, true,  ReductionOrder::blocked,     false, false, true},
+       &emulation::make_vocab_chunked,  XL_CUDA_FACTORY(make_cuda_vocab_chunked)},
   };
   // clang-format on
   return table;

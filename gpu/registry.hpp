@@ -1,10 +1,10 @@
 #pragma once
 // The one registry of strategies: one table (gpu/registry.cpp) with a row per strategy — its name,
 // its traits, and a factory per backend (CPU emulation, CUDA) — listed explicitly, in the order
-// naive, chunked, checkpointed, fused, vocab_parallel. No static self-registration. Tests,
-// benchmarks, the audit and the CLI read the table: none lists strategy names by hand or infers a
-// trait from a name. A CUDA factory is present only when this build contains the CUDA backend
-// (gpu/cuda).
+// naive, chunked, checkpointed, fused, vocab_parallel, vocab_chunked. No static
+// self-registration. Tests, benchmarks, the audit and the CLI read the table: none lists strategy
+// names by hand or infers a trait from a name. A CUDA factory is present only when this build
+// contains the CUDA backend (gpu/cuda).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,6 +44,11 @@ struct StrategyTraits {
   /// (DeclaredArithmetic::vocab_ranks) and the audit records them. The other strategies ignore
   /// RunRequest::ranks.
   bool shards_vocabulary = false;
+  /// Splits the vocabulary on one device (vocab_chunked: RunRequest::vocab_splits, or from the
+  /// memory budget; gpu/plans/vocab_shards.hpp): its run_arithmetic declares the splits as
+  /// vocabulary ranks whose states are rescaled (DeclaredArithmetic::rescaled_ranks). The other
+  /// strategies ignore RunRequest::vocab_splits.
+  bool splits_vocabulary = false;
 };
 
 /// Which rows make_strategies and strategy_names take.
@@ -63,7 +68,8 @@ struct StrategyEntry {
   std::unique_ptr<Strategy> (*cuda)() = nullptr;
 };
 
-/// The registry: every strategy, in the order naive, chunked, checkpointed, fused, vocab_parallel.
+/// The registry: every strategy, in the order naive, chunked, checkpointed, fused, vocab_parallel,
+/// vocab_chunked.
 const std::vector<StrategyEntry>& strategy_table();
 /// The row named `name`, or nullptr.
 const StrategyEntry* find_strategy_entry(std::string_view name);

@@ -66,6 +66,10 @@ struct RunRequest {
   /// kDefaultLocalStrategy.
   /// Strategy::can_run_local says which a backend composes. The other strategies ignore it.
   std::string local_strategy;
+  /// vocab_chunked only: the number P of vocabulary splits (the shards vocab_shards(V, P), one
+  /// after another on one device); ≤ 0 = the fewest whose logits slab fits memory_budget
+  /// (vocab_chunk_splits, gpu/plans/vocab_shards.hpp). The other strategies ignore it.
+  std::int64_t vocab_splits = 0;
 };
 
 /// Outputs, as the strategy returned them, each value converted exactly to double from the dtype it

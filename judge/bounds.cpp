@@ -143,6 +143,12 @@ bool is_online(ReductionOrder o) {
   return o == ReductionOrder::online_tiles || o == ReductionOrder::online_tree;
 }
 
+// A rank's state rescaled once to the global maximum before the cross-rank sum: an online order's
+// always, a plain order's where the declaration says so (DeclaredArithmetic::rescaled_ranks).
+bool rescales_ranks(const DeclaredArithmetic& a) {
+  return is_online(a.vocab_order) || a.rescaled_ranks;
+}
+
 // ⌈V/P⌉ for the declaration's ranks P (V when P ≤ 1). Throws InputError when P > V.
 std::int64_t largest_shard(const DeclaredArithmetic& a, std::int64_t V) {
   const std::int64_t P = a.vocab_ranks;
@@ -158,9 +164,10 @@ std::int64_t largest_shard(const DeclaredArithmetic& a, std::int64_t V) {
 double vocab_reduction_constant(const DeclaredArithmetic& a, std::int64_t V, std::int64_t N) {
   if (V <= 0) return 0.0;
   if (a.vocab_ranks <= 1) return reduction_constant(a.vocab_order, V, a, N);
-  // An online rank's state is rescaled to the global maximum once before the cross-rank sum: one
-  // more rounding (the product, rounded to the accum dtype) on each of its terms' paths.
-  const double rescale = is_online(a.vocab_order) ? 1.0 : 0.0;
+  // An online rank's state (or a plain one's, rescaled_ranks) is rescaled to the global maximum
+  // once before the cross-rank sum: one more rounding (the product, rounded to the accum dtype) on
+  // each of its terms' paths.
+  const double rescale = rescales_ranks(a) ? 1.0 : 0.0;
   return reduction_constant(a.vocab_order, largest_shard(a, V), a, N) + rescale +
          static_cast<double>(a.vocab_ranks - 1);
 }
@@ -169,7 +176,7 @@ double vocab_online_rescales(const DeclaredArithmetic& a, std::int64_t V, std::i
   if (V <= 0) return 0.0;
   if (a.vocab_ranks <= 1) return online_rescales(a, V, N);
   const double within = online_rescales(a, largest_shard(a, V), N);
-  return is_online(a.vocab_order) ? within + 1.0 : within;
+  return rescales_ranks(a) ? within + 1.0 : within;
 }
 
 double dH_vocab_constant(const DeclaredArithmetic& a, std::int64_t V) {

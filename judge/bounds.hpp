@@ -50,17 +50,18 @@ double reduction_constant(ReductionOrder order, std::int64_t n, const DeclaredAr
 /// which puts at most P − 1 further additions on a term's path:
 ///   c = reduction_constant(a.vocab_order, ⌈V/P⌉, a, N) + (P − 1)
 /// (the constants are non-decreasing in n, so the largest shard bounds every shard; docs/bounds.md,
-/// "Vocabulary-parallel sums"); with an online order (online_tiles, online_tree) each rank's state
-/// is rescaled once to the global maximum before the sum, one more rounding:
+/// "Vocabulary-parallel sums"); with an online order (online_tiles, online_tree), or a plain one
+/// with a.rescaled_ranks, each rank's state is rescaled once to the global maximum before the sum,
+/// one more rounding:
 ///   c = reduction_constant(a.vocab_order, ⌈V/P⌉, a, N) + 1 + (P − 1).
 /// V ≤ 0 gives 0. Throws InputError when P > V.
 double vocab_reduction_constant(const DeclaredArithmetic& a, std::int64_t V, std::int64_t N = 0);
 
 /// The rescaling merges on a term's path in a row's sum-exp of V terms under the declaration a:
 /// online_rescales(a, V, N) when a.vocab_ranks ≤ 1; with P > 1 ranks those of the largest shard
-/// online_rescales(a, ⌈V/P⌉, N), plus 1 for an online order (the rank's rescale to the global
-/// maximum; 0 for the plain orders, whose ranks sum with the global maximum). Throws InputError
-/// when P > V.
+/// online_rescales(a, ⌈V/P⌉, N), plus 1 for an online order or a.rescaled_ranks (the rank's
+/// rescale to the global maximum; 0 for the plain orders whose ranks sum with the global maximum).
+/// Throws InputError when P > V.
 double vocab_online_rescales(const DeclaredArithmetic& a, std::int64_t V, std::int64_t N = 0);
 
 /// Roundings on a term's path in dH's fp32 sum over the vocabulary (dH = dz·W, docs/bounds.md

@@ -37,6 +37,12 @@ struct DeclaredArithmetic {
   /// additions on every term's path; an online order's rank state is first rescaled to the global
   /// maximum (one more rounding and one more rescale). 1 = no sharding (every other strategy).
   std::int64_t vocab_ranks = 1;
+  /// With vocab_ranks > 1: each rank's sum-exp is taken with the rank's own maximum m_r and
+  /// rescaled once to the global maximum m, rnd_A(s_r·expf(m_r − m)), before the cross-rank sum
+  /// (one pass over the logits; the vocabulary-chunked strategy, whose ranks are vocabulary splits
+  /// on one device). Always so for an online vocab_order; false for a plain order whose ranks sum
+  /// with the global maximum (two passes: vocab_parallel).
+  bool rescaled_ranks = false;
   std::string note;  ///< free text (e.g. "cuBLAS GemmEx, fp32 compute")
 };
 

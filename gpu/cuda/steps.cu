@@ -410,6 +410,7 @@ DeviceRun make_device_run(const RunRequest& req, std::int64_t V, std::int64_t D,
   r.want_grads = req.want_grads;
   r.memory_budget = req.memory_budget;
   r.chunk_tokens = chunk_tokens;
+  r.vocab_splits = req.vocab_splits;
   r.prob.N = req.problem->N;
   r.prob.V = V;
   r.prob.D = D;

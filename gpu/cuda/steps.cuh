@@ -69,6 +69,7 @@ struct DeviceRun {
   bool want_grads = true;
   std::int64_t memory_budget = 0;  ///< bytes of extra device memory; 0 = strategy default
   std::int64_t chunk_tokens = 0;   ///< 0 = from the budget
+  std::int64_t vocab_splits = 0;   ///< vocab_chunked: splits P; 0 = from the budget
   DeviceOutputs out;
 };
 

@@ -167,14 +167,17 @@ float rank_sum(const EngineContext& c, const float* y) {
 //     shard, then its sum of rnd_A(expf(x_j − m)) with the global m in the declared order;
 //   online orders (fused), one pass: each rank's own state (m_r, s_r) over its shard in the
 //     strategy's order, then rescaled once to the global m, rnd_A(s_r·expf(m_r − m)) (exact when
-//     m_r = m: expf(0) = 1, so with one rank the state is the strategy's own).
+//     m_r = m: expf(0) = 1, so with one rank the state is the strategy's own); a plain order
+//     likewise where DeclaredArithmetic::rescaled_ranks (vocab_chunked, one pass over its splits).
 VocabSums EmulatedStrategy::row_vocab_sums(const EngineContext& c, const float* x, bool need_sx,
                                            float* scratch) const {
   if (c.shards.empty()) return vocab_sums(c, x, c.V, need_sx, scratch);
   const DType A = c.rc.accum;
   VocabSums v;
   v.m = -INFINITY;
-  if (online_order(c.ar.vocab_order)) {
+  // Each rank's own state, rescaled once to the global maximum: an online order's, and a plain
+  // order's where declared (vocab_chunked's splits: one pass over the logits).
+  if (online_order(c.ar.vocab_order) || c.ar.rescaled_ranks) {
     std::vector<VocabSums> part(c.shards.size());
     for (std::size_t r = 0; r < c.shards.size(); ++r) {
       const VocabShard& sh = c.shards[r];

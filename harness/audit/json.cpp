@@ -32,6 +32,7 @@ Json arithmetic_json(const DeclaredArithmetic& a) {
   j["token_order"] = std::string(to_string(a.token_order));
   j["gemm_k_split"] = a.gemm_k_split;
   j["vocab_ranks"] = a.vocab_ranks;
+  j["rescaled_ranks"] = a.rescaled_ranks;
   j["note"] = a.note;
   return j;
 }

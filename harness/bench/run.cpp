@@ -34,6 +34,7 @@
 #include "datasets/problem.hpp"
 #include "gpu/cuda/common/cuda_check.hpp"
 #include "gpu/cuda/steps.cuh"
+#include "gpu/plans/vocab_shards.hpp"
 #include "gpu/registry.hpp"
 #include "harness/bench/timing.hpp"
 #include "judge/sampled_check.hpp"
@@ -605,8 +606,16 @@ class Runner {
     else
       note("dW (sub-problem) run: " + sub_row.message);
 
-    const RunAssessment ra = assess_sampled_run(chk.sub, spec_, recipe, cs.arithmetic(recipe), so,
-                                                ref, policy_by_name(kJudgePolicy));
+    // The full run's declaration: a strategy that splits the vocabulary declares the splits of
+    // its N tokens (the sampled rows' loss, lse and dH are the full run's; dW, per vocabulary
+    // row, does not depend on the splits).
+    DeclaredArithmetic ar = cs.arithmetic(recipe);
+    if (strategy_traits(cs.name()).splits_vocabulary) {
+      ar.vocab_ranks = vocab_chunk_splits(o_.N, o_.V, size_of(recipe.logits), o_.memory_budget, 0);
+      ar.rescaled_ranks = ar.vocab_ranks > 1;
+    }
+    const RunAssessment ra =
+        assess_sampled_run(chk.sub, spec_, recipe, ar, so, ref, policy_by_name(kJudgePolicy));
     row.err_loss = ra.loss.normwise_rel_err;
     row.err_lse = ra.lse.normwise_rel_err;
     row.err_reduced_loss = ra.reduced_loss.normwise_rel_err;

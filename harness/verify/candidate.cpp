@@ -44,7 +44,8 @@ Tensor tensor_of(const Vec& v, DType dtype, std::vector<std::int64_t> shape, con
 
 StrategyCandidate run_strategy_candidate(const Golden& g, const Strategy& st, const Recipe& recipe,
                                          std::int64_t chunk_tokens, int ranks,
-                                         const std::string& local_strategy) {
+                                         const std::string& local_strategy,
+                                         std::int64_t vocab_splits) {
   const Status can = st.can_implement(g.problem, g.spec, recipe);
   if (!can.ok())
     throw InputError(fmt::format("{} cannot run recipe {} on {}: {}", st.name(), recipe.name(),
@@ -57,6 +58,7 @@ StrategyCandidate run_strategy_candidate(const Golden& g, const Strategy& st, co
   req.chunk_tokens = chunk_tokens;
   req.ranks = ranks;
   req.local_strategy = local_strategy;
+  req.vocab_splits = vocab_splits;
   req.want_grads = g.D > 0 ? (!g.dH.empty() || !g.dW.empty() || !g.db.empty()) : !g.dz.empty();
   const StrategyOutputs o = st.run(req);
   const std::int64_t N = g.N, V = g.V, D = g.D;
@@ -73,12 +75,14 @@ StrategyCandidate run_strategy_candidate(const Golden& g, const Strategy& st, co
   // A baseline model (make_baseline_models) is no row of the strategy table: it shards nothing.
   const StrategyEntry* entry = find_strategy_entry(st.name());
   const bool sharded = entry != nullptr && entry->traits.shards_vocabulary;
+  const bool splits = entry != nullptr && entry->traits.splits_vocabulary;
   c.implementation = fmt::format(
-      "xentlab {} {} {}{}{}", to_string(st.backend()), st.name(), recipe.name(),
+      "xentlab {} {} {}{}{}{}", to_string(st.backend()), st.name(), recipe.name(),
       chunk_tokens > 0 ? fmt::format(" chunk_tokens={}", chunk_tokens) : "",
       sharded ? fmt::format(" ranks={} local={}", ranks > 0 ? ranks : 1,
                             local_strategy.empty() ? kDefaultLocalStrategy : local_strategy)
-              : "");
+              : "",
+      splits ? fmt::format(" vocab_splits={}", st.run_arithmetic(req).vocab_ranks) : "");
   c.seconds = o.seconds;
   return c;
 }

@@ -22,8 +22,9 @@
 // The tests, by subject: recipes.cpp (recipes and loss options × strategies), cases.cpp (the
 // known-hard cases), determinism.cpp (repeat runs), chunked.cpp (chunked = checkpointed = naive),
 // refusals.cpp, indexing.cpp (N·V > 2^31), fused.cpp (the fused strategy), paths.cpp (fused's two
-// kernel paths, repeat runs, 64-bit offsets), vocab_parallel.cpp (NCCL), baseline_models.cpp (the
-// CUDA sequential-sum model of the differential baseline against its emulation).
+// kernel paths, repeat runs, 64-bit offsets), vocab_parallel.cpp (NCCL), vocab_chunked.cpp (the
+// vocabulary in splits on one device), baseline_models.cpp (the CUDA sequential-sum model of the
+// differential baseline against its emulation).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -140,9 +141,10 @@ inline std::unique_ptr<Strategy> emulated_twin(const std::string& strategy) {
 /// and the test log says so.
 /// `ranks`: RunRequest::ranks (vocab_parallel; the other strategies ignore it). `twin`: the CPU
 /// emulation to compare with when s is not a strategy of the table (a baseline model); null: s's
-/// registry row's.
+/// registry row's. `vocab_splits`: RunRequest::vocab_splits (vocab_chunked; others ignore it).
 inline void check_run(const Case& c, const ReferenceResult& ref, const Strategy& s, const Recipe& r,
-                      std::int64_t chunk, int ranks = 0, const Strategy* twin = nullptr) {
+                      std::int64_t chunk, int ranks = 0, const Strategy* twin = nullptr,
+                      std::int64_t vocab_splits = 0) {
   const std::string ctx =
       describe(c, r, s.name(), chunk) + (ranks > 0 ? " ranks " + std::to_string(ranks) : "");
   const Status st = s.can_implement(c.pb, c.spec, r);
@@ -160,6 +162,7 @@ inline void check_run(const Case& c, const ReferenceResult& ref, const Strategy&
   req.upstream = c.upstream;
   req.chunk_tokens = chunk;
   req.ranks = ranks;
+  req.vocab_splits = vocab_splits;
   req.emulated_sms = device().multiprocessors;  // the fused emulation models this device's launch
   const StrategyOutputs out = s.run(req);
   // A strategy that does not chunk tokens accumulates dW in fp32 over all of them (one "chunk"

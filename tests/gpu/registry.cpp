@@ -169,17 +169,51 @@ TEST(RegistryTraits, ShardsVocabularyIsWhetherTheRanksChangeTheRun) {
   EXPECT_GT(sharding, 0);
 }
 
+// splits_vocabulary, on the emulation: a strategy that splits the vocabulary on one device
+// declares the request's splits (rescaled to the global maximum) and its outputs change with them
+// (3 splits of 100 rows: other partial sums of the sum-exp in bf16 and of dH in fp32); every other
+// strategy ignores RunRequest::vocab_splits, bit for bit.
+TEST(RegistryTraits, SplitsVocabularyIsWhetherTheSplitsChangeTheRun) {
+  const Problem pb = make_gaussian_linear(24, 300, 16, DType::bf16, 3.0, 9);
+  RunRequest req;
+  req.problem = &pb;
+  req.recipe = parse_recipe("bf16/bf16/bf16/fp32");
+  req.chunk_tokens = 8;
+  int splitting = 0;
+  for (const auto& s : make_strategies(Backend::cpu_emulation, StrategySet::all)) {
+    const bool splits = strategy_traits(s->name()).splits_vocabulary;
+    splitting += splits ? 1 : 0;
+    req.vocab_splits = 1;
+    const StrategyOutputs one = s->run(req);
+    EXPECT_FALSE(s->run_arithmetic(req).rescaled_ranks) << s->name();
+    req.vocab_splits = 3;
+    const StrategyOutputs three = s->run(req);
+    EXPECT_EQ(s->run_arithmetic(req).rescaled_ranks, splits) << s->name();
+    if (splits) {
+      EXPECT_EQ(s->run_arithmetic(req).vocab_ranks, 3) << s->name();
+      EXPECT_NE(one.dH, three.dH) << s->name();
+      EXPECT_NE(one.lse, three.lse) << s->name();
+    } else {
+      EXPECT_EQ(one.dH, three.dH) << s->name();
+      EXPECT_EQ(one.lse, three.lse) << s->name();
+      EXPECT_EQ(one.dW, three.dW) << s->name();
+    }
+  }
+  EXPECT_GT(splitting, 0);
+}
+
 // in_default_set: the default set leaves out exactly the rows so marked, which run when named;
-// a row left out shards the vocabulary (its one-rank runs are chunked's, test_vocab_parallel).
+// a row left out shards the vocabulary (its one-rank runs are chunked's, test_vocab_parallel) or
+// splits it on one device (its one-split runs are naive's, test_vocab_chunked).
 TEST(RegistryTraits, TheDefaultSetLeavesOutTheRowsThatRunWhenNamed) {
   std::vector<std::string> named_only;
   for (const StrategyEntry& e : strategy_table())
     if (!e.traits.in_default_set) {
       named_only.emplace_back(e.name);
-      EXPECT_TRUE(e.traits.shards_vocabulary) << e.name;
+      EXPECT_TRUE(e.traits.shards_vocabulary || e.traits.splits_vocabulary) << e.name;
       EXPECT_NE(make_strategy(Backend::cpu_emulation, e.name), nullptr) << e.name;
     }
-  EXPECT_EQ(named_only, std::vector<std::string>{"vocab_parallel"});
+  EXPECT_EQ(named_only, (std::vector<std::string>{"vocab_parallel", "vocab_chunked"}));
   for (const std::string& n : strategy_names(Backend::cpu_emulation))
     EXPECT_TRUE(strategy_traits(n).in_default_set) << n;
 }

@@ -361,6 +361,37 @@ __global__ void shard_row_loss_kernel(std::int64_t rows, const std::int64_t* tar
   }
 }
 
+/// Grid-stride over rows, a thread per row: the splits' states merged in split order
+/// (launch_merge_split_states).
+template <class A>
+__global__ void merge_split_states_kernel(std::int64_t splits, std::int64_t rows,
+                                          const float* split_m, const float* split_xt,
+                                          const A* split_sums, float* m_out, float* xt_out,
+                                          A* sums) {
+  for (std::int64_t row = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; row < rows;
+       row += std::int64_t(gridDim.x) * blockDim.x) {
+    float m = -INFINITY;
+    for (std::int64_t r = 0; r < splits; ++r) m = fmaxf(m, split_m[r * rows + row]);
+    float s = 0.0f, sx = 0.0f, xt = 0.0f;
+    for (std::int64_t r = 0; r < splits; ++r) {
+      const float m_r = split_m[r * rows + row];
+      const float s_r = to_f(split_sums[r * 2 * rows + row]);
+      const float sx_r = to_f(split_sums[r * 2 * rows + rows + row]);
+      // The split holding the maximum keeps its sum (expf(0) = 1); an empty split adds 0.
+      const float term = m_r == m           ? s_r
+                         : m_r == -INFINITY ? 0.0f
+                                            : rnd<A>(__fmul_rn(s_r, expf(__fsub_rn(m_r, m))));
+      s = r == 0 ? term : rnd<A>(__fadd_rn(s, term));
+      sx = r == 0 ? sx_r : rnd<A>(__fadd_rn(sx, sx_r));
+      xt = __fadd_rn(xt, split_xt[r * rows + row]);
+    }
+    m_out[row] = m;
+    xt_out[row] = xt;
+    sums[row] = from_f<A>(s);
+    sums[rows + row] = from_f<A>(sx);
+  }
+}
+
 template <class O>
 __global__ void round_rows_kernel(const float* src, const float* bias, std::int64_t rows,
                                   std::int64_t cols, O* dst) {
@@ -503,6 +534,19 @@ void launch_shard_row_loss(std::int64_t rows, const std::int64_t* targets, const
     using A = decltype(at);
     shard_row_loss_kernel<A><<<grid_for(rows), 256, 0, stream>>>(
         rows, targets, m, static_cast<const A*>(sums), x_t, p, loss, lse);
+    XL_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void launch_merge_split_states(std::int64_t splits, std::int64_t rows, const float* split_m,
+                               const float* split_xt, const void* split_sums, DType accum, float* m,
+                               float* x_t, void* sums, cudaStream_t stream) {
+  if (rows <= 0 || splits <= 0) return;
+  with_type(accum, [&](auto at) {
+    using A = decltype(at);
+    merge_split_states_kernel<A><<<grid_for(rows), 256, 0, stream>>>(
+        splits, rows, split_m, split_xt, static_cast<const A*>(split_sums), m, x_t,
+        static_cast<A*>(sums));
     XL_CUDA_CHECK_LAUNCH();
   });
 }

@@ -122,6 +122,19 @@ void launch_shard_row_loss(std::int64_t rows, const std::int64_t* targets /* (ro
                            const RowLossParams& p, float* loss /* (rows) */,
                            float* lse /* (rows) */, cudaStream_t stream);
 
+/// vocab_chunked: per row, the states of P vocabulary splits — each split's maximum m_r and target
+/// logit x_t,r (launch_shard_row_max) and its sums (s_r, Σx_r) taken with its own maximum m_r
+/// (launch_shard_row_sums with m = m_r) — merged in split order into the row's (m, sums, x_t) for
+/// launch_shard_row_loss: m = max_r m_r; s = Σ_r rnd_A(s_r·expf(m_r − m)) added in A in split order
+/// (the term s_r itself where m_r = m, 0 where m_r = −inf); Σx = Σ_r Σx_r in A in split order;
+/// x_t = Σ_r x_t,r in fp32 (exact: one split holds the target). Layouts: split_m and split_xt
+/// (P·rows) fp32, split r at r·rows; split_sums: split r's 2·rows values of A at r·2·rows; sums
+/// (2·rows) of A as launch_shard_row_sums writes them.
+void launch_merge_split_states(std::int64_t splits, std::int64_t rows, const float* split_m,
+                               const float* split_xt, const void* split_sums, DType accum,
+                               float* m /* (rows) */, float* x_t /* (rows) */,
+                               void* sums /* (2·rows) of A */, cudaStream_t stream);
+
 /// dz of the shard's columns from the row's lse, as launch_dz_rows (dz may alias z when the dtypes
 /// are equal; the target is the full-vocabulary index).
 void launch_shard_dz_rows(DType z_dtype, const void* z /* (rows, cols) */, DType logits_dtype,

@@ -197,13 +197,13 @@ void gemm_logits(const Blas& b, DType in, const void* H, const void* W, std::int
 }
 
 void gemm_dH(const Blas& b, DType op, const void* dz, const void* W, std::int64_t rows,
-             std::int64_t V, std::int64_t D, DType out, void* dH) {
+             std::int64_t V, std::int64_t D, DType out, void* dH, float beta) {
   if (b.order() == GemmOrder::sequential) {
-    sequential_gemm(op, {dz, V, 1}, {W, D, 1}, rows, D, V, out, dH, D, false, b.stream());
+    sequential_gemm(op, {dz, V, 1}, {W, D, 1}, rows, D, V, out, dH, D, beta != 0.0f, b.stream());
     return;
   }
   // dHᵀ (D, rows) = Wᵀ (D, V) · dzᵀ (V, rows).
-  gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, D, rows, V, W, D, dz, V, op, 0.0f, dH, D, out,
+  gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, D, rows, V, W, D, dz, V, op, beta, dH, D, out,
        CUBLASLT_MATMUL_TILE_128x256);
 }
 

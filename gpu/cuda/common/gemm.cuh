@@ -96,10 +96,12 @@ void gemm_logits(const Blas& b, DType in, const void* H /* (rows, D) */, const v
                  std::int64_t rows, std::int64_t V, std::int64_t D, DType out,
                  void* logits /* (rows, V) */);
 
-/// dH (rows, D) = dz (rows, V) · W (V, D); operands in `op`, dH in `out`; beta 0.
+/// dH (rows, D) = beta·dH + dz (rows, V) · W (V, D); operands in `op`, dH in `out`; beta ∈ {0, 1}
+/// (1: the product added to dH's value with one rounding per element, vocab_chunked's fp32 sum
+/// across vocabulary splits; GemmOrder::sequential: the sum continues from dH's value, fp32 only).
 void gemm_dH(const Blas& b, DType op, const void* dz /* (rows, V) */, const void* W /* (V, D) */,
-             std::int64_t rows, std::int64_t V, std::int64_t D, DType out,
-             void* dH /* (rows, D) */);
+             std::int64_t rows, std::int64_t V, std::int64_t D, DType out, void* dH /* (rows, D) */,
+             float beta = 0.0f);
 
 /// dW (V, D) = beta·dW + dzᵀ · H, dz (rows, V), H (rows, D); operands in `op`, dW in `out`;
 /// beta ∈ {0, 1} (1: accumulate in the output dtype, one rounding per call; GemmOrder::sequential:

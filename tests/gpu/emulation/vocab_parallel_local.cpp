@@ -25,12 +25,13 @@ namespace {
 
 using testing::same_bits;
 
-/// The local parts: every registry row with a CPU emulation that does not itself shard the
-/// vocabulary (naive, chunked, checkpointed, fused).
+/// The local parts: every registry row with a CPU emulation that does not itself shard or split
+/// the vocabulary (naive, chunked, checkpointed, fused).
 std::vector<std::string> local_parts() {
   std::vector<std::string> names;
   for (const StrategyEntry& e : strategy_table())
-    if (e.emulated != nullptr && !e.traits.shards_vocabulary) names.emplace_back(e.name);
+    if (e.emulated != nullptr && !e.traits.shards_vocabulary && !e.traits.splits_vocabulary)
+      names.emplace_back(e.name);
   return names;
 }
 

@@ -1,0 +1,122 @@
+// The vocab_chunked strategy on the device (gpu/cuda/vocab_chunked.cu): P vocabulary splits (1, 3,
+// 7 over a vocabulary no P > 1 divides) in every recipe of the grid and every loss option, within
+// the a-priori bound of its declaration and against its CPU emulation twin; one split equal to
+// naive bit for bit where both take the same operations; repeat runs bit for bit; a logits
+// problem and splits past the vocabulary refused naming the cause. Its emulation is
+// tests/gpu/emulation/vocab_chunked.cpp.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/gpu/gpu_fixture.hpp"
+
+namespace xentlab::gpu_tests {
+namespace {
+
+constexpr const char* kName = "vocab_chunked";
+
+std::unique_ptr<Strategy> vocab_chunked() {
+  auto s = find_strategy(Backend::cuda, kName);
+  if (s == nullptr) ADD_FAILURE() << "no CUDA " << kName << " in the registry";
+  return s;
+}
+
+// V = 1001 = 3·333 + 2 = 7·143: uneven splits for P = 3, even for 7; a bias and ignored rows.
+TEST(GpuVocabChunked, EveryRecipeWithinBoundAndAgreesWithItsTwin) {
+  XL_REQUIRE_DEVICE();
+  const auto s = vocab_chunked();
+  ASSERT_NE(s, nullptr);
+  for (const DType input : {DType::bf16, DType::fp32}) {
+    const Case c{std::string("gaussian ") + std::string(to_string(input)),
+                 gaussian(96, 1001, 64, input, 3.0, 17, true, true),
+                 LossSpec{},
+                 {}};
+    const ReferenceResult ref = reference_for(c);
+    for (const Recipe& r : grid_for(input))
+      for (const std::int64_t P : {1, 3, 7}) {
+        SCOPED_TRACE(r.name() + " splits " + std::to_string(P));
+        check_run(c, ref, *s, r, c.pb.N, 0, nullptr, P);
+      }
+  }
+}
+
+TEST(GpuVocabChunked, EveryLossOptionWithinBoundAndAgreesWithItsTwin) {
+  XL_REQUIRE_DEVICE();
+  const auto s = vocab_chunked();
+  ASSERT_NE(s, nullptr);
+  int k = 0;
+  for (const LossSpec& sp : loss_option_specs()) {
+    ++k;
+    const Case c{
+        "options " + sp.describe(), gaussian(61, 777, 48, DType::bf16, 3.0, 40 + k, true, true), sp,
+        sp.reduction == Reduction::none ? random_upstream(61, 99 + k) : std::vector<double>{}};
+    const ReferenceResult ref = reference_for(c);
+    for (const char* r : {"bf16/bf16/fp32/fp32", "bf16/fp32/fp32/bf16"})
+      check_run(c, ref, *s, parse_recipe(r), c.pb.N, 0, nullptr, 4);
+  }
+}
+
+// One split: the forward's kernels and the dW GEMM are naive's operations (the shard kernels
+// over one shard are launch_ce_rows' bit for bit), so loss, lse, dW and db are naive's bits; dH
+// too where the grad dtype is fp32 (naive may write a 16-bit dH from its GEMM directly).
+TEST(GpuVocabChunked, OneSplitIsNaiveBitForBit) {
+  XL_REQUIRE_DEVICE();
+  const auto s = vocab_chunked();
+  const auto naive = find_strategy(Backend::cuda, "naive");
+  ASSERT_TRUE(s && naive);
+  const Problem pb = gaussian(200, 3000, 64, DType::bf16, 3.0, 9, true, true);
+  for (const char* rc : {"bf16/bf16/fp32/fp32", "bf16/fp32/fp32/bf16", "bf16/bf16/bf16/bf16"}) {
+    RunRequest req;
+    req.problem = &pb;
+    req.recipe = parse_recipe(rc);
+    req.vocab_splits = 1;
+    const StrategyOutputs a = s->run(req), b = naive->run(req);
+    EXPECT_TRUE(same_bits(a.loss, b.loss)) << rc;
+    EXPECT_TRUE(same_bits(a.lse, b.lse)) << rc;
+    EXPECT_TRUE(same_bits(a.dW, b.dW)) << rc;
+    EXPECT_TRUE(same_bits(a.db, b.db)) << rc;
+    if (req.recipe.grad == DType::fp32) EXPECT_TRUE(same_bits(a.dH, b.dH)) << rc;
+  }
+}
+
+// No atomics: a repeat run gives every output bit for bit, with several splits.
+TEST(GpuVocabChunked, RepeatRunsAreBitIdentical) {
+  XL_REQUIRE_DEVICE();
+  const auto s = vocab_chunked();
+  ASSERT_NE(s, nullptr);
+  const Problem pb = gaussian(512, 5003, 128, DType::bf16, 3.0, 3, true, true);
+  RunRequest req;
+  req.problem = &pb;
+  req.recipe = parse_recipe("bf16/bf16/fp32/bf16");
+  req.vocab_splits = 5;
+  expect_same_outputs(s->run(req), s->run(req), "vocab_chunked repeat");
+}
+
+// A logits problem is not_supported (nothing to recompute), naming why; splits past the
+// vocabulary are an InputError naming both numbers. No work is done.
+TEST(GpuVocabChunked, RefusalsNameTheCause) {
+  XL_REQUIRE_DEVICE();
+  const auto s = vocab_chunked();
+  ASSERT_NE(s, nullptr);
+  const Problem logits = make_gaussian_logits(4, 64, DType::fp32, 1.0, 3);
+  const Status st = s->can_implement(logits, LossSpec{}, parse_recipe("fp32/fp32/fp32/fp32"));
+  EXPECT_EQ(st.code, Status::Code::not_supported);
+  EXPECT_NE(st.message.find("logits are given"), std::string::npos) << st.message;
+  const Problem pb = gaussian(8, 5, 16, DType::fp32, 1.0, 3, false, false);
+  RunRequest req;
+  req.problem = &pb;
+  req.recipe = parse_recipe("fp32/fp32/fp32/fp32");
+  req.vocab_splits = 6;
+  try {
+    (void)s->run(req);
+    ADD_FAILURE() << "6 splits of 5 vocabulary rows accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("splits (6) exceed the vocabulary (5 rows)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace xentlab::gpu_tests
