@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
 
 #include "datasets/io/atomic_file.hpp"
 #include "datasets/io/h5.hpp"
@@ -276,6 +277,43 @@ void check_golden_memory(const GoldenShape& g, const GoldenOptions& o, const std
                         "problem, or give a larger --memory-budget on a machine that has it");
 }
 
+namespace {
+
+// Throws InputError at the first row whose logits are all −∞ while its target is valid: the
+// reference's loss there is +∞ with a zero gradient (docs/reference.md), a value no
+// implementation computes (lse − x_t is −∞ − (−∞), NaN), so a golden file of it would fail every
+// correct candidate. A linear head's logits are all −∞ exactly where every bias entry is (H and W
+// are finite).
+void refuse_masked_valid_rows(const Problem& pb, std::int64_t ignore_index) {
+  const auto refuse = [&](std::int64_t i) {
+    throw InputError(fmt::format(
+        "{}: token row {} has every logit −∞ (masked) and the valid target {}: its loss is +∞ "
+        "with no gradient, which no implementation computes (−∞ − (−∞) is NaN); give the row "
+        "the target ignore_index ({}) or leave one of its logits unmasked",
+        pb.describe(), i, pb.targets[static_cast<std::size_t>(i)], ignore_index));
+  };
+  const auto valid = [&](std::int64_t i) {
+    return pb.targets[static_cast<std::size_t>(i)] != ignore_index;
+  };
+  if (pb.is_linear()) {
+    if (!pb.bias) return;
+    for (std::int64_t j = 0; j < pb.V; ++j)
+      if (pb.bias->get(j) != -std::numeric_limits<double>::infinity()) return;
+    for (std::int64_t i = 0; i < pb.N; ++i)
+      if (valid(i)) refuse(i);
+    return;
+  }
+  for (std::int64_t i = 0; i < pb.N; ++i) {
+    if (!valid(i)) continue;
+    bool masked = true;
+    for (std::int64_t j = 0; j < pb.V && masked; ++j)
+      masked = pb.logits.get(i * pb.V + j) == -std::numeric_limits<double>::infinity();
+    if (masked) refuse(i);
+  }
+}
+
+}  // namespace
+
 GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, const LossSpec& spec,
                            const GoldenOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -283,6 +321,7 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   spec.validate();
   const Problem& pb = ds.problem;
   pb.validate(spec.ignore_index);
+  refuse_masked_valid_rows(pb, spec.ignore_index);
   const bool linear = pb.is_linear();
   // Refused before any work when it cannot fit (the command checks the same before it makes the
   // problem). A budget given leaves the reference what the rest of the estimate leaves of it (its

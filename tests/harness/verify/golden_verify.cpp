@@ -95,6 +95,39 @@ TEST_F(GoldenVerify, GoldenHoldsTheProblemBitExactAndTheReference) {
 // Given-logits problems (no H, W): the golden file holds dz, and its per-row covariates come from
 // the stored logits (max |z| checked here against the logits themselves); the reference itself
 // passes verify. (Writing one used to read the linear head's Σ|h||w| buffer, empty here.)
+// A row whose logits are all −∞ with a valid target: the reference's loss +∞ (docs/reference.md)
+// is a value no implementation computes (they give NaN), so golden refuses the problem naming the
+// row and both ways out, before writing anything; with that row ignored the file is written. A
+// linear head whose bias masks the whole vocabulary likewise.
+TEST_F(GoldenVerify, AFullyMaskedRowWithAValidTargetIsRefused) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  DatasetInstance ds = ds_;
+  ds.problem = Problem::from_logits(
+      tensor(std::vector<double>{1, 2, 0, ninf, ninf, ninf, 0.5, -1, 3}, {3, 3}, DType::fp32),
+      {2, 1, 0});
+  const std::string file = path("masked-row.h5");
+  try {
+    write_golden(file, ds, LossSpec{}, GoldenOptions{});
+    ADD_FAILURE() << "a fully masked row with a valid target accepted";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("token row 1 has every logit −∞"), std::string::npos) << m;
+    EXPECT_NE(m.find("ignore_index (-100)"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(fs::exists(file));
+  ds.problem.targets[1] = -100;
+  write_golden(file, ds, LossSpec{}, GoldenOptions{});
+  EXPECT_EQ(read_golden(file).S, 3);
+
+  Tensor H = tensor(std::vector<double>{1, 0, 0, 1}, {2, 2}, DType::fp32);
+  Tensor W = tensor(std::vector<double>{1, 1, 0, 2, 3, 1}, {3, 2}, DType::fp32);
+  Tensor b = tensor(std::vector<double>{ninf, ninf, ninf}, {3}, DType::fp32);
+  ds.problem = Problem::linear(H, W, b, {-100, 2});
+  EXPECT_THROW(write_golden(path("masked-head.h5"), ds, LossSpec{}, GoldenOptions{}), InputError);
+  ds.problem.bias->set(1, 0.0);
+  write_golden(path("masked-head.h5"), ds, LossSpec{}, GoldenOptions{});
+}
+
 TEST_F(GoldenVerify, LogitsProblemsMakeGoldenFilesThatVerify) {
   for (const char* name : {"masked", "heavy"}) {
     DatasetParams p;
