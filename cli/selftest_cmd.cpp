@@ -1,7 +1,8 @@
 // `xentlab selftest`: proof by mutation of verify (harness/selftest/selftest.hpp,
 // docs/selftest.md). Writes small golden files, judges correct and faulty candidates through
 // verify, prints the confusion matrix and one line per candidate; exit 0 when every fault is caught
-// and every correct candidate passes, 1 otherwise, 2 for invalid options.
+// and every correct candidate passes, 5 when the only faults not caught are below the problem's
+// resolution, 1 otherwise, 2 for invalid options.
 #include <fmt/core.h>
 
 #include "cli/commands.hpp"
@@ -49,7 +50,8 @@ int run_selftest_cmd(SelftestArgs& a) {
     selftest::write_result_json(a.json, a.force, r);
     fmt::print("json       {}\n", a.json);
   }
-  return r.ok() ? 0 : 1;
+  // 5 (inconclusive, as verify's): only faults below the problem's resolution were not caught.
+  return r.ok() ? 0 : r.unresolved_only() ? 5 : 1;
 }
 
 }  // namespace
@@ -60,7 +62,8 @@ void register_selftest(CLI::App& app) {
       "selftest",
       "Proof by mutation of verify: judge correct and faulty candidates on small golden files and "
       "print the confusion matrix; exit 0 when every fault is caught and every correct candidate "
-      "passes, 1 otherwise, 2 for invalid options");
+      "passes, 5 when the only faults not caught are below the problem's resolution (a larger "
+      "problem resolves them), 1 otherwise, 2 for invalid options");
   a->o_dataset = c->add_option("--dataset", a->opt.dataset,
                                "the main golden file's problem: a linear catalog dataset (e.g. "
                                "llama3-8b); its own shape unless --tokens/--vocab/--hidden")

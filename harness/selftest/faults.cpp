@@ -282,14 +282,27 @@ std::vector<MadeCandidate> fault_catalogue() {
   auto bf16 = [](std::string name, std::string what, Outputs (*make)(const Golden&)) {
     return MadeCandidate{std::move(name), std::move(what), "bf16", true, {GoldenKind::mean}, make};
   };
+  // A scale fault: its relative size and the outputs it scales.
+  auto scaled = [](MadeCandidate m, double delta, std::vector<std::string> outputs) {
+    m.scale_delta = delta;
+    m.scaled = std::move(outputs);
+    return m;
+  };
+  const std::vector<std::string> grads = {"dH", "dW", "db"}, losses = {"loss", "reduced_loss"};
   return {
-      f("dH = 0", "the backward forgets dH (all zeros)", main, dH_zero),
-      f("dW × 0.5", "dW halved (the mean's divisor applied twice, or a 2× accumulation divisor)",
-        main, dW_half),
-      f("dW × 0.9", "dW 10% small (a wrong divisor, a dropped tenth of the tokens)", main, dW_09),
-      f("gradients × 1.01", "dH, dW (and db) 1% large (a scale off by 1%)", main, grads_101),
-      f("loss × (1 + 1e-3)", "loss and reduced_loss 1e-3 relative too large (a biased loss)", main,
-        loss_1e3),
+      scaled(f("dH = 0", "the backward forgets dH (all zeros)", main, dH_zero), 1.0, {"dH"}),
+      scaled(f("dW × 0.5",
+               "dW halved (the mean's divisor applied twice, or a 2× accumulation divisor)", main,
+               dW_half),
+             0.5, {"dW"}),
+      scaled(f("dW × 0.9", "dW 10% small (a wrong divisor, a dropped tenth of the tokens)", main,
+               dW_09),
+             0.1, {"dW"}),
+      scaled(f("gradients × 1.01", "dH, dW (and db) 1% large (a scale off by 1%)", main, grads_101),
+             0.01, grads),
+      scaled(f("loss × (1 + 1e-3)", "loss and reduced_loss 1e-3 relative too large (a biased loss)",
+               main, loss_1e3),
+             1e-3, losses),
       f("bf16 logits, all rows",
         "logits rounded to bf16 for every row under a policy of fp32 logits (a lowered precision)",
         main, bf16_logits_all),
@@ -317,12 +330,16 @@ std::vector<MadeCandidate> fault_catalogue() {
         dW_rows_rotated),
       // From a correct candidate of the bf16 policy (the first emulated strategy in its recipe),
       // each value scaled and stored in bf16 again.
-      bf16("dW × 0.9, bf16 policy", "dW 10% small, in a bf16 recipe's candidate", dW_09_bf16),
-      bf16("gradients × 1.01, bf16 policy",
-           "dH, dW (and db) 1% large, in a bf16 recipe's candidate", grads_101_bf16),
-      bf16("loss × (1 + 1e-3), bf16 policy",
-           "loss and reduced_loss 1e-3 relative too large, in a bf16 recipe's candidate",
-           loss_1e3_bf16),
+      scaled(
+          bf16("dW × 0.9, bf16 policy", "dW 10% small, in a bf16 recipe's candidate", dW_09_bf16),
+          0.1, {"dW"}),
+      scaled(bf16("gradients × 1.01, bf16 policy",
+                  "dH, dW (and db) 1% large, in a bf16 recipe's candidate", grads_101_bf16),
+             0.01, grads),
+      scaled(bf16("loss × (1 + 1e-3), bf16 policy",
+                  "loss and reduced_loss 1e-3 relative too large, in a bf16 recipe's candidate",
+                  loss_1e3_bf16),
+             1e-3, losses),
   };
 }
 

@@ -35,6 +35,12 @@ struct MadeCandidate {
   /// Above max_work it is made on the GPU instead (the CUDA sequential-sum model), where one is
   /// present; left out, noted, without one.
   bool gpu_above_max_work = false;
+  /// A fault that scales outputs `scaled` of a correct candidate by (1 + scale_delta) or
+  /// (1 − scale_delta): |scale_delta| the relative size of the error it adds (0: another kind of
+  /// fault). The selftest tells such a fault that passes because it is within what the check
+  /// resolves on the problem from one the check should have seen (below_resolution).
+  double scale_delta = 0;
+  std::vector<std::string> scaled = {};
 };
 
 /// The largest N·V·D of a strategy candidate on the CPU emulation: 32× the default problem's 2^23,

@@ -18,30 +18,46 @@ std::string format_result(const SelftestResult& r) {
   s += fmt::format("\n{:<42} {:<18} {:<20} {:<8} {:<7} {:<30} {}\n", "candidate", "golden",
                    "policy", "expected", "verdict", "deciding output", "reason");
   for (const SelftestEntry& e : r.entries)
-    s += fmt::format(
-        "{:<42} {:<18} {:<20} {:<8} {:<7} {:<30} {}{}\n", (e.fault ? "fault: " : "") + e.name,
-        e.golden, e.policy, e.expect_pass ? "pass" : "fail", e.verdict,
-        e.deciding.empty() ? "-" : e.deciding, e.as_expected() ? "" : "UNEXPECTED: ", e.reason);
+    s += fmt::format("{:<42} {:<18} {:<20} {:<8} {:<7} {:<30} {}{}\n",
+                     (e.fault ? "fault: " : "") + e.name, e.golden, e.policy,
+                     e.expect_pass ? "pass" : "fail", e.verdict,
+                     e.deciding.empty() ? "-" : e.deciding,
+                     e.as_expected()              ? ""
+                     : e.below_resolution.empty() ? "UNEXPECTED: "
+                                                  : "NOT RESOLVED: " + e.below_resolution + "; ",
+                     e.reason);
   const SelftestMatrix m = r.matrix();
   const int correct = m.correct_passed + m.correct_inconclusive + m.correct_failed;
-  const int faults = m.faults_caught + m.faults_inconclusive + m.faults_missed;
+  const int faults =
+      m.faults_caught + m.faults_inconclusive + m.faults_missed + m.faults_below_resolution;
   s += fmt::format(
       "\nconfusion matrix          verdict passed   verdict failed   inconclusive\n"
       "  correct candidates      {:>14}   {:>14}   {:>12}\n"
       "  faulty candidates       {:>14}   {:>14}   {:>12}\n"
-      "correct candidates passed {} of {}{}; faults caught {} of {}\n",
-      m.correct_passed, m.correct_failed, m.correct_inconclusive, m.faults_missed, m.faults_caught,
-      m.faults_inconclusive, m.correct_passed, correct,
+      "correct candidates passed {} of {}{}; faults caught {} of {}{}\n",
+      m.correct_passed, m.correct_failed, m.correct_inconclusive,
+      m.faults_missed + m.faults_below_resolution, m.faults_caught, m.faults_inconclusive,
+      m.correct_passed, correct,
       m.correct_inconclusive > 0
           ? fmt::format(" ({} inconclusive: their golden problem cannot tell the output from a "
                         "wrong one, not a rejection)",
                         m.correct_inconclusive)
           : "",
-      m.faults_caught, faults);
+      m.faults_caught, faults,
+      m.faults_below_resolution > 0
+          ? fmt::format(" ({} below this problem's resolution)", m.faults_below_resolution)
+          : "");
   if (m.faults_missed + m.faults_inconclusive > 0) {
     s += "missed faults:";
     for (const SelftestEntry& e : r.entries)
-      if (e.fault && !e.as_expected()) s += fmt::format(" [{}]", e.name);
+      if (e.fault && !e.as_expected() && e.below_resolution.empty())
+        s += fmt::format(" [{}]", e.name);
+    s += "\n";
+  }
+  if (m.faults_below_resolution > 0) {
+    s += "faults below this problem's resolution (within the recipe's own error here):";
+    for (const SelftestEntry& e : r.entries)
+      if (!e.below_resolution.empty()) s += fmt::format(" [{}]", e.name);
     s += "\n";
   }
   if (m.correct_failed > 0) {
@@ -51,9 +67,12 @@ std::string format_result(const SelftestResult& r) {
         s += fmt::format(" [{} on {}]", e.name, e.golden);
     s += "\n";
   }
-  s += fmt::format("selftest   {}\n", r.ok() ? "PASSED: every fault caught, no correct "
-                                               "candidate failed"
-                                             : "FAILED");
+  s += fmt::format("selftest   {}\n",
+                   r.ok()                ? "PASSED: every fault caught, no correct candidate failed"
+                   : r.unresolved_only() ? "INCONCLUSIVE: every fault this problem resolves was "
+                                           "caught and no correct candidate failed; the others "
+                                           "need a larger problem (more tokens)"
+                                         : "FAILED");
   return s;
 }
 
@@ -69,8 +88,10 @@ void write_result_json(const std::string& path, bool force, const SelftestResult
                  {"correct_inconclusive", m.correct_inconclusive},
                  {"faults_caught", m.faults_caught},
                  {"faults_missed", m.faults_missed},
-                 {"faults_inconclusive", m.faults_inconclusive}};
+                 {"faults_inconclusive", m.faults_inconclusive},
+                 {"faults_below_resolution", m.faults_below_resolution}};
   j["passed"] = r.ok();
+  j["verdict"] = r.ok() ? "passed" : r.unresolved_only() ? "inconclusive" : "failed";
   nlohmann::json entries = nlohmann::json::array();
   for (const SelftestEntry& e : r.entries)
     entries.push_back({{"name", e.name},
@@ -84,6 +105,7 @@ void write_result_json(const std::string& path, bool force, const SelftestResult
                        {"deciding", e.deciding},
                        {"failing", e.failing},
                        {"reason", e.reason},
+                       {"below_resolution", e.below_resolution},
                        {"seconds", e.seconds}});
   j["entries"] = entries;
   {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -34,8 +35,10 @@ SelftestMatrix SelftestResult::matrix() const {
       (e.fault ? m.faults_inconclusive : m.correct_inconclusive)++;
     else if (!e.fault)
       (e.as_expected() ? m.correct_passed : m.correct_failed)++;
+    else if (e.as_expected())
+      m.faults_caught++;
     else
-      (e.as_expected() ? m.faults_caught : m.faults_missed)++;
+      (e.below_resolution.empty() ? m.faults_missed : m.faults_below_resolution)++;
   }
   return m;
 }
@@ -44,7 +47,33 @@ bool SelftestResult::ok() const {
   // A correct candidate judged inconclusive is not rejected; a fault so judged is not caught.
   const SelftestMatrix m = matrix();
   return m.correct_failed == 0 && m.faults_missed == 0 && m.faults_inconclusive == 0 &&
-         !entries.empty();
+         m.faults_below_resolution == 0 && !entries.empty();
+}
+
+bool SelftestResult::unresolved_only() const {
+  const SelftestMatrix m = matrix();
+  return m.correct_failed == 0 && m.faults_missed == 0 && m.faults_inconclusive == 0 &&
+         m.faults_below_resolution > 0;
+}
+
+std::string below_resolution(const VerifyReport& rep, double delta,
+                             const std::vector<std::string>& scaled) {
+  const double d = std::fabs(delta);
+  std::string limits;
+  for (const OutputReport& o : rep.outputs) {
+    if (std::find(scaled.begin(), scaled.end(), o.name) == scaled.end()) continue;
+    const DifferentialResult& r = o.differential;
+    if (o.status != "passed" || r.status != "passed" || r.rounding) return "";
+    if (d > r.limit_normwise || (r.scale_compared && d > r.limit_scale)) return "";
+    limits += fmt::format("{}{} normwise limit {:.3g}", limits.empty() ? "" : ", ", o.name,
+                          r.limit_normwise);
+    if (r.scale_compared) limits += fmt::format(" and scale limit {:.3g}", r.limit_scale);
+  }
+  if (limits.empty()) return "";
+  return fmt::format(
+      "below this problem's resolution: its relative error {:.3g} is within the limits the "
+      "recipe's own error sets here ({}); a larger problem (more tokens) resolves it",
+      d, limits);
 }
 
 namespace {
@@ -165,6 +194,8 @@ class Judge {
             fmt::format("{} {}{}", o.name, o.status, by.empty() ? "" : " (" + by + ")"));
       }
     if (!e.failing.empty()) e.deciding = e.failing.front();
+    if (e.fault && e.verdict == "passed" && e.scale_delta != 0)
+      e.below_resolution = below_resolution(rep, e.scale_delta, e.scaled);
   }
   GoldenKind kind() const { return kind_; }
   const Golden& golden() const { return g_; }
@@ -266,6 +297,8 @@ void made_entries(Judge& j, const std::vector<MadeCandidate>& list, const Selfte
     e.description = m.description;
     e.policy = m.policy;
     e.expect_pass = !m.fault;
+    e.scale_delta = m.scale_delta;
+    e.scaled = m.scaled;
     run_entry(
         j, e, [&](std::string&) { return m.make(j.golden()); }, o, res.entries);
   }

@@ -14,6 +14,10 @@
 
 #include "gpu/strategy.hpp"
 
+namespace xentlab {
+struct VerifyReport;  // harness/verify/verify.hpp
+}
+
 namespace xentlab::selftest {
 
 /// The fewest token rows of the main golden file (--tokens): below it some faults of the catalogue
@@ -60,6 +64,13 @@ struct SelftestEntry {
   std::string deciding;  ///< failing's first ("" when it passed)
   std::string reason;    ///< verify's overall verdict text, or the error
   double seconds = 0;    ///< making and judging it
+  /// A scale fault (MadeCandidate::scale_delta, scaled): its relative size and the outputs it
+  /// scales; 0 and empty for another candidate.
+  double scale_delta = 0;
+  std::vector<std::string> scaled;
+  /// A scale fault that passed within what the check resolves on this problem
+  /// (selftest::below_resolution): why, with the limits; empty otherwise.
+  std::string below_resolution;
   /// As expected: a correct candidate passed, or a fault was caught (failed).
   bool as_expected() const { return verdict == (expect_pass ? "passed" : "failed"); }
 };
@@ -71,6 +82,10 @@ struct SelftestMatrix {
   /// Verdict inconclusive (the golden problem cannot tell the output from a wrong one:
   /// docs/verify.md, "Verdicts"): for a correct candidate no rejection, for a fault not caught.
   int correct_inconclusive = 0, faults_inconclusive = 0;
+  /// Scale faults that passed within what the check resolves on the problem (their error no
+  /// larger than every limit applied to the outputs they scale): not caught, and not counted as
+  /// missed — the problem cannot tell them from the recipe's own error.
+  int faults_below_resolution = 0;
 };
 
 struct SelftestResult {
@@ -80,7 +95,19 @@ struct SelftestResult {
   SelftestMatrix matrix() const;
   /// Every fault caught and no correct candidate failed.
   bool ok() const;
+  /// Not ok only because of faults below the problem's resolution: no correct candidate failed,
+  /// no fault missed or inconclusive, at least one below resolution (exit status 5).
+  bool unresolved_only() const;
 };
+
+/// Whether a scale fault of relative size |delta| on outputs `scaled` that verify passed (report
+/// rep) was within what the differential check resolves on the problem: for every one of those
+/// outputs in the report, judged by the profile comparison (not by rounding_check) and passed,
+/// |delta| ≤ its normwise limit and, where the scale test ran, ≤ its scale limit. Then the reason,
+/// naming the limits ("… a larger problem resolves it"); else "" (a fault the check should have
+/// seen: missed). "" too when no scaled output was compared.
+std::string below_resolution(const VerifyReport& rep, double delta,
+                             const std::vector<std::string>& scaled);
 
 /// Runs the selftest. Throws InputError for bad options (an unknown dataset, a logits dataset,
 /// a shape the dataset refuses) before any candidate is judged; a candidate that cannot be made

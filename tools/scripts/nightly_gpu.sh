@@ -124,7 +124,7 @@ if [ "${SELFTEST_TOKENS:-8192}" != 0 ]; then
   timeout "$limit" "$build/cli/xentlab" selftest --backend cuda --baseline-backend cuda \
     --dataset llama3-8b --tokens "${SELFTEST_TOKENS:-8192}" --json "$out/selftest.json" --force \
     >"$out/selftest.txt" 2>&1 || status=1
-  grep -E '^(correct candidates passed|missed faults|correct candidates failed|selftest )' \
+  grep -E '^(correct candidates passed|missed faults|faults below|correct candidates failed|selftest )' \
     "$out/selftest.txt" | tee -a "$out/summary.txt"
   echo "elapsed ${SECONDS} s" | tee -a "$out/summary.txt"
 fi
