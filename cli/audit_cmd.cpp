@@ -57,6 +57,7 @@ struct AuditArgs {
   std::int64_t chunk_tokens = 0;
   std::int64_t ranks = 1;
   bool ranks_given = false;
+  std::int64_t vocab_splits = 0;
   std::string local_strategy;  ///< --local-strategy (empty: not given)
 };
 
@@ -186,6 +187,24 @@ audit::AuditConfig config_of(const AuditArgs& a) {
         if (!local.ok())
           throw InputError(fmt::format("--local-strategy {}: {}", a.local_strategy, local.message));
       }
+    }
+  }
+  cfg.vocab_splits = a.vocab_splits;
+  if (a.vocab_splits > 0) {
+    // A parameter of the strategies that split the vocabulary only: without one it would be
+    // recorded, not used.
+    bool splitting = false;
+    for (const std::string& s : cfg.strategies)
+      splitting = splitting || strategy_traits(s).splits_vocabulary;
+    if (!splitting) {
+      std::vector<std::string> names;
+      for (const StrategyEntry& e : strategy_table())
+        if (e.traits.splits_vocabulary) names.emplace_back(e.name);
+      throw InputError(fmt::format(
+          "--vocab-splits {} applies to the strategies that split the vocabulary ({}), and "
+          "--strategies names none (e.g. --strategies {} --vocab-splits {})",
+          a.vocab_splits, fmt::join(names, ", "), names.empty() ? "" : names.front(),
+          a.vocab_splits));
     }
   }
   if (a.chunk_tokens > 0 && !cfg.strategies.empty()) {
@@ -608,8 +627,8 @@ void register_audit(CLI::App& app) {
       "catalog datasets (xentlab datasets) or problem files (HDF5, .safetensors, a folder of "
       ".npy) to audit instead of the embedded set (repeatable, comma list)");
   c->add_option("--strategies", a->strategies,
-                "strategies (comma list); default all registered but vocab_parallel, which runs "
-                "when named");
+                "strategies (comma list); default all registered but vocab_parallel and "
+                "vocab_chunked, which run when named");
   c->add_option(
       "--recipes", a->recipes,
       "recipes input/logits/accum/grad (comma list); default: the grid of logits x accum in "
@@ -667,6 +686,12 @@ void register_audit(CLI::App& app) {
                 "checkpointed or fused on the cpu backend, chunked on cuda (default chunked); only "
                 "with --strategies naming vocab_parallel")
       ->check(non_empty());
+  c->add_option("--vocab-splits", a->vocab_splits,
+                "vocabulary splits P of vocab_chunked, 1 to V (0: the fewest whose logits slab of "
+                "the sub-batch fits 1 GiB, one split at the audit's sub-batches); only with "
+                "--strategies naming vocab_chunked")
+      ->check(non_negative())
+      ->capture_default_str();
   add_reference_options(c, a->reference);
   c->callback([a, tok, hid, ranks]() {
     a->tokens_given = tok->count() > 0;

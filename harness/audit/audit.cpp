@@ -159,6 +159,18 @@ void check_config(const std::vector<AuditProblem>& problems, const AuditConfig& 
         throw InputError(fmt::format("audit: {} on problem {}: {}", st->name(), ap.name, e.what()));
       }
   }
+  if (cfg.vocab_splits < 0)
+    throw InputError(
+        fmt::format("audit: vocab_splits must be >= 0 (0 = from the default slab budget), got {}",
+                    cfg.vocab_splits));
+  for (const Strategy* st : chosen) {
+    if (!strategy_traits(st->name()).splits_vocabulary || cfg.vocab_splits == 0) continue;
+    for (const AuditProblem& ap : problems)
+      if (cfg.vocab_splits > ap.problem.V)
+        throw InputError(fmt::format(
+            "audit: {} on problem {}: vocabulary splits ({}) exceed the vocabulary ({} rows)",
+            st->name(), ap.name, cfg.vocab_splits, ap.problem.V));
+  }
   if (cfg.chunk_tokens < 0)
     throw InputError(fmt::format(
         "audit: chunk_tokens must be >= 0 token rows per chunk (0 = each strategy's default), "
@@ -326,8 +338,10 @@ RunRecord audit_run(const AuditPlan& plan, const AuditProblem& ap, DType input, 
   req.chunk_tokens = cfg.chunk_tokens;
   req.ranks = static_cast<int>(cfg.ranks);
   req.local_strategy = cfg.local_strategy;
+  req.vocab_splits = cfg.vocab_splits;
   req.upstream = pr.upstream;
   rec.arith = st.run_arithmetic(req);
+  if (strategy_traits(st.name()).splits_vocabulary) rec.vocab_splits = rec.arith.vocab_ranks;
   const Status can = st.can_implement(pr.problem, ap.spec, recipe);
   if (!can.ok()) {
     rec.verdict = verdict_not_run(
@@ -529,6 +543,8 @@ void audit_blocked(AuditPlan& plan, const AuditProblem& ap, DType input, std::in
     ++plan.done;
     RunRecord rec = new_record(ap, *br.strategy, br.recipe, input, cfg);
     rec.arith = br.arith;
+    if (strategy_traits(br.strategy->name()).splits_vocabulary)
+      rec.vocab_splits = br.arith.vocab_ranks;
     if (!br.can.ok()) {
       rec.verdict =
           verdict_not_run(br.can.code == Status::Code::not_supported ? Disposition::not_supported

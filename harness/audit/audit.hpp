@@ -104,6 +104,11 @@ struct AuditConfig {
   /// over its shard; "" = kDefaultLocalStrategy); each must compose it on its backend
   /// (Strategy::can_run_local), else run_audit refuses before any work.
   std::string local_strategy;
+  /// Vocabulary splits P of the strategies that split the vocabulary on one device
+  /// (StrategyTraits::splits_vocabulary: vocab_chunked; RunRequest::vocab_splits); 0 = the fewest
+  /// whose logits slab of the sub-batch fits the default budget (one split at the audit's
+  /// sub-batches). Must be ≥ 0 and, when such a strategy is chosen, ≤ every problem's V.
+  std::int64_t vocab_splits = 0;
   /// Reduction none: the upstream gradient of every run and of the reference, "ones" (empty) or
   /// "random" (random_upstream over the sub-batch's rows, seed `seed` + 2). "random" with a
   /// problem whose reduction is not none is refused.
@@ -131,7 +136,10 @@ struct RunRecord {
   /// vocabulary row of each rank's shard (vocab_shards); 0 and empty for the other strategies.
   std::int64_t ranks = 0;
   std::vector<std::int64_t> shard_begins;
-  std::string local_strategy;     ///< and its local part (kDefaultLocalStrategy when none named)
+  std::string local_strategy;  ///< and its local part (kDefaultLocalStrategy when none named)
+  /// A strategy that splits the vocabulary: the splits P of the run (its declaration's
+  /// vocab_ranks); 0 for the other strategies and for runs that did not run.
+  std::int64_t vocab_splits = 0;
   std::string upstream = "ones";  ///< reduction none: "ones" or "random" (AuditConfig)
   DeclaredArithmetic arith;
   Verdict verdict;

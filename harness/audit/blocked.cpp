@@ -13,6 +13,8 @@
 #include <cmath>
 
 #include "datasets/problem_ops.hpp"
+#include "gpu/plans/vocab_shards.hpp"
+#include "gpu/registry.hpp"
 #include "numerics/eft.hpp"
 #include "numerics/error.hpp"
 
@@ -273,6 +275,10 @@ BlockedAudit audit_in_blocks(const AuditProblem& ap, DType input,
       req.emulated_sms = cfg.device_sms;
       req.chunk_tokens = cfg.chunk_tokens;
       req.ranks = static_cast<int>(cfg.ranks);
+      // The splits of the whole sub-batch of S rows in every block (not of the block's rows).
+      if (strategy_traits(br.strategy->name()).splits_vocabulary)
+        req.vocab_splits =
+            vocab_chunk_splits(S, ap.problem.V, size_of(br.recipe.logits), 0, cfg.vocab_splits);
       req.upstream = ro.upstream;
       if (b0 == 0) {
         br.arith = br.strategy->run_arithmetic(req);

@@ -50,6 +50,7 @@ Json run_json(const RunRecord& r) {
   j["chunk_tokens"] = r.chunk_tokens;
   j["ranks"] = r.ranks;
   j["shard_begins"] = r.shard_begins;
+  j["vocab_splits"] = r.vocab_splits;
   j["upstream"] = r.upstream;
   j["arithmetic"] = arithmetic_json(r.arith);
   j["verdict"] = verdict_json(r.verdict);
@@ -108,6 +109,7 @@ Json config_json(const AuditConfig& c) {
   j["vocab_rows"] = c.vocab_rows;
   j["chunk_tokens"] = c.chunk_tokens;
   j["ranks"] = c.ranks;
+  j["vocab_splits"] = c.vocab_splits;
   j["upstream"] = c.upstream;
   j["strategies"] = c.strategies;
   Json recipes = Json::array();

@@ -30,6 +30,7 @@ struct RunSummary {
   std::string upstream = "ones";  ///< "ones" in version 1 files
   std::int64_t ranks = 0;         ///< vocabulary-parallel ranks (vocab_parallel runs), else 0
   std::string local_strategy;     ///< and their local part (absent before it was recorded: chunked)
+  std::int64_t vocab_splits = 0;  ///< vocabulary splits (vocab_chunked runs), else 0
   std::vector<std::int64_t> token_rows;          ///< the problem's audited rows (empty when absent)
   std::map<std::string, OutputSummary> outputs;  // by output name
   /// passed or measured (docs/audit.md, "What runs", step 4): completed, no check found it wrong.
@@ -70,6 +71,7 @@ std::vector<RunSummary> load_runs(const std::string& path) {
       r.local_strategy = g.has_attr("local_strategy") ? g.attr_string("local_strategy")
                                                       : std::string(kDefaultLocalStrategy);
     }
+    if (g.has_attr("vocab_splits")) r.vocab_splits = g.attr_int("vocab_splits");
     const std::string pg = "problems/" + r.problem + "." + r.input_dtype;
     if (rows_of.count(pg) == 0 && f.exists(pg + "/token_rows"))
       rows_of[pg] = f.open_dataset(pg + "/token_rows").read_int64();
@@ -94,14 +96,14 @@ std::vector<RunSummary> load_runs(const std::string& path) {
 using Key = std::tuple<std::string, std::string, std::string, std::string, std::string>;
 
 /// InputError when two runs of one name audited different problems (spec, seed, upstream
-/// gradient or audited token rows differ) or in another chunk width or number of
-/// vocabulary-parallel ranks (another arithmetic):
+/// gradient or audited token rows differ) or in another chunk width, number of
+/// vocabulary-parallel ranks or of vocabulary splits (another arithmetic):
 /// comparing their errors would compare nothing. `what` names the command.
 void require_same_problem(const char* what, const std::string& path_a, const std::string& path_b,
                           const std::string& name, const RunSummary& a, const RunSummary& b) {
   if (a.spec == b.spec && a.seed == b.seed && a.token_rows == b.token_rows &&
       a.upstream == b.upstream && a.chunk_tokens == b.chunk_tokens && a.ranks == b.ranks &&
-      a.local_strategy == b.local_strategy)
+      a.local_strategy == b.local_strategy && a.vocab_splits == b.vocab_splits)
     return;
   throw InputError(fmt::format(
       "{}: {} and {} hold runs of one name that differ in their problem or their run "
@@ -118,6 +120,9 @@ void require_same_problem(const char* what, const std::string& path_a, const std
       : a.local_strategy != b.local_strategy
           ? fmt::format("local part {} against {} (--local-strategy)", a.local_strategy,
                         b.local_strategy)
+      : a.vocab_splits != b.vocab_splits
+          ? fmt::format("vocabulary splits {} against {} (--vocab-splits)", a.vocab_splits,
+                        b.vocab_splits)
           : std::string("different audited token rows (--rows, --tokens)")));
 }
 

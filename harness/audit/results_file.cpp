@@ -183,6 +183,7 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
       g.set_attr("local_strategy", r.local_strategy);
       g.write("shard_begins", r.shard_begins);
     }
+    if (r.vocab_splits > 0) g.set_attr("vocab_splits", r.vocab_splits);  // vocab_chunked
     g.set_attr("disposition", std::string(to_string(r.verdict.disposition)));
     g.set_attr("decided_by", r.verdict.output);
     g.set_attr("reason", r.verdict.reason);

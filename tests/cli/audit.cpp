@@ -34,6 +34,10 @@ TEST_F(DatasetProgram, AuditOptionsAreRefusedBeforeTheWork) {
        "--ranks 2 applies to the strategies that shard the vocabulary "
        "(vocab_parallel), and --strategies names none"},
       {a + "--strategies chunked --ranks 2", "and --strategies names none"},
+      {a + "--vocab-splits 3",
+       "--vocab-splits 3 applies to the strategies that split the vocabulary (vocab_chunked), "
+       "and --strategies names none"},
+      {a + "--strategies vocab_chunked --vocab-splits -1", "--vocab-splits"},
   });
   EXPECT_FALSE(fs::exists(path("a.h5")));
   EXPECT_FALSE(fs::exists(path("a.h5.md")));

@@ -339,6 +339,34 @@ TEST_F(VerifyProgram, CandidateRunsVocabParallelWithItsRanksAndLocalPart) {
   EXPECT_FALSE(fs::exists(path("x.h5")));
 }
 
+// `xentlab candidate --strategy vocab_chunked --vocab-splits P`: 4 splits of the embedded model's
+// 512-row vocabulary, in fp32, pass verify's fp32 policy, the implementation naming its splits;
+// without the option the golden problem takes one split. --vocab-splits: ≥ 0, ≤ V, and only with a
+// strategy that splits the vocabulary; each exits 2 naming the cause, writing nothing.
+TEST_F(VerifyProgram, CandidateRunsVocabChunkedWithItsSplits) {
+  const std::string g = shell_quote(path("g.h5"));
+  const std::string vc = " --strategy vocab_chunked --recipe fp32/fp32/fp32/fp32";
+  for (const auto& [option, named] : std::vector<std::pair<std::string, std::string>>{
+           {" --vocab-splits 4", "vocab_splits=4"}, {"", "vocab_splits=1"}}) {
+    const std::string out = shell_quote(path("vc.h5"));
+    const Ran made = xentlab("candidate " + g + " " + out + vc + option + " --force");
+    ASSERT_EQ(made.status, 0) << made.output;
+    EXPECT_TRUE(contains(made.output, "vocab_chunked fp32/fp32/fp32/fp32 " + named)) << made.output;
+    const Ran v = xentlab("verify " + g + " " + out + " --policy fp32");
+    EXPECT_EQ(v.status, 0) << option << "\n" << v.output;
+  }
+  const std::string out = " " + shell_quote(path("x.h5"));
+  expect_exit_2_naming({
+      {"candidate " + g + out + vc + " --vocab-splits -1",
+       "--vocab-splits must be ≥ 0 (0: from the memory budget), got -1"},
+      {"candidate " + g + out + vc + " --vocab-splits 513",
+       "vocabulary splits (513) exceed the vocabulary (512 rows)"},
+      {"candidate " + g + out + " --strategy naive --recipe fp32/fp32/fp32/fp32 --vocab-splits 2",
+       "--vocab-splits 2: naive does not split the vocabulary (vocab_chunked do)"},
+  });
+  EXPECT_FALSE(fs::exists(path("x.h5")));
+}
+
 // --check picks the checks; its value, and the options the differential check needs, are checked
 // before any file is read.
 TEST_F(VerifyProgram, CheckValueAndDifferentialOptionsAreValidated) {

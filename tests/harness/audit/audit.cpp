@@ -446,6 +446,63 @@ TEST(Audit, VocabParallelRunsWhenNamedAndRecordsItsShards) {
   }
 }
 
+// vocab_chunked runs only when named: the default audit leaves it out and records no splits;
+// named with 5 splits over V = 507 its runs pass, record the splits (run and declaration, with the
+// rescaled cross-split sums), also in the results file; without --vocab-splits the audit's
+// sub-batch takes one split; splits past the vocabulary are refused naming the problem.
+TEST(Audit, VocabChunkedRunsWhenNamedAndRecordsItsSplits) {
+  auto cfg = small_config();
+  cfg.recipes = {parse_recipe("bf16/fp32/fp32/bf16"), parse_recipe("bf16/bf16/bf16/bf16")};
+  const auto def = audit::run_audit(small_set(), cfg);
+  for (const auto& r : def.runs) {
+    EXPECT_NE(r.strategy, "vocab_chunked");
+    EXPECT_EQ(r.vocab_splits, 0) << r.strategy;
+  }
+  cfg.strategies = {"vocab_chunked"};
+  const auto one = audit::run_audit(small_set(), cfg);
+  ASSERT_FALSE(one.runs.empty());
+  for (const auto& r : one.runs) {
+    EXPECT_EQ(r.vocab_splits, 1) << r.problem;
+    EXPECT_FALSE(r.arith.rescaled_ranks) << r.problem;
+  }
+  cfg.vocab_splits = 5;
+  const auto res = audit::run_audit(small_set(), cfg);
+  ASSERT_EQ(res.runs.size(), 4u);
+  for (const auto& r : res.runs) {
+    EXPECT_EQ(r.strategy, "vocab_chunked");
+    EXPECT_NE(r.verdict.disposition, Disposition::incorrect)
+        << r.problem << ": " << r.verdict.reason;
+    EXPECT_NE(r.verdict.disposition, Disposition::failed) << r.problem << ": " << r.verdict.reason;
+    if (r.recipe.accum == DType::fp32) {
+      EXPECT_EQ(r.verdict.disposition, Disposition::passed)
+          << r.problem << ": " << r.verdict.reason;
+    }
+    EXPECT_EQ(r.vocab_splits, 5);
+    EXPECT_EQ(r.arith.vocab_ranks, 5);
+    EXPECT_TRUE(r.arith.rescaled_ranks);
+    EXPECT_EQ(r.ranks, 0);
+  }
+  const std::string path = temp_path("vocab-chunked.h5");
+  std::filesystem::remove(path);
+  audit::write_results(path, res, cfg, false, false);
+  {
+    const h5::File f = h5::File::open_read(path);
+    for (const auto& id : f.open_group("runs").children())
+      EXPECT_EQ(f.open_group("runs/" + id).attr_int("vocab_splits"), 5);
+  }
+  std::filesystem::remove(path);
+  cfg.vocab_splits = 508;
+  try {
+    (void)audit::run_audit(small_set(), cfg);
+    ADD_FAILURE() << "508 splits of 507 rows accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("vocabulary splits (508) exceed the vocabulary (507 rows)"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Audit, UnknownStrategyIsNamed) {
   auto cfg = small_config();
   cfg.strategies = {"warp-speed"};
@@ -717,6 +774,33 @@ TEST(Audit, RegressRefusesDifferentProblemsAndBackends) {
     ADD_FAILURE() << "files of two backends compared";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("share no run"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(base);
+  std::filesystem::remove(other);
+}
+
+// vocab_chunked runs of another number of splits are another arithmetic: regress refuses to
+// compare them, naming both numbers.
+TEST(Audit, RegressRefusesVocabChunkedRunsOfOtherSplits) {
+  const std::string base = temp_path("rvc.h5"), other = temp_path("rvc-other.h5");
+  std::filesystem::remove(base);
+  auto cfg = small_config();
+  cfg.recipes = {parse_recipe("bf16/fp32/fp32/bf16")};
+  cfg.strategies = {"vocab_chunked"};
+  cfg.vocab_splits = 2;
+  audit::write_results(base, audit::run_audit(small_set(), cfg), cfg, true, false);
+  EXPECT_EQ(audit::regress(base, base).regressions, 0);
+  copy_as_backend(base, other, "cpu-emulation", [&](h5::File& f) {
+    for (const auto& id : f.open_group("runs").children())
+      f.open_group("runs/" + id).set_attr("vocab_splits", std::int64_t{3});
+  });
+  try {
+    (void)audit::regress(base, other);
+    ADD_FAILURE() << "runs of another number of splits compared";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("vocabulary splits 2 against 3 (--vocab-splits)"),
+              std::string::npos)
+        << e.what();
   }
   std::filesystem::remove(base);
   std::filesystem::remove(other);
