@@ -20,6 +20,7 @@
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
 #include "tests/support/case_support.hpp"
+#include "tests/support/vocab_split_support.hpp"
 
 namespace xentlab {
 namespace {
@@ -80,40 +81,11 @@ TEST(VocabChunkSplits, TheFewestSplitsWhoseSlabFitsTheBudget) {
   }
 }
 
-struct Variant {
-  std::string name;
-  LossSpec spec;
-  bool non_uniform_upstream = false;
-};
+using testing::SplitVariant;
 
-// Every loss option (as test_vocab_parallel's).
-std::vector<Variant> variants() {
-  std::vector<Variant> v;
-  LossSpec s;
-  v.push_back({"mean", s});
-  s.reduction = Reduction::none;
-  v.push_back({"none+upstream", s, true});
-  s = LossSpec{};
-  s.label_smoothing = 0.1;
-  v.push_back({"smoothing", s});
-  s = LossSpec{};
-  s.z_loss = 1e-3;
-  s.softcap = 5.0;
-  v.push_back({"z-loss+softcap", s});
-  s = LossSpec{};
-  s.logit_scale = 1.5;
-  s.ignore_index = -1;
-  s.normalizer = 7;
-  v.push_back({"scale+ignore-1+normalizer", s});
-  s = LossSpec{};
-  s.reduction = Reduction::sum;
-  v.push_back({"sum", s});
-  return v;
-}
-
-// One run with P splits against the reference: passed under "default" where the bounds are
-// meaningful; otherwise every finite bound still holds (an fp16 accumulator may overflow).
-void expect_within_bound(const Problem& p, const Variant& var, const ReferenceResult& ref,
+// One run with P splits against the reference, within the bound of its declaration
+// (tests/support/vocab_split_support.hpp).
+void expect_within_bound(const Problem& p, const SplitVariant& var, const ReferenceResult& ref,
                          const std::vector<double>& upstream, const Recipe& rc, int P,
                          const std::string& what) {
   const auto s = vocab_chunked();
@@ -128,43 +100,16 @@ void expect_within_bound(const Problem& p, const Variant& var, const ReferenceRe
   const DeclaredArithmetic ar = s->run_arithmetic(req);
   ASSERT_EQ(ar.vocab_ranks, P) << what;
   ASSERT_EQ(ar.rescaled_ranks, P > 1) << what;
-  const RunAssessment ra = assess_run(p, var.spec, rc, ar, out, ref, policy_by_name("default"), 1);
-  if (ra.bounds.meaningful) {
-    EXPECT_EQ(ra.verdict.disposition, Disposition::passed) << what << ": " << ra.verdict.reason;
-    return;
-  }
-  Policy p1 = policy_by_name("lenient");
-  p1.k = 1.0;
-  std::vector<JudgedOutput> j{{"loss", &ra.loss, false}, {"lse", &ra.lse, false}};
-  if (ra.has_dH) j.push_back({"dH", &ra.dH, false});
-  if (ra.has_dW) j.push_back({"dW", &ra.dW, false});
-  if (ra.has_dz) j.push_back({"dz", &ra.dz, false});
-  const Verdict v = judge(j, p1);
-  if (v.disposition != Disposition::passed) {
-    EXPECT_TRUE(rc.accum == DType::fp16 && v.reason.find("finiteness") != std::string::npos)
-        << what << ": " << v.reason;
-  }
+  testing::expect_within_declared_bound(p, var.spec, rc, ar, out, ref, 1, what);
 }
 
+// Every loss option × P ∈ {1, 2, 3, 8} × four recipes (fp32, bf16 and fp16 accumulation).
 void check_all_options(const Problem& pb, const char* label) {
-  for (const Variant& var : variants()) {
-    Problem p = pb;
-    for (std::size_t i = 0; i < p.targets.size(); i += 5) p.targets[i] = var.spec.ignore_index;
-    std::vector<double> upstream;
-    if (var.non_uniform_upstream)
-      for (std::int64_t i = 0; i < p.N; ++i)
-        upstream.push_back(0.25 * static_cast<double>((i % 7) - 3));
-    ReferenceOptions ro;
-    ro.want_dz = !p.is_linear();
-    ro.upstream = upstream;
-    const ReferenceResult ref = compute_reference(p, var.spec, ro);
-    for (const char* r : {"bf16/fp32/fp32/bf16", "bf16/bf16/fp32/fp32", "bf16/bf16/bf16/bf16",
-                          "bf16/fp32/fp16/fp32"})
-      for (const int P : {1, 2, 3, 8})
-        expect_within_bound(
-            p, var, ref, upstream, parse_recipe(r), P,
-            std::string(label) + " " + var.name + " P=" + std::to_string(P) + " " + r);
-  }
+  std::vector<Recipe> recipes;
+  for (const char* r :
+       {"bf16/fp32/fp32/bf16", "bf16/bf16/fp32/fp32", "bf16/bf16/bf16/bf16", "bf16/fp32/fp16/fp32"})
+    recipes.push_back(parse_recipe(r));
+  testing::for_every_loss_option(pb, recipes, {1, 2, 3, 8}, label, expect_within_bound);
 }
 
 // V = 317: uneven splits for P = 2, 3 and 8.
@@ -265,7 +210,7 @@ TEST(VocabChunked, AMaskedSplitAddsNothing) {
   ro.want_dz = true;
   const ReferenceResult ref = compute_reference(pb, LossSpec{}, ro);
   for (const char* r : {"fp32/fp32/fp32/fp32", "fp32/fp32/bf16/fp32"})
-    expect_within_bound(pb, Variant{"masked", LossSpec{}}, ref, {}, parse_recipe(r), 2,
+    expect_within_bound(pb, SplitVariant{"masked", LossSpec{}}, ref, {}, parse_recipe(r), 2,
                         std::string("masked ") + r);
 }
 

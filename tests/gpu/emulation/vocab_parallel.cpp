@@ -19,6 +19,7 @@
 #include "numerics/error.hpp"
 #include "reference/reference.hpp"
 #include "tests/support/case_support.hpp"
+#include "tests/support/vocab_split_support.hpp"
 
 namespace xentlab {
 namespace {
@@ -34,52 +35,11 @@ std::unique_ptr<Strategy> vocab_parallel() {
   return s;
 }
 
-struct Variant {
-  std::string name;
-  LossSpec spec;
-  bool non_uniform_upstream = false;
-};
+using testing::SplitVariant;
 
-// Every loss option: ignore_index (every fifth row, and one spec with ignore_index −1), label
-// smoothing, z-loss, softcap, logit scale, reduction none/mean/sum, a non-uniform upstream
-// gradient, and a normaliser.
-std::vector<Variant> variants() {
-  std::vector<Variant> v;
-  LossSpec s;
-  v.push_back({"mean", s});
-  s.reduction = Reduction::sum;
-  v.push_back({"sum", s});
-  s = LossSpec{};
-  s.reduction = Reduction::none;
-  v.push_back({"none+upstream", s, true});
-  s = LossSpec{};
-  s.label_smoothing = 0.1;
-  v.push_back({"smoothing", s});
-  s = LossSpec{};
-  s.z_loss = 1e-3;
-  v.push_back({"z-loss", s});
-  s = LossSpec{};
-  s.softcap = 5.0;
-  v.push_back({"softcap", s});
-  s = LossSpec{};
-  s.logit_scale = 1.5;
-  s.ignore_index = -1;
-  s.normalizer = 7;
-  v.push_back({"scale+ignore-1+normalizer", s});
-  s = LossSpec{};
-  s.reduction = Reduction::none;
-  s.label_smoothing = 0.05;
-  s.z_loss = 1e-4;
-  s.softcap = 8.0;
-  s.logit_scale = 0.75;
-  v.push_back({"all-options+upstream", s, true});
-  return v;
-}
-
-// One run of vocab_parallel with `ranks` against the reference: passed under "default" when the
-// bounds are meaningful; otherwise (no a-priori guarantee, c·u_accum ≥ 1) every finite bound still
-// holds, and an fp16 accumulator may overflow (reported as a finiteness mismatch).
-void expect_within_bound(const Problem& p, const Variant& var, const ReferenceResult& ref,
+// One run of vocab_parallel with `ranks` against the reference, within the bound of its
+// declaration (tests/support/vocab_split_support.hpp).
+void expect_within_bound(const Problem& p, const SplitVariant& var, const ReferenceResult& ref,
                          const std::vector<double>& upstream, const Recipe& rc, int ranks,
                          const std::string& what) {
   const auto s = vocab_parallel();
@@ -94,23 +54,7 @@ void expect_within_bound(const Problem& p, const Variant& var, const ReferenceRe
   const StrategyOutputs out = s->run(req);
   const DeclaredArithmetic ar = s->run_arithmetic(req);
   ASSERT_EQ(ar.vocab_ranks, ranks) << what;
-  const RunAssessment ra =
-      assess_run(p, var.spec, rc, ar, out, ref, policy_by_name("default"), (p.N + 2) / 3);
-  if (ra.bounds.meaningful) {
-    EXPECT_EQ(ra.verdict.disposition, Disposition::passed) << what << ": " << ra.verdict.reason;
-    return;
-  }
-  Policy p1 = policy_by_name("lenient");
-  p1.k = 1.0;
-  std::vector<JudgedOutput> j{{"loss", &ra.loss, false}, {"lse", &ra.lse, false}};
-  if (ra.has_dH) j.push_back({"dH", &ra.dH, false});
-  if (ra.has_dW) j.push_back({"dW", &ra.dW, false});
-  if (ra.has_dz) j.push_back({"dz", &ra.dz, false});
-  const Verdict v = judge(j, p1);
-  if (v.disposition != Disposition::passed) {
-    EXPECT_TRUE(rc.accum == DType::fp16 && v.reason.find("finiteness") != std::string::npos)
-        << what << ": " << v.reason;
-  }
+  testing::expect_within_declared_bound(p, var.spec, rc, ar, out, ref, (p.N + 2) / 3, what);
 }
 
 // Recipes of bf16 inputs: fp32 accumulation with bf16 and fp32 logits (the recipes with a
@@ -125,24 +69,7 @@ std::vector<Recipe> recipes() {
 
 // Every option × P ∈ {1, 2, 3, 8} × recipes().
 void check_all_options(const Problem& pb, const char* label) {
-  for (const Variant& var : variants()) {
-    Problem p = pb;
-    for (std::size_t i = 0; i < p.targets.size(); i += 5) p.targets[i] = var.spec.ignore_index;
-    std::vector<double> upstream;
-    if (var.non_uniform_upstream)
-      for (std::int64_t i = 0; i < p.N; ++i)
-        upstream.push_back(0.25 * static_cast<double>((i % 7) - 3));
-    ReferenceOptions ro;
-    ro.want_dz = !p.is_linear();
-    ro.upstream = upstream;
-    const ReferenceResult ref = compute_reference(p, var.spec, ro);
-    for (const Recipe& rc : recipes()) {
-      for (const int P : {1, 2, 3, 8})
-        expect_within_bound(
-            p, var, ref, upstream, rc, P,
-            std::string(label) + " " + var.name + " P=" + std::to_string(P) + " " + rc.name());
-    }
-  }
+  testing::for_every_loss_option(pb, recipes(), {1, 2, 3, 8}, label, expect_within_bound);
 }
 
 // V = 317: uneven shards for P = 2 (159, 158), 3 (106, 106, 105) and 8 (40 ×5, 39 ×3).
@@ -191,7 +118,7 @@ TEST(VocabParallel, ShardBoundarySeparatesTheMaximumFromTheTarget) {
       ReferenceOptions ro;
       ro.want_dz = !pb->is_linear();
       const ReferenceResult ref = compute_reference(*pb, spec, ro);
-      const Variant var{"boundary", spec};
+      const SplitVariant var{"boundary", spec};
       for (const char* r : {"fp32/fp32/fp32/fp32", "fp32/bf16/fp32/fp32", "fp32/fp32/bf16/fp32"})
         for (const int P : {2, 3})
           expect_within_bound(*pb, var, ref, {}, parse_recipe(r), P,
