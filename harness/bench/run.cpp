@@ -585,10 +585,20 @@ class Runner {
     so.grad_dtype = recipe.grad;
 
     // dW: the same strategy and recipe on the sub-problem of the sampled rows.
+    // A strategy that splits the vocabulary takes its splits from the full run's N tokens
+    // (vocab_chunk_splits), which the declaration below names: the sub-problem runs with them
+    // (from its own S tokens it would take fewer, another arithmetic: dW's bound depends on the
+    // lse's, whose constant depends on the splits).
+    const bool splits_vocabulary = strategy_traits(cs.name()).splits_vocabulary;
+    const std::int64_t splits =
+        splits_vocabulary
+            ? vocab_chunk_splits(o_.N, o_.V, size_of(recipe.logits), o_.memory_budget, 0)
+            : 1;
     gpu::DeviceRun sub = full;
     sub.prob.N = S;
     sub.prob.n_valid = S;
     sub.g.g_scalar = static_cast<float>(1.0 / double(S));
+    if (splits_vocabulary) sub.vocab_splits = splits;
     const std::int64_t chunks = std::min(n_chunks, S);
     if (chunks > 1) sub.chunk_tokens = (S + chunks - 1) / chunks;
     poison(out);
@@ -607,12 +617,12 @@ class Runner {
       note("dW (sub-problem) run: " + sub_row.message);
 
     // The full run's declaration: a strategy that splits the vocabulary declares the splits of
-    // its N tokens (the sampled rows' loss, lse and dH are the full run's; dW, per vocabulary
-    // row, does not depend on the splits).
+    // its N tokens (the sampled rows' loss, lse and dH are the full run's; dW the sub-problem's,
+    // run with the same splits above).
     DeclaredArithmetic ar = cs.arithmetic(recipe);
-    if (strategy_traits(cs.name()).splits_vocabulary) {
-      ar.vocab_ranks = vocab_chunk_splits(o_.N, o_.V, size_of(recipe.logits), o_.memory_budget, 0);
-      ar.rescaled_ranks = ar.vocab_ranks > 1;
+    if (splits_vocabulary) {
+      ar.vocab_ranks = splits;
+      ar.rescaled_ranks = splits > 1;
     }
     const RunAssessment ra =
         assess_sampled_run(chk.sub, spec_, recipe, ar, so, ref, policy_by_name(kJudgePolicy));

@@ -280,16 +280,21 @@ void check_golden_memory(const GoldenShape& g, const GoldenOptions& o, const std
 namespace {
 
 // Throws InputError at the first row whose logits are all −∞ while its target is valid: the
-// reference's loss there is +∞ with a zero gradient (docs/reference.md), a value no
-// implementation computes (lse − x_t is −∞ − (−∞), NaN), so a golden file of it would fail every
-// correct candidate. A linear head's logits are all −∞ exactly where every bias entry is (H and W
-// are finite).
-void refuse_masked_valid_rows(const Problem& pb, std::int64_t ignore_index) {
+// reference's loss there is +∞ with a zero gradient (docs/reference.md), values implementations do
+// not give (their softmax there is exp(−∞ − (−∞)), NaN: a NaN gradient, and a NaN loss where it is
+// lse − x_t unguarded), so a golden file of it would fail every correct candidate. A linear head's
+// logits are all −∞ exactly where every bias entry is (H and W are finite). Under a softcap no row
+// is masked: a −∞ logit is −c there (tanh(−∞) = −1), in the reference as in the kernels, and the
+// row's loss is the finite log V.
+void refuse_masked_valid_rows(const Problem& pb, const LossSpec& spec) {
+  if (spec.softcap > 0.0) return;
+  const std::int64_t ignore_index = spec.ignore_index;
   const auto refuse = [&](std::int64_t i) {
     throw InputError(fmt::format(
-        "{}: token row {} has every logit −∞ (masked) and the valid target {}: its loss is +∞ "
-        "with no gradient, which no implementation computes (−∞ − (−∞) is NaN); give the row "
-        "the target ignore_index ({}) or leave one of its logits unmasked",
+        "{}: token row {} has every logit −∞ (masked) and the valid target {}: the reference's "
+        "loss there is +∞ with a zero gradient, which implementations do not give (their softmax "
+        "is exp(−∞ − (−∞)), NaN); give the row the target ignore_index ({}) or leave one of its "
+        "logits unmasked",
         pb.describe(), i, pb.targets[static_cast<std::size_t>(i)], ignore_index));
   };
   const auto valid = [&](std::int64_t i) {
@@ -321,7 +326,7 @@ GoldenSummary write_golden(const std::string& path, const DatasetInstance& ds, c
   spec.validate();
   const Problem& pb = ds.problem;
   pb.validate(spec.ignore_index);
-  refuse_masked_valid_rows(pb, spec.ignore_index);
+  refuse_masked_valid_rows(pb, spec);
   const bool linear = pb.is_linear();
   // Refused before any work when it cannot fit (the command checks the same before it makes the
   // problem). A budget given leaves the reference what the rest of the estimate leaves of it (its

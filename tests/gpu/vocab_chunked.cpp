@@ -6,6 +6,7 @@
 // tests/gpu/emulation/vocab_chunked.cpp.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,35 @@ TEST(GpuVocabChunked, OneSplitIsNaiveBitForBit) {
     EXPECT_TRUE(same_bits(a.dW, b.dW)) << rc;
     EXPECT_TRUE(same_bits(a.db, b.db)) << rc;
     if (req.recipe.grad == DType::fp32) EXPECT_TRUE(same_bits(a.dH, b.dH)) << rc;
+  }
+}
+
+// A bias of −∞ over the last of 4 splits (padded vocabulary rows) under label smoothing: that
+// split's Σx is −∞, so every valid row's loss is +∞, as its emulation twin's and the reference's
+// (the device once summed a split whose own maximum is −∞ to Σx = 0: a finite loss).
+TEST(GpuVocabChunked, AMaskedSplitUnderLabelSmoothingGivesTheTwinsInfiniteLoss) {
+  XL_REQUIRE_DEVICE();
+  const auto s = vocab_chunked();
+  const auto twin = emulated_twin(kName);
+  ASSERT_TRUE(s && twin);
+  const Problem g = gaussian(8, 64, 16, DType::fp32, 3.0, 5, false, false);
+  Tensor b(DType::fp32, {64}, "bias");
+  for (std::int64_t j = 0; j < 64; ++j)
+    b.set(j, j < 48 ? 0.0 : -std::numeric_limits<double>::infinity());
+  std::vector<std::int64_t> t(8);
+  for (std::int64_t i = 0; i < 8; ++i) t[static_cast<std::size_t>(i)] = (5 * i) % 48;
+  t[3] = -100;
+  const Problem pb = Problem::linear(g.H, g.W, b, t);
+  RunRequest req;
+  req.problem = &pb;
+  req.spec.label_smoothing = 0.1;
+  req.recipe = parse_recipe("fp32/fp32/fp32/fp32");
+  req.vocab_splits = 4;
+  const StrategyOutputs a = s->run(req), e = twin->run(req);
+  for (std::int64_t i = 0; i < 8; ++i) {
+    const auto q = static_cast<std::size_t>(i);
+    EXPECT_EQ(a.loss[q], i == 3 ? 0.0 : std::numeric_limits<double>::infinity()) << i;
+    EXPECT_TRUE(same_bits({a.loss[q]}, {e.loss[q]})) << i;
   }
 }
 

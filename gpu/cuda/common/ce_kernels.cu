@@ -334,6 +334,22 @@ __global__ void __launch_bounds__(kThreads)
           }
         }
       }
+    } else if (p.smoothing) {
+      // Every x_j is −inf: s stays 0, and Σx is still the shard's sum (−inf), in the same order
+      // (vocab_chunked's split of −∞ logits within a row that has finite ones: its Σx makes the
+      // smoothed loss +inf, as naive's and the reference's).
+      for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < cols; j0 += kStride) {
+        float v[kGroup];
+        load8(zr, j0, cols, aligned, v);
+        const int n = j0 + kGroup <= cols ? kGroup : static_cast<int>(cols - j0);
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k) {
+          if (n == kGroup || k < n) {
+            float th;
+            sx = rnd<A>(__fadd_rn(sx, rnd<A>(transform(v[k], p, th))));
+          }
+        }
+      }
     }
     s = block_tree_sum<A>(s, red);
     if (p.smoothing) sx = block_tree_sum<A>(sx, red);

@@ -109,7 +109,9 @@ void launch_shard_row_max(DType z_dtype, const void* z /* (rows, cols) */, std::
 /// s = Σ_j rnd_A(expf(x_j − m)) and (label smoothing) Σx = Σ_j rnd_A(x_j), each in the row
 /// kernels' order over the shard's columns and rounded to the accumulator dtype A = p.accum,
 /// stored as A values: sums[i] = s, sums[rows + i] = Σx (0 without label smoothing); s = 0 when
-/// m = −inf. sums (2·rows) in the storage of A (fp32, fp16 or bf16).
+/// m = −inf, Σx whatever m (−inf for a shard of −inf logits: vocab_chunked passes a split's own
+/// maximum, −inf for a masked split of a row with finite logits elsewhere). sums (2·rows) in the
+/// storage of A (fp32, fp16 or bf16).
 void launch_shard_row_sums(DType z_dtype, const void* z /* (rows, cols) */, std::int64_t rows,
                            ShardColumns sh, const float* m /* (rows) */, const RowLossParams& p,
                            void* sums /* (2·rows) of A */, cudaStream_t stream);

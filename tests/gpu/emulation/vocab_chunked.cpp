@@ -214,6 +214,31 @@ TEST(VocabChunked, AMaskedSplitAddsNothing) {
                         std::string("masked ") + r);
 }
 
+// Under label smoothing a split of −∞ logits still adds its Σx, −∞: the loss of the row is +∞, as
+// the reference's (ε/V·Σ_j z_j over a masked entry) and naive's; the other row is finite. The
+// CUDA strategy must give the same (tests/gpu/vocab_chunked.cpp).
+TEST(VocabChunked, AMaskedSplitUnderLabelSmoothingGivesAnInfiniteLoss) {
+  const Problem pb = testing::logits_problem(
+      DType::fp32, {{1, 12, -4, 2, -kInf, -kInf, -kInf, -kInf}, {3, 0, 1, 2, 5, -1, 0, 4}}, {1, 6});
+  LossSpec smooth;
+  smooth.label_smoothing = 0.1;
+  const ReferenceResult ref = compute_reference(pb, smooth, ReferenceOptions{});
+  ASSERT_EQ(ref.loss[0], kInf);
+  ASSERT_TRUE(std::isfinite(ref.loss[1]));
+  const auto vc = vocab_chunked();
+  ASSERT_NE(vc, nullptr);
+  for (const int P : {1, 2}) {
+    RunRequest req;
+    req.problem = &pb;
+    req.spec = smooth;
+    req.recipe = parse_recipe("fp32/fp32/fp32/fp32");
+    req.vocab_splits = P;
+    const StrategyOutputs out = vc->run(req);
+    EXPECT_EQ(out.loss[0], kInf) << "P = " << P;
+    EXPECT_TRUE(std::isfinite(out.loss[1])) << "P = " << P;
+  }
+}
+
 // The number of splits is the whole problem's: a run of some token rows gives those rows' values
 // of the run of all rows, bit for bit, with the splits from the budget (N = 40 tokens of fp32
 // logits, a budget of 40·64·4 bytes: 64 columns a split, ⌈300/64⌉ = 5 splits).

@@ -92,13 +92,10 @@ TEST_F(GoldenVerify, GoldenHoldsTheProblemBitExactAndTheReference) {
   EXPECT_NO_THROW(write_golden(path("g.h5"), ds_, ds_.spec, o));
 }
 
-// Given-logits problems (no H, W): the golden file holds dz, and its per-row covariates come from
-// the stored logits (max |z| checked here against the logits themselves); the reference itself
-// passes verify. (Writing one used to read the linear head's Σ|h||w| buffer, empty here.)
-// A row whose logits are all −∞ with a valid target: the reference's loss +∞ (docs/reference.md)
-// is a value no implementation computes (they give NaN), so golden refuses the problem naming the
+// A row whose logits are all −∞ with a valid target: the reference's loss +∞ and zero gradient
+// (docs/reference.md) are values implementations do not give (NaN), so golden refuses naming the
 // row and both ways out, before writing anything; with that row ignored the file is written. A
-// linear head whose bias masks the whole vocabulary likewise.
+// linear head whose bias masks the whole vocabulary likewise. Under a softcap neither is masked.
 TEST_F(GoldenVerify, AFullyMaskedRowWithAValidTargetIsRefused) {
   const double ninf = -std::numeric_limits<double>::infinity();
   DatasetInstance ds = ds_;
@@ -115,6 +112,13 @@ TEST_F(GoldenVerify, AFullyMaskedRowWithAValidTargetIsRefused) {
     EXPECT_NE(m.find("ignore_index (-100)"), std::string::npos) << m;
   }
   EXPECT_FALSE(fs::exists(file));
+  // Under a softcap a −∞ logit is −c (tanh(−∞) = −1): the row is not masked, its loss the finite
+  // log 3, and the file is written.
+  LossSpec capped;
+  capped.softcap = 5.0;
+  write_golden(path("masked-row-softcap.h5"), ds, capped, GoldenOptions{});
+  const Golden cg = read_golden(path("masked-row-softcap.h5"));
+  EXPECT_NEAR(cg.loss[1], std::log(3.0), 1e-12);
   ds.problem.targets[1] = -100;
   write_golden(file, ds, LossSpec{}, GoldenOptions{});
   EXPECT_EQ(read_golden(file).S, 3);
@@ -124,10 +128,14 @@ TEST_F(GoldenVerify, AFullyMaskedRowWithAValidTargetIsRefused) {
   Tensor b = tensor(std::vector<double>{ninf, ninf, ninf}, {3}, DType::fp32);
   ds.problem = Problem::linear(H, W, b, {-100, 2});
   EXPECT_THROW(write_golden(path("masked-head.h5"), ds, LossSpec{}, GoldenOptions{}), InputError);
+  write_golden(path("masked-head-softcap.h5"), ds, capped, GoldenOptions{});
   ds.problem.bias->set(1, 0.0);
   write_golden(path("masked-head.h5"), ds, LossSpec{}, GoldenOptions{});
 }
 
+// Given-logits problems (no H, W): the golden file holds dz, and its per-row covariates come from
+// the stored logits (max |z| checked here against the logits themselves); the reference itself
+// passes verify. (Writing one used to read the linear head's Σ|h||w| buffer, empty here.)
 TEST_F(GoldenVerify, LogitsProblemsMakeGoldenFilesThatVerify) {
   for (const char* name : {"masked", "heavy"}) {
     DatasetParams p;
