@@ -101,11 +101,15 @@ struct SelftestResult {
 };
 
 /// Whether a scale fault of relative size |delta| on outputs `scaled` that verify passed (report
-/// rep) was within what the differential check resolves on the problem: for every one of those
-/// outputs in the report, judged by the profile comparison (not by rounding_check) and passed,
-/// |delta| ≤ its normwise limit and, where the scale test ran, ≤ its scale limit. Then the reason,
-/// naming the limits ("… a larger problem resolves it"); else "" (a fault the check should have
-/// seen: missed). "" too when no scaled output was compared.
+/// rep) was within what the differential check resolves on the problem. The check accepts an
+/// output whose error is within a limit L of the recipe's own error (normwise, and the scale
+/// test's signed projection); a correct candidate may sit anywhere in [−L, L], so a fault that
+/// adds δ is caught whatever that candidate's own error only where δ > 2L: at δ ≤ 2L a correct
+/// candidate whose error points the other way hides it. Below resolution: for every one of
+/// those outputs in the report, judged by the profile comparison (not by rounding_check) and
+/// passed, |delta| ≤ 2× its normwise limit and, where the scale test ran, ≤ 2× its scale limit.
+/// Then the reason, naming the limits ("… a larger problem resolves it"); else "" (a fault the
+/// check should have seen: missed). "" too when no scaled output was compared.
 std::string below_resolution(const VerifyReport& rep, double delta,
                              const std::vector<std::string>& scaled);
 
