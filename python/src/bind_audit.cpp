@@ -34,6 +34,8 @@ nb::dict run_record(const audit::RunRecord& r) {
     d["local_strategy"] = r.local_strategy;
   else
     d["local_strategy"] = nb::none();
+  // A strategy that splits the vocabulary on one device: the run's splits (0 otherwise).
+  d["vocab_splits"] = r.vocab_splits;
   d["input_dtype"] = std::string(to_string(r.input));
   d["disposition"] = std::string(to_string(r.verdict.disposition));
   d["output"] = r.verdict.output;
@@ -91,7 +93,8 @@ nb::dict run_audit(const AuditProblems& ps, const std::vector<std::string>& stra
                    const std::string& policy, const std::string& tier, std::int64_t memory_budget,
                    std::optional<std::string> out, bool force, bool append,
                    std::int64_t chunk_tokens, const std::string& upstream,
-                   std::optional<std::int64_t> ranks, std::optional<std::string> local_strategy) {
+                   std::optional<std::int64_t> ranks, std::optional<std::string> local_strategy,
+                   std::optional<std::int64_t> vocab_splits) {
   audit::AuditConfig cfg;
   cfg.chunk_tokens = chunk_tokens;
   cfg.upstream = upstream;
@@ -114,6 +117,24 @@ nb::dict run_audit(const AuditProblems& ps, const std::vector<std::string>& stra
   }
   if (ranks) cfg.ranks = *ranks;
   if (local_strategy) cfg.local_strategy = *local_strategy;
+  if (vocab_splits) {
+    // As the command's --vocab-splits: without a strategy that splits the vocabulary it would be
+    // ignored.
+    bool splitting = false;
+    for (const std::string& s : strategies)
+      splitting = splitting || strategy_traits(s).splits_vocabulary;
+    if (!splitting) {
+      std::vector<std::string> names;
+      for (const StrategyEntry& e : strategy_table())
+        if (e.traits.splits_vocabulary) names.emplace_back(e.name);
+      throw InputError(fmt::format(
+          "vocab_splits={} applies to the strategies that split the vocabulary ({}), and "
+          "strategies names none (e.g. strategies=['{}'], vocab_splits={})",
+          *vocab_splits, fmt::join(names, ", "), names.empty() ? "" : names.front(),
+          *vocab_splits));
+    }
+    cfg.vocab_splits = *vocab_splits;
+  }
   for (const auto& r : recipes) cfg.recipes.push_back(parse_recipe(r));
   if (backend == "cpu") {
     cfg.backend = Backend::cpu_emulation;
@@ -193,7 +214,7 @@ void bind_audit(nb::module_& m) {
   m.def("run_audit", &run_audit, "problems"_a, "strategies"_a, "recipes"_a, "backend"_a, "rows"_a,
         "vocab_rows"_a, "seed"_a, "policy"_a, "tier"_a, "memory_budget"_a, "out"_a.none(),
         "force"_a, "append"_a, "chunk_tokens"_a, "upstream"_a, "ranks"_a.none(),
-        "local_strategy"_a.none());
+        "local_strategy"_a.none(), "vocab_splits"_a.none());
   m.def("strategy_names", [] { return strategy_names(Backend::cpu_emulation); });
   m.def("default_recipe_grid", [] {
     std::vector<std::string> names;

@@ -92,6 +92,56 @@ def test_audit_refuses_bad_counts_strings_and_an_existing_file_before_the_work(t
     assert existing.read_bytes() == b"keep me"
 
 
+def test_audit_vocab_splits_as_the_command(cli, tmp_path):
+    """vocab_splits= is the command's --vocab-splits: the same runs (the same results file), the
+    splits recorded on each vocab_chunked run (and in its declared arithmetic's JSON), none on
+    the others, and the same refusals."""
+    r = cli(
+        "audit",
+        "--problems",
+        "stories260k",
+        "--strategies",
+        "vocab_chunked",
+        "--recipes",
+        "fp32/fp32/fp32/fp32",
+        "--vocab-splits",
+        "5",
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--out",
+        tmp_path / "cli.h5",
+    )
+    assert r.returncode == 0, r.stderr
+    res = xentlab.audit(
+        ["stories260k"],
+        strategies=["vocab_chunked"],
+        recipes=["fp32/fp32/fp32/fp32"],
+        vocab_splits=5,
+        out=tmp_path / "py.h5",
+    )
+    run = res.find("stories260k", "fp32/fp32/fp32/fp32", "vocab_chunked")
+    assert (run["vocab_splits"], run["disposition"]) == (5, "passed")
+    a, b = _attrs_and_data(tmp_path / "cli.h5"), _attrs_and_data(tmp_path / "py.h5")
+    assert sorted(a) == sorted(b)
+    assert [k for k in a if a[k] != b[k] and not k.endswith("@seconds")] == []
+    with h5py.File(tmp_path / "py.h5", "r") as f:
+        g = f["by_key/stories260k/fp32/fp32/fp32/fp32/vocab_chunked"]
+        assert g.attrs["vocab_splits"] == 5
+    plain = xentlab.audit(["stories260k"], strategies=["chunked"], recipes=["fp32/fp32/fp32/fp32"])
+    assert plain.runs[0]["vocab_splits"] == 0
+    with pytest.raises(
+        ValueError, match=r"vocabulary splits \(513\) exceed the vocabulary \(512 rows\)"
+    ):
+        xentlab.audit(["stories260k"], strategies=["vocab_chunked"], vocab_splits=513)
+    with pytest.raises(ValueError, match="vocab_splits must be >= 0"):
+        xentlab.audit(["stories260k"], strategies=["vocab_chunked"], vocab_splits=-1)
+    with pytest.raises(TypeError, match="vocab_splits: expected an integer"):
+        xentlab.audit(["stories260k"], strategies=["vocab_chunked"], vocab_splits="3")
+    with pytest.raises(ValueError, match="vocab_splits=2 applies to the strategies that split"):
+        xentlab.audit(["stories260k"], strategies=["chunked"], vocab_splits=2)
+
+
 def test_audit_ranks_and_local_part_as_the_command(cli, tmp_path):
     """ranks= and local_strategy= are the command's --ranks and --local-strategy: the same runs
     (the same results file), recorded on each vocab_parallel run, and the same refusals."""

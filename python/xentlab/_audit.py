@@ -65,6 +65,7 @@ def audit(
     upstream: str = "ones",
     ranks: Optional[int] = None,
     local_strategy: Optional[str] = None,
+    vocab_splits: Optional[int] = None,
 ) -> AuditResult:
     """Every strategy × recipe on a set of problems against the certified reference, on the CPU
     emulation (``xentlab audit --backend cpu``).
@@ -80,6 +81,10 @@ def audit(
     each of its ranks runs over its shard ("naive", "chunked", "checkpointed" or "fused";
     ``--local-strategy``, default "chunked"); given, ``strategies`` must name vocab_parallel
     (InputError otherwise, as the command), and its runs record ``ranks`` and ``local_strategy``.
+    vocab_splits: the vocabulary splits P of vocab_chunked (``--vocab-splits``: 1 to every
+    problem's V; None or 0 = the fewest whose logits slab fits 1 GiB, one split at the audit's
+    sub-batches); given, ``strategies`` must name vocab_chunked, and its runs record
+    ``vocab_splits``.
     The loss options are each problem's
     spec (a :class:`Problem` made with ``spec=LossSpec(normalizer=…)`` is audited with it). Raises InputError (ValueError) for unknown names, negative counts, an existing
     ``out`` without force/append (before the work), or when no run is supported; TypeError for a
@@ -121,6 +126,7 @@ def audit(
             )
     upstream = _text("upstream", upstream)
     ranks = _int("ranks", ranks, optional=True)
+    vocab_splits = _int("vocab_splits", vocab_splits, optional=True)
     if local_strategy is not None:
         local_strategy = _text("local_strategy", local_strategy)
     if out is not None and os.path.exists(_path(out, "out")) and not (force or append):
@@ -151,14 +157,16 @@ def audit(
         upstream,
         ranks,
         local_strategy,
+        vocab_splits,
     )
     return AuditResult(**res)
 
 
 def strategies() -> list:
     """The strategies of the default set (CPU emulation): those an audit without `strategies`
-    runs. vocab_parallel is registered outside it and runs when named
-    (``audit(strategies=["vocab_parallel"], ranks=P, local_strategy=...)``)."""
+    runs. vocab_parallel and vocab_chunked are registered outside it and run when named
+    (``audit(strategies=["vocab_parallel"], ranks=P, local_strategy=...)``,
+    ``audit(strategies=["vocab_chunked"], vocab_splits=P)``)."""
     return _x.strategy_names()
 
 
