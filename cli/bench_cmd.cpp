@@ -84,7 +84,12 @@ int run_bench_command(const BenchCliArgs& c) {
   const std::vector<std::string> known = known_strategies();
   for (const std::string& s : vocabulary_sharding_strategies())
     if (std::find(known.begin(), known.end(), s) != known.end()) sharding.push_back(s);
-  bench::BenchOptions o = bench::resolve_options(c.args, known, sharding);
+  std::vector<std::string> splitting;
+  for (const StrategyEntry& e : strategy_table())
+    if (e.traits.splits_vocabulary &&
+        std::find(known.begin(), known.end(), std::string(e.name)) != known.end())
+      splitting.emplace_back(e.name);
+  bench::BenchOptions o = bench::resolve_options(c.args, known, sharding, splitting);
   o.command_line = recorded_command_line();
   // Every output is checked before any work: a 10-minute run must not end on "file exists".
   if (!o.csv.empty()) bench::check_csv_target(o.csv);
@@ -193,6 +198,10 @@ void register_bench(CLI::App& app) {
                   "vocabulary-parallel ranks P of vocab_parallel (its shards: "
                   "docs/vocab_parallel.md), 1 to V; only with --strategies naming it. The bench "
                   "times one device: P > 1 gives not-supported rows");
+  cmd->add_option("--vocab-splits", a.vocab_splits,
+                  "vocabulary splits P of vocab_chunked, 1 to V (default: the fewest whose "
+                  "logits slab of all tokens fits the memory budget, 1 GiB by default); only with "
+                  "--strategies naming it");
   cmd->add_option("--repeats", a.repeats, "timed runs (median and spread over them; default 5)");
   cmd->add_option("--warmup", a.warmup, "untimed runs before them (default 1)");
   cmd->add_option("--sample-rows", a.sample_rows,

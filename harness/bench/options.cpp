@@ -97,7 +97,8 @@ std::int64_t checked_ranks(std::int64_t P, const std::vector<std::string>& strat
 }  // namespace
 
 BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>& known,
-                             const std::vector<std::string>& sharding) {
+                             const std::vector<std::string>& sharding,
+                             const std::vector<std::string>& splitting) {
   BenchOptions o;
   const Preset* p = a.preset.empty() ? nullptr : &find_preset(a.preset);
   if (p != nullptr) {
@@ -155,6 +156,20 @@ BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>&
     o.chunk_tokens = *a.chunk_tokens;
   }
   if (a.ranks) o.ranks = checked_ranks(*a.ranks, o.strategies, sharding, o.V);
+  if (a.vocab_splits) {
+    const std::int64_t P = *a.vocab_splits;
+    if (P < 1 || P > o.V)
+      throw InputError(fmt::format("--vocab-splits must be 1 to V = {} (--vocab), got {}", o.V, P));
+    bool named = false;
+    for (const std::string& s : o.strategies)
+      named = named || std::find(splitting.begin(), splitting.end(), s) != splitting.end();
+    if (!named)
+      throw InputError(fmt::format(
+          "--vocab-splits {} applies to the strategies that split the vocabulary ({}), and "
+          "--strategies names none (e.g. --strategies {} --vocab-splits {})",
+          P, fmt::join(splitting, ", "), splitting.empty() ? "" : splitting.front(), P));
+    o.vocab_splits = P;
+  }
   auto count = [](const std::optional<std::int64_t>& v, std::int64_t def, std::int64_t lo,
                   std::int64_t hi, const char* flag) {
     if (!v) return def;

@@ -37,7 +37,8 @@ struct BenchArgs {
   std::vector<std::string> recipes, strategies;  ///< comma lists allowed in each entry
   std::string memory_budget;
   std::optional<std::int64_t> chunk_tokens, repeats, warmup, sample_rows, vocab_rows, seed;
-  std::optional<std::int64_t> ranks;  ///< --ranks of vocab_parallel
+  std::optional<std::int64_t> ranks;         ///< --ranks of vocab_parallel
+  std::optional<std::int64_t> vocab_splits;  ///< --vocab-splits of vocab_chunked
   std::string preset;
   std::string csv, h5, markdown, json;
 };
@@ -53,6 +54,9 @@ struct BenchOptions {
   /// given). The bench times one device per run: with P > 1 the vocab_parallel rows are
   /// not-supported rows saying so.
   std::int64_t ranks = 1;
+  /// Vocabulary splits P of vocab_chunked (--vocab-splits, as xentlab audit's; 0 when not given:
+  /// the fewest whose logits slab fits the memory budget).
+  std::int64_t vocab_splits = 0;
   int repeats = 5, warmup = 1;
   std::int64_t sample_rows = 8;    ///< token rows checked against the reference (0 = no check)
   std::int64_t vocab_rows = 2048;  ///< vocabulary rows of the dW check (0 = all V)
@@ -77,10 +81,13 @@ inline constexpr const char* kDefaultRecipes = "bf16/bf16/fp32/bf16";
 /// generator's dtypes); strategies are among `known_strategies` (the registry's names); repeats ≥
 /// 1, warm-up ≥ 0, chunk tokens ≥ 0, sample and vocabulary rows ≥ 0 (clamped to N and V); ranks
 /// (when given) 1 to V and only with one of `sharding` (the names among known_strategies that
-/// shard the vocabulary, StrategyTraits::shards_vocabulary) named, as xentlab audit's --ranks; the
-/// outputs are not the same file. Throws InputError naming the option and value.
+/// shard the vocabulary, StrategyTraits::shards_vocabulary) named, as xentlab audit's --ranks;
+/// vocabulary splits (when given) 1 to V and only with one of `splitting` (those that split the
+/// vocabulary on one device) named; the outputs are not the same file. Throws InputError naming
+/// the option and value.
 BenchOptions resolve_options(const BenchArgs& args,
                              const std::vector<std::string>& known_strategies,
-                             const std::vector<std::string>& sharding = {});
+                             const std::vector<std::string>& sharding = {},
+                             const std::vector<std::string>& splitting = {});
 
 }  // namespace xentlab::bench

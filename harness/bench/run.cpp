@@ -477,6 +477,7 @@ class Runner {
     r.want_grads = true;
     r.memory_budget = o_.memory_budget;
     r.chunk_tokens = o_.chunk_tokens;
+    r.vocab_splits = o_.vocab_splits;
     r.out = gpu::DeviceOutputs{out.loss->as<float>(),
                                out.lse->as<float>(),
                                out.dH->get(),
@@ -590,10 +591,10 @@ class Runner {
     // (from its own S tokens it would take fewer, another arithmetic: dW's bound depends on the
     // lse's, whose constant depends on the splits).
     const bool splits_vocabulary = strategy_traits(cs.name()).splits_vocabulary;
-    const std::int64_t splits =
-        splits_vocabulary
-            ? vocab_chunk_splits(o_.N, o_.V, size_of(recipe.logits), o_.memory_budget, 0)
-            : 1;
+    const std::int64_t splits = splits_vocabulary
+                                    ? vocab_chunk_splits(o_.N, o_.V, size_of(recipe.logits),
+                                                         o_.memory_budget, o_.vocab_splits)
+                                    : 1;
     gpu::DeviceRun sub = full;
     sub.prob.N = S;
     sub.prob.n_valid = S;

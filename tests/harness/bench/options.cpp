@@ -242,6 +242,40 @@ TEST(BenchOptions, RanksAreCheckedAsTheAudits) {
   refused(a, "and --strategies names none");
 }
 
+// --vocab-splits (as xentlab audit's): 1 to V, only with a strategy that splits the vocabulary
+// named; not given, 0 (from the memory budget). The splitting names from the registry's trait.
+TEST(BenchOptions, VocabSplitsAreCheckedAsTheAudits) {
+  std::vector<std::string> splitting;
+  for (const StrategyEntry& e : strategy_table())
+    if (e.traits.splits_vocabulary) splitting.emplace_back(e.name);
+  ASSERT_EQ(splitting, std::vector<std::string>{"vocab_chunked"});
+  const std::vector<std::string>& known = kKnown;
+  BenchArgs a = sized(64, 1000, 32);
+  EXPECT_EQ(resolve_options(a, known, {}, splitting).vocab_splits, 0);
+  a.strategies = {"naive,vocab_chunked"};
+  a.vocab_splits = 8;
+  EXPECT_EQ(resolve_options(a, known, {}, splitting).vocab_splits, 8);
+  a.vocab_splits = 1000;  // one row per split
+  EXPECT_EQ(resolve_options(a, known, {}, splitting).vocab_splits, 1000);
+  const auto refused = [&](BenchArgs b, const std::string& what) {
+    try {
+      (void)resolve_options(b, known, {}, splitting);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  for (const std::int64_t bad : {std::int64_t{0}, std::int64_t{-2}, std::int64_t{1001}}) {
+    a.vocab_splits = bad;
+    refused(a, "--vocab-splits must be 1 to V = 1000 (--vocab), got " + std::to_string(bad));
+  }
+  a.vocab_splits = 2;
+  a.strategies = {"chunked"};
+  refused(a,
+          "--vocab-splits 2 applies to the strategies that split the vocabulary (vocab_chunked), "
+          "and --strategies names none (e.g. --strategies vocab_chunked --vocab-splits 2)");
+}
+
 TEST(BenchOptions, MatricesPast2Pow31Elements) {
   // W = 262144 × 8448 = 2.2·10^9 elements > 2^31, and logits 131072 × 262144 > 2^34: accepted,
   // with 64-bit byte counts.
