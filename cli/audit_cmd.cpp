@@ -197,9 +197,7 @@ audit::AuditConfig config_of(const AuditArgs& a) {
     for (const std::string& s : cfg.strategies)
       splitting = splitting || strategy_traits(s).splits_vocabulary;
     if (!splitting) {
-      std::vector<std::string> names;
-      for (const StrategyEntry& e : strategy_table())
-        if (e.traits.splits_vocabulary) names.emplace_back(e.name);
+      const std::vector<std::string> names = vocabulary_splitting_strategies();
       throw InputError(fmt::format(
           "--vocab-splits {} applies to the strategies that split the vocabulary ({}), and "
           "--strategies names none (e.g. --strategies {} --vocab-splits {})",

@@ -85,10 +85,8 @@ int run_bench_command(const BenchCliArgs& c) {
   for (const std::string& s : vocabulary_sharding_strategies())
     if (std::find(known.begin(), known.end(), s) != known.end()) sharding.push_back(s);
   std::vector<std::string> splitting;
-  for (const StrategyEntry& e : strategy_table())
-    if (e.traits.splits_vocabulary &&
-        std::find(known.begin(), known.end(), std::string(e.name)) != known.end())
-      splitting.emplace_back(e.name);
+  for (const std::string& s : vocabulary_splitting_strategies())
+    if (std::find(known.begin(), known.end(), s) != known.end()) splitting.push_back(s);
   bench::BenchOptions o = bench::resolve_options(c.args, known, sharding, splitting);
   o.command_line = recorded_command_line();
   // Every output is checked before any work: a 10-minute run must not end on "file exists".

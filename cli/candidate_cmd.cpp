@@ -109,9 +109,7 @@ int run_candidate(const CandidateArgs& a) {
     throw InputError(fmt::format("--vocab-splits must be ≥ 0 (0: from the memory budget), got {}",
                                  a.vocab_splits));
   if (a.vocab_splits > 0 && !strategy_traits(st.name()).splits_vocabulary) {
-    std::vector<std::string> splitting;
-    for (const StrategyEntry& e : strategy_table())
-      if (e.traits.splits_vocabulary) splitting.emplace_back(e.name);
+    const std::vector<std::string> splitting = vocabulary_splitting_strategies();
     throw InputError(fmt::format(
         "--vocab-splits {}: {} does not split the vocabulary ({} do); leave the option out",
         a.vocab_splits, st.name(), fmt::join(splitting, ", ")));

@@ -152,6 +152,13 @@ std::vector<std::string> vocabulary_sharding_strategies() {
   return names;
 }
 
+std::vector<std::string> vocabulary_splitting_strategies() {
+  std::vector<std::string> names;
+  for (const StrategyEntry& e : strategy_table())
+    if (e.traits.splits_vocabulary) names.emplace_back(e.name);
+  return names;
+}
+
 std::vector<std::string> without_emulated_twin(const std::vector<std::string>& names,
                                                const std::vector<StrategyEntry>& table) {
   std::vector<std::string> out;

@@ -100,6 +100,9 @@ std::vector<std::string> strategy_names(Backend backend,
 /// The names of the rows that shard the vocabulary (StrategyTraits::shards_vocabulary), in table
 /// order: the strategies --ranks and --local-strategy apply to.
 std::vector<std::string> vocabulary_sharding_strategies();
+/// The names of the rows that split the vocabulary on one device
+/// (StrategyTraits::splits_vocabulary), in table order: the strategies --vocab-splits applies to.
+std::vector<std::string> vocabulary_splitting_strategies();
 /// The names in `names` whose row has no CPU emulation in `table` (an unknown name counts as
 /// none), in the order given. The audit judges every CUDA run against its emulated twin and
 /// refuses a strategy listed here.

@@ -124,9 +124,7 @@ nb::dict run_audit(const AuditProblems& ps, const std::vector<std::string>& stra
     for (const std::string& s : strategies)
       splitting = splitting || strategy_traits(s).splits_vocabulary;
     if (!splitting) {
-      std::vector<std::string> names;
-      for (const StrategyEntry& e : strategy_table())
-        if (e.traits.splits_vocabulary) names.emplace_back(e.name);
+      const std::vector<std::string> names = vocabulary_splitting_strategies();
       throw InputError(fmt::format(
           "vocab_splits={} applies to the strategies that split the vocabulary ({}), and "
           "strategies names none (e.g. strategies=['{}'], vocab_splits={})",

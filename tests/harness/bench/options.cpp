@@ -245,9 +245,7 @@ TEST(BenchOptions, RanksAreCheckedAsTheAudits) {
 // --vocab-splits (as xentlab audit's): 1 to V, only with a strategy that splits the vocabulary
 // named; not given, 0 (from the memory budget). The splitting names from the registry's trait.
 TEST(BenchOptions, VocabSplitsAreCheckedAsTheAudits) {
-  std::vector<std::string> splitting;
-  for (const StrategyEntry& e : strategy_table())
-    if (e.traits.splits_vocabulary) splitting.emplace_back(e.name);
+  const std::vector<std::string> splitting = vocabulary_splitting_strategies();
   ASSERT_EQ(splitting, std::vector<std::string>{"vocab_chunked"});
   const std::vector<std::string>& known = kKnown;
   BenchArgs a = sized(64, 1000, 32);
