@@ -239,8 +239,10 @@ AuditedRows audited_rows(const AuditProblem& problem, const AuditConfig& config)
 
 /// --append, before the work: throws InputError when the existing results file records one of the
 /// problems (by name and input dtype) as another problem: another spec, other audited token or
-/// vocabulary rows, or calibrated targets drawn by another engine; throws FormatError naming the
-/// dataset when the file's data do not match their sha256 digests (datasets/io/h5.hpp).
+/// vocabulary rows, or calibrated targets drawn by another engine, or when the file holds runs of
+/// a strategy that splits the vocabulary this audit runs, of one of the problems and a recipe of
+/// this audit, in another number of splits than this audit's will take; throws FormatError naming
+/// the dataset when the file's data do not match their sha256 digests (datasets/io/h5.hpp).
 /// write_results checks the same again with the problems' shapes; this check spares an audit that
 /// would end on it.
 void check_append_problems(const std::string& path, const std::vector<AuditProblem>& problems,

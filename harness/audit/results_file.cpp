@@ -5,9 +5,13 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <map>
+#include <tuple>
 
 #include "datasets/io/atomic_file.hpp"
 #include "datasets/io/h5.hpp"
+#include "gpu/plans/vocab_shards.hpp"
+#include "gpu/registry.hpp"
 #include "harness/audit/audit.hpp"
 #include "numerics/error.hpp"
 #include "numerics/recipe.hpp"
@@ -119,6 +123,38 @@ void check_same_problem(const h5::Group& old, const std::string& name, const std
         name, old_drawn, drawn_by));
 }
 
+// A run of a strategy that splits the vocabulary, by problem, input dtype, recipe and strategy.
+using SplitsKey = std::tuple<std::string, std::string, std::string, std::string>;
+
+// --append: the vocabulary splits of the runs the file holds that record them (vocab_chunked),
+// by key (runs written before the splits were recorded hold none: nothing to compare).
+std::map<SplitsKey, std::int64_t> held_vocab_splits(const h5::File& f) {
+  std::map<SplitsKey, std::int64_t> held;
+  if (!f.exists("runs")) return held;
+  for (const auto& id : f.open_group("runs").children()) {
+    const h5::Group run = f.open_group("runs/" + id);
+    if (!run.has_attr("vocab_splits")) continue;
+    held[{run.attr_string("problem"), run.attr_string("input_dtype"), run.attr_string("recipe"),
+          run.attr_string("strategy")}] = run.attr_int("vocab_splits");
+  }
+  return held;
+}
+
+// --append: runs of one key in another number of vocabulary splits are another arithmetic that
+// regress would compare as this one (it refuses two files of other splits). Throws InputError
+// naming both numbers when the file holds the key's runs with splits other than `splits`.
+void check_same_splits(const std::map<SplitsKey, std::int64_t>& held, const SplitsKey& key,
+                       std::int64_t splits, std::int64_t given) {
+  const auto it = held.find(key);
+  if (it == held.end() || it->second == splits) return;
+  throw InputError(fmt::format(
+      "--append: the file holds {} runs of problem {}.{} ({}) in {} vocabulary splits, this "
+      "audit's take {} (--vocab-splits {}); their runs and these would be compared as one: write "
+      "this audit to another file",
+      std::get<3>(key), std::get<0>(key), std::get<1>(key), std::get<2>(key), it->second, splits,
+      given));
+}
+
 void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std::int64_t first_id) {
   f.set_attr("format", "xentlab-results");
   f.set_attr("format_version", kResultsFormatVersion);
@@ -153,6 +189,12 @@ void write_all(h5::File& f, const AuditResult& res, const AuditConfig& cfg, std:
   // problem name (a file path) is written "|"; a second run of the same key (an appended audit
   // of another backend) is linked as STRATEGY@BACKEND (then STRATEGY@BACKEND.2, …).
   h5::Group by_key = f.exists("by_key") ? f.open_group("by_key") : f.create_group("by_key");
+  const std::map<SplitsKey, std::int64_t> held = held_vocab_splits(f);
+  for (const RunRecord& r : res.runs)
+    if (r.vocab_splits > 0)
+      check_same_splits(held,
+                        {r.problem, std::string(to_string(r.input)), r.recipe.name(), r.strategy},
+                        r.vocab_splits, cfg.vocab_splits);
   std::int64_t id = first_id;
   for (const RunRecord& r : res.runs) {
     const std::string run_name = fmt::format("{:06d}", id);
@@ -254,6 +296,7 @@ void check_append_problems(const std::string& path, const std::vector<AuditProbl
   f.verify_digests();  // a damaged file is refused before the audit, naming the dataset
   if (!f.exists("problems")) return;
   const h5::Group recorded = f.open_group("problems");
+  const std::map<SplitsKey, std::int64_t> held = held_vocab_splits(f);
   // The input dtypes this audit records a problem in: its recipes' (a problem without a version
   // in one of them is caught when writing).
   std::vector<DType> inputs;
@@ -276,6 +319,20 @@ void check_append_problems(const std::string& path, const std::vector<AuditProbl
           recorded.open_group(name), name, ap.spec.describe(),
           ap.problem.describe_as(static_cast<std::int64_t>(rows.token_rows.size()), input),
           rows.token_rows, rows.vocab_rows, ap.problem.targets_drawn_by);
+      // The splits this audit's runs of a strategy that splits the vocabulary will take (as
+      // their run_arithmetic: vocab_chunk_splits over the audited sub-batch, default budget).
+      const auto S = static_cast<std::int64_t>(rows.token_rows.size());
+      for (const std::string& s : cfg.strategies) {
+        const StrategyEntry* e = find_strategy_entry(s);
+        if (e == nullptr || !e->traits.splits_vocabulary || cfg.vocab_splits > ap.problem.V)
+          continue;  // unknown names and splits past V: refused by run_audit, naming them
+        for (const Recipe& r : cfg.recipes.empty() ? default_recipe_grid() : cfg.recipes)
+          if (r.input == input)
+            check_same_splits(
+                held, {ap.name, std::string(to_string(input)), r.name(), s},
+                vocab_chunk_splits(S, ap.problem.V, size_of(r.logits), 0, cfg.vocab_splits),
+                cfg.vocab_splits);
+      }
     }
 }
 

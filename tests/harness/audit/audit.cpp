@@ -806,6 +806,65 @@ TEST(Audit, RegressRefusesVocabChunkedRunsOfOtherSplits) {
   std::filesystem::remove(other);
 }
 
+// --append of vocab_chunked runs in another number of splits than the file's runs of the same key
+// is refused before the work (check_append_problems, from the splits the audit will take) and when
+// writing, naming both numbers, and the file keeps its runs; the same splits, given or taken by
+// default (one split at these sub-batches), are appended.
+TEST(Audit, AppendRefusesVocabChunkedRunsOfOtherSplits) {
+  const std::string path = temp_path("append-vc.h5");
+  std::filesystem::remove(path);
+  auto cfg = small_config();
+  cfg.recipes = {parse_recipe("bf16/fp32/fp32/bf16")};
+  cfg.strategies = {"vocab_chunked"};
+  cfg.vocab_splits = 3;
+  const auto three = audit::run_audit(small_set(), cfg);
+  audit::write_results(path, three, cfg, false, false);
+  EXPECT_NO_THROW(audit::check_append_problems(path, small_set(), cfg));
+  auto other = cfg;
+  other.vocab_splits = 5;
+  for (std::int64_t given : {std::int64_t{5}, std::int64_t{0}}) {
+    other.vocab_splits = given;
+    const std::string want = fmt::format(
+        "--append: the file holds vocab_chunked runs of problem calibrated.bf16 "
+        "(bf16/fp32/fp32/bf16) in 3 vocabulary splits, this audit's take {} (--vocab-splits {})",
+        given == 0 ? 1 : given, given);
+    try {
+      audit::check_append_problems(path, small_set(), other);
+      ADD_FAILURE() << "runs of another number of splits accepted before the work: " << given;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+    try {
+      audit::write_results(path, audit::run_audit(small_set(), other), other, false, true);
+      ADD_FAILURE() << "runs of another number of splits appended: " << given;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  {
+    const h5::File f = h5::File::open_read(path);
+    EXPECT_EQ(f.open_group("runs").children().size(), three.runs.size());
+  }
+  // Runs of a strategy that does not split the vocabulary, and the same splits again, append.
+  auto plain = cfg;
+  plain.strategies = {"naive"};
+  plain.vocab_splits = 0;
+  EXPECT_NO_THROW(audit::check_append_problems(path, small_set(), plain));
+  EXPECT_NO_THROW(
+      audit::write_results(path, audit::run_audit(small_set(), plain), plain, false, true));
+  EXPECT_NO_THROW(audit::write_results(path, three, cfg, false, true));
+  std::filesystem::remove(path);
+  // One split by default at these sub-batches: --vocab-splits 1 is the same arithmetic.
+  auto def = cfg;
+  def.vocab_splits = 0;
+  audit::write_results(path, audit::run_audit(small_set(), def), def, false, false);
+  auto one = cfg;
+  one.vocab_splits = 1;
+  EXPECT_NO_THROW(audit::check_append_problems(path, small_set(), one));
+  EXPECT_NO_THROW(audit::write_results(path, audit::run_audit(small_set(), one), one, false, true));
+  std::filesystem::remove(path);
+}
+
 // vocab_parallel runs of another number of ranks are another arithmetic: regress refuses to
 // compare them, naming both numbers.
 TEST(Audit, RegressRefusesVocabParallelRunsOfOtherRanks) {
