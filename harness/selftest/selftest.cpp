@@ -67,6 +67,13 @@ std::string below_resolution(const VerifyReport& rep, double delta,
     // A correct candidate's own error may be −L where the fault adds +δ: caught for sure only
     // past 2L (selftest.hpp).
     if (d > 2 * r.limit_normwise || (r.scale_compared && d > 2 * r.limit_scale)) return "";
+    // The report's own numbers within the limits it passed under: else the check passed what
+    // its measurements fail (a limit applied looser than reported): a miss. With the candidate's
+    // measured scale s_f = s_c + δ(1 + s_c) (s_c its clean error) this also holds the fault to
+    // what this candidate's own error can hide, not only to the worst case 2L.
+    if (r.candidate.normwise > r.limit_normwise ||
+        (r.scale_compared && std::fabs(r.candidate.scale) > r.limit_scale))
+      return "";
     limits += fmt::format("{}{} normwise limit {:.3g}", limits.empty() ? "" : ", ", o.name,
                           r.limit_normwise);
     if (r.scale_compared) limits += fmt::format(" and scale limit {:.3g}", r.limit_scale);

@@ -107,7 +107,9 @@ struct SelftestResult {
 /// adds δ is caught whatever that candidate's own error only where δ > 2L: at δ ≤ 2L a correct
 /// candidate whose error points the other way hides it. Below resolution: for every one of
 /// those outputs in the report, judged by the profile comparison (not by rounding_check) and
-/// passed, |delta| ≤ 2× its normwise limit and, where the scale test ran, ≤ 2× its scale limit.
+/// passed, |delta| ≤ 2× its normwise limit and, where the scale test ran, ≤ 2× its scale limit,
+/// and the report's measured normwise error and scale of the output within those limits (else
+/// the check passed what its own numbers fail: a miss).
 /// Then the reason, naming the limits ("… a larger problem resolves it"); else "" (a fault the
 /// check should have seen: missed). "" too when no scaled output was compared.
 std::string below_resolution(const VerifyReport& rep, double delta,

@@ -117,9 +117,12 @@ nb::dict run_audit(const AuditProblems& ps, const std::vector<std::string>& stra
   }
   if (ranks) cfg.ranks = *ranks;
   if (local_strategy) cfg.local_strategy = *local_strategy;
-  if (vocab_splits) {
+  if (vocab_splits && *vocab_splits < 0)
+    throw InputError(fmt::format(
+        "vocab_splits must be >= 0 (0 = from the default slab budget), got {}", *vocab_splits));
+  if (vocab_splits && *vocab_splits > 0) {
     // As the command's --vocab-splits: without a strategy that splits the vocabulary it would be
-    // ignored.
+    // ignored (0 is the default, accepted with any strategies).
     bool splitting = false;
     for (const std::string& s : strategies)
       splitting = splitting || strategy_traits(s).splits_vocabulary;

@@ -140,6 +140,13 @@ def test_audit_vocab_splits_as_the_command(cli, tmp_path):
         xentlab.audit(["stories260k"], strategies=["vocab_chunked"], vocab_splits="3")
     with pytest.raises(ValueError, match="vocab_splits=2 applies to the strategies that split"):
         xentlab.audit(["stories260k"], strategies=["chunked"], vocab_splits=2)
+    with pytest.raises(ValueError, match="vocab_splits must be >= 0"):
+        xentlab.audit(["stories260k"], strategies=["chunked"], vocab_splits=-5)
+    # 0 is the default, as the command's --vocab-splits 0: accepted with any strategies.
+    zero = xentlab.audit(
+        ["stories260k"], strategies=["chunked"], recipes=["fp32/fp32/fp32/fp32"], vocab_splits=0
+    )
+    assert zero.runs[0]["vocab_splits"] == 0
 
 
 def test_audit_ranks_and_local_part_as_the_command(cli, tmp_path):

@@ -183,8 +183,9 @@ TEST(SelftestModel, WithoutAFaultItAgreesWithTheReference) {
 // below_resolution, from its definition: a scale fault of size δ that passed is below the problem's
 // resolution only where δ is within twice the normwise limit and (where the scale test ran) twice
 // the scale limit of every output it scales that was compared — a correct candidate's own error
-// may be −L where the fault adds +δ; an output judged by rounding, one that did not pass, or δ
-// above twice one limit makes it a miss ("").
+// may be −L where the fault adds +δ — and the report's measured numbers are within those limits;
+// an output judged by rounding, one that did not pass, a measurement past its limit, or δ above
+// twice one limit makes it a miss ("").
 TEST(SelftestResolution, AScaleFaultIsUnresolvedOnlyWithinEveryLimitItMeets) {
   const auto out = [](const std::string& name, double normwise, double scale, bool scale_ran) {
     OutputReport o;
@@ -205,6 +206,15 @@ TEST(SelftestResolution, AScaleFaultIsUnresolvedOnlyWithinEveryLimitItMeets) {
   EXPECT_NE(why.find("loss normwise limit 0.006 and scale limit 0.007"), std::string::npos) << why;
   EXPECT_NE(why.find("reduced_loss normwise limit 0.002"), std::string::npos) << why;
   EXPECT_EQ(below_resolution(rep, -1e-3, losses), why);  // a scale below 1 alike
+  // A pass whose own measured numbers exceed the limits it passed under is no resolution limit
+  // but a check that passed what it measured failing: a miss.
+  rep.outputs[0].differential.candidate.scale = -7.5e-3;
+  EXPECT_EQ(below_resolution(rep, 1e-3, losses), "");
+  rep.outputs[0].differential.candidate.scale = 6.9e-3;
+  EXPECT_EQ(below_resolution(rep, 1e-3, losses), why);
+  rep.outputs[2].differential.candidate.normwise = 2.1e-3;
+  EXPECT_EQ(below_resolution(rep, 1e-3, losses), "");
+  rep.outputs[2].differential.candidate.normwise = 1e-3;
   // Up to twice the smallest limit (reduced_loss's 2e-3) it hides behind a correct candidate's
   // own error the other way; past it, it is a miss. lse is not scaled: its tiny limits do not
   // matter; every scaled output's do.
