@@ -282,16 +282,7 @@ inline std::vector<LossSpec> loss_option_specs() {
   return specs;
 }
 
-inline void expect_same_outputs(const StrategyOutputs& a, const StrategyOutputs& b,
-                                const std::string& ctx) {
-  EXPECT_TRUE(same_bits(a.loss, b.loss)) << ctx << " loss";
-  EXPECT_TRUE(same_bits(a.lse, b.lse)) << ctx << " lse";
-  EXPECT_TRUE(same_bits({a.reduced_loss}, {b.reduced_loss})) << ctx << " reduced loss";
-  EXPECT_TRUE(same_bits(a.dz, b.dz)) << ctx << " dz";
-  EXPECT_TRUE(same_bits(a.dH, b.dH)) << ctx << " dH";
-  EXPECT_TRUE(same_bits(a.dW, b.dW)) << ctx << " dW";
-  EXPECT_TRUE(same_bits(a.db, b.db)) << ctx << " db";
-}
+using testing::expect_same_outputs;
 
 /// The N·V > 2^31 problem of the indexing tests: N = 17000 identical token rows (one Gaussian H
 /// row), V = 128256, hidden size D (8 by default; the fused test uses 64, the smallest that its

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "datasets/problem.hpp"
+#include "gpu/strategy.hpp"
 
 namespace xentlab::testing {
 
@@ -100,6 +101,19 @@ template <class A, class B>
 inline ::testing::AssertionResult same_bits(const std::vector<double>& a,
                                             const std::vector<double>& b) {
   return same_bits<std::vector<double>, std::vector<double>>(a, b);
+}
+
+/// Every output of two runs bit for bit (loss, lse, reduced loss, dz, dH, dW, db); `ctx` names the
+/// comparison in a failure.
+inline void expect_same_outputs(const StrategyOutputs& a, const StrategyOutputs& b,
+                                const std::string& ctx) {
+  EXPECT_TRUE(same_bits(a.loss, b.loss)) << ctx << " loss";
+  EXPECT_TRUE(same_bits(a.lse, b.lse)) << ctx << " lse";
+  EXPECT_TRUE(same_bits({a.reduced_loss}, {b.reduced_loss})) << ctx << " reduced loss";
+  EXPECT_TRUE(same_bits(a.dz, b.dz)) << ctx << " dz";
+  EXPECT_TRUE(same_bits(a.dH, b.dH)) << ctx << " dH";
+  EXPECT_TRUE(same_bits(a.dW, b.dW)) << ctx << " dW";
+  EXPECT_TRUE(same_bits(a.db, b.db)) << ctx << " db";
 }
 
 }  // namespace xentlab::testing

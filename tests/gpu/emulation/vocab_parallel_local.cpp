@@ -209,13 +209,7 @@ TEST(VocabParallelLocal, OneRankIsTheLocalStrategyBitForBit) {
           req.ranks = 1;
           const StrategyOutputs o = vp->run(req);
           const std::string what = local + " " + req.recipe.name() + " " + spec.describe();
-          EXPECT_TRUE(same_bits(o.loss, a.loss)) << what;
-          EXPECT_TRUE(same_bits(o.lse, a.lse)) << what;
-          EXPECT_TRUE(same_bits({o.reduced_loss}, {a.reduced_loss})) << what;
-          EXPECT_TRUE(same_bits(o.dz, a.dz)) << what;
-          EXPECT_TRUE(same_bits(o.dH, a.dH)) << what;
-          EXPECT_TRUE(same_bits(o.dW, a.dW)) << what;
-          EXPECT_TRUE(same_bits(o.db, a.db)) << what;
+          testing::expect_same_outputs(o, a, what);
           // The same declaration, hence the same bounds.
           const DeclaredArithmetic d = vp->run_arithmetic(req), e = alone->arithmetic(req.recipe);
           EXPECT_EQ(d.vocab_ranks, 1) << what;
