@@ -52,10 +52,7 @@ TEST(GpuBaselineModels, SequentialModelEveryLossOption) {
                                        parse_recipe("bf16/bf16/fp32/bf16")};
   for (std::size_t k = 0; k < specs.size(); ++k) {
     const LossSpec& sp = specs[k];
-    Problem p = gaussian(61, 2049, 96, DType::bf16, 4.0, 31 + k, true, true);
-    if (sp.ignore_index != -100)
-      for (auto& t : p.targets)
-        if (t == -100) t = sp.ignore_index;
+    Problem p = ignoring_as(gaussian(61, 2049, 96, DType::bf16, 4.0, 31 + k, true, true), sp);
     check_model(
         Case{"options-" + std::to_string(k), std::move(p), sp,
              sp.reduction == Reduction::none ? random_upstream(61, 77 + k) : std::vector<double>{}},

@@ -247,6 +247,15 @@ inline std::vector<Recipe> grid_for(DType input) {
   return out;
 }
 
+/// p with its ignored rows (target -100, the generators' marker) relabelled to sp.ignore_index,
+/// so that a spec with another ignore_index still ignores them.
+inline Problem ignoring_as(Problem p, const LossSpec& sp) {
+  if (sp.ignore_index != -100)
+    for (auto& t : p.targets)
+      if (t == -100) t = sp.ignore_index;
+  return p;
+}
+
 /// The loss settings of the option tests: mean, sum, none, label smoothing, z-loss, softcap with
 /// a logit scale, all of them at once with ignore_index and reduction none, and a normaliser.
 inline std::vector<LossSpec> loss_option_specs() {

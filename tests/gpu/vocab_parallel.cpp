@@ -215,10 +215,7 @@ TEST(GpuVocabParallel, LossOptionsWithinBound) {
     for (std::size_t k = 0; k < specs.size(); ++k) {
       const LossSpec& sp = specs[k];
       for (bool bias : {false, true}) {
-        Problem p = gaussian(61, 507, 123, DType::bf16, 4.0, 11 + k, bias, true);
-        if (sp.ignore_index != -100)
-          for (auto& t : p.targets)
-            if (t == -100) t = sp.ignore_index;
+        Problem p = ignoring_as(gaussian(61, 507, 123, DType::bf16, 4.0, 11 + k, bias, true), sp);
         Case c{
             "vp-options-" + std::to_string(k) + (bias ? "-bias" : ""), std::move(p), sp,
             sp.reduction == Reduction::none ? random_upstream(61, 99 + k) : std::vector<double>{}};
