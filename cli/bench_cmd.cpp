@@ -200,6 +200,10 @@ void register_bench(CLI::App& app) {
                   "vocabulary splits P of vocab_chunked, 1 to V (default: the fewest whose "
                   "logits slab of all tokens fits the memory budget, 1 GiB by default); only with "
                   "--strategies naming it");
+  cmd->add_flag("--gemms-alone", a.gemms_alone,
+                "also time each strategy's own GEMMs alone (its shapes, operands and workspace; "
+                "no loss kernels), interleaved with it: the 'GEMMs ms' and '× GEMMs' columns. "
+                "Every strategy but fused; doubles the timed runs");
   cmd->add_option("--repeats", a.repeats, "timed runs (median and spread over them; default 5)");
   cmd->add_option("--warmup", a.warmup, "untimed runs before them (default 1)");
   cmd->add_option("--sample-rows", a.sample_rows,

@@ -16,6 +16,7 @@ namespace {
 class CheckpointedStrategy final : public ChunkStrategy {
  public:
   std::string name() const override { return "checkpointed"; }
+  bool times_gemms_alone() const override { return true; }
 
   void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
     const DeviceProblem& P = r.prob;
@@ -34,6 +35,7 @@ class CheckpointedStrategy final : public ChunkStrategy {
     for (std::int64_t r0 = 0; r0 < P.N; r0 += ws.plan.rows) {
       const std::int64_t rows = std::min(ws.plan.rows, P.N - r0);
       void* z = steps::chunk_logits(r, c, ws, r0, rows);
+      if (P.linear() && r.gemms_only) continue;
       launch_ce_rows(r.recipe.logits, z, rows, P.targets + r0, r.out.loss + r0, r.out.lse + r0, rp,
                      false, r.g, c.stream);
     }
@@ -50,8 +52,9 @@ class CheckpointedStrategy final : public ChunkStrategy {
       if (g.g_rows != nullptr) g.g_rows += r0;
       void* z = steps::chunk_logits(r, c, ws, r0, rows);
       if (P.linear()) {
-        launch_dz_rows(r.recipe.logits, z, r.recipe.logits, r.recipe.logits, z, rows,
-                       P.targets + r0, r.out.lse + r0, rp, g, c.stream);
+        if (!r.gemms_only)
+          launch_dz_rows(r.recipe.logits, z, r.recipe.logits, r.recipe.logits, z, rows,
+                         P.targets + r0, r.out.lse + r0, rp, g, c.stream);
         steps::chunk_backward(r, c, ws, z, r0, rows, k);
       } else {
         launch_dz_rows(r.recipe.logits, z, r.recipe.logits, r.recipe.grad,

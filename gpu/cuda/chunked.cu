@@ -18,6 +18,7 @@ namespace {
 class ChunkedStrategy final : public ChunkStrategy {
  public:
   std::string name() const override { return "chunked"; }
+  bool times_gemms_alone() const override { return true; }
 
   void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
     const DeviceProblem& P = r.prob;
@@ -32,8 +33,9 @@ class ChunkedStrategy final : public ChunkStrategy {
       if (g.g_rows != nullptr) g.g_rows += r0;
       void* z = steps::chunk_logits(r, c, ws, r0, rows);  // (rows, V) logits dtype
       if (P.linear()) {
-        launch_ce_rows(r.recipe.logits, z, rows, P.targets + r0, r.out.loss + r0, r.out.lse + r0,
-                       rp, r.want_grads, g, c.stream);
+        if (!r.gemms_only)
+          launch_ce_rows(r.recipe.logits, z, rows, P.targets + r0, r.out.loss + r0, r.out.lse + r0,
+                         rp, r.want_grads, g, c.stream);
 #ifdef XENTLAB_BROKEN_CHUNKED
         // A test build's deliberate fault (XENTLAB_BROKEN_STRATEGY=chunked): the first token
         // chunk's backward is skipped, as an off-by-one in this loop would do (its dH rows and

@@ -25,6 +25,7 @@ class NaiveStrategy final : public CudaStrategy {
  public:
   explicit NaiveStrategy(bool sequential = false) : sequential_(sequential) {}
   std::string name() const override { return sequential_ ? "sequential-sum model" : "naive"; }
+  bool times_gemms_alone() const override { return true; }
   GemmOrder gemm_order() const override {
     return sequential_ ? GemmOrder::sequential : GemmOrder::cublas;
   }
@@ -59,8 +60,9 @@ class NaiveStrategy final : public CudaStrategy {
     rp.sequential_sums = sequential_;
     void* z = steps::chunk_logits(r, c, ws, 0, P.N);  // (N, V) logits dtype
     if (P.linear()) {
-      launch_ce_rows(r.recipe.logits, z, P.N, P.targets, r.out.loss, r.out.lse, rp, r.want_grads,
-                     r.g, c.stream);
+      if (!r.gemms_only)
+        launch_ce_rows(r.recipe.logits, z, P.N, P.targets, r.out.loss, r.out.lse, rp, r.want_grads,
+                       r.g, c.stream);
       if (r.want_grads) {
         steps::chunk_backward(r, c, ws, z, 0, P.N, 0);
         steps::finish(r, c, ws);

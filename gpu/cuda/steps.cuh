@@ -70,6 +70,11 @@ struct DeviceRun {
   std::int64_t memory_budget = 0;  ///< bytes of extra device memory; 0 = strategy default
   std::int64_t chunk_tokens = 0;   ///< 0 = from the budget
   std::int64_t vocab_splits = 0;   ///< vocab_chunked: splits P; 0 = from the budget
+  /// A timing control of the bench (CudaStrategy::times_gemms_alone): the strategy issues its
+  /// GEMMs alone, with its own shapes, operands and workspace (and the conversions of their
+  /// operands and results a recipe needs), and skips its loss kernels (loss, lse, dz, the row
+  /// states); the outputs then hold no meaningful values.
+  bool gemms_only = false;
   DeviceOutputs out;
 };
 
@@ -264,6 +269,10 @@ class CudaStrategy : public Strategy {
   /// How run()'s GEMMs sum (gemm.cuh GemmOrder): cuBLAS for every strategy; the sequential-sum
   /// model overrides it.
   virtual GemmOrder gemm_order() const { return GemmOrder::cublas; }
+  /// Whether forward_backward honours DeviceRun::gemms_only on a linear problem (its GEMMs are
+  /// cuBLAS calls apart from its other kernels): the bench times the strategy's own GEMMs with
+  /// it. fused (the GEMMs and the loss in one kernel) does not.
+  virtual bool times_gemms_alone() const { return false; }
 
  protected:
   virtual Status check_specific(const Problem& p, const LossSpec& s, const Recipe& r) const;

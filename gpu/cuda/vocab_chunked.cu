@@ -5,8 +5,9 @@
 // (given logits are already in memory: nothing to split). No atomics: deterministic.
 //   forward, per split r in order: the slab's logits (N, |split|) by cuBLAS in the logits dtype
 //     (+ bias, one rounding; steps::chunk_logits on the split as a problem of its own), per row
-//     the split's maximum m_r and target logit (launch_shard_row_max) and its sums (s_r, Σx_r)
-//     with its own maximum m_r (launch_shard_row_sums); then, per row, the splits' states merged
+//     the split's maximum m_r and target logit and its sums (s_r, Σx_r) with its own maximum m_r
+//     (launch_split_row_stats: launch_shard_row_max and launch_shard_row_sums in one kernel, one
+//     read of the slab from memory); then, per row, the splits' states merged
 //     in split order (launch_merge_split_states: m = max m_r, s = Σ rnd_A(s_r·expf(m_r − m))),
 //     lse and loss (launch_shard_row_loss);
 //   backward, per split in order: the slab recomputed (the same GEMM and rounding: the forward's
@@ -110,6 +111,8 @@ class VocabChunkedStrategy final : public CudaStrategy {
     return a;
   }
 
+  bool times_gemms_alone() const override { return true; }
+
   void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
     const DeviceProblem& P = r.prob;
     if (!P.linear())
@@ -146,13 +149,15 @@ class VocabChunkedStrategy final : public CudaStrategy {
       const VocabShard& sh = splits[static_cast<std::size_t>(k)];
       const DeviceRun s = split_run(sh);
       const void* z = steps::chunk_logits(s, c, ws, 0, N);  // (N, |split|) logits dtype
+      if (r.gemms_only) continue;
       const ShardColumns cols{sh.begin, sh.size()};
-      launch_shard_row_max(L, z, N, cols, P.targets, rp, split_m + k * N, split_xt + k * N,
-                           c.stream);
-      launch_shard_row_sums(L, z, N, cols, split_m + k * N, rp, split_sums_of(k), c.stream);
+      launch_split_row_stats(L, z, N, cols, P.targets, rp, split_m + k * N, split_xt + k * N,
+                             split_sums_of(k), c.stream);
     }
-    launch_merge_split_states(S, N, split_m, split_xt, split_sums, A, m, x_t, sums, c.stream);
-    launch_shard_row_loss(N, P.targets, m, sums, x_t, rp, r.out.loss, r.out.lse, c.stream);
+    if (!r.gemms_only) {
+      launch_merge_split_states(S, N, split_m, split_xt, split_sums, A, m, x_t, sums, c.stream);
+      launch_shard_row_loss(N, P.targets, m, sums, x_t, rp, r.out.loss, r.out.lse, c.stream);
+    }
     if (!r.want_grads) return;
 
     // dH accumulates in fp32: in the output where the grad dtype is fp32, else in the workspace.
@@ -163,7 +168,8 @@ class VocabChunkedStrategy final : public CudaStrategy {
       const DeviceRun s = split_run(sh);
       void* z = steps::chunk_logits(s, c, ws, 0, N);  // the forward's logits, recomputed
       const ShardColumns cols{sh.begin, sh.size()};
-      launch_shard_dz_rows(L, z, L, L, z, N, cols, P.targets, r.out.lse, rp, r.g, c.stream);
+      if (!r.gemms_only)
+        launch_shard_dz_rows(L, z, L, L, z, N, cols, P.targets, r.out.lse, rp, r.g, c.stream);
       if (ws.plan.W_f32 > 0)  // the split's W widened for an fp32 backward GEMM
         launch_convert(P.input, s.prob.W, DType::fp32, ws.W_f32.get(), sh.size() * D, c.stream);
       const steps::BackwardOperands o = steps::backward_operands(s, c, ws, z, 0, N);
@@ -179,7 +185,7 @@ class VocabChunkedStrategy final : public CudaStrategy {
       steps::chunk_dW_db(out, c, ws, o, z, N, 0);
       steps::finish(out, c, ws);
     }
-    if (!dH_in_output)
+    if (!dH_in_output && !r.gemms_only)
       launch_round_rows(ws.dH_f32.as<float>(), nullptr, N, D, grad, r.out.dH, c.stream);
   }
 

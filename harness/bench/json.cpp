@@ -28,6 +28,8 @@ Json options_json(const BenchOptions& o) {
   j["strategies"] = o.strategies;
   j["memory_budget_bytes"] = o.memory_budget;
   j["chunk_tokens"] = o.chunk_tokens;
+  j["vocab_splits"] = o.vocab_splits;
+  j["gemms_alone"] = o.gemms_alone;
   j["repeats"] = o.repeats;
   j["warmup"] = o.warmup;
   j["sample_rows"] = o.sample_rows;
@@ -76,6 +78,12 @@ Json row_json(const BenchRow& row) {
   j["times_ms"] = std::move(times);
   j["tflops"] = real(row.tflops);
   j["rel_to_naive"] = real(row.rel_to_naive);
+  j["gemms_alone_ms"] = row.gemms_time.n > 0 ? Json{{"n", row.gemms_time.n},
+                                                    {"median", real(row.gemms_time.median)},
+                                                    {"min", real(row.gemms_time.min)},
+                                                    {"max", real(row.gemms_time.max)}}
+                                             : Json(nullptr);
+  j["rel_to_gemms"] = real(row.rel_to_gemms);
   j["peak_extra_bytes"] = bytes_or_null(row.peak_extra_bytes);
   j["planned_extra_bytes"] = bytes_or_null(row.planned_extra_bytes);
   j["chunk_rows"] = row.chunk_rows;

@@ -170,6 +170,7 @@ BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>&
           P, fmt::join(splitting, ", "), splitting.empty() ? "" : splitting.front(), P));
     o.vocab_splits = P;
   }
+  o.gemms_alone = a.gemms_alone;
   auto count = [](const std::optional<std::int64_t>& v, std::int64_t def, std::int64_t lo,
                   std::int64_t hi, const char* flag) {
     if (!v) return def;

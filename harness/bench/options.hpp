@@ -39,6 +39,7 @@ struct BenchArgs {
   std::optional<std::int64_t> chunk_tokens, repeats, warmup, sample_rows, vocab_rows, seed;
   std::optional<std::int64_t> ranks;         ///< --ranks of vocab_parallel
   std::optional<std::int64_t> vocab_splits;  ///< --vocab-splits of vocab_chunked
+  bool gemms_alone = false;                  ///< --gemms-alone
   std::string preset;
   std::string csv, h5, markdown, json;
 };
@@ -57,6 +58,9 @@ struct BenchOptions {
   /// Vocabulary splits P of vocab_chunked (--vocab-splits, as xentlab audit's; 0 when not given:
   /// the fewest whose logits slab fits the memory budget).
   std::int64_t vocab_splits = 0;
+  /// Also time each strategy's own GEMMs alone (--gemms-alone: DeviceRun::gemms_only, in the
+  /// same interleaved rounds), where the strategy can issue them apart from its loss kernels.
+  bool gemms_alone = false;
   int repeats = 5, warmup = 1;
   std::int64_t sample_rows = 8;    ///< token rows checked against the reference (0 = no check)
   std::int64_t vocab_rows = 2048;  ///< vocabulary rows of the dW check (0 = all V)

@@ -192,6 +192,31 @@ std::string format_error(double e) {
   return std::isnan(e) ? "—" : fmt::format("{:.1e}", e);
 }
 
+/// --gemms-alone: per row, the strategy's own GEMMs timed alone beside it (terminal or Markdown).
+std::string gemms_table(const BenchReport& r, bool markdown) {
+  if (!r.options.gemms_alone) return "";
+  std::string s =
+      markdown ? "\n## Its own GEMMs\n\nEach strategy's GEMMs alone (its shapes, operands and "
+                 "workspace; no loss kernels), timed in the same interleaved rounds: × GEMMs = "
+                 "its median / theirs.\n\n| strategy | recipe | median ms | GEMMs alone ms | "
+                 "× GEMMs |\n|---|---|---|---|---|\n"
+               : fmt::format(
+                     "\nits own GEMMs alone (same rounds; × GEMMs = median / theirs)\n"
+                     "{:<13} {:<20} {:>9} {:>9} {:>8}\n",
+                     "strategy", "recipe", "median ms", "GEMMs ms", "× GEMMs");
+  for (const BenchRow& row : r.rows) {
+    const bool ok = measured(row.status);
+    const std::string med = ok ? ms_cell(row.time.median) : "—";
+    const std::string gm = row.gemms_time.n > 0 ? ms_cell(row.gemms_time.median) : "—";
+    const std::string x = num_cell(row.rel_to_gemms, "{:.3f}");
+    s += markdown
+             ? fmt::format("| {} | {} | {} | {} | {} |\n", row.strategy, row.recipe, med, gm, x)
+             : fmt::format("{:<13} {:<20} {:>9} {:>9} {:>8}\n", row.strategy, row.recipe, med, gm,
+                           x);
+  }
+  return s;
+}
+
 std::string format_table(const BenchReport& r) {
   std::string s;
   s += fmt::format("device   {}\n", device_line(r.meta));
@@ -215,6 +240,7 @@ std::string format_table(const BenchReport& r) {
         num_cell(row.rel_to_naive, "{:.2f}"), format_error(row.err_loss), format_error(row.err_lse),
         format_error(row.err_reduced_loss), format_error(row.err_dH), format_error(row.err_dW_sub));
   }
+  s += gemms_table(r, false);
   bool any_note = false;
   for (const BenchRow& row : r.rows) {
     if (row.message.empty()) continue;
@@ -268,6 +294,7 @@ std::string format_markdown(const BenchReport& r) {
        "of the full-size run (loss, lse, dH); mean-loss: |mean of those rows' losses, reduced as "
        "the strategy reduces tokens − reference| / |reference|; dW: the same strategy and recipe "
        "run on the sub-problem made of the sampled rows, on the sampled vocabulary rows.\n";
+  s += gemms_table(r, true);
 
   if (!r.options.preset.empty()) {
     const Preset& p = find_preset(r.options.preset);
@@ -309,7 +336,7 @@ std::string csv_header() {
          "input_copies,median_ms,min_ms,max_ms,q1_ms,q3_ms,tflops,rel_to_naive,peak_extra_bytes,"
          "planned_extra_bytes,io_bytes,chunk_rows,memory_budget,chunk_tokens,sample_rows,"
          "vocab_rows,seed,reduced_loss_full,err_loss,err_lse,err_reduced_loss,err_dH,err_dW_sub,"
-         "message";
+         "message,gemms_median_ms,rel_to_gemms";
 }
 
 std::string csv_row(const BenchReport& r, const BenchRow& row) {
@@ -359,7 +386,9 @@ std::string csv_row(const BenchReport& r, const BenchRow& row) {
       csv_num(row.err_reduced_loss),
       csv_num(row.err_dH),
       csv_num(row.err_dW_sub),
-      row.message};
+      row.message,
+      csv_num(row.gemms_time.n > 0 ? row.gemms_time.median : kNaN),
+      csv_num(row.rel_to_gemms)};
   std::string s;
   for (std::size_t i = 0; i < f.size(); ++i) s += (i ? "," : "") + csv_field(f[i]);
   return s;
@@ -619,6 +648,8 @@ void append_h5(const std::string& path, const BenchReport& r) {
     q.set_attr("q3_ms", row.time.q3);
     q.set_attr("tflops", row.tflops);
     q.set_attr("rel_to_naive", row.rel_to_naive);
+    q.set_attr("gemms_median_ms", row.gemms_time.n > 0 ? row.gemms_time.median : kNaN);
+    q.set_attr("rel_to_gemms", row.rel_to_gemms);
     q.set_attr("peak_extra_bytes", row.peak_extra_bytes);
     q.set_attr("planned_extra_bytes", row.planned_extra_bytes);
     q.set_attr("io_bytes", row.io_bytes);

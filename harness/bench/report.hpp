@@ -61,6 +61,10 @@ struct BenchRow {
   std::vector<double> times_ms;  ///< every timed run, in order
   double tflops = kNaN;          ///< 6·N·V·D / median
   double rel_to_naive = kNaN;    ///< naive's median / this median, same recipe
+  /// --gemms-alone: the strategy's own GEMMs timed alone in the same rounds (n = 0: not timed),
+  /// and this median / their median (≥ 1: what its loss kernels and their traffic add).
+  TimingStats gemms_time;
+  double rel_to_gemms = kNaN;
   std::int64_t peak_extra_bytes = -1;     ///< measured: the tracker's peak beyond inputs/outputs
   std::int64_t planned_extra_bytes = -1;  ///< the workspace plan (for a refusal: what it needs)
   std::int64_t chunk_rows = 0;            ///< tokens per chunk of the plan

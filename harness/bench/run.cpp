@@ -313,8 +313,24 @@ class Runner {
       if (pending.empty()) continue;
       std::vector<InterleavedRun> runs;
       for (const Pending& p : pending) runs.push_back({p.cs, &p.r});
-      say(fmt::format("{}: {} strategies interleaved, {} rounds ({} warm-up)", recipe.name(),
-                      pending.size(), o_.warmup + o_.repeats, o_.warmup));
+      // --gemms-alone: each strategy that can also runs its GEMMs alone, in the same rounds.
+      std::vector<gpu::DeviceRun> gemm_runs;
+      gemm_runs.reserve(pending.size());
+      std::vector<std::size_t> gemms_of(pending.size(), pending.size());  // index into runs
+      if (o_.gemms_alone)
+        for (std::size_t k = 0; k < pending.size(); ++k)
+          if (pending[k].cs->times_gemms_alone()) {
+            gemm_runs.push_back(pending[k].r);
+            gemm_runs.back().gemms_only = true;
+            gemms_of[k] = runs.size();
+            runs.push_back({pending[k].cs, &gemm_runs.back()});
+          }
+      say(fmt::format("{}: {} strategies interleaved{}, {} rounds ({} warm-up)", recipe.name(),
+                      pending.size(),
+                      runs.size() > pending.size()
+                          ? fmt::format(" with the GEMMs alone of {}", runs.size() - pending.size())
+                          : "",
+                      o_.warmup + o_.repeats, o_.warmup));
       std::vector<InterleavedTimes> times;
       try {
         times = time_interleaved(runs, in.copies, o_.warmup, o_.repeats);
@@ -329,6 +345,7 @@ class Runner {
         } catch (const DeviceError& e) {
           failed_row(row, out, e.what());
         }
+        if (gemms_of[k] < runs.size()) gemms_row(times[gemms_of[k]], row);
       }
     }
   }
@@ -534,6 +551,22 @@ class Runner {
             (row.message.empty() ? "" : "; ") + std::string("reference check: ") + e.what();
       }
     }
+  }
+
+  /// The times of the strategy's GEMMs alone in its row (or, where they stopped, why).
+  void gemms_row(const InterleavedTimes& it, BenchRow& row) const {
+    if (it.error || it.t.ms.empty()) {
+      BenchRow why;
+      if (it.error) status_from(it.error, why);
+      row.message += (row.message.empty() ? "" : "; ") +
+                     std::string("its GEMMs alone were not timed: ") +
+                     (it.error ? why.message : std::string("no timed run"));
+      return;
+    }
+    row.gemms_time = summarize_times(it.t.ms);
+    if (measured(row.status)) row.rel_to_gemms = row.time.median / row.gemms_time.median;
+    say(fmt::format("{} {}: its GEMMs alone: median {:.2f} ms ({:.3f}× of them)", row.strategy,
+                    row.recipe, row.gemms_time.median, row.rel_to_gemms));
   }
 
   /// The row's status and message from what stopped a strategy's runs: InputError (it does not

@@ -7,6 +7,10 @@
 // around the 2048-element stride and the group of 8 (rows not 16-byte aligned when V is odd),
 // ignored, valid and out-of-range targets, a row of −inf logits and a row with a NaN logit,
 // per-row and scalar upstream gradients, with and without dz.
+//
+// vocab_chunked's split_row_stats (one kernel) gives launch_shard_row_max's and then
+// launch_shard_row_sums's bits with the split's own maximum, over the dtypes, accumulators, odd
+// and even split widths and column offsets, label smoothing, a softcap, and a row of −inf logits.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -176,6 +180,94 @@ TEST(GpuKernels, CeRowsPlainPathGivesTheGeneralPathsBits) {
         ++compared;
       }
   EXPECT_EQ(compared, 63);
+}
+
+/// The split statistics of a (rows, cols) slab at column col0 of a V-wide vocabulary, by the
+/// fused kernel (fused) or the two shard kernels: m, x_t, then the 2·rows sums as raw bytes.
+struct SplitStats {
+  std::vector<float> m, xt;
+  std::vector<unsigned char> sums;
+};
+SplitStats run_split_stats(DType t, const std::vector<unsigned char>& z_host, std::int64_t rows,
+                           gpu::ShardColumns sh, const std::vector<std::int64_t>& targets,
+                           const gpu::RowLossParams& p, bool fused) {
+  SplitStats o;
+  const std::int64_t sbytes = 2 * rows * size_of(p.accum);
+  void *z = nullptr, *sums = nullptr;
+  std::int64_t* tg = nullptr;
+  float *m = nullptr, *xt = nullptr;
+  EXPECT_EQ(cudaMalloc(&z, z_host.size()), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&sums, sbytes), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&tg), rows * 8), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&m), rows * 4), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&xt), rows * 4), cudaSuccess);
+  cudaMemcpy(z, z_host.data(), z_host.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(tg, targets.data(), rows * 8, cudaMemcpyHostToDevice);
+  if (fused) {
+    gpu::launch_split_row_stats(t, z, rows, sh, tg, p, m, xt, sums, nullptr);
+  } else {
+    gpu::launch_shard_row_max(t, z, rows, sh, tg, p, m, xt, nullptr);
+    gpu::launch_shard_row_sums(t, z, rows, sh, m, p, sums, nullptr);
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  o.m.resize(rows);
+  o.xt.resize(rows);
+  o.sums.resize(static_cast<std::size_t>(sbytes));
+  cudaMemcpy(o.m.data(), m, rows * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(o.xt.data(), xt, rows * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(o.sums.data(), sums, sbytes, cudaMemcpyDeviceToHost);
+  for (void* q : {z, sums, static_cast<void*>(tg), static_cast<void*>(m), static_cast<void*>(xt)})
+    cudaFree(q);
+  return o;
+}
+
+TEST(GpuKernels, SplitRowStatsGiveTheShardKernelsBits) {
+  if (!device().available) GTEST_SKIP() << device().reason;
+  const std::int64_t rows = 6, V = 30011;
+  int compared = 0;
+  for (DType t : {DType::bf16, DType::fp16, DType::fp32})
+    for (DType a : {DType::fp32, DType::bf16})
+      for (const gpu::ShardColumns sh : {gpu::ShardColumns{0, 4008}, gpu::ShardColumns{4008, 4007},
+                                         gpu::ShardColumns{26004, 4007}})
+        for (const bool options : {false, true}) {
+          SCOPED_TRACE(std::string(to_string(t)) + " logits, " + std::string(to_string(a)) +
+                       " accumulator, columns " + std::to_string(sh.col0) + " + " +
+                       std::to_string(sh.cols) + (options ? ", smoothing and softcap" : ""));
+          auto z = logits_bytes(t, rows * sh.cols, 77 + sh.col0);
+          const int es = size_of(t);
+          for (std::int64_t j = 0; j < sh.cols; ++j) {  // row 4: every logit −inf
+            unsigned char* e = &z[(4 * sh.cols + j) * es];
+            if (t == DType::fp32) {
+              const float v = -INFINITY;
+              std::memcpy(e, &v, 4);
+            } else {
+              const std::uint16_t b = t == DType::bf16 ? 0xFF80 : 0xFC00;
+              std::memcpy(e, &b, 2);
+            }
+          }
+          // Targets in this split, in another, ignored.
+          const std::vector<std::int64_t> targets = {
+              sh.col0 + 5, sh.col0 + sh.cols - 1, (sh.col0 + sh.cols) % V,
+              -100,        sh.col0 + 1,           sh.col0};
+          gpu::RowLossParams p;
+          p.V = V;
+          p.accum = a;
+          if (options) {
+            p.smoothing = true;
+            p.eps_over_V = static_cast<float>(0.1 / double(V));
+            p.one_minus_eps = 0.9f;
+            p.softcap = 20.0f;
+          }
+          const SplitStats f = run_split_stats(t, z, rows, sh, targets, p, true);
+          const SplitStats two = run_split_stats(t, z, rows, sh, targets, p, false);
+          for (std::int64_t i = 0; i < rows; ++i) {
+            EXPECT_TRUE(same_bits_or_both_nan(f.m[i], two.m[i])) << "m of row " << i;
+            EXPECT_TRUE(same_bits_or_both_nan(f.xt[i], two.xt[i])) << "x_t of row " << i;
+          }
+          EXPECT_EQ(f.sums, two.sums) << "the sums' bytes differ";
+          ++compared;
+        }
+  EXPECT_EQ(compared, 36);
 }
 
 }  // namespace

@@ -270,93 +270,132 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// One block per row of a vocabulary shard: the shard's maximum and the owned target logit (the
-/// first pass of ce_row over the shard's columns).
+/// A block's row of a vocabulary shard: the shard's maximum (the first pass of ce_row over the
+/// shard's columns), reduced over the block (every thread gets it).
+template <class L>
+__device__ __forceinline__ float shard_max_of_row(const L* zr, std::int64_t cols, bool aligned,
+                                                  const RowLossParams& p, float* red) {
+  float m = -INFINITY;
+  for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols; j0 += kStride) {
+    float v[kGroup];
+    load8(zr, j0, cols, aligned, v);
+    float th;
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k)
+      if (j0 + k < cols) m = fmaxf(m, transform(v[k], p, th));
+  }
+  return block_max(m, red);
+}
+
+/// Thread 0: the row's target logit when the row is valid and the shard holds its target, else 0.
+template <class L>
+__device__ __forceinline__ float shard_target_logit(const L* zr, std::int64_t row,
+                                                    std::int64_t col0, std::int64_t cols,
+                                                    const std::int64_t* targets,
+                                                    const RowLossParams& p) {
+  const std::int64_t t = targets[row];
+  const bool valid = t != p.ignore_index && t >= 0 && t < p.V;
+  if (!valid || t < col0 || t >= col0 + cols) return 0.0f;
+  float th;
+  return transform(to_f(zr[t - col0]), p, th);
+}
+
+/// A block's row of a vocabulary shard: sum-exp (and Σx) with the maximum m, in ce_row's order
+/// over the shard's columns (its second pass), tree-reduced; thread 0 stores them as A values.
+template <class L, class A>
+__device__ __forceinline__ void shard_sums_of_row(const L* zr, std::int64_t row, std::int64_t rows,
+                                                  std::int64_t cols, bool aligned, float m,
+                                                  const RowLossParams& p, A* sums, float* red) {
+  float s = 0.0f, sx = 0.0f;
+  if (m != -INFINITY) {
+    for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols; j0 += kStride) {
+      float v[kGroup];
+      load8(zr, j0, cols, aligned, v);
+      const int n = j0 + kGroup <= cols ? kGroup : static_cast<int>(cols - j0);
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) {
+        if (n == kGroup || k < n) {
+          float th;
+          const float x = transform(v[k], p, th);
+          s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
+          if (p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
+        }
+      }
+    }
+  } else if (p.smoothing) {
+    // Every x_j is −inf: s stays 0, and Σx is still the shard's sum (−inf), in the same order
+    // (vocab_chunked's split of −∞ logits within a row that has finite ones: its Σx makes the
+    // smoothed loss +inf, as naive's and the reference's).
+    for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols; j0 += kStride) {
+      float v[kGroup];
+      load8(zr, j0, cols, aligned, v);
+      const int n = j0 + kGroup <= cols ? kGroup : static_cast<int>(cols - j0);
+#pragma unroll
+      for (int k = 0; k < kGroup; ++k) {
+        if (n == kGroup || k < n) {
+          float th;
+          sx = rnd<A>(__fadd_rn(sx, rnd<A>(transform(v[k], p, th))));
+        }
+      }
+    }
+  }
+  s = block_tree_sum<A>(s, red);
+  if (p.smoothing) sx = block_tree_sum<A>(sx, red);
+  if (threadIdx.x == 0) {
+    sums[row] = from_f<A>(s);
+    sums[rows + row] = from_f<A>(p.smoothing ? sx : 0.0f);
+  }
+}
+
+/// One block per row of a vocabulary shard: the shard's maximum and the owned target logit.
 template <class L>
 __global__ void __launch_bounds__(kThreads)
     shard_row_max_kernel(const L* z, std::int64_t rows, std::int64_t col0, std::int64_t cols,
                          const std::int64_t* targets, RowLossParams p, float* m_out,
                          float* xt_out) {
   __shared__ float red[kThreads];
-  const int tid = threadIdx.x;
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const L* zr = z + row * cols;
     const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
-    float m = -INFINITY;
-    for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < cols; j0 += kStride) {
-      float v[kGroup];
-      load8(zr, j0, cols, aligned, v);
-      float th;
-#pragma unroll
-      for (int k = 0; k < kGroup; ++k)
-        if (j0 + k < cols) m = fmaxf(m, transform(v[k], p, th));
-    }
-    m = block_max(m, red);
-    if (tid == 0) {
-      const std::int64_t t = targets[row];
-      const bool valid = t != p.ignore_index && t >= 0 && t < p.V;
-      float x_t = 0.0f;
-      if (valid && t >= col0 && t < col0 + cols) {
-        float th;
-        x_t = transform(to_f(zr[t - col0]), p, th);
-      }
+    const float m = shard_max_of_row(zr, cols, aligned, p, red);
+    if (threadIdx.x == 0) {
       m_out[row] = m;
-      xt_out[row] = x_t;
+      xt_out[row] = shard_target_logit(zr, row, col0, cols, targets, p);
     }
   }
 }
 
-/// One block per row of a vocabulary shard: sum-exp (and Σx) with the row's global maximum, in
-/// ce_row's order over the shard's columns (its second pass), stored as A values.
+/// One block per row of a vocabulary shard: sum-exp (and Σx) with the row's maximum m_in.
 template <class L, class A>
 __global__ void __launch_bounds__(kThreads)
     shard_row_sums_kernel(const L* z, std::int64_t rows, std::int64_t cols, const float* m_in,
                           RowLossParams p, A* sums) {
   __shared__ float red[kThreads];
-  const int tid = threadIdx.x;
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const L* zr = z + row * cols;
     const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
-    const float m = m_in[row];
-    float s = 0.0f, sx = 0.0f;
-    if (m != -INFINITY) {
-      for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < cols; j0 += kStride) {
-        float v[kGroup];
-        load8(zr, j0, cols, aligned, v);
-        const int n = j0 + kGroup <= cols ? kGroup : static_cast<int>(cols - j0);
-#pragma unroll
-        for (int k = 0; k < kGroup; ++k) {
-          if (n == kGroup || k < n) {
-            float th;
-            const float x = transform(v[k], p, th);
-            s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
-            if (p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
-          }
-        }
-      }
-    } else if (p.smoothing) {
-      // Every x_j is −inf: s stays 0, and Σx is still the shard's sum (−inf), in the same order
-      // (vocab_chunked's split of −∞ logits within a row that has finite ones: its Σx makes the
-      // smoothed loss +inf, as naive's and the reference's).
-      for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < cols; j0 += kStride) {
-        float v[kGroup];
-        load8(zr, j0, cols, aligned, v);
-        const int n = j0 + kGroup <= cols ? kGroup : static_cast<int>(cols - j0);
-#pragma unroll
-        for (int k = 0; k < kGroup; ++k) {
-          if (n == kGroup || k < n) {
-            float th;
-            sx = rnd<A>(__fadd_rn(sx, rnd<A>(transform(v[k], p, th))));
-          }
-        }
-      }
+    shard_sums_of_row(zr, row, rows, cols, aligned, m_in[row], p, sums, red);
+  }
+}
+
+/// vocab_chunked's split: both kernels above in one, the sums taken with the split's own maximum;
+/// the block's second pass over its row reads it from cache (one pass over the slab from memory
+/// instead of two). The same per-thread orders and trees: the two kernels' bits.
+template <class L, class A>
+__global__ void __launch_bounds__(kThreads)
+    split_row_stats_kernel(const L* z, std::int64_t rows, std::int64_t col0, std::int64_t cols,
+                           const std::int64_t* targets, RowLossParams p, float* m_out,
+                           float* xt_out, A* sums) {
+  __shared__ float red[kThreads];
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const L* zr = z + row * cols;
+    const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
+    const float m = shard_max_of_row(zr, cols, aligned, p, red);
+    if (threadIdx.x == 0) {
+      m_out[row] = m;
+      xt_out[row] = shard_target_logit(zr, row, col0, cols, targets, p);
     }
-    s = block_tree_sum<A>(s, red);
-    if (p.smoothing) sx = block_tree_sum<A>(sx, red);
-    if (tid == 0) {
-      sums[row] = from_f<A>(s);
-      sums[rows + row] = from_f<A>(p.smoothing ? sx : 0.0f);
-    }
+    shard_sums_of_row(zr, row, rows, cols, aligned, m, p, sums, red);
   }
 }
 
@@ -537,6 +576,23 @@ void launch_shard_row_sums(DType z_dtype, const void* z, std::int64_t rows, Shar
       using A = decltype(at);
       shard_row_sums_kernel<L, A><<<grid, kThreads, 0, stream>>>(
           static_cast<const L*>(z), rows, sh.cols, m, p, static_cast<A*>(sums));
+      XL_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void launch_split_row_stats(DType z_dtype, const void* z, std::int64_t rows, ShardColumns sh,
+                            const std::int64_t* targets, const RowLossParams& p, float* m,
+                            float* x_t, void* sums, cudaStream_t stream) {
+  if (rows <= 0) return;
+  const auto grid = static_cast<unsigned>(std::min<std::int64_t>(rows, 0x7fffffffLL));
+  with_type(z_dtype, [&](auto zt) {
+    using L = decltype(zt);
+    with_type(p.accum, [&](auto at) {
+      using A = decltype(at);
+      split_row_stats_kernel<L, A><<<grid, kThreads, 0, stream>>>(static_cast<const L*>(z), rows,
+                                                                  sh.col0, sh.cols, targets, p, m,
+                                                                  x_t, static_cast<A*>(sums));
       XL_CUDA_CHECK_LAUNCH();
     });
   });

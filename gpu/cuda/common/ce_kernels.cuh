@@ -116,6 +116,14 @@ void launch_shard_row_sums(DType z_dtype, const void* z /* (rows, cols) */, std:
                            ShardColumns sh, const float* m /* (rows) */, const RowLossParams& p,
                            void* sums /* (2·rows) of A */, cudaStream_t stream);
 
+/// vocab_chunked's split in one kernel: launch_shard_row_max (m, x_t) and then
+/// launch_shard_row_sums with the split's own maximum m, bit for bit, each block reading its row
+/// from memory once (its second pass hits the cache).
+void launch_split_row_stats(DType z_dtype, const void* z /* (rows, cols) */, std::int64_t rows,
+                            ShardColumns sh, const std::int64_t* targets /* (rows) */,
+                            const RowLossParams& p, float* m /* (rows) */, float* x_t /* (rows) */,
+                            void* sums /* (2·rows) of A */, cudaStream_t stream);
+
 /// Per row, from the whole vocabulary's m, (s, Σx) (sums as written by launch_shard_row_sums and
 /// summed over the shards) and target logit x_t: lse = rnd_A(m + logf(s)) and the loss, as
 /// launch_ce_rows forms them (ce_math.cuh row_lse, row_loss).

@@ -88,6 +88,31 @@ TEST(BenchGpu, SmallRunEndToEnd) {
   EXPECT_NE(text.find("| strategy | recipe | status"), std::string::npos);
 }
 
+// --gemms-alone: every strategy but fused has its GEMMs timed alone beside it. They are a part of
+// its work, so they take no longer than the whole strategy (1.5× of it: room for the noise of a
+// small problem's sub-millisecond runs).
+TEST(BenchGpu, GemmsAloneArePartOfTheStrategysTime) {
+  XL_REQUIRE_DEVICE();
+  testing::TempFolder t("bench-gpu-gemms");
+  const Ran r = xentlab(
+      "bench -N 2048 -V 32000 -D 512 --repeats 5 --gemms-alone --sample-rows 0 "
+      "--strategies naive,chunked,checkpointed,vocab_chunked,fused --csv " +
+      t.path("b.csv"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("GEMMs ms"), std::string::npos) << r.output;
+  for (const auto& row : read_rows(t.path("b.csv"))) {
+    const std::string what = row.at("strategy") + ": " + row.at("message");
+    ASSERT_EQ(row.at("status"), "ok") << what;
+    if (row.at("strategy") == "fused") {
+      EXPECT_EQ(row.at("gemms_median_ms"), "") << what;  // one kernel: no GEMMs apart
+      continue;
+    }
+    const double gemms = std::stod(row.at("gemms_median_ms"));
+    EXPECT_GT(gemms, 0.0) << what;
+    EXPECT_LT(gemms, 1.5 * std::stod(row.at("median_ms"))) << what;
+  }
+}
+
 TEST(BenchGpu, RefusalsAreRows) {
   XL_REQUIRE_DEVICE();
   testing::TempFolder t("bench-gpu");

@@ -66,6 +66,33 @@ TEST(BenchFormats, TerminalTable) {
   EXPECT_NE(t.find("N=131072 V=128256 D=4096"), std::string::npos);
 }
 
+// --gemms-alone: each row's own GEMMs beside it, in the terminal and Markdown tables (only when
+// asked), the CSV and the JSON; a row without them shows a dash.
+TEST(BenchFormats, OwnGemmsTable) {
+  BenchReport r = synthetic_report();
+  EXPECT_EQ(format_table(r).find("GEMMs ms"), std::string::npos);  // not asked: no table
+  r.options.gemms_alone = true;
+  r.rows[0].gemms_time = summarize_times({600.0, 610.0, 590.0});
+  r.rows[0].rel_to_gemms = r.rows[0].time.median / 600.0;
+  const std::string t = format_table(r);
+  EXPECT_NE(t.find("GEMMs ms"), std::string::npos) << t;
+  EXPECT_NE(t.find("600.00"), std::string::npos) << t;
+  EXPECT_NE(t.find(fmt::format("{:.3f}", 680.0 / 600.0)), std::string::npos) << t;
+  const std::string md = format_markdown(r);
+  EXPECT_NE(md.find("| strategy | recipe | median ms | GEMMs alone ms | × GEMMs |"),
+            std::string::npos)
+      << md;
+  const auto header = parse_csv(csv_header());
+  const auto col = [&](const char* name) {
+    return static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  };
+  ASSERT_LT(col("rel_to_gemms"), header.size());
+  const auto naive = parse_csv(csv_row(r, r.rows[0]));
+  EXPECT_DOUBLE_EQ(std::stod(naive[col("gemms_median_ms")]), 600.0);
+  EXPECT_DOUBLE_EQ(std::stod(naive[col("rel_to_gemms")]), 680.0 / 600.0);
+  EXPECT_EQ(parse_csv(csv_row(r, r.rows[1]))[col("gemms_median_ms")], "");
+}
+
 TEST(BenchFormats, GemmTimeAtTheSustainedRate) {
   // The preset's 6·N·V·D = 6·131072·128256·4096 = 4.1314e14 FLOP at 650 TFLOP/s: 635.60 ms;
   // 8·N·V·D: 847.47 ms (arithmetic done by hand, not by the code under test).
