@@ -9,6 +9,13 @@ cross-entropy, the way most training code writes it, on the same shapes and inpu
 Variants (H (N, D), W (V, D) bf16 leaf tensors with requires_grad, targets uniform, mean):
   upcast:    F.cross_entropy(F.linear(H, W).float(), t)   (bf16 logits, fp32 softmax/CE)
   no-upcast: F.cross_entropy(F.linear(H, W), t)           (bf16 throughout)
+and, where their packages import (--peers, the default: those installed), the peers' fused
+linear cross-entropy kernels on the same tensors:
+  liger:     liger_kernel's LigerFusedLinearCrossEntropyLoss()(W, H, t) (Liger-Kernel)
+  cce:       cut_cross_entropy.linear_cross_entropy(H, W, t) (Cut Cross-Entropy, its default
+             gradient filter)
+  cce-exact: the same with filter_eps=None (no gradient filtering)
+--variants picks among them (comma list); a variant whose package is missing is a row saying so.
 Inputs: H ~ N(0, 1), W ~ N(0, 4/D), as xentlab bench generates them (same distribution, not the
 same bits). Time: CUDA events around forward+backward, warm-up runs excluded, median (and min/max)
 of the repeats. Memory: torch.cuda.max_memory_allocated() during a run minus the bytes allocated
@@ -39,20 +46,50 @@ except ImportError:
     torch = None
 
 PRESETS = {"llama3-8b-128k": (131072, 128256, 4096)}
-RECIPE = {"upcast": "torch bf16 logits, fp32 CE, bf16 grads", "no-upcast": "torch bf16 throughout"}
+RECIPE = {
+    "upcast": "torch bf16 logits, fp32 CE, bf16 grads",
+    "no-upcast": "torch bf16 throughout",
+    "liger": "Liger-Kernel fused linear CE, bf16 inputs",
+    "cce": "Cut Cross-Entropy, bf16 inputs, gradient filter on",
+    "cce-exact": "Cut Cross-Entropy, bf16 inputs, filter_eps=None",
+}
+PACKAGE = {"liger": "liger_kernel", "cce": "cut_cross_entropy", "cce-exact": "cut_cross_entropy"}
 
 
-def run(N, V, D, upcast, repeats, warmup):
+def loss_fn(variant):
+    """The loss of (H, W, t) for a variant; ImportError when its package is missing."""
+    if variant == "upcast":
+        return lambda H, W, t: F.cross_entropy(F.linear(H, W).float(), t)
+    if variant == "no-upcast":
+        return lambda H, W, t: F.cross_entropy(F.linear(H, W), t)
+    if variant == "liger":
+        from liger_kernel.transformers.fused_linear_cross_entropy import (
+            LigerFusedLinearCrossEntropyLoss,
+        )
+
+        f = LigerFusedLinearCrossEntropyLoss()
+        return lambda H, W, t: f(W, H, t)
+    if variant in ("cce", "cce-exact"):
+        from cut_cross_entropy import linear_cross_entropy
+
+        if variant == "cce":
+            return lambda H, W, t: linear_cross_entropy(H, W, t)
+        return lambda H, W, t: linear_cross_entropy(H, W, t, filter_eps=None)
+    raise ValueError(f"unknown variant {variant!r} (known: {', '.join(RECIPE)})")
+
+
+def run(N, V, D, variant, repeats, warmup):
     g = torch.Generator(device="cuda").manual_seed(1)
     H = torch.randn(N, D, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
     W = (torch.randn(V, D, device="cuda", generator=g) * (2.0 / math.sqrt(D))).to(torch.bfloat16)
     W.requires_grad_()
     t = torch.randint(0, V, (N,), device="cuda", generator=g)
 
+    f = loss_fn(variant)
+
     # H, W and t are deleted at the end of run() (the GPU memory freed), after the last step().
     def step():
-        z = F.linear(H, W)  # noqa: F821
-        loss = F.cross_entropy(z.float() if upcast else z, t)  # noqa: F821
+        loss = f(H, W, t)  # noqa: F821
         loss.backward()
         return loss
 
@@ -117,7 +154,17 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--json", default="")
     ap.add_argument("--csv", default="")
+    ap.add_argument(
+        "--variants",
+        default=",".join(RECIPE),
+        help="comma list among " + ", ".join(RECIPE) + " (default: all; a peer whose package "
+        "is not installed is a row saying so)",
+    )
     a = ap.parse_args()
+    variants = [v for v in a.variants.split(",") if v]
+    for v in variants:
+        if v not in RECIPE:
+            ap.error(f"--variants: unknown variant {v!r} (known: {', '.join(RECIPE)})")
     if a.preset:
         sizes = [PRESETS[a.preset]]
     elif a.tokens or a.vocab or a.hidden:
@@ -148,8 +195,7 @@ def main():
         f"{'TFLOP/s':>9} {'extra_GiB':>10}"
     )
     for N, V, D in sizes:
-        for upcast in (True, False):
-            name = "upcast" if upcast else "no-upcast"
+        for name in variants:
             row = dict(
                 date_utc=date,
                 gpu=gpu,
@@ -158,13 +204,13 @@ def main():
                 N=N,
                 V=V,
                 D=D,
-                strategy="torch:" + name,
+                strategy=("torch:" + name) if name not in PACKAGE else name,
                 recipe=RECIPE[name],
                 warmup=a.warmup,
                 input_copies=1,
             )
             try:
-                times, extra = run(N, V, D, upcast, a.repeats, a.warmup)
+                times, extra = run(N, V, D, name, a.repeats, a.warmup)
                 ms = statistics.median(times)
                 tf = 6.0 * N * V * D / (ms * 1e-3) / 1e12
                 print(
@@ -192,6 +238,11 @@ def main():
                     tflops=tf,
                     peak_extra_bytes=extra,
                 )
+            except ImportError as e:
+                msg = f"{PACKAGE.get(name, name)} is not installed here ({e})"
+                print(f"{N:<8} {V:<7} {D:<5} {name:<10} not run: {msg}", flush=True)
+                rec = dict(N=N, V=V, D=D, variant=name, missing=True)
+                row.update(status="not-supported", message=msg)
             except torch.cuda.OutOfMemoryError as e:
                 msg = str(e).splitlines()[0][:200]
                 print(f"{N:<8} {V:<7} {D:<5} {name:<10} out of memory: {msg[:120]}", flush=True)
