@@ -316,7 +316,9 @@ class Runner {
       // --gemms-alone: each strategy that can also runs its GEMMs alone, in the same rounds.
       std::vector<gpu::DeviceRun> gemm_runs;
       gemm_runs.reserve(pending.size());
-      std::vector<std::size_t> gemms_of(pending.size(), pending.size());  // index into runs
+      // Index into runs of each strategy's GEMMs alone; kNone where they are not timed.
+      constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+      std::vector<std::size_t> gemms_of(pending.size(), kNone);
       if (o_.gemms_alone)
         for (std::size_t k = 0; k < pending.size(); ++k)
           if (pending[k].cs->times_gemms_alone()) {
@@ -345,7 +347,7 @@ class Runner {
         } catch (const DeviceError& e) {
           failed_row(row, out, e.what());
         }
-        if (gemms_of[k] < runs.size()) gemms_row(times[gemms_of[k]], row);
+        if (gemms_of[k] != kNone) gemms_row(times[gemms_of[k]], row);
       }
     }
   }
