@@ -336,7 +336,7 @@ std::string csv_header() {
          "input_copies,median_ms,min_ms,max_ms,q1_ms,q3_ms,tflops,rel_to_naive,peak_extra_bytes,"
          "planned_extra_bytes,io_bytes,chunk_rows,memory_budget,chunk_tokens,sample_rows,"
          "vocab_rows,seed,reduced_loss_full,err_loss,err_lse,err_reduced_loss,err_dH,err_dW_sub,"
-         "message,gemms_median_ms,rel_to_gemms";
+         "message";
 }
 
 std::string csv_row(const BenchReport& r, const BenchRow& row) {
@@ -386,9 +386,7 @@ std::string csv_row(const BenchReport& r, const BenchRow& row) {
       csv_num(row.err_reduced_loss),
       csv_num(row.err_dH),
       csv_num(row.err_dW_sub),
-      row.message,
-      csv_num(row.gemms_time.n > 0 ? row.gemms_time.median : kNaN),
-      csv_num(row.rel_to_gemms)};
+      row.message};
   std::string s;
   for (std::size_t i = 0; i < f.size(); ++i) s += (i ? "," : "") + csv_field(f[i]);
   return s;

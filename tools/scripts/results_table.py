@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The current strategy table, generated from lab/results/strategies.csv.
 
-Takes the latest `xentlab bench` measurement (and the latest `torch_baseline.py` one) per
-strategy and N for the recipe bf16/bf16/fp32/fp32, and prints a Markdown table with one caption
-line naming the GPU, driver, date and commit of those measurements.
+Takes the latest `xentlab bench` measurement (and the latest `torch_baseline.py` one: PyTorch and
+the peers' kernels) per strategy and N for the recipe bf16/bf16/fp32/fp32, on the GPU of the
+newest `xentlab bench` row only (timings of two cards are never mixed in one table), and prints a
+Markdown table with one caption line naming the GPU, driver, date and commit of those
+measurements.
 
     results_table.py            print the table
     results_table.py --write    rewrite the blocks between the markers in README.md and
@@ -40,8 +42,31 @@ STRATEGIES = [
         "yes",
     ),
     ("vocab_parallel", "vocab_parallel", "CPU, CUDA + NCCL", "every recipe", "yes for P ≤ 2"),
+    ("vocab_chunked", "vocab_chunked", "CPU, CUDA", "every recipe, linear heads", "yes"),
     ("pytorch-bf16", "PyTorch, bf16 throughout", "torch", "—", "—"),
     ("pytorch-fp32-upcast", "PyTorch, fp32 upcast", "torch", "—", "—"),
+    # The peers (torch_baseline.py); deterministic by their sources, not measured here.
+    (
+        "liger-flce",
+        "Liger-Kernel fused linear CE",
+        "torch + Triton",
+        "bf16 inputs",
+        "by its source, yes (ordered addmm)",
+    ),
+    (
+        "cce",
+        "Cut Cross-Entropy",
+        "torch + Triton",
+        "bf16 inputs, gradient filter",
+        "by its source, no (spin-locked sums)",
+    ),
+    (
+        "cce-exact",
+        "Cut Cross-Entropy, filter_eps=None",
+        "torch + Triton",
+        "bf16 inputs",
+        "by its source, no (spin-locked sums)",
+    ),
 ]
 TOOLS = {"xentlab-bench", "torch_baseline"}
 
@@ -52,10 +77,13 @@ def load(path):
 
 
 def latest(rows):
-    """The latest row per (strategy, N) among the bench's and PyTorch's measurements."""
+    """The latest row per (strategy, N) among the bench's and PyTorch's measurements on the GPU
+    of the newest bench row."""
+    bench = [r for r in rows if r["tool"] == "xentlab-bench"]
+    gpu = max(bench, key=lambda r: (r["date"], r["time_utc"]))["gpu"] if bench else None
     best = {}
     for r in rows:
-        if r["tool"] not in TOOLS:
+        if r["tool"] not in TOOLS or r["gpu"] != gpu:
             continue
         if r["tool"] == "xentlab-bench" and r["recipe"] != RECIPE:
             continue
