@@ -78,6 +78,7 @@ Json row_json(const BenchRow& row) {
   j["times_ms"] = std::move(times);
   j["tflops"] = real(row.tflops);
   j["rel_to_naive"] = real(row.rel_to_naive);
+  j["deterministic"] = row.deterministic ? Json(*row.deterministic) : Json(nullptr);
   j["gemms_alone_ms"] = row.gemms_time.n > 0 ? Json{{"n", row.gemms_time.n},
                                                     {"median", real(row.gemms_time.median)},
                                                     {"min", real(row.gemms_time.min)},

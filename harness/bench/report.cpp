@@ -192,6 +192,12 @@ std::string format_error(double e) {
   return std::isnan(e) ? "—" : fmt::format("{:.1e}", e);
 }
 
+/// "yes", "no", or a dash where the registry does not say.
+std::string deterministic_cell(const BenchRow& row) {
+  if (!row.deterministic) return "—";
+  return *row.deterministic ? "yes" : "no";
+}
+
 /// --gemms-alone: per row, the strategy's own GEMMs timed alone beside it (terminal or Markdown).
 std::string gemms_table(const BenchReport& r, bool markdown) {
   if (!r.options.gemms_alone) return "";
@@ -225,20 +231,22 @@ std::string format_table(const BenchReport& r) {
   s += fmt::format("problem  {}\n", conditions_line(r));
   s += fmt::format("cuBLAS   bf16 GEMM 8192^3 (fp32 compute): {}\n\n", gemm_line(r));
   s += fmt::format(
-      "{:<13} {:<20} {:<13} {:>9} {:>19} {:>8} {:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+      "{:<13} {:<20} {:<13} {:>9} {:>19} {:>8} {:>10} {:>6} {:>4} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
       "strategy", "recipe", "status", "median ms", "min–max ms", "TFLOP/s", "extra GiB", "vs nv",
-      "loss", "lse", "red.loss", "dH", "dW(sub)");
+      "det.", "loss", "lse", "red.loss", "dH", "dW(sub)");
   for (const BenchRow& row : r.rows) {
     const bool ok = measured(row.status);
     const std::string spread =
         ok ? fmt::format("{:.2f}–{:.2f}", row.time.min, row.time.max) : std::string("—");
     s += fmt::format(
-        "{:<13} {:<20} {:<13} {:>9} {:>19} {:>8} {:>10} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+        "{:<13} {:<20} {:<13} {:>9} {:>19} {:>8} {:>10} {:>6} {:>4} {:>8} {:>8} {:>8} {:>8} "
+        "{:>8}\n",
         row.strategy, row.recipe, to_string(row.status), ok ? ms_cell(row.time.median) : "—",
         spread, num_cell(row.tflops, "{:.1f}"),
         gib_cell(ok ? row.peak_extra_bytes : row.planned_extra_bytes),
-        num_cell(row.rel_to_naive, "{:.2f}"), format_error(row.err_loss), format_error(row.err_lse),
-        format_error(row.err_reduced_loss), format_error(row.err_dH), format_error(row.err_dW_sub));
+        num_cell(row.rel_to_naive, "{:.2f}"), deterministic_cell(row), format_error(row.err_loss),
+        format_error(row.err_lse), format_error(row.err_reduced_loss), format_error(row.err_dH),
+        format_error(row.err_dW_sub));
   }
   s += gemms_table(r, false);
   bool any_note = false;
@@ -251,7 +259,8 @@ std::string format_table(const BenchReport& r) {
   s += "\nextra GiB: measured peak beyond inputs and gradients (refused rows: the bytes the plan "
        "needs); vs nv: naive's median / this one; errors normwise relative against the certified "
        "reference on the sampled rows (red.loss: relative error of their mean loss; dW(sub): a run "
-       "on the sub-problem of those rows)\n";
+       "on the sub-problem of those rows); det.: bit-identical on repeat, as the registry declares "
+       "it\n";
   return s;
 }
 
@@ -265,21 +274,22 @@ std::string format_markdown(const BenchReport& r) {
                    gemm_line(r));
   s += "| strategy | recipe | status | median ms | min–max ms | TFLOP/s (6·N·V·D) | peak extra GiB "
        "| "
-       "chunk | vs naive | loss err | lse err | mean-loss err | dH err | dW err (sub-problem) |\n";
-  s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "chunk | vs naive | deterministic | loss err | lse err | mean-loss err | dH err | dW err "
+       "(sub-problem) |\n";
+  s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& row : r.rows) {
     const bool ok = measured(row.status);
-    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                     row.strategy, row.recipe, to_string(row.status),
-                     ok ? ms_cell(row.time.median) : "—",
-                     ok ? fmt::format("{:.2f}–{:.2f}", row.time.min, row.time.max) : "—",
-                     num_cell(row.tflops, "{:.1f}"),
-                     ok ? gib_cell(row.peak_extra_bytes)
-                        : fmt::format("needs {}", gib_cell(row.planned_extra_bytes)),
-                     row.chunk_rows > 0 ? std::to_string(row.chunk_rows) : "—",
-                     num_cell(row.rel_to_naive, "{:.2f}×"), format_error(row.err_loss),
-                     format_error(row.err_lse), format_error(row.err_reduced_loss),
-                     format_error(row.err_dH), format_error(row.err_dW_sub));
+    s += fmt::format(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+        row.strategy, row.recipe, to_string(row.status), ok ? ms_cell(row.time.median) : "—",
+        ok ? fmt::format("{:.2f}–{:.2f}", row.time.min, row.time.max) : "—",
+        num_cell(row.tflops, "{:.1f}"),
+        ok ? gib_cell(row.peak_extra_bytes)
+           : fmt::format("needs {}", gib_cell(row.planned_extra_bytes)),
+        row.chunk_rows > 0 ? std::to_string(row.chunk_rows) : "—",
+        num_cell(row.rel_to_naive, "{:.2f}×"), deterministic_cell(row), format_error(row.err_loss),
+        format_error(row.err_lse), format_error(row.err_reduced_loss), format_error(row.err_dH),
+        format_error(row.err_dW_sub));
   }
   bool any_note = false;
   for (const BenchRow& row : r.rows) {
@@ -646,6 +656,8 @@ void append_h5(const std::string& path, const BenchReport& r) {
     q.set_attr("q3_ms", row.time.q3);
     q.set_attr("tflops", row.tflops);
     q.set_attr("rel_to_naive", row.rel_to_naive);
+    q.set_attr("deterministic",
+               std::int64_t{row.deterministic ? (*row.deterministic ? 1 : 0) : -1});
     q.set_attr("gemms_median_ms", row.gemms_time.n > 0 ? row.gemms_time.median : kNaN);
     q.set_attr("rel_to_gemms", row.rel_to_gemms);
     q.set_attr("peak_extra_bytes", row.peak_extra_bytes);

@@ -61,6 +61,9 @@ struct BenchRow {
   std::vector<double> times_ms;  ///< every timed run, in order
   double tflops = kNaN;          ///< 6·N·V·D / median
   double rel_to_naive = kNaN;    ///< naive's median / this median, same recipe
+  /// Repeat runs give the same bits, as the registry declares it (StrategyTraits::deterministic,
+  /// held by the GPU tests' repeat-run comparisons); empty where not known.
+  std::optional<bool> deterministic;
   /// --gemms-alone: the strategy's own GEMMs timed alone in the same rounds (n = 0: not timed),
   /// and this median / their median (≥ 1: what its loss kernels and their traffic add).
   TimingStats gemms_time;

@@ -430,6 +430,7 @@ class Runner {
     const std::int64_t N = o_.N, V = o_.V, D = o_.D;
     row.strategy = cs.name();
     row.recipe = recipe.name();
+    row.deterministic = strategy_traits(cs.name()).deterministic;
     row.io_bytes = out.io_bytes;
     const std::string tag = fmt::format("[{}/{}] {} {}", done_, total_, row.strategy, row.recipe);
     if (o_.ranks > 1 && strategy_traits(cs.name()).shards_vocabulary) {

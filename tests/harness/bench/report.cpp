@@ -91,6 +91,23 @@ TEST(BenchFormats, OwnGemmsTable) {
   EXPECT_EQ(parse_csv(csv_header()).size(), parse_csv(csv_row(r, r.rows[0])).size());
 }
 
+// The registry's determinism per row: "yes"/"no" in the tables, a boolean in the JSON, a dash
+// and null where unknown.
+TEST(BenchFormats, DeterministicColumn) {
+  BenchReport r = synthetic_report();
+  r.rows[0].deterministic = true;
+  r.rows[1].deterministic = false;
+  const std::string md = format_markdown(r);
+  EXPECT_NE(md.find("| vs naive | deterministic |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1.00× | yes |"), std::string::npos) << md;
+  EXPECT_NE(md.find("× | no |"), std::string::npos) << md;
+  EXPECT_NE(format_table(r).find("det."), std::string::npos);
+  const auto j = bench_json(r);
+  EXPECT_EQ(j.at("rows")[0].at("deterministic"), true);
+  EXPECT_EQ(j.at("rows")[1].at("deterministic"), false);
+  EXPECT_TRUE(j.at("rows")[2].at("deterministic").is_null());
+}
+
 TEST(BenchFormats, GemmTimeAtTheSustainedRate) {
   // The preset's 6·N·V·D = 6·131072·128256·4096 = 4.1314e14 FLOP at 650 TFLOP/s: 635.60 ms;
   // 8·N·V·D: 847.47 ms (arithmetic done by hand, not by the code under test).
