@@ -78,8 +78,9 @@ def load(path):
 
 def latest(rows):
     """The latest row per (strategy, N) among the bench's and PyTorch's measurements on the GPU
-    of the newest bench row."""
-    bench = [r for r in rows if r["tool"] == "xentlab-bench"]
+    of the newest bench row of the table's recipe (a newer bench of another recipe, on another
+    card, does not empty the table)."""
+    bench = [r for r in rows if r["tool"] == "xentlab-bench" and r["recipe"] == RECIPE]
     gpu = max(bench, key=lambda r: (r["date"], r["time_utc"]))["gpu"] if bench else None
     best = {}
     for r in rows:
