@@ -127,7 +127,8 @@ def table(rows):
     commit = ", ".join(commits) if commits else "not recorded"
     lines = [
         f"*Measured {when} on {', '.join(gpus)}, commit {commit}; forward + backward medians, "
-        f"recipe {RECIPE} (`xentlab bench`, interleaved; PyTorch: `torch_baseline.py`); "
+        f"recipe {RECIPE} (`xentlab bench`, interleaved; PyTorch and the peers: "
+        f"`torch_baseline.py`, a process of its own, their × against naive across processes); "
         f"× = throughput vs naive.*",
         "",
         "| strategy | backends | recipes | deterministic | N = 8192 | N = 131072 | "
