@@ -185,7 +185,9 @@ class VocabChunkedStrategy final : public CudaStrategy {
       steps::chunk_dW_db(out, c, ws, o, z, N, 0);
       steps::finish(out, c, ws);
     }
-    if (!dH_in_output && !r.gemms_only)
+    // Kept under gemms_only too: it rounds the dH GEMMs' result to the grad dtype (a conversion
+    // of their result the recipe needs, as steps::chunk_dH and steps::finish do for the others).
+    if (!dH_in_output)
       launch_round_rows(ws.dH_f32.as<float>(), nullptr, N, D, grad, r.out.dH, c.stream);
   }
 

@@ -5,17 +5,19 @@ cross-entropy, the way most training code writes it, on the same shapes and inpu
   python3 harness/bench/torch_baseline.py [--sizes 8192x128256x4096,131072x128256x4096]
                                         [--tokens N --vocab V --hidden D | --preset llama3-8b-128k]
                                         [--repeats 5] [--warmup 1] [--json out.jsonl] [--csv bench.csv]
+                                        [--variants upcast,no-upcast,liger,cce,cce-exact]
 
 Variants (H (N, D), W (V, D) bf16 leaf tensors with requires_grad, targets uniform, mean):
   upcast:    F.cross_entropy(F.linear(H, W).float(), t)   (bf16 logits, fp32 softmax/CE)
   no-upcast: F.cross_entropy(F.linear(H, W), t)           (bf16 throughout)
-and, where their packages import (--peers, the default: those installed), the peers' fused
-linear cross-entropy kernels on the same tensors:
+and, where their packages import, the peers' fused linear cross-entropy kernels on the same
+tensors:
   liger:     liger_kernel's LigerFusedLinearCrossEntropyLoss()(W, H, t) (Liger-Kernel)
   cce:       cut_cross_entropy.linear_cross_entropy(H, W, t) (Cut Cross-Entropy, its default
              gradient filter)
   cce-exact: the same with filter_eps=None (no gradient filtering)
---variants picks among them (comma list); a variant whose package is missing is a row saying so.
+--variants picks among them (comma list; default: all five); a variant whose package is missing is
+a not-supported row saying so.
 Inputs: H ~ N(0, 1), W ~ N(0, 4/D), as xentlab bench generates them (same distribution, not the
 same bits). Time: CUDA events around forward+backward, warm-up runs excluded, median (and min/max)
 of the repeats. Memory: torch.cuda.max_memory_allocated() during a run minus the bytes allocated
@@ -24,8 +26,9 @@ bytes beyond inputs and gradients, the quantity xentlab bench reports. An out-of
 reported as such.
 
 --csv appends rows to a CSV: to an existing `xentlab bench --csv` file with that file's header
-(the columns this script knows are filled, the others left empty; strategy "torch:upcast" or
-"torch:no-upcast"), or to a new file with the columns below.
+(the columns this script knows are filled, the others left empty; strategy "torch:upcast",
+"torch:no-upcast", or the peer's variant name: "liger", "cce", "cce-exact"), or to a new file with
+the columns below.
 """
 
 import argparse

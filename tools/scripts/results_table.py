@@ -78,8 +78,9 @@ def load(path):
 
 def latest(rows):
     """The latest row per (strategy, N) among the bench's and PyTorch's measurements on the GPU
-    of the newest bench row."""
-    bench = [r for r in rows if r["tool"] == "xentlab-bench"]
+    of the newest bench row of the table's recipe (a newer bench of another recipe, on another
+    card, does not empty the table)."""
+    bench = [r for r in rows if r["tool"] == "xentlab-bench" and r["recipe"] == RECIPE]
     gpu = max(bench, key=lambda r: (r["date"], r["time_utc"]))["gpu"] if bench else None
     best = {}
     for r in rows:
@@ -126,7 +127,8 @@ def table(rows):
     commit = ", ".join(commits) if commits else "not recorded"
     lines = [
         f"*Measured {when} on {', '.join(gpus)}, commit {commit}; forward + backward medians, "
-        f"recipe {RECIPE} (`xentlab bench`, interleaved; PyTorch: `torch_baseline.py`); "
+        f"recipe {RECIPE} (`xentlab bench`, interleaved; PyTorch and the peers: "
+        f"`torch_baseline.py`, a process of its own, their × against naive across processes); "
         f"× = throughput vs naive.*",
         "",
         "| strategy | backends | recipes | deterministic | N = 8192 | N = 131072 | "

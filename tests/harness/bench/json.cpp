@@ -102,6 +102,27 @@ TEST_F(BenchJsonFiles, WrittenWithTheOtherOutputsAndValid) {
   XL_EXPECT_VALID_REPORTS(path("b.json"));
 }
 
+// The keys of --gemms-alone (and options.vocab_splits, rows' deterministic) came after
+// schema_version 1's first bench reports: a report without them, as those were written, is still a
+// valid schema_version 1 report.
+TEST_F(BenchJsonFiles, ReportsWrittenBeforeTheGemmsAloneKeysStayValid) {
+  BenchReport r = synthetic_report();
+  r.options.json = path("b.json");
+  ASSERT_TRUE(write_outputs(r, false).failures.empty());
+  json doc = testing::read_report(path("b.json"));
+  ASSERT_TRUE(doc.at("options").contains("gemms_alone"));
+  doc.at("options").erase("vocab_splits");
+  doc.at("options").erase("gemms_alone");
+  for (json& row : doc.at("rows")) {
+    ASSERT_TRUE(row.contains("gemms_alone_ms"));
+    row.erase("gemms_alone_ms");
+    row.erase("rel_to_gemms");
+    row.erase("deterministic");
+  }
+  std::ofstream(path("older.json")) << doc.dump(2) << "\n";
+  XL_EXPECT_VALID_REPORTS(path("b.json"), path("older.json"));
+}
+
 TEST_F(BenchJsonFiles, ProgramRefusesAJsonItCannotWriteBeforeMeasuring) {
   const std::string small = "bench -N 8 -V 10 -D 4 --strategies naive --repeats 1 ";
   std::ofstream(path("notes.txt")) << "my notes\n";
