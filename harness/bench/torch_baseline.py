@@ -25,7 +25,10 @@ reported as such.
 
 --csv appends rows to a CSV: to an existing `xentlab bench --csv` file with that file's header
 (the columns this script knows are filled, the others left empty; strategy "torch:upcast" or
-"torch:no-upcast"), or to a new file with the columns below.
+"torch:no-upcast", the peers by their variant's name), or to a new file with these columns,
+whatever the first row's status:
+  date_utc, gpu, command, preset, N, V, D, strategy, recipe, status, repeats, warmup,
+  input_copies, median_ms, min_ms, max_ms, tflops, peak_extra_bytes, message
 """
 
 import argparse
@@ -54,6 +57,29 @@ RECIPE = {
     "cce-exact": "Cut Cross-Entropy, bf16 inputs, filter_eps=None",
 }
 PACKAGE = {"liger": "liger_kernel", "cce": "cut_cross_entropy", "cce-exact": "cut_cross_entropy"}
+# The CSV columns this script writes, in the order of a new file's header. Every row is written
+# under them, whatever its status (a row that did not run leaves the timings empty).
+COLUMNS = [
+    "date_utc",
+    "gpu",
+    "command",
+    "preset",
+    "N",
+    "V",
+    "D",
+    "strategy",
+    "recipe",
+    "status",
+    "repeats",
+    "warmup",
+    "input_copies",
+    "median_ms",
+    "min_ms",
+    "max_ms",
+    "tflops",
+    "peak_extra_bytes",
+    "message",
+]
 
 
 def loss_fn(variant):
@@ -117,7 +143,7 @@ def run(N, V, D, variant, repeats, warmup):
 
 
 def append_csv(path, rows):
-    """Rows (dicts) under the existing file's header, or a new file with the rows' own columns.
+    """Rows (dicts) under the existing file's header, or a new file with COLUMNS.
     Holds the exclusive lock `xentlab bench` takes on PATH.lock (docs/formats.md) and writes '\n'
     line ends, as the bench's CSV does."""
     with open(path + ".lock", "a") as lock:
@@ -130,7 +156,7 @@ def append_csv(path, rows):
                 needs_newline = f.read(1) != b"\n"
             new = False
         else:
-            header = list(rows[0].keys())
+            header = list(COLUMNS)
             new = True
             needs_newline = False
         with open(path, "a", newline="") as f:
