@@ -1,5 +1,6 @@
 // The bench's Python scripts, run as a user runs them, without a GPU:
-// harness/bench/torch_baseline.py (--help without PyTorch; its CSV rows). Each skips where python3
+// harness/bench/torch_baseline.py (its options and output files checked before PyTorch is looked
+// for, exit 2 naming the problem; exit 4 without PyTorch; its CSV rows). Each skips where python3
 // is missing. Part of test_bench.
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 
 namespace xentlab::bench::bench_tests {
 namespace {
+namespace fs = std::filesystem;
 using testing::Ran;
 using testing::shell_quote;
 
@@ -40,12 +42,56 @@ class TorchBaseline : public testing::TempFolderTest {
   static Ran baseline(const std::string& args) {
     return testing::run_shell("python3 " + shell_quote(script()) + " " + args);
   }
+  static bool torch_present() {
+    return testing::run_shell("python3 -c 'import torch'").status == 0;
+  }
 };
 
 TEST_F(TorchBaseline, HelpWorksWithoutPyTorch) {
   const Ran h = baseline("--help");
   EXPECT_EQ(h.status, 0) << h.output;
   EXPECT_TRUE(contains(h.output, "--variants")) << h.output;
+}
+
+// Options and output files that would waste the measurement (nothing to run, a CSV that cannot
+// take the rows once measured) are refused before PyTorch is looked for: exit 2 naming them.
+TEST_F(TorchBaseline, BadVariantsAndOutputsExit2BeforeMeasuring) {
+  fs::create_directories(path("folder"));
+  std::ofstream(path("foreign.csv")) << "name,score\nalice,3\n";
+  std::ofstream(path("cut.csv")) << "date_utc,gpu,comm";  // a header cut short
+  const std::string small = "--tokens 8 --vocab 16 --hidden 4 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {small + "--variants ''", "--variants names no variant"},
+      {small + "--variants ,", "--variants names no variant"},
+      {small + "--variants upcast,flash", "unknown variant 'flash'"},
+      {small + "--csv " + shell_quote(path("folder")), "--csv: " + path("folder") + " is a folder"},
+      {small + "--csv " + shell_quote(path("nowhere/b.csv")), "does not exist"},
+      {small + "--csv " + shell_quote(path("foreign.csv")),
+       "has a header without the columns date_utc, gpu, command"},
+      {small + "--csv " + shell_quote(path("cut.csv")), "without the columns command, preset"},
+      {small + "--json " + shell_quote(path("folder")), "--json"},
+      {"--sizes 8x16", "--sizes: '8x16' is not NxVxD"},
+      {"--sizes 8x16x4,8x0x4", "--sizes: '8x0x4' is not NxVxD"},
+      {"--tokens 0 --vocab 16 --hidden 4", "must be at least 1"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Ran r = baseline(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, message)) << args << "\n" << r.output;
+  }
+  EXPECT_EQ(slurp(path("foreign.csv")), "name,score\nalice,3\n");
+  EXPECT_FALSE(fs::exists(path("nowhere")));
+}
+
+// Valid options without PyTorch: the script says PyTorch is missing, exit 4, nothing written.
+TEST_F(TorchBaseline, WithoutPyTorchExit4) {
+  if (torch_present()) GTEST_SKIP() << "python3 imports torch here";
+  const Ran r =
+      baseline("--tokens 8 --vocab 16 --hidden 4 --variants 'upcast, upcast,liger' --csv " +
+               shell_quote(path("b.csv")));
+  EXPECT_EQ(r.status, 4) << r.output;
+  EXPECT_TRUE(contains(r.output, "PyTorch is not installed here")) << r.output;
+  EXPECT_FALSE(fs::exists(path("b.csv")));
 }
 
 // A new CSV's header is every column the script writes, whatever the first row's status: a first
