@@ -1,7 +1,8 @@
 // The bench's Python scripts, run as a user runs them, without a GPU:
 // harness/bench/torch_baseline.py (its options and output files checked before PyTorch is looked
-// for, exit 2 naming the problem; exit 4 without PyTorch; its CSV rows). Each skips where python3
-// is missing. Part of test_bench.
+// for, exit 2 naming the problem; exit 4 without PyTorch; its CSV rows) and
+// tools/scripts/results_table.py (the strategy table of one card from a strategies CSV). Each skips
+// where python3 is missing. Part of test_bench.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -116,6 +117,79 @@ TEST_F(TorchBaseline, ANewCsvHasEveryColumnWhateverTheFirstRow) {
       << text;
   EXPECT_TRUE(contains(text, "\nd,g,,,,,,torch:upcast,,ok,3,,,12.5,12.0,13.0,7.0,1024,\n")) << text;
   EXPECT_TRUE(contains(text, "\nd,g,,,,,,liger,,not-supported,,,,,,,,,missing\n")) << text;
+}
+
+// ---- tools/scripts/results_table.py -------------------------------------------------------------
+
+class ResultsTable : public testing::TempFolderTest {
+ protected:
+  ResultsTable() : TempFolderTest("bench-results-table") {}
+  void SetUp() override {
+    TempFolderTest::SetUp();
+    if (testing::run_shell("python3 -c pass").status != 0) GTEST_SKIP() << "no python3 here";
+  }
+  // The table of a strategies CSV made of these rows (under the file's header).
+  Ran table(const std::vector<std::string>& rows) const {
+    std::ofstream out(path("s.csv"));
+    out << "date,time_utc,commit,gpu,driver,tool,command,N,V,D,recipe,strategy,ms,"
+           "peak_extra_bytes,peak_extra_gib,note\n";
+    for (const std::string& r : rows) out << r << "\n";
+    out.close();
+    return testing::run_shell(
+        "python3 " + shell_quote(std::string(XL_SOURCE_DIR) + "/tools/scripts/results_table.py") +
+        " --results " + shell_quote(path("s.csv")));
+  }
+  // A day of the rows' month (the date pieced together: no dated prose in the sources).
+  static std::string day(const std::string& dd) { return "2026-12-" + dd; }
+  static std::string row(const std::string& dd, const std::string& time, const std::string& gpu,
+                         const std::string& tool, const std::string& N, const std::string& recipe,
+                         const std::string& strategy, const std::string& ms) {
+    return day(dd) + "," + time + ",abc1234," + gpu + ",580," + tool + ",cmd," + N +
+           ",128256,4096," + recipe + "," + strategy + "," + ms + ",1024,,";
+  }
+  static constexpr const char* kRecipe = "bf16/bf16/fp32/fp32";
+};
+
+// One card's rows: its table, the peers' times against naive's.
+TEST_F(ResultsTable, OneCard) {
+  const Ran r =
+      table({row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "40.00"),
+             row("01", "10:05", "H100", "torch_baseline", "8192", "", "pytorch-bf16", "50.00")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "on H100 (driver 580), commit abc1234")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| naive | CPU, CUDA | every recipe | yes | 40.00 ms |"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "| 50.00 ms (0.80×) |")) << r.output;
+}
+
+// No bench row to make a table of, a row whose number is not one, a file of something else: exit
+// 2 naming the cause (and the line), not a traceback.
+TEST_F(ResultsTable, NothingToTabulateOrMalformedRowsExit2) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "no `xentlab bench` row of recipe bf16/bf16/fp32/fp32 at N = 8192 or 131072"},
+      {{row("01", "10:05", "H100", "torch_baseline", "8192", "", "pytorch-bf16", "50.00")},
+       "no `xentlab bench` row"},
+      {{row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "fast")},
+       "s.csv line 2: ms 'fast' is not a number"},
+      {{row("01", "10:00", "H100", "xentlab-bench", "8k", kRecipe, "naive", "40.00")},
+       "s.csv line 2: N '8k' is not a number"},
+      {{day("01") + ",10:00,abc1234,H100,580,xentlab-bench,cmd,8192"},
+       "s.csv line 2: fewer fields than the header's"},
+  };
+  for (const auto& [rows, message] : cases) {
+    const Ran r = table(rows);
+    EXPECT_EQ(r.status, 2) << message << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "results_table.py: ")) << r.output;
+    EXPECT_TRUE(contains(r.output, message)) << message << "\n" << r.output;
+    EXPECT_FALSE(contains(r.output, "Traceback")) << r.output;
+  }
+  std::ofstream(path("other.csv")) << "name,score\nalice,3\n";
+  const Ran foreign = testing::run_shell(
+      "python3 " + shell_quote(std::string(XL_SOURCE_DIR) + "/tools/scripts/results_table.py") +
+      " --results " + shell_quote(path("other.csv")));
+  EXPECT_EQ(foreign.status, 2) << foreign.output;
+  EXPECT_TRUE(contains(foreign.output, "its header has no column date, time_utc"))
+      << foreign.output;
 }
 
 }  // namespace
