@@ -3,7 +3,8 @@
 
 Takes the latest `xentlab bench` measurement (and the latest `torch_baseline.py` one: PyTorch and
 the peers' kernels) per strategy and N for the recipe bf16/bf16/fp32/fp32, on the GPU of the
-newest `xentlab bench` row only (timings of two cards are never mixed in one table), and prints a
+newest `xentlab bench` row of that recipe and those N only (timings of two cards are never mixed
+in one table; a newer bench of another recipe or size does not change the card), and prints a
 Markdown table with one caption line naming the GPU, driver, date and commit of those
 measurements.
 
@@ -122,9 +123,14 @@ def load(path):
 
 def latest(rows):
     """The latest row per (strategy, N) among the bench's and PyTorch's measurements on the GPU
-    of the newest bench row. TableError when there is none of recipe RECIPE at N among SIZES."""
-    bench = [r for r in rows if r["tool"] == "xentlab-bench"]
-    if not any(r["recipe"] == RECIPE and int(r["N"]) in SIZES for r in bench):
+    of the newest bench row the table shows (recipe RECIPE, N among SIZES). TableError when there
+    is none."""
+    bench = [
+        r
+        for r in rows
+        if r["tool"] == "xentlab-bench" and r["recipe"] == RECIPE and int(r["N"]) in SIZES
+    ]
+    if not bench:
         raise TableError(
             f"no `xentlab bench` row of recipe {RECIPE} at N = "
             f"{' or '.join(str(n) for n in SIZES)}: no table to make"

@@ -162,6 +162,28 @@ TEST_F(ResultsTable, OneCard) {
   EXPECT_TRUE(contains(r.output, "| 50.00 ms (0.80×) |")) << r.output;
 }
 
+// Rows of two cards: the table is the card of the newest bench row it shows (recipe
+// bf16/bf16/fp32/fp32 at N = 8192 or 131072), with none of the other card's rows, not even a
+// newer PyTorch one; a newer bench row of another recipe and size does not change the card.
+TEST_F(ResultsTable, TwoCardsAreNotMixed) {
+  const Ran r = table({
+      row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "40.00"),
+      row("01", "10:05", "H100", "torch_baseline", "8192", "", "pytorch-bf16", "50.00"),
+      row("02", "10:00", "H200", "xentlab-bench", "8192", kRecipe, "naive", "30.00"),
+      row("02", "10:00", "H200", "xentlab-bench", "8192", kRecipe, "chunked", "60.00"),
+      row("03", "10:00", "H100", "torch_baseline", "8192", "", "pytorch-bf16", "45.00"),
+      row("04", "10:00", "H100", "xentlab-bench", "64", "fp32/fp32/fp32/fp32", "naive", "1.00"),
+  });
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "Measured " + day("02") + " on H200 (driver 580)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| 30.00 ms |")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| 60.00 ms (0.50×) |")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| PyTorch, bf16 throughout | torch | — | — | not measured |"))
+      << r.output;
+  for (const char* other : {"H100", "40.00", "45.00", "50.00", "1.00 ms"})
+    EXPECT_FALSE(contains(r.output, other)) << other << "\n" << r.output;
+}
+
 // No bench row to make a table of, a row whose number is not one, a file of something else: exit
 // 2 naming the cause (and the line), not a traceback.
 TEST_F(ResultsTable, NothingToTabulateOrMalformedRowsExit2) {
