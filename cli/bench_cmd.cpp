@@ -87,7 +87,10 @@ int run_bench_command(const BenchCliArgs& c) {
   std::vector<std::string> splitting;
   for (const std::string& s : vocabulary_splitting_strategies())
     if (std::find(known.begin(), known.end(), s) != known.end()) splitting.push_back(s);
-  bench::BenchOptions o = bench::resolve_options(c.args, known, sharding, splitting);
+  std::vector<std::string> gemms_apart;
+  for (const std::string& s : gemms_apart_strategies())
+    if (std::find(known.begin(), known.end(), s) != known.end()) gemms_apart.push_back(s);
+  bench::BenchOptions o = bench::resolve_options(c.args, known, sharding, splitting, gemms_apart);
   o.command_line = recorded_command_line();
   // Every output is checked before any work: a 10-minute run must not end on "file exists".
   if (!o.csv.empty()) bench::check_csv_target(o.csv);
@@ -203,7 +206,8 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--gemms-alone", a.gemms_alone,
                 "also time each strategy's own GEMMs alone (its shapes, operands and workspace; "
                 "no loss kernels), interleaved with it: the 'GEMMs ms' and '× GEMMs' columns. "
-                "Every strategy but fused; doubles the timed runs");
+                "Every strategy but fused and vocab_parallel (refused when --strategies names "
+                "only those); doubles the timed runs");
   cmd->add_option("--repeats", a.repeats, "timed runs (median and spread over them; default 5)");
   cmd->add_option("--warmup", a.warmup, "untimed runs before them (default 1)");
   cmd->add_option("--sample-rows", a.sample_rows,

@@ -48,14 +48,14 @@ std::unique_ptr<Strategy> make_cuda_vocab_parallel();  // gpu/cuda/vocab_paralle
 
 const std::vector<StrategyEntry>& strategy_table() {
   // Traits: {deterministic, chunks_tokens, every_recipe, vocab_order, in_default_set,
-  // shards_vocabulary, splits_vocabulary} (gpu/registry.hpp).
+  // shards_vocabulary, splits_vocabulary, gemms_apart} (gpu/registry.hpp).
   // clang-format off
   static const std::vector<StrategyEntry> table = {
-      {"naive",          {true,  false, true,  ReductionOrder::blocked,     true,  false},
+      {"naive",          {true,  false, true,  ReductionOrder::blocked,     true,  false, false, true},
        &emulation::make_naive,          XL_CUDA_FACTORY(make_cuda_naive)},
-      {"chunked",        {true,  true,  true,  ReductionOrder::blocked,     true,  false},
+      {"chunked",        {true,  true,  true,  ReductionOrder::blocked,     true,  false, false, true},
        &emulation::make_chunked,        XL_CUDA_FACTORY(make_cuda_chunked)},
-      {"checkpointed",   {true,  true,  true,  ReductionOrder::blocked,     true,  false},
+      {"checkpointed",   {true,  true,  true,  ReductionOrder::blocked,     true,  false, false, true},
        &emulation::make_checkpointed,   XL_CUDA_FACTORY(make_cuda_checkpointed)},
       {"fused",          {true,  false, false, ReductionOrder::online_tree, true,  false},
        &emulation::make_fused,          XL_CUDA_FACTORY(make_cuda_fused)},
@@ -65,7 +65,7 @@ const std::vector<StrategyEntry>& strategy_table() {
       // The vocabulary in splits on one device (RunRequest::vocab_splits, or from the memory
       // budget). Runs only when named: at the default budget the audit's problems take one
       // split, whose outputs are naive's bit for bit.
-      {"vocab_chunked",  {true,  false, true,  ReductionOrder::blocked,     false, false, true},
+      {"vocab_chunked",  {true,  false, true,  ReductionOrder::blocked,     false, false, true,  true},
        &emulation::make_vocab_chunked,  XL_CUDA_FACTORY(make_cuda_vocab_chunked)},
   };
   // clang-format on
@@ -156,6 +156,13 @@ std::vector<std::string> vocabulary_splitting_strategies() {
   std::vector<std::string> names;
   for (const StrategyEntry& e : strategy_table())
     if (e.traits.splits_vocabulary) names.emplace_back(e.name);
+  return names;
+}
+
+std::vector<std::string> gemms_apart_strategies() {
+  std::vector<std::string> names;
+  for (const StrategyEntry& e : strategy_table())
+    if (e.traits.gemms_apart) names.emplace_back(e.name);
   return names;
 }
 

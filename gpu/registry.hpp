@@ -49,6 +49,11 @@ struct StrategyTraits {
   /// vocabulary ranks whose states are rescaled (DeclaredArithmetic::rescaled_ranks). The other
   /// strategies ignore RunRequest::vocab_splits.
   bool splits_vocabulary = false;
+  /// Issues its GEMMs as cuBLAS calls apart from its loss kernels, so that the bench can time them
+  /// alone (`xentlab bench --gemms-alone`; the CUDA strategy honours DeviceRun::gemms_only on a
+  /// linear problem, gpu/cuda/steps.cuh). False for fused (the GEMMs and the loss in one kernel)
+  /// and vocab_parallel.
+  bool gemms_apart = false;
 };
 
 /// Which rows make_strategies and strategy_names take.
@@ -103,6 +108,9 @@ std::vector<std::string> vocabulary_sharding_strategies();
 /// The names of the rows that split the vocabulary on one device
 /// (StrategyTraits::splits_vocabulary), in table order: the strategies --vocab-splits applies to.
 std::vector<std::string> vocabulary_splitting_strategies();
+/// The names of the rows whose GEMMs the bench can time alone (StrategyTraits::gemms_apart), in
+/// table order: the strategies --gemms-alone applies to.
+std::vector<std::string> gemms_apart_strategies();
 /// The names in `names` whose row has no CPU emulation in `table` (an unknown name counts as
 /// none), in the order given. The audit judges every CUDA run against its emulated twin and
 /// refuses a strategy listed here.

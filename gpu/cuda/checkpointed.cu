@@ -16,7 +16,6 @@ namespace {
 class CheckpointedStrategy final : public ChunkStrategy {
  public:
   std::string name() const override { return "checkpointed"; }
-  bool times_gemms_alone() const override { return true; }
 
   void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
     const DeviceProblem& P = r.prob;

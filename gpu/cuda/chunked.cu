@@ -18,7 +18,6 @@ namespace {
 class ChunkedStrategy final : public ChunkStrategy {
  public:
   std::string name() const override { return "chunked"; }
-  bool times_gemms_alone() const override { return true; }
 
   void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
     const DeviceProblem& P = r.prob;

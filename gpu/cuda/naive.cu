@@ -25,7 +25,6 @@ class NaiveStrategy final : public CudaStrategy {
  public:
   explicit NaiveStrategy(bool sequential = false) : sequential_(sequential) {}
   std::string name() const override { return sequential_ ? "sequential-sum model" : "naive"; }
-  bool times_gemms_alone() const override { return true; }
   GemmOrder gemm_order() const override {
     return sequential_ ? GemmOrder::sequential : GemmOrder::cublas;
   }

@@ -18,6 +18,7 @@
 #include "gpu/cuda/common/ce_kernels.cuh"
 #include "gpu/cuda/common/device_buffer.cuh"
 #include "gpu/cuda/common/gemm.cuh"
+#include "gpu/registry.hpp"
 #include "gpu/strategy.hpp"
 
 namespace xentlab::gpu {
@@ -271,8 +272,12 @@ class CudaStrategy : public Strategy {
   virtual GemmOrder gemm_order() const { return GemmOrder::cublas; }
   /// Whether forward_backward honours DeviceRun::gemms_only on a linear problem (its GEMMs are
   /// cuBLAS calls apart from its other kernels): the bench times the strategy's own GEMMs with
-  /// it. fused (the GEMMs and the loss in one kernel) does not.
-  virtual bool times_gemms_alone() const { return false; }
+  /// it. The registry's trait of its row (StrategyTraits::gemms_apart), which `xentlab bench`
+  /// also checks --gemms-alone against without a device; false for a model outside the table.
+  bool times_gemms_alone() const {
+    const StrategyEntry* e = find_strategy_entry(name());
+    return e != nullptr && e->traits.gemms_apart;
+  }
 
  protected:
   virtual Status check_specific(const Problem& p, const LossSpec& s, const Recipe& r) const;

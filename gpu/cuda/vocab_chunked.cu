@@ -111,8 +111,6 @@ class VocabChunkedStrategy final : public CudaStrategy {
     return a;
   }
 
-  bool times_gemms_alone() const override { return true; }
-
   void forward_backward(const DeviceRun& r, const DeviceContext& c) const override {
     const DeviceProblem& P = r.prob;
     if (!P.linear())

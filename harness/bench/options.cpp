@@ -98,7 +98,8 @@ std::int64_t checked_ranks(std::int64_t P, const std::vector<std::string>& strat
 
 BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>& known,
                              const std::vector<std::string>& sharding,
-                             const std::vector<std::string>& splitting) {
+                             const std::vector<std::string>& splitting,
+                             const std::vector<std::string>& gemms_apart) {
   BenchOptions o;
   const Preset* p = a.preset.empty() ? nullptr : &find_preset(a.preset);
   if (p != nullptr) {
@@ -169,6 +170,18 @@ BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>&
           "--strategies names none (e.g. --strategies {} --vocab-splits {})",
           P, fmt::join(splitting, ", "), splitting.empty() ? "" : splitting.front(), P));
     o.vocab_splits = P;
+  }
+  if (a.gemms_alone && !o.strategies.empty()) {
+    // Without --strategies the default set runs, naive among it; named, one of them must issue its
+    // GEMMs apart, else the option would time nothing without a word.
+    bool named = false;
+    for (const std::string& s : o.strategies)
+      named = named || std::find(gemms_apart.begin(), gemms_apart.end(), s) != gemms_apart.end();
+    if (!named)
+      throw InputError(fmt::format(
+          "--gemms-alone applies to the strategies whose GEMMs run apart from their loss kernels "
+          "({}), and --strategies names none ({}: their GEMMs are not timed alone)",
+          fmt::join(gemms_apart, ", "), fmt::join(o.strategies, ", ")));
   }
   o.gemms_alone = a.gemms_alone;
   auto count = [](const std::optional<std::int64_t>& v, std::int64_t def, std::int64_t lo,

@@ -87,11 +87,14 @@ inline constexpr const char* kDefaultRecipes = "bf16/bf16/fp32/bf16";
 /// (when given) 1 to V and only with one of `sharding` (the names among known_strategies that
 /// shard the vocabulary, StrategyTraits::shards_vocabulary) named, as xentlab audit's --ranks;
 /// vocabulary splits (when given) 1 to V and only with one of `splitting` (those that split the
-/// vocabulary on one device) named; the outputs are not the same file. Throws InputError naming
-/// the option and value.
+/// vocabulary on one device) named; --gemms-alone only where the strategies run (those named, or
+/// the default set when none are) include one of `gemms_apart` (those whose GEMMs can be timed
+/// alone, StrategyTraits::gemms_apart); the outputs are not the same file. Throws InputError
+/// naming the option and value.
 BenchOptions resolve_options(const BenchArgs& args,
                              const std::vector<std::string>& known_strategies,
                              const std::vector<std::string>& sharding = {},
-                             const std::vector<std::string>& splitting = {});
+                             const std::vector<std::string>& splitting = {},
+                             const std::vector<std::string>& gemms_apart = {});
 
 }  // namespace xentlab::bench

@@ -10,8 +10,8 @@ cross-entropy, the way most training code writes it, on the same shapes and inpu
 Variants (H (N, D), W (V, D) bf16 leaf tensors with requires_grad, targets uniform, mean):
   upcast:    F.cross_entropy(F.linear(H, W).float(), t)   (bf16 logits, fp32 softmax/CE)
   no-upcast: F.cross_entropy(F.linear(H, W), t)           (bf16 throughout)
-and, where their packages import, the peers' fused linear cross-entropy kernels on the same
-tensors:
+and, where their packages import (a variant whose package is missing is a row saying so), the
+peers' fused linear cross-entropy kernels on the same tensors:
   liger:     liger_kernel's LigerFusedLinearCrossEntropyLoss()(W, H, t) (Liger-Kernel)
   cce:       cut_cross_entropy.linear_cross_entropy(H, W, t) (Cut Cross-Entropy, its default
              gradient filter)
@@ -25,10 +25,14 @@ before it (inputs, targets and the gradient buffers, which exist after the warm-
 bytes beyond inputs and gradients, the quantity xentlab bench reports. An out-of-memory is
 reported as such.
 
---csv appends rows to a CSV: to an existing `xentlab bench --csv` file with that file's header
-(the columns this script knows are filled, the others left empty; strategy "torch:upcast",
-"torch:no-upcast", or the peer's variant name: "liger", "cce", "cce-exact"), or to a new file with
-the columns below.
+--csv appends rows to a CSV: to an existing `xentlab bench --csv` file (or one this script
+started) with that file's header, which must have every column below (the columns this script
+knows are filled, the others left empty; strategy "torch:upcast" or "torch:no-upcast", the peers
+by their variant's name), or to a new file with the columns below:
+  date_utc, gpu, command, preset, N, V, D, strategy, recipe, status, repeats, warmup,
+  input_copies, median_ms, min_ms, max_ms, tflops, peak_extra_bytes, message
+The options and the output files are checked before PyTorch is looked for (exit 2 naming the
+problem); without PyTorch or a CUDA device, exit 4.
 """
 
 import argparse
@@ -57,6 +61,29 @@ RECIPE = {
     "cce-exact": "Cut Cross-Entropy, bf16 inputs, filter_eps=None",
 }
 PACKAGE = {"liger": "liger_kernel", "cce": "cut_cross_entropy", "cce-exact": "cut_cross_entropy"}
+# The CSV columns this script writes, in the order of a new file's header. Every row is written
+# under them, whatever its status (a row that did not run leaves the timings empty).
+COLUMNS = [
+    "date_utc",
+    "gpu",
+    "command",
+    "preset",
+    "N",
+    "V",
+    "D",
+    "strategy",
+    "recipe",
+    "status",
+    "repeats",
+    "warmup",
+    "input_copies",
+    "median_ms",
+    "min_ms",
+    "max_ms",
+    "tflops",
+    "peak_extra_bytes",
+    "message",
+]
 
 
 def loss_fn(variant):
@@ -119,8 +146,33 @@ def run(N, V, D, variant, repeats, warmup):
     return times, peak_extra
 
 
+def csv_problem(path):
+    """Why rows cannot be appended to the CSV at path (None when they can): a folder, a missing
+    folder, or an existing file whose header lacks some of COLUMNS (a file of something else, or
+    cut short in its header), whose rows would lose those fields."""
+    if os.path.isdir(path):
+        return f"{path} is a folder"
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist"
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return None
+    try:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        return f"{path} cannot be read as a CSV ({e})"
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        return (
+            f"{path} has a header without the columns {', '.join(missing)} (not a "
+            "`xentlab bench --csv` file nor one this script started): the rows would lose them"
+        )
+    return None
+
+
 def append_csv(path, rows):
-    """Rows (dicts) under the existing file's header, or a new file with the rows' own columns.
+    """Rows (dicts) under the existing file's header, or a new file with COLUMNS.
     Holds the exclusive lock `xentlab bench` takes on PATH.lock (docs/formats.md) and writes '\n'
     line ends, as the bench's CSV does."""
     with open(path + ".lock", "a") as lock:
@@ -133,7 +185,7 @@ def append_csv(path, rows):
                 needs_newline = f.read(1) != b"\n"
             new = False
         else:
-            header = list(rows[0].keys())
+            header = list(COLUMNS)
             new = True
             needs_newline = False
         with open(path, "a", newline="") as f:
@@ -164,18 +216,35 @@ def main():
         "is not installed is a row saying so)",
     )
     a = ap.parse_args()
-    variants = [v for v in a.variants.split(",") if v]
-    for v in variants:
-        if v not in RECIPE:
+    variants = []
+    for v in (v.strip() for v in a.variants.split(",")):
+        if v and v not in RECIPE:
             ap.error(f"--variants: unknown variant {v!r} (known: {', '.join(RECIPE)})")
+        if v and v not in variants:  # a variant named twice is measured once
+            variants.append(v)
+    if not variants:
+        ap.error(f"--variants names no variant (known: {', '.join(RECIPE)})")
+    if a.csv and (why := csv_problem(a.csv)):
+        ap.error(f"--csv: {why}")
+    if a.json and (os.path.isdir(a.json) or not os.path.isdir(os.path.dirname(a.json) or ".")):
+        ap.error(f"--json: {a.json} is a folder or its folder does not exist")
     if a.preset:
         sizes = [PRESETS[a.preset]]
-    elif a.tokens or a.vocab or a.hidden:
-        if not (a.tokens and a.vocab and a.hidden):
+    elif (a.tokens, a.vocab, a.hidden) != (None, None, None):
+        if None in (a.tokens, a.vocab, a.hidden):
             ap.error("--tokens, --vocab and --hidden go together")
         sizes = [(a.tokens, a.vocab, a.hidden)]
     else:
-        sizes = [tuple(int(x) for x in s.split("x")) for s in a.sizes.split(",")]
+        sizes = []
+        for s in a.sizes.split(","):
+            parts = s.split("x")
+            if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+                ap.error(
+                    f"--sizes: {s!r} is not NxVxD (three positive integers, e.g. 8192x128256x4096)"
+                )
+            sizes.append(tuple(int(p) for p in parts))
+    if any(n < 1 for size in sizes for n in size):
+        ap.error("--tokens, --vocab and --hidden must be at least 1")
     if torch is None:
         print(
             "torch_baseline: PyTorch is not installed here (pip install torch; the baseline "

@@ -218,6 +218,18 @@ TEST(RegistryTraits, TheDefaultSetLeavesOutTheRowsThatRunWhenNamed) {
     EXPECT_TRUE(strategy_traits(n).in_default_set) << n;
 }
 
+// gemms_apart (the strategies `xentlab bench --gemms-alone` times the GEMMs of alone): not fused
+// (GEMMs and loss in one kernel) nor vocab_parallel, and the default set has one, so that the
+// option without --strategies always times some.
+TEST(RegistryTraits, GemmsApartAreTheStrategiesWithCublasGemms) {
+  EXPECT_EQ(gemms_apart_strategies(),
+            (std::vector<std::string>{"naive", "chunked", "checkpointed", "vocab_chunked"}));
+  bool in_default = false;
+  for (const std::string& n : gemms_apart_strategies())
+    in_default = in_default || strategy_traits(n).in_default_set;
+  EXPECT_TRUE(in_default);
+}
+
 // The vocabulary-parallel layout: the shards tile [0, V) in rank order, sizes differ by at most
 // one with the larger ones first (numpy.array_split), vocab_shard_of inverts it, and a rank
 // without a row is refused.

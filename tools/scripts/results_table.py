@@ -3,7 +3,8 @@
 
 Takes the latest `xentlab bench` measurement (and the latest `torch_baseline.py` one: PyTorch and
 the peers' kernels) per strategy and N for the recipe bf16/bf16/fp32/fp32, on the GPU of the
-newest `xentlab bench` row only (timings of two cards are never mixed in one table), and prints a
+newest `xentlab bench` row of that recipe and those N only (timings of two cards are never mixed
+in one table; a newer bench of another recipe or size does not change the card), and prints a
 Markdown table with one caption line naming the GPU, driver, date and commit of those
 measurements.
 
@@ -69,19 +70,72 @@ STRATEGIES = [
     ),
 ]
 TOOLS = {"xentlab-bench", "torch_baseline"}
+COLUMNS = [
+    "date",
+    "time_utc",
+    "commit",
+    "gpu",
+    "driver",
+    "tool",
+    "N",
+    "recipe",
+    "strategy",
+    "ms",
+    "peak_extra_bytes",
+    "peak_extra_gib",
+    "note",
+]
+
+
+class TableError(Exception):
+    """A results file the table cannot be made from (the message names the file and why)."""
 
 
 def load(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    """The rows of the strategies CSV at path. TableError naming the file (and the line) when it
+    cannot be read, lacks a column of COLUMNS, or has a row of a tool the table takes whose
+    fields are missing or whose N, ms or peak_extra_bytes is not a number."""
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise TableError(
+                    f"{path}: its header has no column {', '.join(missing)} (not a strategies CSV)"
+                )
+            rows = []
+            for r in reader:
+                if r["tool"] in TOOLS:
+                    where = f"{path} line {reader.line_num}"
+                    if any(r[c] is None for c in COLUMNS):
+                        raise TableError(f"{where}: fewer fields than the header's")
+                    for c, number in (("N", int), ("ms", float), ("peak_extra_bytes", int)):
+                        try:
+                            if r[c] or c == "N":
+                                number(r[c])
+                        except ValueError:
+                            raise TableError(f"{where}: {c} {r[c]!r} is not a number") from None
+                rows.append(r)
+            return rows
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise TableError(f"{path}: cannot be read ({e})") from None
 
 
 def latest(rows):
     """The latest row per (strategy, N) among the bench's and PyTorch's measurements on the GPU
-    of the newest bench row of the table's recipe (a newer bench of another recipe, on another
-    card, does not empty the table)."""
-    bench = [r for r in rows if r["tool"] == "xentlab-bench" and r["recipe"] == RECIPE]
-    gpu = max(bench, key=lambda r: (r["date"], r["time_utc"]))["gpu"] if bench else None
+    of the newest bench row the table shows (recipe RECIPE, N among SIZES). TableError when there
+    is none."""
+    bench = [
+        r
+        for r in rows
+        if r["tool"] == "xentlab-bench" and r["recipe"] == RECIPE and int(r["N"]) in SIZES
+    ]
+    if not bench:
+        raise TableError(
+            f"no `xentlab bench` row of recipe {RECIPE} at N = "
+            f"{' or '.join(str(n) for n in SIZES)}: no table to make"
+        )
+    gpu = max(bench, key=lambda r: (r["date"], r["time_utc"]))["gpu"]
     best = {}
     for r in rows:
         if r["tool"] not in TOOLS or r["gpu"] != gpu:
@@ -160,7 +214,11 @@ def main():
     g.add_argument("--check", action="store_true", help="exit 1 when a marked block is stale")
     p.add_argument("--results", default=str(RESULTS), help="the strategies CSV")
     args = p.parse_args()
-    block = table(load(args.results))
+    try:
+        block = table(load(args.results))
+    except TableError as e:
+        print(f"results_table.py: {e}", file=sys.stderr)
+        return 2
     if not (args.write or args.check):
         sys.stdout.write(block)
         return 0

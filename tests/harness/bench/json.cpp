@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/bench/report.hpp"
@@ -121,6 +122,49 @@ TEST_F(BenchJsonFiles, ReportsWrittenBeforeTheGemmsAloneKeysStayValid) {
   }
   std::ofstream(path("older.json")) << doc.dump(2) << "\n";
   XL_EXPECT_VALID_REPORTS(path("b.json"), path("older.json"));
+}
+
+// --gemms-alone's fields against the schema: a row's own GEMMs (an object) and a row without them
+// (null) are valid; a wrong type (a count of 0, a string for the flag, a time or determinism) is
+// not valid. (The keys are optional: the test above.)
+TEST_F(BenchJsonFiles, GemmsAloneFieldsAreTyped) {
+  BenchReport r = synthetic_report();
+  r.options.gemms_alone = true;
+  r.options.vocab_splits = 4;
+  r.rows[0].gemms_time = summarize_times({600.0, 610.0, 590.0});
+  r.rows[0].rel_to_gemms = r.rows[0].time.median / 600.0;
+  const json good = json::parse(bench_json(r).dump());
+  ASSERT_TRUE(good.at("rows")[0].at("gemms_alone_ms").is_object());
+  ASSERT_TRUE(good.at("rows")[1].at("gemms_alone_ms").is_null());
+  const auto write = [&](const std::string& name, const json& doc) {
+    std::ofstream(path(name)) << doc.dump();
+    return path(name);
+  };
+  XL_EXPECT_VALID_REPORTS(write("good.json", good));
+  std::vector<std::pair<std::string, json>> bad;
+  json d = good;
+  d.at("rows")[0].at("deterministic") = "yes";
+  bad.emplace_back("deterministic a string", d);
+  d = good;
+  d.at("options").at("gemms_alone") = "yes";
+  bad.emplace_back("gemms_alone a string", d);
+  d = good;
+  d.at("rows")[0].at("gemms_alone_ms").at("n") = 0;
+  bad.emplace_back("gemms_alone_ms of n = 0", d);
+  d = good;
+  d.at("rows")[0].at("gemms_alone_ms").at("median") = "600";
+  bad.emplace_back("a median as a string", d);
+  d = good;
+  d.at("rows")[0].at("gemms_alone_ms")["q1"] = 595.0;
+  bad.emplace_back("gemms_alone_ms with a key of its own", d);
+  d = good;
+  d.at("options").at("vocab_splits") = -1;
+  bad.emplace_back("vocab_splits negative", d);
+  for (std::size_t k = 0; k < bad.size(); ++k) {
+    const Ran v =
+        testing::validate_reports({write("bad" + std::to_string(k) + ".json", bad[k].second)});
+    EXPECT_EQ(v.status, 1) << bad[k].first << "\n" << v.output;
+  }
 }
 
 TEST_F(BenchJsonFiles, ProgramRefusesAJsonItCannotWriteBeforeMeasuring) {

@@ -274,6 +274,37 @@ TEST(BenchOptions, VocabSplitsAreCheckedAsTheAudits) {
           "and --strategies names none (e.g. --strategies vocab_chunked --vocab-splits 2)");
 }
 
+// --gemms-alone: refused when every strategy named is one whose GEMMs are not timed alone (they
+// would get no GEMMs column, the option silently doing nothing); accepted with one that is, or
+// with none named (the default set, naive among it). The names from the registry's trait.
+TEST(BenchOptions, GemmsAloneNeedsAStrategyWhoseGemmsRunApart) {
+  const std::vector<std::string> apart = gemms_apart_strategies();
+  ASSERT_EQ(apart, (std::vector<std::string>{"naive", "chunked", "checkpointed", "vocab_chunked"}));
+  BenchArgs a = sized(64, 1000, 32);
+  a.gemms_alone = true;
+  EXPECT_TRUE(resolve_options(a, kKnown, {}, {}, apart).gemms_alone);
+  a.strategies = {"fused,naive"};
+  EXPECT_TRUE(resolve_options(a, kKnown, {}, {}, apart).gemms_alone);
+  for (const std::string& only : {std::string("fused"), std::string("fused,vocab_parallel")}) {
+    a.strategies = {only};
+    try {
+      (void)resolve_options(a, kKnown, {}, {}, apart);
+      ADD_FAILURE() << "--gemms-alone accepted with --strategies " << only;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "--gemms-alone applies to the strategies whose GEMMs run apart from their "
+                    "loss kernels (naive, chunked, checkpointed, vocab_chunked), and "
+                    "--strategies names none (" +
+                    only.substr(0, 5)),
+                std::string::npos)
+          << e.what();
+    }
+    a.gemms_alone = false;  // without the option, the same strategies are fine
+    EXPECT_FALSE(resolve_options(a, kKnown, {}, {}, apart).gemms_alone);
+    a.gemms_alone = true;
+  }
+}
+
 TEST(BenchOptions, MatricesPast2Pow31Elements) {
   // W = 262144 × 8448 = 2.2·10^9 elements > 2^31, and logits 131072 × 262144 > 2^34: accepted,
   // with 64-bit byte counts.

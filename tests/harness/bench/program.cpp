@@ -37,6 +37,8 @@ TEST(BenchProgram, InvalidOptionsExit2NamingThem) {
       {"bench --tokens 8 --vocab 10 --hidden 4 --csv /no/such/folder/x.csv", "does not exist"},
       {"bench --tokens 8 --vocab 10 --hidden 4 --ranks 2",
        "--ranks 2 applies to the strategies that shard the vocabulary"},
+      {"bench --tokens 8 --vocab 10 --hidden 4 --strategies fused --gemms-alone",
+       "--gemms-alone applies to the strategies whose GEMMs run apart from their loss kernels"},
   };
   expect_exit_2_naming(cases);
   const Ran h = xentlab("bench --help");

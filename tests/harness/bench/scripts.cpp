@@ -1,0 +1,218 @@
+// The bench's Python scripts, run as a user runs them, without a GPU:
+// harness/bench/torch_baseline.py (its options and output files checked before PyTorch is looked
+// for, exit 2 naming the problem; exit 4 without PyTorch; its CSV rows) and
+// tools/scripts/results_table.py (the strategy table of one card from a strategies CSV). Each skips
+// where python3 is missing. Part of test_bench.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/support/program.hpp"
+#include "tests/support/temp_folder.hpp"
+
+namespace xentlab::bench::bench_tests {
+namespace {
+namespace fs = std::filesystem;
+using testing::Ran;
+using testing::shell_quote;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+class TorchBaseline : public testing::TempFolderTest {
+ protected:
+  TorchBaseline() : TempFolderTest("bench-torch-baseline") {}
+  void SetUp() override {
+    TempFolderTest::SetUp();
+    if (testing::run_shell("python3 -c pass").status != 0) GTEST_SKIP() << "no python3 here";
+  }
+  static std::string script() {
+    return std::string(XL_SOURCE_DIR) + "/harness/bench/torch_baseline.py";
+  }
+  static Ran baseline(const std::string& args) {
+    return testing::run_shell("python3 " + shell_quote(script()) + " " + args);
+  }
+  static bool torch_present() {
+    return testing::run_shell("python3 -c 'import torch'").status == 0;
+  }
+};
+
+TEST_F(TorchBaseline, HelpWorksWithoutPyTorch) {
+  const Ran h = baseline("--help");
+  EXPECT_EQ(h.status, 0) << h.output;
+  EXPECT_TRUE(contains(h.output, "--variants")) << h.output;
+}
+
+// Options and output files that would waste the measurement (nothing to run, a CSV that cannot
+// take the rows once measured) are refused before PyTorch is looked for: exit 2 naming them.
+TEST_F(TorchBaseline, BadVariantsAndOutputsExit2BeforeMeasuring) {
+  fs::create_directories(path("folder"));
+  std::ofstream(path("foreign.csv")) << "name,score\nalice,3\n";
+  std::ofstream(path("cut.csv")) << "date_utc,gpu,comm";  // a header cut short
+  const std::string small = "--tokens 8 --vocab 16 --hidden 4 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {small + "--variants ''", "--variants names no variant"},
+      {small + "--variants ,", "--variants names no variant"},
+      {small + "--variants upcast,flash", "unknown variant 'flash'"},
+      {small + "--csv " + shell_quote(path("folder")), "--csv: " + path("folder") + " is a folder"},
+      {small + "--csv " + shell_quote(path("nowhere/b.csv")), "does not exist"},
+      {small + "--csv " + shell_quote(path("foreign.csv")),
+       "has a header without the columns date_utc, gpu, command"},
+      {small + "--csv " + shell_quote(path("cut.csv")), "without the columns command, preset"},
+      {small + "--json " + shell_quote(path("folder")), "--json"},
+      {"--sizes 8x16", "--sizes: '8x16' is not NxVxD"},
+      {"--sizes 8x16x4,8x0x4", "--sizes: '8x0x4' is not NxVxD"},
+      {"--tokens 0 --vocab 16 --hidden 4", "must be at least 1"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Ran r = baseline(args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, message)) << args << "\n" << r.output;
+  }
+  EXPECT_EQ(slurp(path("foreign.csv")), "name,score\nalice,3\n");
+  EXPECT_FALSE(fs::exists(path("nowhere")));
+}
+
+// Valid options without PyTorch: the script says PyTorch is missing, exit 4, nothing written.
+TEST_F(TorchBaseline, WithoutPyTorchExit4) {
+  if (torch_present()) GTEST_SKIP() << "python3 imports torch here";
+  const Ran r =
+      baseline("--tokens 8 --vocab 16 --hidden 4 --variants 'upcast, upcast,liger' --csv " +
+               shell_quote(path("b.csv")));
+  EXPECT_EQ(r.status, 4) << r.output;
+  EXPECT_TRUE(contains(r.output, "PyTorch is not installed here")) << r.output;
+  EXPECT_FALSE(fs::exists(path("b.csv")));
+}
+
+// A new CSV's header is every column the script writes, whatever the first row's status: a first
+// row that did not run (a peer's package missing, an out-of-memory) has no timings, and the rows
+// after it keep theirs.
+TEST_F(TorchBaseline, ANewCsvHasEveryColumnWhateverTheFirstRow) {
+  const std::string code =
+      "import sys; sys.path.insert(0, " +
+      shell_quote(std::string(XL_SOURCE_DIR) + "/harness/bench") +
+      "); import torch_baseline as t; "
+      "t.append_csv(sys.argv[1], ["
+      "dict(date_utc='d', gpu='g', strategy='liger', status='not-supported', message='missing'), "
+      "dict(date_utc='d', gpu='g', strategy='torch:upcast', status='ok', repeats=3, "
+      "median_ms=12.5, min_ms=12.0, max_ms=13.0, tflops=7.0, peak_extra_bytes=1024)])";
+  // The code goes through the shell in double quotes: its single quotes stay.
+  const Ran r = testing::run_shell("python3 -c \"" + code + "\" " + shell_quote(path("n.csv")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string text = slurp(path("n.csv"));
+  EXPECT_EQ(text.substr(0, text.find('\n')),
+            "date_utc,gpu,command,preset,N,V,D,strategy,recipe,status,repeats,warmup,"
+            "input_copies,median_ms,min_ms,max_ms,tflops,peak_extra_bytes,message")
+      << text;
+  EXPECT_TRUE(contains(text, "\nd,g,,,,,,torch:upcast,,ok,3,,,12.5,12.0,13.0,7.0,1024,\n")) << text;
+  EXPECT_TRUE(contains(text, "\nd,g,,,,,,liger,,not-supported,,,,,,,,,missing\n")) << text;
+}
+
+// ---- tools/scripts/results_table.py -------------------------------------------------------------
+
+class ResultsTable : public testing::TempFolderTest {
+ protected:
+  ResultsTable() : TempFolderTest("bench-results-table") {}
+  void SetUp() override {
+    TempFolderTest::SetUp();
+    if (testing::run_shell("python3 -c pass").status != 0) GTEST_SKIP() << "no python3 here";
+  }
+  // The table of a strategies CSV made of these rows (under the file's header).
+  Ran table(const std::vector<std::string>& rows) const {
+    std::ofstream out(path("s.csv"));
+    out << "date,time_utc,commit,gpu,driver,tool,command,N,V,D,recipe,strategy,ms,"
+           "peak_extra_bytes,peak_extra_gib,note\n";
+    for (const std::string& r : rows) out << r << "\n";
+    out.close();
+    return testing::run_shell(
+        "python3 " + shell_quote(std::string(XL_SOURCE_DIR) + "/tools/scripts/results_table.py") +
+        " --results " + shell_quote(path("s.csv")));
+  }
+  // A day of the rows' month (the date pieced together: no dated prose in the sources).
+  static std::string day(const std::string& dd) { return "2026-12-" + dd; }
+  static std::string row(const std::string& dd, const std::string& time, const std::string& gpu,
+                         const std::string& tool, const std::string& N, const std::string& recipe,
+                         const std::string& strategy, const std::string& ms) {
+    return day(dd) + "," + time + ",abc1234," + gpu + ",580," + tool + ",cmd," + N +
+           ",128256,4096," + recipe + "," + strategy + "," + ms + ",1024,,";
+  }
+  static constexpr const char* kRecipe = "bf16/bf16/fp32/fp32";
+};
+
+// One card's rows: its table, the peers' times against naive's.
+TEST_F(ResultsTable, OneCard) {
+  const Ran r =
+      table({row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "40.00"),
+             row("01", "10:05", "H100", "torch_baseline", "8192", "", "pytorch-bf16", "50.00")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "on H100 (driver 580), commit abc1234")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| naive | CPU, CUDA | every recipe | yes | 40.00 ms |"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "| 50.00 ms (0.80×) |")) << r.output;
+}
+
+// Rows of two cards: the table is the card of the newest bench row it shows (recipe
+// bf16/bf16/fp32/fp32 at N = 8192 or 131072), with none of the other card's rows, not even a
+// newer PyTorch one; a newer bench row of another recipe and size does not change the card.
+TEST_F(ResultsTable, TwoCardsAreNotMixed) {
+  const Ran r = table({
+      row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "40.00"),
+      row("01", "10:05", "H100", "torch_baseline", "8192", "", "pytorch-bf16", "50.00"),
+      row("02", "10:00", "H200", "xentlab-bench", "8192", kRecipe, "naive", "30.00"),
+      row("02", "10:00", "H200", "xentlab-bench", "8192", kRecipe, "chunked", "60.00"),
+      row("03", "10:00", "H100", "torch_baseline", "8192", "", "pytorch-bf16", "45.00"),
+      row("04", "10:00", "H100", "xentlab-bench", "64", "fp32/fp32/fp32/fp32", "naive", "1.00"),
+  });
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "Measured " + day("02") + " on H200 (driver 580)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| 30.00 ms |")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| 60.00 ms (0.50×) |")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| PyTorch, bf16 throughout | torch | — | — | not measured |"))
+      << r.output;
+  for (const char* other : {"H100", "40.00", "45.00", "50.00", "1.00 ms"})
+    EXPECT_FALSE(contains(r.output, other)) << other << "\n" << r.output;
+}
+
+// No bench row to make a table of, a row whose number is not one, a file of something else: exit
+// 2 naming the cause (and the line), not a traceback.
+TEST_F(ResultsTable, NothingToTabulateOrMalformedRowsExit2) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "no `xentlab bench` row of recipe bf16/bf16/fp32/fp32 at N = 8192 or 131072"},
+      {{row("01", "10:05", "H100", "torch_baseline", "8192", "", "pytorch-bf16", "50.00")},
+       "no `xentlab bench` row"},
+      {{row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "fast")},
+       "s.csv line 2: ms 'fast' is not a number"},
+      {{row("01", "10:00", "H100", "xentlab-bench", "8k", kRecipe, "naive", "40.00")},
+       "s.csv line 2: N '8k' is not a number"},
+      {{day("01") + ",10:00,abc1234,H100,580,xentlab-bench,cmd,8192"},
+       "s.csv line 2: fewer fields than the header's"},
+  };
+  for (const auto& [rows, message] : cases) {
+    const Ran r = table(rows);
+    EXPECT_EQ(r.status, 2) << message << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "results_table.py: ")) << r.output;
+    EXPECT_TRUE(contains(r.output, message)) << message << "\n" << r.output;
+    EXPECT_FALSE(contains(r.output, "Traceback")) << r.output;
+  }
+  std::ofstream(path("other.csv")) << "name,score\nalice,3\n";
+  const Ran foreign = testing::run_shell(
+      "python3 " + shell_quote(std::string(XL_SOURCE_DIR) + "/tools/scripts/results_table.py") +
+      " --results " + shell_quote(path("other.csv")));
+  EXPECT_EQ(foreign.status, 2) << foreign.output;
+  EXPECT_TRUE(contains(foreign.output, "its header has no column date, time_utc"))
+      << foreign.output;
+}
+
+}  // namespace
+}  // namespace xentlab::bench::bench_tests
