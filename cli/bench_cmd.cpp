@@ -190,7 +190,8 @@ void register_bench(CLI::App& app) {
       ->check(non_empty());
   cmd->add_option("--memory-budget", a.memory_budget,
                   "extra device memory allowed per run, e.g. 4GiB, 512MiB or bytes; default each "
-                  "strategy's own (chunked/checkpointed: 2 GiB; naive and fused: none); given, "
+                  "strategy's own (chunked/checkpointed: 2 GiB; vocab_chunked: a 1 GiB logits "
+                  "slab; naive and fused: none); given, "
                   "it also bounds --chunk-tokens (chunks that need more are does-not-fit rows)")
       ->check(non_empty());
   cmd->add_option("--chunk-tokens", a.chunk_tokens,
@@ -203,11 +204,13 @@ void register_bench(CLI::App& app) {
                   "vocabulary splits P of vocab_chunked, 1 to V (default: the fewest whose "
                   "logits slab of all tokens fits the memory budget, 1 GiB by default); only with "
                   "--strategies naming it");
-  cmd->add_flag("--gemms-alone", a.gemms_alone,
-                "also time each strategy's own GEMMs alone (its shapes, operands and workspace; "
-                "no loss kernels), interleaved with it: the 'GEMMs ms' and '× GEMMs' columns. "
-                "Every strategy but fused and vocab_parallel (refused when --strategies names "
-                "only those); doubles the timed runs");
+  cmd->add_flag(
+      "--gemms-alone", a.gemms_alone,
+      "also time each strategy's own GEMMs alone (its shapes, operands and workspace; "
+      "no loss kernels), interleaved with it: the 'GEMMs ms' and '× GEMMs' columns. "
+      "Every strategy but fused and vocab_parallel (refused when --strategies names "
+      "only those); doubles the timed runs, and each lane holds its own workspace (naive's "
+      "two at N = 131072: 63 GiB)");
   cmd->add_option("--repeats", a.repeats, "timed runs (median and spread over them; default 5)");
   cmd->add_option("--warmup", a.warmup, "untimed runs before them (default 1)");
   cmd->add_option("--sample-rows", a.sample_rows,

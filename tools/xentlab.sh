@@ -101,7 +101,7 @@ fi
 if compgen -G "$build/python/xentlab/_xentlab*.so" >/dev/null; then
   PYTHONPATH="$build/python:$here/python/tests" XENTLAB_CLI="$build/cli/xentlab" \
     XENTLAB_CACHE_DIR="$build/python-golden-cache" \
-    timeout "${PYTEST_TIMEOUT:-1200}" "$venv/bin/python" -m pytest -q \
+    timeout "${PYTEST_TIMEOUT:-1200}" "$venv/bin/python" -m pytest -q -rs \
     -o cache_dir="$build/.pytest_cache" python/tests || status=$?
 else
   echo "python package tests skipped: the extension was not built (tools/setup.sh --python $venv failed, or Python's headers are missing: see the setup and cmake messages above)"

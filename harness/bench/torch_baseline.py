@@ -20,7 +20,9 @@ peers' fused linear cross-entropy kernels on the same tensors:
 a not-supported row saying so.
 Inputs: H ~ N(0, 1), W ~ N(0, 4/D), as xentlab bench generates them (same distribution, not the
 same bits). Time: CUDA events around forward+backward, warm-up runs excluded, median (and min/max)
-of the repeats. Memory: torch.cuda.max_memory_allocated() during a run minus the bytes allocated
+of the repeats; each step's gradients accumulate into H.grad and W.grad, which exist after the
+warm-up (as in a training step without zeroing them: one addition over dH and dW, a few ms at
+N = 131072). Memory: torch.cuda.max_memory_allocated() during a run minus the bytes allocated
 before it (inputs, targets and the gradient buffers, which exist after the warm-up): peak extra
 bytes beyond inputs and gradients, the quantity xentlab bench reports. An out-of-memory is
 reported as such.
@@ -199,16 +201,24 @@ def append_csv(path, rows):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", default="8192x128256x4096,131072x128256x4096")
-    ap.add_argument("--tokens", "-N", type=int)
-    ap.add_argument("--vocab", "-V", type=int)
-    ap.add_argument("--hidden", "-D", type=int)
-    ap.add_argument("--preset", choices=sorted(PRESETS))
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--json", default="")
-    ap.add_argument("--csv", default="")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--sizes",
+        default="8192x128256x4096,131072x128256x4096",
+        help="comma list of NxVxD shapes (default: %(default)s)",
+    )
+    ap.add_argument("--tokens", "-N", type=int, help="tokens N (with -V and -D: one shape)")
+    ap.add_argument("--vocab", "-V", type=int, help="vocabulary V")
+    ap.add_argument("--hidden", "-D", type=int, help="hidden size D")
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="a named shape")
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs (default: %(default)s)")
+    ap.add_argument(
+        "--warmup", type=int, default=1, help="untimed runs before them (default: %(default)s)"
+    )
+    ap.add_argument("--json", default="", help="write one JSON line per variant and shape here")
+    ap.add_argument("--csv", default="", help="append the rows to this CSV (see above)")
     ap.add_argument(
         "--variants",
         default=",".join(RECIPE),

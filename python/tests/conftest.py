@@ -14,7 +14,7 @@ pytest_plugins = ["pytester"]
 def cli():
     """Runs the xentlab command: XENTLAB_CLI, else build/cli/xentlab of the source tree."""
     exe = os.environ.get("XENTLAB_CLI") or os.path.join(
-        os.path.dirname(__file__), "..", "..", "build", "tools", "xentlab"
+        os.path.dirname(__file__), "..", "..", "build", "cli", "xentlab"
     )
     if not os.path.exists(exe):
         pytest.skip(f"the xentlab command is not built ({exe}; set XENTLAB_CLI)")
