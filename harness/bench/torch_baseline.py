@@ -25,7 +25,10 @@ warm-up (as in a training step without zeroing them: one addition over dH and dW
 N = 131072). Memory: torch.cuda.max_memory_allocated() during a run minus the bytes allocated
 before it (inputs, targets and the gradient buffers, which exist after the warm-up): peak extra
 bytes beyond inputs and gradients, the quantity xentlab bench reports. An out-of-memory is
-reported as such.
+reported as such. Determinism: after the timed runs, two more steps from cleared gradients; the
+row says whether their loss, dH and dW are bit-identical ("repeat runs bit-identical" in the
+message, `repeat_bit_identical` in the JSON lines) or which differ: a measurement on these
+inputs, not a proof.
 
 --csv appends rows to a CSV: to an existing `xentlab bench --csv` file (or one this script
 started) with that file's header, which must have every column below (the columns this script
@@ -143,9 +146,32 @@ def run(N, V, D, variant, repeats, warmup):
         peak_extra = max(peak_extra, torch.cuda.max_memory_allocated() - base)
         del loss
     assert math.isfinite(H.grad.float().abs().sum().item())
+    try:
+        differs = repeat_differs(step, H, W)
+    except torch.cuda.OutOfMemoryError:  # the two steps' copies did not fit: times still stand
+        differs = None
     del H, W, t
     torch.cuda.empty_cache()
-    return times, peak_extra
+    return times, peak_extra, differs
+
+
+def repeat_differs(step, H, W):
+    """Two more steps from cleared gradients: the names of the outputs (loss, dH, dW) whose bits
+    differ between them (empty: the variant repeats bit for bit on these inputs)."""
+
+    def bits(x):
+        return x.detach().contiguous().view(torch.uint8)
+
+    def once():
+        H.grad = None
+        W.grad = None
+        loss = step()
+        return [bits(loss).clone(), bits(H.grad).clone(), bits(W.grad).clone()]
+
+    first = once()
+    second = once()
+    torch.cuda.synchronize()
+    return [n for n, a, b in zip(("loss", "dH", "dW"), first, second) if not torch.equal(a, b)]
 
 
 def csv_problem(path):
@@ -274,7 +300,7 @@ def main():
     rows = []
     print(
         f"{'N':<8} {'V':<7} {'D':<5} {'variant':<10} {'median_ms':>10} {'min-max ms':>17} "
-        f"{'TFLOP/s':>9} {'extra_GiB':>10}"
+        f"{'TFLOP/s':>9} {'extra_GiB':>10}  repeat runs"
     )
     for N, V, D in sizes:
         for name in variants:
@@ -292,12 +318,17 @@ def main():
                 input_copies=1,
             )
             try:
-                times, extra = run(N, V, D, name, a.repeats, a.warmup)
+                times, extra, differs = run(N, V, D, name, a.repeats, a.warmup)
+                if differs is None:
+                    repeat = "not compared (out of memory for the copies)"
+                else:
+                    repeat = "bit-identical" if not differs else "differ in " + ", ".join(differs)
                 ms = statistics.median(times)
                 tf = 6.0 * N * V * D / (ms * 1e-3) / 1e12
                 print(
                     f"{N:<8} {V:<7} {D:<5} {name:<10} {ms:>10.2f} "
-                    f"{min(times):>8.2f}-{max(times):<8.2f} {tf:>9.1f} {extra / 2**30:>10.3f}",
+                    f"{min(times):>8.2f}-{max(times):<8.2f} {tf:>9.1f} {extra / 2**30:>10.3f}  "
+                    f"{repeat}",
                     flush=True,
                 )
                 rec = dict(
@@ -310,6 +341,7 @@ def main():
                     max_ms=max(times),
                     tflops=tf,
                     peak_extra_bytes=extra,
+                    repeat_bit_identical=None if differs is None else not differs,
                 )
                 row.update(
                     status="ok",
@@ -319,6 +351,7 @@ def main():
                     max_ms=max(times),
                     tflops=tf,
                     peak_extra_bytes=extra,
+                    message="repeat runs " + repeat,
                 )
             except ImportError as e:
                 msg = f"{PACKAGE.get(name, name)} is not installed here ({e})"
