@@ -88,6 +88,7 @@ Json row_json(const BenchRow& row) {
   j["peak_extra_bytes"] = bytes_or_null(row.peak_extra_bytes);
   j["planned_extra_bytes"] = bytes_or_null(row.planned_extra_bytes);
   j["chunk_rows"] = row.chunk_rows;
+  j["vocab_splits"] = row.vocab_splits;
   j["io_bytes"] = row.io_bytes;
   j["reduced_loss_full"] = real(row.reduced_loss_full);
   j["errors"] = {{"loss", real(row.err_loss)},

@@ -286,7 +286,11 @@ std::string format_markdown(const BenchReport& r) {
         num_cell(row.tflops, "{:.1f}"),
         ok ? gib_cell(row.peak_extra_bytes)
            : fmt::format("needs {}", gib_cell(row.planned_extra_bytes)),
-        row.chunk_rows > 0 ? std::to_string(row.chunk_rows) : "—",
+        row.chunk_rows > 0
+            ? std::to_string(row.chunk_rows) +
+                  (row.vocab_splits > 0 ? fmt::format(" × {} vocabulary splits", row.vocab_splits)
+                                        : "")
+            : "—",
         num_cell(row.rel_to_naive, "{:.2f}×"), deterministic_cell(row), format_error(row.err_loss),
         format_error(row.err_lse), format_error(row.err_reduced_loss), format_error(row.err_dH),
         format_error(row.err_dW_sub));
@@ -664,6 +668,7 @@ void append_h5(const std::string& path, const BenchReport& r) {
     q.set_attr("planned_extra_bytes", row.planned_extra_bytes);
     q.set_attr("io_bytes", row.io_bytes);
     q.set_attr("chunk_rows", row.chunk_rows);
+    q.set_attr("vocab_splits", row.vocab_splits);
     q.set_attr("reduced_loss_full", row.reduced_loss_full);
     q.set_attr("err_loss", row.err_loss);
     q.set_attr("err_lse", row.err_lse);

@@ -71,13 +71,14 @@ struct BenchRow {
   std::int64_t peak_extra_bytes = -1;     ///< measured: the tracker's peak beyond inputs/outputs
   std::int64_t planned_extra_bytes = -1;  ///< the workspace plan (for a refusal: what it needs)
   std::int64_t chunk_rows = 0;            ///< tokens per chunk of the plan
-  std::int64_t io_bytes = 0;              ///< inputs (one copy) + loss, lse and gradients
-  double reduced_loss_full = kNaN;        ///< the strategy's mean loss over all N tokens
-  double err_loss = kNaN;                 ///< per-token loss, sampled rows of the full-size run
-  double err_lse = kNaN;                  ///< per-token lse, same rows
-  double err_reduced_loss = kNaN;         ///< |mean over sampled rows − reference| / |reference|
-  double err_dH = kNaN;                   ///< dH rows of the full-size run
-  double err_dW_sub = kNaN;               ///< dW of the sub-problem run, sampled vocabulary rows
+  std::int64_t vocab_splits = 0;    ///< vocabulary splits of a strategy that splits it (else 0)
+  std::int64_t io_bytes = 0;        ///< inputs (one copy) + loss, lse and gradients
+  double reduced_loss_full = kNaN;  ///< the strategy's mean loss over all N tokens
+  double err_loss = kNaN;           ///< per-token loss, sampled rows of the full-size run
+  double err_lse = kNaN;            ///< per-token lse, same rows
+  double err_reduced_loss = kNaN;   ///< |mean over sampled rows − reference| / |reference|
+  double err_dH = kNaN;             ///< dH rows of the full-size run
+  double err_dW_sub = kNaN;         ///< dW of the sub-problem run, sampled vocabulary rows
 };
 
 /// The machine and the conditions of a bench invocation.

@@ -449,6 +449,9 @@ class Runner {
       const gpu::WorkspacePlan plan = cs.plan(q, o_.memory_budget, o_.chunk_tokens);
       row.planned_extra_bytes = plan.total();
       row.chunk_rows = plan.rows;
+      if (strategy_traits(cs.name()).splits_vocabulary)
+        row.vocab_splits =
+            vocab_chunk_splits(N, V, size_of(recipe.logits), o_.memory_budget, o_.vocab_splits);
       n_chunks = plan.n_chunks;
     } catch (const InputError& e) {
       row.status = RowStatus::does_not_fit;
@@ -504,7 +507,9 @@ class Runner {
                                out.dW->get(),
                                nullptr,
                                nullptr};
-    say(fmt::format("{}: chunk {} tokens, plan {} extra", tag, row.chunk_rows,
+    say(fmt::format("{}: chunk {} tokens{}, plan {} extra", tag, row.chunk_rows,
+                    row.vocab_splits > 0 ? fmt::format(", {} vocabulary splits", row.vocab_splits)
+                                         : std::string(),
                     format_bytes(row.planned_extra_bytes)));
     p.cs = &cs;
     p.n_chunks = n_chunks;

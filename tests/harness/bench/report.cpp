@@ -97,7 +97,9 @@ TEST(BenchFormats, DeterministicColumn) {
   BenchReport r = synthetic_report();
   r.rows[0].deterministic = true;
   r.rows[1].deterministic = false;
+  r.rows[1].vocab_splits = 32;  // a strategy splitting the vocabulary: its splits beside its chunk
   const std::string md = format_markdown(r);
+  EXPECT_NE(md.find("| 8192 × 32 vocabulary splits |"), std::string::npos) << md;
   EXPECT_NE(md.find("| vs naive | deterministic |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 1.00× | yes |"), std::string::npos) << md;
   EXPECT_NE(md.find("× | no |"), std::string::npos) << md;
@@ -106,6 +108,8 @@ TEST(BenchFormats, DeterministicColumn) {
   EXPECT_EQ(j.at("rows")[0].at("deterministic"), true);
   EXPECT_EQ(j.at("rows")[1].at("deterministic"), false);
   EXPECT_TRUE(j.at("rows")[2].at("deterministic").is_null());
+  EXPECT_EQ(j.at("rows")[1].at("vocab_splits"), 32);
+  EXPECT_EQ(j.at("rows")[0].at("vocab_splits"), 0);
 }
 
 TEST(BenchFormats, GemmTimeAtTheSustainedRate) {
