@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -304,6 +305,37 @@ inline Problem identical_rows_past_2pow31(std::int64_t D = 8) {
     for (std::int64_t d = 0; d < D; ++d) H.set(i * D + d, g.H.get(d));
   return Problem::linear(std::move(H), std::move(g.W), std::nullopt,
                          std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
+}
+
+/// V·D past 2^31 at D = 4096: V identical W rows and N identical H rows (bf16), every target the
+/// last vocabulary row (its W offset past 2^31 elements), so every logit of a row is the same.
+inline constexpr std::int64_t kWideD = 4096;
+inline constexpr std::int64_t kWideV = (std::int64_t{1} << 31) / kWideD + 128;
+inline Problem identical_weights_past_2pow31(std::int64_t N) {
+  const std::int64_t D = kWideD, V = kWideV;
+  Problem g = make_gaussian_linear(1, 1, D, DType::bf16, 1.0, 77);  // one H row, one W row
+  Tensor W(DType::bf16, {V, D}, "W");
+  for (std::int64_t j = 0; j < V; ++j)
+    std::memcpy(static_cast<char*>(W.data()) + j * D * 2, g.W.data(),
+                static_cast<std::size_t>(D * 2));
+  Tensor H(DType::bf16, {N, D}, "H");
+  for (std::int64_t i = 0; i < N; ++i)
+    std::memcpy(static_cast<char*>(H.data()) + i * D * 2, g.H.data(),
+                static_cast<std::size_t>(D * 2));
+  return Problem::linear(std::move(H), std::move(W), std::nullopt,
+                         std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
+}
+
+/// The loss of identical_weights_past_2pow31 with an fp32 accumulator: every token's the same
+/// bits, and ln V (all logits equal: the sum of V exact ones is exact, lse and loss are two
+/// roundings of ≈ |x| + ln V).
+inline void expect_loss_is_log_V(const StrategyOutputs& o, std::int64_t N, std::int64_t V) {
+  EXPECT_EQ(std::memcmp(&o.loss[0], &o.loss[static_cast<std::size_t>(N - 1)], 8), 0);
+  const double x = o.lse[0] - o.loss[0];  // the common logit
+  const double u = unit_roundoff(DType::fp32);
+  EXPECT_NEAR(o.loss[0], std::log(static_cast<double>(V)),
+              4 * u * (std::fabs(x) + std::log(static_cast<double>(V))))
+      << "lse " << o.lse[0];
 }
 
 /// Runs `body(path name, fused strategy)` once per fused kernel path this device has: the

@@ -1,8 +1,11 @@
-// 64-bit indexing of naive and chunked: N·V > 2^31 in one kernel launch and one GEMM.
+// 64-bit indexing of naive, chunked and vocab_chunked: N·V > 2^31 in one kernel launch and one
+// GEMM (vocab_chunked: in one split, and in three).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "tests/gpu/gpu_fixture.hpp"
 
@@ -18,12 +21,19 @@ TEST(GpuStrategies, IndexingPast2Pow31) {
   // every dH row must equal row 0's bit for bit (a 32-bit index overflow would break that).
   const Problem p = identical_rows_past_2pow31();
   const std::int64_t N = p.N, D = p.D;
-  for (const char* name : {"naive", "chunked"}) {
-    const auto s = find_strategy(Backend::cuda, name);
+  const std::pair<const char*, std::int64_t> runs[] = {
+      {"naive", 0}, {"chunked", 0}, {"vocab_chunked", 1}, {"vocab_chunked", 3}};
+  for (const auto& [strategy, splits] : runs) {
+    const std::string name =
+        std::string(strategy) +
+        (splits > 0 ? " in " + std::to_string(splits) + " vocabulary splits" : "");
+    const auto s = find_strategy(Backend::cuda, strategy);
+    ASSERT_NE(s, nullptr) << strategy;
     RunRequest req;
     req.problem = &p;
     req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
     req.chunk_tokens = N;  // one chunk: N·V elements in one launch
+    req.vocab_splits = splits;
     const StrategyOutputs o = s->run(req);
     ASSERT_EQ(o.loss.size(), static_cast<std::size_t>(N));
     ASSERT_TRUE(std::isfinite(o.loss[0]) && std::isfinite(o.lse[0])) << name;

@@ -2,8 +2,9 @@
 // 7 over a vocabulary no P > 1 divides) in every recipe of the grid and every loss option, within
 // the a-priori bound of its declaration and against its CPU emulation twin; one split equal to
 // naive bit for bit where both take the same operations; repeat runs bit for bit; a logits
-// problem and splits past the vocabulary refused naming the cause; token and weight indexing
-// past 2^31 elements. Its emulation is tests/gpu/emulation/vocab_chunked.cpp.
+// problem and splits past the vocabulary refused naming the cause; weight indexing past 2^31
+// elements (token indexing: tests/gpu/indexing.cpp). Its emulation is
+// tests/gpu/emulation/vocab_chunked.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,38 +130,6 @@ TEST(GpuVocabChunked, RepeatRunsAreBitIdentical) {
   expect_same_outputs(s->run(req), s->run(req), "vocab_chunked repeat");
 }
 
-// 64-bit indexing: N·V = 17000·128256 > 2^31 in one split (one slab, one launch of the split
-// kernels) and in three; every token row identical, so every per-token output and dH row must
-// equal row 0's bit for bit (a 32-bit index overflow would break that).
-TEST(GpuVocabChunked, TokenIndexingPast2Pow31) {
-  XL_REQUIRE_DEVICE();
-  if (device().memory_gib < 24) GTEST_SKIP() << "needs about 20 GiB of device memory";
-  const auto s = vocab_chunked();
-  ASSERT_NE(s, nullptr);
-  const Problem p = identical_rows_past_2pow31();
-  const std::int64_t N = p.N, D = p.D;
-  for (const std::int64_t P : {1, 3}) {
-    SCOPED_TRACE("splits " + std::to_string(P));
-    RunRequest req;
-    req.problem = &p;
-    req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
-    req.vocab_splits = P;
-    const StrategyOutputs o = s->run(req);
-    ASSERT_EQ(o.loss.size(), static_cast<std::size_t>(N));
-    ASSERT_TRUE(std::isfinite(o.loss[0]) && std::isfinite(o.lse[0]));
-    std::int64_t first_bad = -1;
-    for (std::int64_t i = 0; i < N && first_bad < 0; ++i) {
-      const auto k = static_cast<std::size_t>(i);
-      if (std::memcmp(&o.loss[k], &o.loss[0], 8) != 0 ||
-          std::memcmp(&o.lse[k], &o.lse[0], 8) != 0 ||
-          std::memcmp(&o.dH[k * D], &o.dH[0], 8 * D) != 0)
-        first_bad = i;
-    }
-    EXPECT_EQ(first_bad, -1) << "token row " << first_bad << " differs from row 0";
-    for (double v : o.dW) ASSERT_TRUE(std::isfinite(v)) << "non-finite dW";
-  }
-}
-
 // V·D > 2^31: W and dW of the last split start past 2^31 elements (the splits' offsets in
 // 64 bits). Every W row identical and every target the last row, so the loss is log V up to
 // the rounding of the lse (4u of its terms), and within a split every dW row but the target's
@@ -170,31 +139,16 @@ TEST(GpuVocabChunked, WeightsPast2Pow31) {
   if (device().memory_gib < 40) GTEST_SKIP() << "needs about 15 GiB of device memory";
   const auto s = vocab_chunked();
   ASSERT_NE(s, nullptr);
-  const std::int64_t D = 4096, V = (std::int64_t{1} << 31) / D + 128, N = 128, P = 2;
+  const std::int64_t D = kWideD, V = kWideV, N = 128, P = 2;
   ASSERT_GT(V * D, std::int64_t{1} << 31);
-  Problem g = make_gaussian_linear(1, 1, D, DType::bf16, 1.0, 77);  // one H row, one W row
-  Tensor W(DType::bf16, {V, D}, "W");
-  for (std::int64_t j = 0; j < V; ++j)
-    std::memcpy(static_cast<char*>(W.data()) + j * D * 2, g.W.data(),
-                static_cast<std::size_t>(D * 2));
-  Tensor H(DType::bf16, {N, D}, "H");
-  for (std::int64_t i = 0; i < N; ++i)
-    std::memcpy(static_cast<char*>(H.data()) + i * D * 2, g.H.data(),
-                static_cast<std::size_t>(D * 2));
-  const Problem p = Problem::linear(std::move(H), std::move(W), std::nullopt,
-                                    std::vector<std::int64_t>(static_cast<std::size_t>(N), V - 1));
+  const Problem p = identical_weights_past_2pow31(N);
   RunRequest req;
   req.problem = &p;
   req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
   req.vocab_splits = P;
   const StrategyOutputs o = s->run(req);
   ASSERT_EQ(o.dW.size(), static_cast<std::size_t>(V * D));
-  EXPECT_EQ(std::memcmp(&o.loss[0], &o.loss[static_cast<std::size_t>(N - 1)], 8), 0);
-  const double x = o.lse[0] - o.loss[0];  // the common logit
-  const double u = unit_roundoff(DType::fp32);
-  EXPECT_NEAR(o.loss[0], std::log(static_cast<double>(V)),
-              4 * u * (std::fabs(x) + std::log(static_cast<double>(V))))
-      << "lse " << o.lse[0];
+  expect_loss_is_log_V(o, N, V);
   for (const VocabShard& sh : vocab_shards(V, P)) {
     const auto row = [&](std::int64_t j) { return &o.dW[static_cast<std::size_t>(j * D)]; };
     std::int64_t first_bad = -1;
