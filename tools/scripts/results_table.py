@@ -5,7 +5,7 @@ Takes the latest `xentlab bench` measurement (and the latest `torch_baseline.py`
 the peers' kernels) per strategy and N for the recipe bf16/bf16/fp32/fp32, on the GPU of the
 newest `xentlab bench` row of that recipe and those N only (timings of two cards are never mixed
 in one table; a newer bench of another recipe or size does not change the card), and prints a
-Markdown table with one caption line naming the GPU, driver, date and commit of those
+Markdown table with one caption line naming the GPU, driver and commit of those
 measurements.
 
     results_table.py            print the table
@@ -13,8 +13,8 @@ measurements.
                                 docs/benchmarks.md
     results_table.py --check    exit 1 when a block differs from what would be written
 
-Only the block between the markers carries a date: the README and docs/ say what is, the table
-says when it was measured.
+The block carries no date: the README and docs/ say what is; when each figure was measured is in
+the CSV (its date, time, commit and command), which the caption names.
 """
 
 import argparse
@@ -174,13 +174,12 @@ def cell(r, naive):
 def table(rows):
     best = latest(rows)
     used = list(best.values())
-    dates = sorted({r["date"] for r in used})
     gpus = sorted({r["gpu"] + (f" (driver {r['driver']})" if r["driver"] else "") for r in used})
     commits = sorted({r["commit"] for r in used if r["commit"]})
-    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
     commit = ", ".join(commits) if commits else "not recorded"
     lines = [
-        f"*Measured {when} on {', '.join(gpus)}, commit {commit}; forward + backward medians, "
+        f"*Measured on {', '.join(gpus)}, commit {commit} (dates and commands: "
+        f"lab/results/strategies.csv); forward + backward medians, "
         f"recipe {RECIPE} (`xentlab bench`, interleaved; PyTorch and the peers: "
         f"`torch_baseline.py`, a process of its own, their × against naive across processes); "
         f"× = throughput vs naive.*",

@@ -175,7 +175,7 @@ TEST_F(ResultsTable, TwoCardsAreNotMixed) {
       row("04", "10:00", "H100", "xentlab-bench", "64", "fp32/fp32/fp32/fp32", "naive", "1.00"),
   });
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_TRUE(contains(r.output, "Measured " + day("02") + " on H200 (driver 580)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "Measured on H200 (driver 580)")) << r.output;
   EXPECT_TRUE(contains(r.output, "| 30.00 ms |")) << r.output;
   EXPECT_TRUE(contains(r.output, "| 60.00 ms (0.50×) |")) << r.output;
   EXPECT_TRUE(contains(r.output, "| PyTorch, bf16 throughout | torch | — | — | not measured |"))
