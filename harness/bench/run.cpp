@@ -627,15 +627,12 @@ class Runner {
     so.grad_dtype = recipe.grad;
 
     // dW: the same strategy and recipe on the sub-problem of the sampled rows.
-    // A strategy that splits the vocabulary takes its splits from the full run's N tokens
-    // (vocab_chunk_splits), which the declaration below names: the sub-problem runs with them
-    // (from its own S tokens it would take fewer, another arithmetic: dW's bound depends on the
-    // lse's, whose constant depends on the splits).
-    const bool splits_vocabulary = strategy_traits(cs.name()).splits_vocabulary;
-    const std::int64_t splits = splits_vocabulary
-                                    ? vocab_chunk_splits(o_.N, o_.V, size_of(recipe.logits),
-                                                         o_.memory_budget, o_.vocab_splits)
-                                    : 1;
+    // A strategy that splits the vocabulary takes its splits from the full run's N tokens (the
+    // row's vocab_splits, from prepare_row), which the declaration below names: the sub-problem
+    // runs with them (from its own S tokens it would take fewer, another arithmetic: dW's bound
+    // depends on the lse's, whose constant depends on the splits).
+    const bool splits_vocabulary = row.vocab_splits > 0;
+    const std::int64_t splits = splits_vocabulary ? row.vocab_splits : 1;
     gpu::DeviceRun sub = full;
     sub.prob.N = S;
     sub.prob.n_valid = S;
