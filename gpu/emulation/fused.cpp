@@ -1,15 +1,15 @@
 // CPU emulation of the fused strategy: no logits tensor; the forward's online (max, sum) tree over
-// vocabulary tiles of 256, the backward recomputes tiles (gpu/plans/fused_plan.hpp: the launch
-// decomposition shared with gpu/cuda/fused/). Its reduction orders (docs/arithmetic.md, §9;
-// docs/fused.md):
+// vocabulary tiles of 256, and the staged backward's token groups (gpu/plans/fused_plan.hpp: the
+// launch decomposition shared with gpu/cuda/fused/). Its reduction orders (docs/arithmetic.md,
+// §9; docs/fused.md):
 //   vocabulary  the kernel's online states: kFusedThreadColumns columns per thread and tile, the
 //               quad, the warps, then the vocabulary ranges pairwise (the ranges depend on the SM
 //               count, RunRequest::emulated_sms); declared online_tree, as the CUDA kernel;
-//   dH          per vocabulary tile of kFusedBackwardVocabTile an fp32 partial, added into the
-//               fp32 accumulator;
-//   dW, db      per token block of kFusedBlockTokens rows an fp32 partial (db: a plain fp32 sum),
-//               added into the fp32 accumulator in increasing block (the kernel's order: its
-//               additions take turns, gpu/cuda/fused/backward.cuh).
+//   dH, dW, db  chunked's (gpu/emulation/chunked.cpp), with token groups of fused_group_rows rows
+//               for its chunks: the staged backward hands each group's dz to chunked's GEMMs.
+//               With a memory budget the kernel sizes its groups from its whole plan; this
+//               emulation from the budget less the cuBLAS workspace and the row states, so its
+//               groups can differ (the bits of dW and db, not their bound).
 // The steps every strategy shares are the engine's (gpu/emulation/common.cpp).
 #include <fmt/format.h>
 
@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "gpu/emulation/chunked.hpp"
 #include "gpu/emulation/common.hpp"
 #include "gpu/plans/fused_plan.hpp"
 
@@ -121,14 +122,19 @@ FusedState fused_row_state(const EngineContext& c, const float* x, std::int64_t 
   return out;
 }
 
-class FusedEmulation final : public EmulatedStrategy {
+/// The CUDA strategies' cuBLAS workspace (gpu/cuda/common/gemm.cuh kCublasWorkspaceBytes), which
+/// a memory budget holds besides the fused strategy's stage.
+constexpr std::int64_t kEmulatedCublasWorkspace = std::int64_t{32} << 20;
+
+class FusedEmulation final : public ChunkedEmulation {
  public:
   std::string name() const override { return "fused"; }
   DeclaredArithmetic arithmetic(const Recipe& r) const override {
     DeclaredArithmetic a = gpu::fused_declared_arithmetic();
     a.note = fmt::format(
         "cpu-emulation fused: the kernel's online (max,sum) states (8 columns per thread and "
-        "tile, quad, warps, vocabulary ranges pairwise), accum {}",
+        "tile, quad, warps, vocabulary ranges pairwise), accum {}; gradients per token group as "
+        "chunked",
         to_string(r.accum));
     return a;
   }
@@ -139,25 +145,16 @@ class FusedEmulation final : public EmulatedStrategy {
     const FusedState f = fused_row_state(c, x, n, need_sx);
     return {f.st.m, f.st.s, f.sx};
   }
-  std::int64_t block_rows(const RunRequest&, std::int64_t, std::int64_t) const override {
-    return gpu::kFusedBlockTokens;
-  }
-  std::vector<std::int64_t> dH_vocab_begins(const EngineContext&, std::int64_t n) const override {
-    std::vector<std::int64_t> begins;
-    for (std::int64_t j0 = 0; j0 < n; j0 += gpu::kFusedBackwardVocabTile) begins.push_back(j0);
-    return begins;
-  }
-  void add_block_grads(const BlockGrads& b) const override {
-    for_each_vocab_row(b, [&](std::int64_t k, std::int64_t j, float* part) {
-      std::fill(part, part + b.D, 0.0f);  // the block's fp32 partial
-      float dbs = 0.0f;
-      add_dW_row(b, j, part, [&](float dzj) {
-        if (b.db != nullptr) dbs = dbs + dzj;
-      });
-      float* acc = b.dW + k * b.D;
-      for (std::int64_t d = 0; d < b.D; ++d) acc[d] += part[d];
-      if (b.db != nullptr) b.db[k] += dbs;
-    });
+  std::int64_t block_rows(const RunRequest& req, std::int64_t V, std::int64_t S) const override {
+    const std::int64_t N = std::max<std::int64_t>(S, 1);
+    std::int64_t stage = gpu::kFusedStageBytes;
+    if (req.memory_budget > 0 && req.chunk_tokens <= 0) {
+      const int sms = req.emulated_sms > 0 ? req.emulated_sms : gpu::kFusedModelSms;
+      const std::int64_t states =
+          (3 * std::int64_t{gpu::fused_vocab_ranges(N, V, sms)} + 1) * N * 4;
+      stage = std::max<std::int64_t>(0, req.memory_budget - kEmulatedCublasWorkspace - states);
+    }
+    return gpu::fused_group_rows(N, V, size_of(req.recipe.logits), stage, req.chunk_tokens);
   }
 };
 

@@ -1,9 +1,10 @@
 #pragma once
-// The launch decomposition of the fused strategy's forward (gpu/cuda/fused/), shared with its
-// CPU emulation (gpu/emulation/fused.cpp) so that both split a row's vocabulary the same way:
-// token blocks of 128 rows; vocabulary tiles of 256 entries; each token block's tiles divided into
-// `ranges` contiguous ranges of ⌈tiles/ranges⌉ tiles, one CTA per (block, range), their partial
-// (max, sum-exp) states merged pairwise per row (docs/fused.md).
+// The launch decomposition of the fused strategy (gpu/cuda/fused/), shared with its CPU emulation
+// (gpu/emulation/fused.cpp) so that both split the work the same way. Forward: token blocks of 128
+// rows; vocabulary tiles of 256 entries; each token block's tiles divided into `ranges` contiguous
+// ranges of ⌈tiles/ranges⌉ tiles, one CTA per (block, range), their partial (max, sum-exp) states
+// merged pairwise per row. Backward: token groups of fused_group_rows rows, whose dz is staged and
+// summed by the gradient GEMMs group by group (docs/fused.md).
 #include <algorithm>
 #include <cstdint>
 
@@ -13,11 +14,10 @@ namespace xentlab::gpu {
 
 inline constexpr std::int64_t kFusedBlockTokens = 128;  ///< BM: token rows per CTA
 inline constexpr std::int64_t kFusedVocabTile = 256;    ///< BN: vocabulary entries per forward tile
-/// Vocabulary entries per backward tile of the wgmma backward (sm_90a; docs/fused.md): each tile's
-/// dH = dz·W over its 256 entries is an fp32 partial added into the fp32 dH accumulator, and the
-/// CPU emulation models that. (The mma.sync backward, used off sm_90a and for shapes TMA cannot
-/// take, has tiles of 128 entries: the same bounds, a slightly different order.) The backward's
-/// token block (the dW and db partials) is kFusedBlockTokens in both.
+/// Vocabulary entries per tile of the on-chip backward's wgmma kernel (FusedBackward::on_chip,
+/// docs/fused.md): each tile's dH = dz·W over its 256 entries is an fp32 partial added into the
+/// fp32 dH accumulator. (Its mma.sync kernel has tiles of 128 entries.) The token block of its dW
+/// and db partials is kFusedBlockTokens.
 inline constexpr std::int64_t kFusedBackwardVocabTile = 256;
 /// SM count the CPU emulation assumes when the caller gives none (NVIDIA H200: 132 SMs).
 inline constexpr int kFusedModelSms = 132;
@@ -52,6 +52,31 @@ inline int fused_vocab_ranges(std::int64_t N, std::int64_t V, int sms) {
   want = std::min<std::int64_t>(want, VT);
   const std::int64_t cap = std::max<std::int64_t>(1, kFusedStateBytes / (12 * N));
   return static_cast<int>(std::max<std::int64_t>(1, std::min(want, cap)));
+}
+
+/// Bytes of the backward's dz stage by default: one token group's dz (rows × V in the logits
+/// dtype), which the gradient GEMMs read (gpu/cuda/fused/strategy.cu). 192 MiB keeps the fused
+/// strategy's extra memory under 256 MiB at V = 128256 and N = 131072 with fp32 gradients (the
+/// stage, 24.5 MiB of row states, the 32 MiB cuBLAS workspace).
+inline constexpr std::int64_t kFusedStageBytes = std::int64_t{192} << 20;
+
+/// Token rows per group of the fused backward (its dz stage holds one group): `chunk_tokens` when
+/// > 0 (at most N); else as many rows as `stage_bytes` holds at V entries of `logits_bytes` each
+/// (at least 1), rounded down to a multiple of kFusedBlockTokens where that leaves one, and
+/// balanced over the groups (⌈N/groups⌉, rounded up to a multiple of kFusedBlockTokens where that
+/// still fits). N, V, logits_bytes ≥ 1. Shared by the kernel's plan and its CPU emulation.
+inline std::int64_t fused_group_rows(std::int64_t N, std::int64_t V, std::int64_t logits_bytes,
+                                     std::int64_t stage_bytes, std::int64_t chunk_tokens) {
+  if (chunk_tokens > 0) return std::min(chunk_tokens, N);
+  std::int64_t rows =
+      std::max<std::int64_t>(1, stage_bytes / std::max<std::int64_t>(1, V * logits_bytes));
+  if (rows >= kFusedBlockTokens) rows = rows / kFusedBlockTokens * kFusedBlockTokens;
+  if (rows >= N) return N;
+  const std::int64_t groups = (N + rows - 1) / rows;
+  const std::int64_t balanced = (N + groups - 1) / groups;
+  const std::int64_t rounded =
+      (balanced + kFusedBlockTokens - 1) / kFusedBlockTokens * kFusedBlockTokens;
+  return rounded <= rows ? rounded : balanced;
 }
 
 /// The declared vocabulary reduction of this decomposition (judge/bounds.hpp, online_tree):

@@ -20,17 +20,17 @@ namespace {
 /// Forward: both fold the same tree (gpu/plans/fused_plan.hpp), so loss and lse must agree bit for
 /// bit, provided the two tensor-core instructions give the same fp32 dot products over D in the
 /// same k order (which each backward's recompute relies on too: its z must equal the forward's).
-/// Backward: the wgmma kernel (tiles 128 × 256, wgmma m64n64k16 gradient GEMMs with transposed
-/// operands) and the mma.sync one (128 × 128) sum dH, dW and db in different orders, so each is
-/// held to the a-priori bound and to 2× its CPU emulation's error (check_run), and the test prints
-/// how far apart the two are. Shapes where the wgmma kernels apply, with N, V and D off their tile
-/// multiples (TMA's zero fill at the edges; D = 72 and 96 end in a partial slice of 64), every
-/// loss option, bias and ignored rows, bf16 and fp16, fp32 and bf16 accumulators, per-token
-/// upstream gradients. On an sm_90a device the automatic path must have taken wgmma for both.
-/// Case 3 (fp32 accumulator, no bias, no option) takes the wgmma forward's plain fold, which the
-/// mma.sync kernel never does: its equality checks that the plain fold drops only identities.
-/// The automatic path is the registry's fused strategy; the mma.sync one a strategy made with
-/// FusedKernelPath::mma_sync (gpu/cuda/fused/fused.hpp).
+/// Backward (staged): both dz kernels recompute z as their forward did and form dz with the same
+/// formula (the wgmma kernel's plain dz dropping only identities), and cuBLAS sums the same
+/// gradient GEMMs over it, so dH, dW and db must agree bit for bit too; each is also held to the
+/// a-priori bound and to 2× its CPU emulation's error (check_run). Shapes where the wgmma kernels
+/// apply, with N, V and D off their tile multiples (TMA's zero fill at the edges; D = 72 and 96 end
+/// in a partial slice of 64), every loss option, bias and ignored rows, bf16 and fp16, fp32 and
+/// bf16 accumulators, per-token upstream gradients. On an sm_90a device the automatic path must
+/// have taken wgmma for both. Case 3 (fp32 accumulator, no bias, no option) takes the wgmma
+/// forward's plain fold, which the mma.sync kernel never does: its equality checks that the plain
+/// fold drops only identities. The automatic path is the registry's fused strategy; the mma.sync
+/// one a strategy made with FusedKernelPath::mma_sync (gpu/cuda/fused/fused.hpp).
 TEST(GpuStrategies, FusedKernelPathsAgree) {
   XL_REQUIRE_DEVICE();
   const auto fused = find_strategy(Backend::cuda, "fused");
@@ -72,17 +72,12 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
       const StrategyOutputs b = fused_mma->run(req);
       EXPECT_EQ(std::string(gpu::last_fused_kernels(*fused_mma).forward), "mma.sync") << ctx;
       EXPECT_EQ(std::string(gpu::last_fused_kernels(*fused_mma).backward), "mma.sync") << ctx;
-      // How far apart the two backwards are, relative to the largest reference entry.
-      auto rel = [](const auto& x, const auto& y, const auto& exact) {
-        double d = 0.0, m = 0.0;
-        for (std::size_t k = 0; k < x.size() && k < y.size(); ++k)
-          d = std::max(d, std::fabs(x[k] - y[k]));
-        for (const double v : exact) m = std::max(m, std::fabs(v));
-        return m > 0.0 ? d / m : d;
-      };
-      std::cout << "[ note ] " << ctx << ": " << path
-                << " vs mma.sync backward: max |ΔdH|/max|dH| = " << rel(a.dH, b.dH, ref.dH)
-                << ", max |ΔdW|/max|dW| = " << rel(a.dW, b.dW, ref.dW) << "\n";
+      EXPECT_TRUE(same_bits(a.dH, b.dH))
+          << ctx << ": dH differs between " << path << " and mma.sync";
+      EXPECT_TRUE(same_bits(a.dW, b.dW))
+          << ctx << ": dW differs between " << path << " and mma.sync";
+      EXPECT_TRUE(same_bits(a.db, b.db))
+          << ctx << ": db differs between " << path << " and mma.sync";
       EXPECT_TRUE(same_bits(a.loss, b.loss))
           << ctx << ": loss differs between " << path << " and mma.sync";
       EXPECT_TRUE(same_bits(a.lse, b.lse))
@@ -92,15 +87,17 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
 }
 
 /// Repeat runs give the same bits in every output. Fused: loss and lse come from a fixed merge
-/// order, and the additions into dH, dW and db take turns in increasing vocabulary tile / token
-/// block (gpu/cuda/fused/backward.cuh); chunked: cuBLAS GEMMs (bitwise reproducible on one device
-/// and toolkit, per cuBLAS's documentation) and row kernels without atomics, chunks added in
-/// order. The problem (4480 × 4096 × 256) has 35 token blocks: several raster groups on each
-/// fused kernel path (groups of 8 and 16 token blocks) with a partial last group, and about four
-/// waves of backward tiles (560 wgmma tiles, 1120 mma.sync tiles on 132 SMs); every 7th row is
-/// ignored and two whole token blocks (9, and 33 in the last group) are ignored — their tiles add
-/// nothing but must pass their turns on, or the next token block's tiles would wait forever.
-/// With and without a bias (db's turns). Both runs are also checked against the reference.
+/// order; its staged backward writes dz without atomics and sums it by cuBLAS GEMMs in increasing
+/// token group; its on-chip backward's additions into dH, dW and db take turns in increasing
+/// vocabulary tile / token block (gpu/cuda/fused/backward.cuh); chunked: cuBLAS GEMMs (bitwise
+/// reproducible on one device and toolkit, per cuBLAS's documentation) and row kernels without
+/// atomics, chunks added in order. The problem (4480 × 4096 × 256) has 35 token blocks: for the
+/// on-chip backward several raster groups on each fused kernel path (groups of 8 and 16 token
+/// blocks) with a partial last group, and about four waves of backward tiles (560 wgmma tiles, 1120
+/// mma.sync tiles on 132 SMs); every 7th row is ignored and two whole token blocks (9, and 33 in
+/// the last group) are ignored — their tiles add nothing but must pass their turns on, or the next
+/// token block's tiles would wait forever. With and without a bias (db's turns). Both runs are also
+/// checked against the reference.
 TEST(GpuStrategies, RepeatRunsAreBitIdentical) {
   XL_REQUIRE_DEVICE();
   for (const bool bias : {true, false}) {
@@ -139,6 +136,20 @@ TEST(GpuStrategies, RepeatRunsAreBitIdentical) {
           EXPECT_EQ(fused_kernels_of_last_run(fused), "wgmma/wgmma");
         }
       });
+      // The on-chip backward (not the registry's; fused.hpp): its ordered additions.
+      for (const auto path : {gpu::FusedKernelPath::automatic, gpu::FusedKernelPath::mma_sync}) {
+        const auto on_chip = gpu::make_cuda_fused(path, gpu::FusedBackward::on_chip);
+        const bool mma = path == gpu::FusedKernelPath::mma_sync;
+        check(std::string("fused on-chip backward, path ") + (mma ? "mma.sync" : "automatic"),
+              *on_chip, r, RunRequest{});
+        if (mma || fused_wgmma_device()) {
+          EXPECT_EQ(fused_kernels_of_last_run(*on_chip), mma ? "mma.sync/mma.sync" : "wgmma/wgmma");
+        }
+      }
+      // Staged in several token groups (dW and db added over 5 of them).
+      RunRequest groups;
+      groups.chunk_tokens = 1024;
+      check("fused, 5 token groups", *find_strategy(Backend::cuda, "fused"), r, groups);
       const auto chunked = find_strategy(Backend::cuda, "chunked");
       ASSERT_TRUE(chunked);
       RunRequest chunks;  // five chunks: dW and db added over them

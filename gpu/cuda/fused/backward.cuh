@@ -310,6 +310,29 @@ __device__ __forceinline__ float dz_of(float acc, std::int64_t col, const DzRow&
                               : 0.0f;
 }
 
+/// The offset of the row's target in the tile of `width` entries at n0, or −1 (none there, or no
+/// valid target).
+__device__ __forceinline__ int target_offset(const DzRow& r, std::int64_t n0, int width) {
+  const std::int64_t tr = r.t - n0;
+  return r.valid && tr >= 0 && tr < width ? static_cast<int>(tr) : -1;
+}
+/// dz at offset o of the tile at n0 (o < lim: in V; toff: target_offset) from its fp32 dot product
+/// y. kPlain (no bias, scale 1, no softcap, no label smoothing, no z-loss: checked by the host)
+/// drops the operations that are then identities (x = rnd_logits(y), e^{x − lse}, minus 1 at the
+/// target, × the upstream gradient, one rounding to the logits dtype T); otherwise dz_of.
+template <bool kPlain, class T>
+__device__ __forceinline__ float dz_at(float y, int o, int lim, int toff, std::int64_t n0,
+                                       const DzRow& dr, const FusedArgs& a) {
+  if constexpr (kPlain) {
+    if (!dr.valid || o >= lim) return 0.0f;
+    float e = expf(__fsub_rn(to_f(from_f<T>(y)), dr.lse));  // x = rnd_logits(y)
+    if (o == toff) e = __fsub_rn(e, a.p.one_minus_eps);
+    return to_f(from_f<T>(__fmul_rn(e, dr.gi)));
+  } else {
+    return dz_of(y, n0 + o, dr, a);
+  }
+}
+
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2) fused_backward_kernel(FusedArgs a) {
   extern __shared__ __align__(16) std::uint16_t smem[];
@@ -530,19 +553,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int h = 0; h < 2; ++h) {
       const int r = 64 * c + 16 * w + g + 8 * h;
       const DzRow dr = dz_row(a, tl.m0 + r);
-      const std::int64_t tr = dr.t - tl.n0;  // the target's offset, if in this tile
-      const int toff = dr.valid && tr >= 0 && tr < kWbBN ? static_cast<int>(tr) : -1;
-      // dz of offset o from its fp32 dot product y.
-      auto dz = [&](float y, int o) {
-        if constexpr (kPlain) {
-          if (!dr.valid || o >= lim) return 0.0f;
-          float e = expf(__fsub_rn(to_f(from_f<T>(y)), dr.lse));  // x = rnd_logits(y)
-          if (o == toff) e = __fsub_rn(e, a.p.one_minus_eps);
-          return to_f(from_f<T>(__fmul_rn(e, dr.gi)));
-        } else {
-          return dz_of(y, tl.n0 + o, dr, a);
-        }
-      };
+      const int toff = target_offset(dr, tl.n0, kWbBN);
+      auto dz = [&](float y, int o) { return dz_at<kPlain, T>(y, o, lim, toff, tl.n0, dr, a); };
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const int v = 8 * j + 2 * q;
@@ -631,6 +643,132 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
 }
 
+// ---- 3c. the staged backward's dz kernels ------------------------------------------------------
+// Per token group (a.stage_r0, a.stage_rows): the logits recomputed as the forward computes them
+// (z is its bits) and dz written into the stage (a.stage: stage_rows × V, logits dtype T), 0 on
+// rows without a valid target and past V; the gradient GEMMs that read it are cuBLAS's
+// (strategy.cu). No ordering, no atomics: every stage element is written by one thread.
+
+/// Writes dz of columns o, o + 1 of a stage row (`row`: the stage row's first entry + n0; lim: the
+/// entries left in V): one 32-bit store where both are in V and V is even (then the pair is 4-byte
+/// aligned: the stage is, and n0 + o is even), else 16-bit stores.
+template <class T>
+__device__ __forceinline__ void store_dz_pair(std::uint16_t* row, int o, int lim, bool even_v,
+                                              float lo, float hi) {
+  if (even_v && o + 1 < lim) {
+    *reinterpret_cast<std::uint32_t*>(row + o) = pack2<T>(lo, hi);
+    return;
+  }
+  const T l = from_f<T>(lo), h = from_f<T>(hi);
+  if (o < lim) memcpy(row + o, &l, 2);
+  if (o + 1 < lim) memcpy(row + o + 1, &h, 2);
+}
+
+/// mma.sync: one CTA per tile of 128 tokens × 128 entries, token block fastest (the group's H
+/// rows stay in L2 while W streams); the logits as the on-chip backward recomputes them.
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kThreads, 2) fused_dz_kernel(FusedArgs a) {
+  extern __shared__ __align__(16) std::uint16_t smem[];
+  const std::int64_t MBg = (a.stage_rows + kBM - 1) / kBM;
+  const std::int64_t mb = blockIdx.x % MBg, vb = blockIdx.x / MBg;
+  const std::int64_t m0 = a.stage_r0 + mb * kBM, n0 = vb * kBN;
+  const std::int64_t rend = a.stage_r0 + a.stage_rows;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, c = lane % 4, wm = warp / 4, wn = warp % 4;
+  float acc[4][4][4];
+  logits_tile<T, kVec>(acc, smem, a.H, a.W, m0, a.N, n0, a.V, a.D);
+  const std::int64_t rem = a.V - n0;
+  const int lim = rem > kBN ? kBN : static_cast<int>(rem);
+  const bool even_v = a.V % 2 == 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::int64_t row = m0 + wm * 64 + i * 16 + g + 8 * h;
+      if (row >= rend) continue;
+      const DzRow dr = dz_row(a, row);
+      std::uint16_t* out = static_cast<std::uint16_t*>(a.stage) + (row - a.stage_r0) * a.V + n0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int o = wn * 32 + j * 8 + 2 * c;
+        store_dz_pair<T>(out, o, lim, even_v, dz_of(acc[i][j][2 * h], n0 + o, dr, a),
+                         dz_of(acc[i][j][2 * h + 1], n0 + o + 1, dr, a));
+      }
+    }
+}
+
+/// wgmma (sm_90a): the forward's TMA ring and mainloop (tiles of 128 tokens × 256 entries,
+/// increasing k: z is the forward's bit for bit); one CTA per (token block, vocabulary range) of
+/// the group, walking its range's tiles, so the producer streams the next tile's boxes while the
+/// consumers write this one's dz straight from their accumulators (each quad 16 contiguous bytes
+/// per 8 columns). Ranges: a.splits, a.tiles_per_split (set for this launch by launch_dz).
+template <class T, bool kPlain>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    fused_dz_wgmma_kernel(const __grid_constant__ CUtensorMap tm_h,
+                          const __grid_constant__ CUtensorMap tm_w, FusedArgs a) {
+  using namespace hopper;
+  extern __shared__ std::uint8_t wg_smem_raw[];
+  __shared__ __align__(8) std::uint64_t full[Ring::kStages], empty[Ring::kStages];
+  const Ring ring{align_1024(wg_smem_raw), full, empty};
+  const std::int64_t MBg = (a.stage_rows + kBM - 1) / kBM;
+  const std::int64_t VT = (a.V + kFBN - 1) / kFBN;
+  const std::int64_t mb = blockIdx.x % MBg, range = blockIdx.x / MBg;
+  const std::int64_t m0 = a.stage_r0 + mb * kBM;
+  const std::int64_t t0 = range * a.tiles_per_split;
+  const std::int64_t t1 = t0 + a.tiles_per_split < VT ? t0 + a.tiles_per_split : VT;
+  if (t0 >= t1) return;  // the whole CTA
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  const int kblocks = static_cast<int>((a.D + Ring::kBK - 1) / Ring::kBK);
+  if (threadIdx.x == 0) ring.init(kWgConsumers);
+  __syncthreads();
+  if (wg == kWgConsumers) {  // producer warpgroup
+    setmaxnreg_dec<40>();
+    if (t == 0) {
+      int it = 0;
+      for (std::int64_t tile = t0; tile < t1; ++tile)
+        for (int kb = 0; kb < kblocks; ++kb, ++it)
+          ring.produce(it, &tm_h, &tm_w, kb * Ring::kBK, static_cast<int>(m0),
+                       static_cast<int>(tile * kFBN));
+    }
+    return;
+  }
+  setmaxnreg_inc<232>();
+  const int c = wg, w = t / 32, lane = t % 32, g = lane / 4, q = lane % 4;
+  const std::int64_t rend = a.stage_r0 + a.stage_rows;
+  const bool even_v = a.V % 2 == 0;
+  DzRow dr[2];
+  bool in_group[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const std::int64_t row = m0 + 64 * c + 16 * w + g + 8 * h;
+    in_group[h] = row < rend;
+    dr[h] = dz_row(a, in_group[h] ? row : a.N);  // past the group: no valid target, no reads
+  }
+  float d[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+  int it = 0;
+  for (std::int64_t tile = t0; tile < t1; ++tile) {
+    ring.consume_tile<T>(d, it, kblocks, c, t);
+    const std::int64_t n0 = tile * kFBN, rem = a.V - n0;
+    const int lim = rem > kFBN ? kFBN : static_cast<int>(rem);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (!in_group[h]) continue;
+      const std::int64_t row = m0 + 64 * c + 16 * w + g + 8 * h;
+      const int toff = target_offset(dr[h], n0, kFBN);
+      std::uint16_t* out = static_cast<std::uint16_t*>(a.stage) + (row - a.stage_r0) * a.V + n0;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int o = 8 * j + 2 * q;
+        store_dz_pair<T>(out, o, lim, even_v,
+                         dz_at<kPlain, T>(d[4 * j + 2 * h], o, lim, toff, n0, dr[h], a),
+                         dz_at<kPlain, T>(d[4 * j + 2 * h + 1], o + 1, lim, toff, n0, dr[h], a));
+      }
+    }
+  }
+}
+
 // ---- host side -------------------------------------------------------------------------------
 template <class T>
 void launch_backward(bool vec, bool wgmma, const FusedArgs& a, cudaStream_t stream) {
@@ -649,6 +787,42 @@ void launch_backward(bool vec, bool wgmma, const FusedArgs& a, cudaStream_t stre
     auto k = vec ? fused_backward_kernel<T, true> : fused_backward_kernel<T, false>;
     XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kBwdSmem));
     k<<<static_cast<unsigned>(MB * VB), kThreads, kBwdSmem, stream>>>(a);
+  }
+  XL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// The staged backward's dz launch (launch_fused_dz): the wgmma kernel over one wave of CTAs
+/// (token blocks of the group × vocabulary ranges, ⌈SMs / blocks⌉ ranges of whole tiles), else
+/// mma.sync over the group's 128 × 128 tiles.
+template <class T>
+void launch_dz(bool vec, bool wgmma, const FusedArgs& a_in, cudaStream_t stream) {
+  FusedArgs a = a_in;
+  const std::int64_t MBg = (a.stage_rows + kBM - 1) / kBM;
+  if (wgmma) {
+    int dev = 0, sms = 132;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      sms = 132;
+    }
+    const std::int64_t VT = (a.V + kFBN - 1) / kFBN;
+    const std::int64_t ranges =
+        std::min<std::int64_t>(VT, std::max<std::int64_t>(1, (sms + MBg - 1) / MBg));
+    a.tiles_per_split = (VT + ranges - 1) / ranges;
+    a.splits = static_cast<int>((VT + a.tiles_per_split - 1) / a.tiles_per_split);
+    const OperandMaps m = operand_maps<T>(a);
+    const bool plain = a.bias == nullptr && a.p.scale == 1.0f && !(a.p.softcap > 0.0f) &&
+                       !a.p.smoothing && !a.p.zloss;
+    auto k = plain ? fused_dz_wgmma_kernel<T, true> : fused_dz_wgmma_kernel<T, false>;
+    XL_CUDA_CHECK(
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Ring::kSmemBytes));
+    k<<<static_cast<unsigned>(MBg * a.splits), kWgThreads, Ring::kSmemBytes, stream>>>(m.h, m.w, a);
+  } else {
+    const std::int64_t VB = (a.V + kBN - 1) / kBN;
+    constexpr int smem = kMainHalves * 2;
+    auto k = vec ? fused_dz_kernel<T, true> : fused_dz_kernel<T, false>;
+    XL_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    k<<<static_cast<unsigned>(MBg * VB), kThreads, smem, stream>>>(a);
   }
   XL_CUDA_CHECK(cudaGetLastError());
 }
