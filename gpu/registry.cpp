@@ -57,7 +57,7 @@ const std::vector<StrategyEntry>& strategy_table() {
        &emulation::make_chunked,        XL_CUDA_FACTORY(make_cuda_chunked)},
       {"checkpointed",   {true,  true,  true,  ReductionOrder::blocked,     true,  false, false, true},
        &emulation::make_checkpointed,   XL_CUDA_FACTORY(make_cuda_checkpointed)},
-      {"fused",          {true,  false, false, ReductionOrder::online_tree, true,  false},
+      {"fused",          {true,  true,  false, ReductionOrder::online_tree, true,  false},
        &emulation::make_fused,          XL_CUDA_FACTORY(make_cuda_fused)},
       // Runs only when named (xentlab audit --strategies vocab_parallel --ranks P).
       {"vocab_parallel", {true,  true,  true,  ReductionOrder::blocked,     false, true},

@@ -159,8 +159,10 @@ TEST(GpuStrategies, RepeatRunsAreBitIdentical) {
   }
 }
 
-/// N·V past 2^31 (17000 × 128256, D = 64) in one fused launch, on each kernel path (on sm_90 the
-/// automatic path must be the wgmma kernels, so both are covered): every token row identical,
+/// N·V past 2^31 (17000 × 128256, D = 64) in one fused forward launch, and in one dz launch of the
+/// staged backward (one token group: chunk_tokens = N, so the stage's offsets pass 2^31), on each
+/// kernel path (on sm_90 the automatic path must be the wgmma kernels, so both are covered): every
+/// token row identical,
 /// targets the last vocabulary entry; loss and lse of every row must equal row 0's bit for bit
 /// (same arithmetic per row, no atomics), and dH rows must be finite and within the summation-order
 /// bound of row 0 (|Δ| ≤ 2·γ_V·Σ_j|dz_j||W_jd| ≤ 2·γ_V·2g·max|W|, γ_V = V·u32/(1 − V·u32): the
@@ -179,6 +181,7 @@ TEST(GpuStrategies, FusedIndexingPast2Pow31) {
     RunRequest req;
     req.problem = &p;
     req.recipe = parse_recipe("bf16/bf16/fp32/fp32");
+    req.chunk_tokens = N;  // one token group: a stage of N·V entries
     const StrategyOutputs o = s.run(req);
     const std::string kernels = fused_kernels_of_last_run(s);
     SCOPED_TRACE(std::string("path ") + path + ", kernels " + kernels);
@@ -205,9 +208,9 @@ TEST(GpuStrategies, FusedIndexingPast2Pow31) {
 /// V·D past 2^31 (W of 524416 × 4096 bf16, 4.3 GB) in one fused run: every W row identical, so
 /// every logit of a row is the same value; the target is the last vocabulary row (its W offset
 /// is past 2^31 elements). N identical token rows in one token block: N = 2 (the mma.sync
-/// kernels: fewer rows than a wgmma tile) and N = 128 (on sm_90 the wgmma kernels). Each dW
-/// element then receives exactly one fp32 reduction per hidden slice, of the same products, so
-/// every non-target dW row must equal row 0 bit for bit (a 32-bit offset would leave rows as zeros
+/// kernels: fewer rows than a wgmma tile) and N = 128 (on sm_90 the wgmma kernels), one token
+/// group. Each non-target dW row is then the same GEMM sum of the same products, so every
+/// non-target dW row must equal row 0 bit for bit (a 32-bit offset would leave rows as zeros
 /// or add into the wrong ones), the target row must be finite and differ, and the loss must be
 /// ln V (all logits equal; fp32 accumulator: the sum of V exact ones is exact, lse and loss are
 /// two roundings of ≈ |x| + ln V).
