@@ -234,6 +234,28 @@ TEST(EmulationStructure, FusedVocabularyRangesFollowTheLaunchRule) {
   EXPECT_EQ(gpu::fused_vocab_ranges(1, 128256, 200), 501);
 }
 
+// The staged backward's token groups (gpu/plans/fused_plan.hpp fused_group_rows), from the rule
+// in its comment: what the stage holds, rounded down to 128 rows, then balanced over the groups.
+TEST(EmulationStructure, FusedTokenGroupsFollowThePlanRule) {
+  const std::int64_t V = 128256, stage = gpu::kFusedStageBytes;  // 192 MiB
+  // 192 MiB / (128256 · 2 bytes) = 784 rows → 768; 131072 / 768 = 170.7 → 171 groups of
+  // ⌈131072/171⌉ = 767 rows, rounded up to 768 (fits).
+  EXPECT_EQ(gpu::fused_group_rows(131072, V, 2, stage, 0), 768);
+  // 8192 rows: 11 groups; ⌈8192/11⌉ = 745 → 768.
+  EXPECT_EQ(gpu::fused_group_rows(8192, V, 2, stage, 0), 768);
+  // 1000 rows: 2 groups of 500 → rounded up to 512 (fits 768).
+  EXPECT_EQ(gpu::fused_group_rows(1000, V, 2, stage, 0), 512);
+  EXPECT_EQ(gpu::fused_group_rows(700, V, 2, stage, 0), 700);       // one group
+  EXPECT_EQ(gpu::fused_group_rows(4480, 4096, 2, stage, 0), 4480);  // one group
+  // A stage below 128 rows: no rounding; 100 rows of V = 1000 fp32 entries → groups of 100,
+  // balanced: 250 rows → 3 groups of ⌈250/3⌉ = 84.
+  EXPECT_EQ(gpu::fused_group_rows(250, 1000, 4, 100 * 1000 * 4, 0), 84);
+  EXPECT_EQ(gpu::fused_group_rows(250, 1000, 4, 1, 0), 1);  // at least one row
+  // chunk_tokens sets the group, at most N.
+  EXPECT_EQ(gpu::fused_group_rows(8192, V, 2, stage, 1000), 1000);
+  EXPECT_EQ(gpu::fused_group_rows(500, V, 2, stage, 1000), 500);
+}
+
 // The fused emulation sums a row's exponentials in the kernel's tree (64 columns per thread and
 // tile, quad, ranges pairwise), not sequentially over the row. All-zero logits, V = 49152
 // (192 tiles of 256), N = 1, bf16 accumulator: every partial sum of the tree is 2^a or 3·2^a, exact
