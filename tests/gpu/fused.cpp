@@ -121,7 +121,9 @@ TEST(GpuStrategies, FusedSharedCasesLinearBf16) {
         c.name.size() > 6 && c.name.compare(c.name.size() - 6, 6, "-wgmma") == 0;
     for (const Recipe& r : recipes) {
       SCOPED_TRACE(describe(c, r, "fused", 0));
-      check_run(c, ref, *fused, r, 1);
+      // One token group of all N rows: the plan's default for these shapes (N·V·2 bytes under
+      // the stage's kFusedStageBytes), and one chunk for the bounds.
+      check_run(c, ref, *fused, r, c.pb.N);
       if (sm90 && wgmma_case && fused->can_implement(c.pb, c.spec, r).ok()) {
         EXPECT_EQ(fused_kernels_of_last_run(*fused), "wgmma/wgmma");
       }
@@ -135,15 +137,23 @@ TEST(GpuStrategies, FusedShapesAndOptions) {
   ASSERT_TRUE(fused);
   const Recipe r = parse_recipe("bf16/bf16/fp32/bf16");
   // N = 1; unaligned D; V just past a tile; a tile-aligned shape with D % 8 == 0 (vector loads).
+  // Each in one token group of N rows (the plan's default for these shapes) and, where N > 128,
+  // in groups of 100 rows: groups that start and end inside a token block of 128, so the dz
+  // kernels recompute rows past their group (rows of the next group, or past N) and must not
+  // store them (131 = 100 + 31 and 256 = 2·100 + 56: a partial last group; 300 = 3·100).
   for (const auto& [N, V, D] : std::vector<std::array<std::int64_t, 3>>{
            {1, 507, 123}, {1, 129, 64}, {131, 257, 40}, {256, 1024, 256}, {300, 2000, 96}}) {
-    for (bool bias : {false, true}) {
-      Case c{"fused-shape", gaussian(N, V, D, DType::bf16, 4.0, 41 + N, bias, N > 3), {}, {}};
-      const ReferenceResult ref = reference_for(c);
-      check_run(c, ref, *fused, r, 1);
+    std::vector<std::int64_t> groups{N};
+    if (N > 128) groups.push_back(100);
+    for (const std::int64_t g : groups) {
+      for (bool bias : {false, true}) {
+        Case c{"fused-shape", gaussian(N, V, D, DType::bf16, 4.0, 41 + N, bias, N > 3), {}, {}};
+        const ReferenceResult ref = reference_for(c);
+        check_run(c, ref, *fused, r, g);
+      }
+      Case h{"fused-shape-fp16", gaussian(N, V, D, DType::fp16, 2.0, 43 + N, false, false), {}, {}};
+      check_run(h, reference_for(h), *fused, parse_recipe("fp16/fp16/fp32/fp32"), g);
     }
-    Case h{"fused-shape-fp16", gaussian(N, V, D, DType::fp16, 2.0, 43 + N, false, false), {}, {}};
-    check_run(h, reference_for(h), *fused, parse_recipe("fp16/fp16/fp32/fp32"), 1);
   }
   // Refusals name the reason.
   const Problem p = gaussian(8, 64, 16, DType::bf16, 1.0, 3, false, false);

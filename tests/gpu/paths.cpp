@@ -23,14 +23,15 @@ namespace {
 /// Backward (staged): both dz kernels recompute z as their forward did and form dz with the same
 /// formula (the wgmma kernel's plain dz dropping only identities), and cuBLAS sums the same
 /// gradient GEMMs over it, so dH, dW and db must agree bit for bit too; each is also held to the
-/// a-priori bound and to 2× its CPU emulation's error (check_run). Shapes where the wgmma kernels
-/// apply, with N, V and D off their tile multiples (TMA's zero fill at the edges; D = 72 and 96 end
-/// in a partial slice of 64), every loss option, bias and ignored rows, bf16 and fp16, fp32 and
-/// bf16 accumulators, per-token upstream gradients. On an sm_90a device the automatic path must
-/// have taken wgmma for both. Case 3 (fp32 accumulator, no bias, no option) takes the wgmma
-/// forward's plain fold, which the mma.sync kernel never does: its equality checks that the plain
-/// fold drops only identities. The automatic path is the registry's fused strategy; the mma.sync
-/// one a strategy made with FusedKernelPath::mma_sync (gpu/cuda/fused/fused.hpp).
+/// a-priori bound and to 2× its CPU emulation's error (check_run), in one token group; in groups
+/// of 100 rows (starting inside token blocks) the gradients are compared too. Shapes where the
+/// wgmma kernels apply, with N, V and D off their tile multiples (TMA's zero fill at the edges; D =
+/// 72 and 96 end in a partial slice of 64), every loss option, bias and ignored rows, bf16 and
+/// fp16, fp32 and bf16 accumulators, per-token upstream gradients. On an sm_90a device the
+/// automatic path must have taken wgmma for both. Case 3 (fp32 accumulator, no bias, no option)
+/// takes the wgmma forward's plain fold, which the mma.sync kernel never does: its equality checks
+/// that the plain fold drops only identities. The automatic path is the registry's fused strategy;
+/// the mma.sync one a strategy made with FusedKernelPath::mma_sync (gpu/cuda/fused/fused.hpp).
 TEST(GpuStrategies, FusedKernelPathsAgree) {
   XL_REQUIRE_DEVICE();
   const auto fused = find_strategy(Backend::cuda, "fused");
@@ -61,14 +62,15 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
       req.spec = c.spec;
       req.recipe = r;
       req.upstream = c.upstream;
-      check_run(c, ref, *fused, r, 1);
+      // One token group of all N rows, as the runs compared below (the plan's default here).
+      check_run(c, ref, *fused, r, N);
       const StrategyOutputs a = fused->run(req);
       const std::string path = gpu::last_fused_kernels(*fused).forward;
       if (sm90) {
         EXPECT_EQ(path, "wgmma") << ctx;
         EXPECT_EQ(std::string(gpu::last_fused_kernels(*fused).backward), "wgmma") << ctx;
       }
-      check_run(c, ref, *fused_mma, r, 1);
+      check_run(c, ref, *fused_mma, r, N);
       const StrategyOutputs b = fused_mma->run(req);
       EXPECT_EQ(std::string(gpu::last_fused_kernels(*fused_mma).forward), "mma.sync") << ctx;
       EXPECT_EQ(std::string(gpu::last_fused_kernels(*fused_mma).backward), "mma.sync") << ctx;
@@ -82,6 +84,18 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
           << ctx << ": loss differs between " << path << " and mma.sync";
       EXPECT_TRUE(same_bits(a.lse, b.lse))
           << ctx << ": lse differs between " << path << " and mma.sync";
+      // In token groups of 100 rows (groups starting and ending inside a token block of 128, the
+      // last one partial): each group's dz, written at its own offset into the stage, must still
+      // be the same on both paths, and so must the gradients summed over the groups.
+      RunRequest grouped = req;
+      grouped.chunk_tokens = 100;
+      const StrategyOutputs ag = fused->run(grouped), bg = fused_mma->run(grouped);
+      EXPECT_TRUE(same_bits(ag.dH, bg.dH))
+          << ctx << ", groups of 100: dH differs between " << path << " and mma.sync";
+      EXPECT_TRUE(same_bits(ag.dW, bg.dW))
+          << ctx << ", groups of 100: dW differs between " << path << " and mma.sync";
+      EXPECT_TRUE(same_bits(ag.db, bg.db))
+          << ctx << ", groups of 100: db differs between " << path << " and mma.sync";
     }
   }
 }
