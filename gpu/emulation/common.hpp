@@ -137,8 +137,8 @@ class EmulatedStrategy : public Strategy {
   /// §8 dH = dz·W over n vocabulary entries (the row, or a rank's shard): empty for one fp32 GEMM
   /// over all n straight into the dH accumulator; otherwise the begins, relative to the first
   /// entry, of contiguous ranges (ascending, the first 0, the last range ending at n) whose fp32
-  /// partial sums are added into the fp32 accumulator range by range, in this order (fused: tiles
-  /// of 256).
+  /// partial sums are added into the fp32 accumulator range by range, in this order (no emulated
+  /// strategy overrides it: fused's staged backward sums dH as chunked does).
   virtual std::vector<std::int64_t> dH_vocab_begins(const EngineContext&, std::int64_t n) const {
     (void)n;
     return {};

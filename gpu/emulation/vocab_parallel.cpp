@@ -18,7 +18,7 @@
 //      DeclaredArithmetic::vocab_ranks, charges P − 1 additions in any order); Σx likewise;
 //   3. lse, loss and dz as the engine's other strategies (§5, §7);
 //   4. dH: each rank's fp32 partial dz[:, shard]·W[shard] in the local strategy's order over its
-//      shard (chunked: one fp32 sum; fused: tiles of 256 from the shard's first row), the P
+//      shard (chunked, and fused's staged backward: one fp32 sum), the P
 //      partials added in fp32 in rank order, rounded to the grad dtype once;
 //   5. dW, db: each rank's own vocabulary rows, accumulated as the local strategy does (they never
 //      cross ranks).

@@ -28,12 +28,12 @@ enum class FusedRaster {
 /// The tile of raster index b in [0, MB·VB) for MB token blocks, VB vocabulary blocks and groups
 /// of `group` ≥ 1 token blocks (the last group may be smaller; a group's tiles are consecutive
 /// indexes, and groups come in increasing token block). A bijection for either raster, in which
-/// (mb − 1, vb) and (mb, vb − 1) have smaller indexes than (mb, vb): the fused backward's ordered
-/// additions rely on it (a tile waits only for tiles with smaller indexes, taken earlier from a
-/// counter). With FusedRaster::diagonal, consecutive indexes are tiles that do not wait for each
-/// other (except at a group's first and last diagonals), so that a tile's wait for its
-/// predecessors' hand-over (a fence and a flag through L2) overlaps other tiles' work instead of
-/// chaining: docs/fused.md, "Determinism".
+/// (mb − 1, vb) and (mb, vb − 1) have smaller indexes than (mb, vb): the ordered additions of the
+/// on-chip fused backward (FusedBackward::on_chip, not the registry's) rely on it (a tile waits
+/// only for tiles with smaller indexes, taken earlier from a counter). With FusedRaster::diagonal,
+/// consecutive indexes are tiles that do not wait for each other (except at a group's first and
+/// last diagonals), so that a tile's wait for its predecessors' hand-over (a fence and a flag
+/// through L2) overlaps other tiles' work instead of chaining: docs/fused.md, "Determinism".
 XL_HD inline FusedTile fused_backward_tile(std::int64_t b, std::int64_t MB, std::int64_t VB,
                                            std::int64_t group, FusedRaster raster) {
   const std::int64_t per_group = group * VB;

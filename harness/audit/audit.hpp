@@ -92,9 +92,10 @@ struct AuditConfig {
   double baseline_max_macs = 0x1p32;
   /// SM count of the GPU (0 = none): the CPU emulation of fused models that device's launch.
   int device_sms = 0;
-  /// Token rows per chunk of chunked and checkpointed (RunRequest::chunk_tokens; naive and fused
-  /// do not chunk tokens and ignore it); 0 = their default. Must be ≥ 0. The bounds hold for
-  /// any chunk width (bounds_for_reference takes the worst case, one chunk per token row).
+  /// Token rows per chunk of chunked and checkpointed, and per token group of fused's backward
+  /// (RunRequest::chunk_tokens; naive does not chunk tokens and ignores it); 0 = their default.
+  /// Must be ≥ 0. The bounds hold for any chunk width (bounds_for_reference takes the worst case,
+  /// one chunk per token row).
   std::int64_t chunk_tokens = 0;
   /// Vocabulary-parallel ranks P of the strategies that shard the vocabulary
   /// (StrategyTraits::shards_vocabulary: vocab_parallel; RunRequest::ranks); the others ignore

@@ -249,7 +249,8 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], std::uint64_t de
 /// it (one K block of one tile), consumer warpgroups c (rows 64c … 64c + 63) drain it with four
 /// wgmma m64n256k16 each, keep one wgmma group in flight, and release a stage one K block later.
 /// smem must be 1024-byte aligned (the swizzle); full and empty are kStages mbarriers each. The
-/// fused forward takes 4 stages (WgmmaRing); its backward 3, to leave room for its dz tile.
+/// fused forward and the staged backward's dz kernel take 4 stages (WgmmaRing); the on-chip
+/// backward 3, to leave room for its dz tile.
 template <int kStagesT>
 struct WgmmaRingT {
   static constexpr int kBK = 64, kStages = kStagesT;

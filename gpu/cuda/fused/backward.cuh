@@ -1,9 +1,12 @@
 #pragma once
-// The fused strategy's backward (launch.cuh): 3. per (token block, vocabulary block) tile the
-// logits recomputed, dz formed in shared memory, then dH += dz·W and dW += dzᵀ·H on tensor cores
-// with fp32 additions in a fixed order, and db. Two kernels — mma.sync (every device) and wgmma
-// with TMA (sm_90a) — launched by launch_fused_backward (backward.cu). One configuration: the
-// timing-only variants measured against it are a lab copy (lab/probes/fused_variants/, timed by
+// The fused strategy's backwards (launch.cuh, 3.; fused.hpp FusedBackward). On-chip (sections 3
+// to 3b): per (token block, vocabulary block) tile the logits recomputed, dz formed in shared
+// memory, then dH += dz·W and dW += dzᵀ·H on tensor cores with fp32 additions in a fixed order,
+// and db; launched by launch_fused_backward. Staged, the registry's (section 3c): per token group
+// the logits recomputed and dz written into a stage, whose gradient GEMMs are cuBLAS's
+// (strategy.cu); launched by launch_fused_dz. Each has two kernels, mma.sync (every device) and
+// wgmma with TMA (sm_90a); both launches are in backward.cu. One configuration: the timing-only
+// variants of the on-chip backward are a lab copy (lab/probes/fused_variants/, timed by
 // lab/probes/fused_breakdown.cu; docs/fused.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
