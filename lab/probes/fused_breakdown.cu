@@ -1,8 +1,11 @@
 // fused_breakdown: where the fused strategy's time goes (docs/fused.md, "What limits it").
 // Times CudaStrategy::forward_backward of
-//   fused                 forward only, and forward + backward (the real strategy), each also
-//                         with the mma.sync kernels forced (FusedKernelPath::mma_sync,
-//                         gpu/cuda/fused/fused.hpp);
+//   fused                 forward only, and forward + backward (the registry's strategy: the
+//                         staged backward), each also with the mma.sync kernels forced
+//                         (FusedKernelPath::mma_sync, gpu/cuda/fused/fused.hpp);
+//   fused on-chip         forward + backward with the on-chip backward (FusedBackward::on_chip:
+//                         ordered additions), the baseline of the variants below, also with the
+//                         mma.sync kernels forced;
 //   fused-atomic          the backward FusedBackwardAtomic: the fp32 additions as atomics in a
 //                         scheduling-dependent order (the strategy's before they took turns);
 //   fused-consumer-handover  the backward FusedBackwardConsumerHandOver: the same ordered
@@ -29,10 +32,10 @@
 //   fused-group4, -16, -32  the backward rastered in groups of 4, 16 or 32 token blocks
 //                         (FusedBackwardGroup4 …; the strategy's wgmma backward takes 8);
 // and chunked for comparison. The variants (fused_variants/fused_variants.cuh) are template
-// parameters of a lab copy of the backward kernels (fused_variants/backward_variants.cuh; the
-// shipped gpu/cuda/fused/backward.cuh keeps the strategy's configuration alone), plugged into the
-// strategy through make_cuda_fused_variant; their gradients are wrong by construction or differ in
-// reduction order: timing only.
+// parameters of a lab copy of the on-chip backward's kernels (fused_variants/
+// backward_variants.cuh; the shipped gpu/cuda/fused/backward.cuh keeps the strategy's
+// configuration alone), plugged into the strategy through make_cuda_fused_variant; their gradients
+// are wrong by construction or differ in reduction order: timing only.
 // Inputs as xentlab bench (harness/bench/timing.hpp): H ~ N(0,1), W ~ N(0, 1/64²) in bf16,
 // uniform targets, reduction mean, recipe bf16/bf16/fp32/bf16; median of `repeats` after one
 // warm-up, the entries interleaved round by round (bench::time_interleaved).
@@ -101,6 +104,9 @@ int main(int argc, char** argv) {
   };
   entries.push_back({"fused forward only", registered("fused"), true});
   entries.push_back({"fused", registered("fused"), false});
+  entries.push_back(
+      {"fused on-chip",
+       gpu::make_cuda_fused(gpu::FusedKernelPath::automatic, gpu::FusedBackward::on_chip), false});
   variant_entry("fused-atomic", fused_with_backward<fv::FusedBackwardAtomic>());
   variant_entry("fused-consumer-handover",
                 fused_with_backward<fv::FusedBackwardConsumerHandOver>());
@@ -122,6 +128,9 @@ int main(int argc, char** argv) {
       {"fused, mma.sync", gpu::make_cuda_fused(gpu::FusedKernelPath::mma_sync), false});
   entries.push_back(
       {"fused forward, mma.sync", gpu::make_cuda_fused(gpu::FusedKernelPath::mma_sync), true});
+  entries.push_back(
+      {"fused on-chip, mma.sync",
+       gpu::make_cuda_fused(gpu::FusedKernelPath::mma_sync, gpu::FusedBackward::on_chip), false});
   entries.push_back({"chunked", registered("chunked"), false});
   if (const char* only = std::getenv("XL_BREAKDOWN_ONLY"); only != nullptr && *only != '\0') {
     const std::string list = "," + std::string(only) + ",";
