@@ -20,8 +20,10 @@ enum class FusedKernelPath {
 enum class FusedBackward {
   /// The registry's: per token group (gpu/plans/fused_plan.hpp fused_group_rows) a kernel
   /// recomputes the logits and writes dz (logits dtype) into a stage of rows × V, and cuBLAS sums
-  /// the gradients (dH rows = dz·W, dW += dzᵀ·H, in increasing group). Extra memory: the stage
-  /// (192 MiB by default) besides the forward's row states.
+  /// the gradients (dH rows = dz·W, dW += dzᵀ·H, in increasing group). Extra memory besides the
+  /// forward's row states: the stage (192 MiB by default), the cuBLAS workspace and chunked's
+  /// buffers (gpu/cuda/steps.cuh plan_workspace: with several groups an fp32 V·D dW accumulator
+  /// unless grad and accum are fp32, and a second V·D fp32 buffer with a 16-bit accum).
   staged,
   /// dz never leaves the chip: per (token block, vocabulary tile) the gradient GEMMs run on the
   /// tile's dz and add into fp32 accumulators in a fixed order (order flags in global memory).
