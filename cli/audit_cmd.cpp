@@ -671,8 +671,8 @@ void register_audit(CLI::App& app) {
       {LossOption::reduction, LossOption::label_smoothing, LossOption::z_loss, LossOption::softcap,
        LossOption::logit_scale, LossOption::normalizer, LossOption::upstream});
   c->add_option("--chunk-tokens", a->chunk_tokens,
-                "token rows per chunk of chunked and checkpointed (0 = their default; naive and "
-                "fused do not chunk tokens)")
+                "token rows per chunk of chunked and checkpointed, and per token group of "
+                "fused's backward (0 = their default; naive does not chunk tokens)")
       ->check(non_negative())
       ->capture_default_str();
   auto* ranks = c->add_option("--ranks", a->ranks,

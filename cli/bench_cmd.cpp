@@ -191,11 +191,13 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--memory-budget", a.memory_budget,
                   "extra device memory allowed per run, e.g. 4GiB, 512MiB or bytes; default each "
                   "strategy's own (chunked/checkpointed: 2 GiB; vocab_chunked: a 1 GiB logits "
-                  "slab; naive and fused: none); given, "
-                  "it also bounds --chunk-tokens (chunks that need more are does-not-fit rows)")
+                  "slab; fused: a 192 MiB dz stage of one token group; naive: none); given, it "
+                  "sizes fused's token groups and bounds --chunk-tokens (chunks that need more "
+                  "are does-not-fit rows)")
       ->check(non_empty());
   cmd->add_option("--chunk-tokens", a.chunk_tokens,
-                  "tokens per chunk of the chunked strategies (0 = from the budget)");
+                  "tokens per chunk of the chunked strategies, and per token group of fused "
+                  "(0 = from the budget)");
   cmd->add_option("--ranks", a.ranks,
                   "vocabulary-parallel ranks P of vocab_parallel (its shards: "
                   "docs/vocab_parallel.md), 1 to V; only with --strategies naming it. The bench "

@@ -190,7 +190,8 @@ void register_candidate(CLI::App& app) {
   c->add_option("--backend", a->backend, "cpu (the emulation) or cuda (the kernels)")
       ->capture_default_str();
   c->add_option("--chunk-tokens", a->chunk_tokens,
-                "tokens per chunk of chunked and checkpointed (0: the strategy's own)")
+                "tokens per chunk of chunked and checkpointed, or per token group of fused's "
+                "backward (0: the strategy's own)")
       ->capture_default_str();
   auto* ranks = c->add_option("--ranks", a->ranks,
                               "vocabulary-parallel ranks P of vocab_parallel (its shards: "
