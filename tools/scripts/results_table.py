@@ -160,14 +160,38 @@ def memory(r):
     return "—"
 
 
-def cell(r, naive):
+def run_of(r):
+    """What identifies the run a row comes from: one process, one command."""
+    return (r["tool"], r["command"], r["date"], r["time_utc"])
+
+
+def cell(r, naive, rows):
+    """A time and its × against naive: naive of the row's own run where that run timed it (a
+    bench row), else the latest naive; a bench row compared across runs is marked †."""
     if r is None:
         return "not measured"
     if not r["ms"]:
         return "out of memory" if "out of memory" in r["note"] else "did not run"
     ms = float(r["ms"])
-    if naive is not None and naive["ms"] and r["strategy"] != "naive":
-        return f"{ms:.2f} ms ({float(naive['ms']) / ms:.2f}×)"
+    if r["strategy"] == "naive":
+        return f"{ms:.2f} ms"
+    mark = ""
+    if r["tool"] == "xentlab-bench":
+        same = [
+            q
+            for q in rows
+            if q["strategy"] == "naive"
+            and q["N"] == r["N"]
+            and q["recipe"] == r["recipe"]
+            and run_of(q) == run_of(r)
+            and q["ms"]
+        ]
+        if same:
+            naive = same[-1]
+        else:
+            mark = "†"
+    if naive is not None and naive["ms"]:
+        return f"{ms:.2f} ms ({float(naive['ms']) / ms:.2f}×{mark})"
     return f"{ms:.2f} ms"
 
 
@@ -182,7 +206,7 @@ def table(rows):
         f"lab/results/strategies.csv); forward + backward medians, "
         f"recipe {RECIPE} (`xentlab bench`, interleaved; PyTorch and the peers: "
         f"`torch_baseline.py`, a process of its own, their × against naive across processes); "
-        f"× = throughput vs naive.*",
+        f"× = throughput vs naive of the same run († of another run).*",
         "",
         "| strategy | backends | recipes | deterministic | N = 8192 | N = 131072 | "
         "peak extra memory at 131072 |",
@@ -191,7 +215,7 @@ def table(rows):
     for key, name, backends, recipes, det in STRATEGIES:
         cells = []
         for n in SIZES:
-            cells.append(cell(best.get((key, n)), best.get(("naive", n))))
+            cells.append(cell(best.get((key, n)), best.get(("naive", n)), rows))
         mem = memory(best.get((key, SIZES[-1])))
         row = [name, backends, recipes, det, cells[0], cells[1], mem]
         lines.append("| " + " | ".join(row) + " |")

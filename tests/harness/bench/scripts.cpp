@@ -162,6 +162,21 @@ TEST_F(ResultsTable, OneCard) {
   EXPECT_TRUE(contains(r.output, "| 50.00 ms (0.80×) |")) << r.output;
 }
 
+// A bench row's × is against naive of its own run (same command and start), not a later naive;
+// a bench row whose run timed no naive is compared with the latest naive and marked †.
+TEST_F(ResultsTable, BenchRatiosAreWithinOneRun) {
+  std::string other =
+      row("01", "11:00", "H100", "xentlab-bench", "8192", kRecipe, "chunked", "50.00");
+  other.replace(other.find(",cmd,"), 5, ",cmd2,");
+  const Ran r = table(
+      {row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "40.00"),
+       row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "fused", "80.00"),
+       row("01", "12:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "20.00"), other});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "| 80.00 ms (0.50×) |")) << r.output;   // its run's 40 ms
+  EXPECT_TRUE(contains(r.output, "| 50.00 ms (0.40×†) |")) << r.output;  // the latest 20 ms
+}
+
 // Rows of two cards: the table is the card of the newest bench row it shows (recipe
 // bf16/bf16/fp32/fp32 at N = 8192 or 131072), with none of the other card's rows, not even a
 // newer PyTorch one; a newer bench row of another recipe and size does not change the card.
