@@ -125,14 +125,18 @@ TEST(GpuStrategies, FusedSharedCasesLinearBf16) {
       SCOPED_TRACE(describe(c, r, "fused", 0));
       // One token group of all N rows: the plan's default for these shapes (N·V·2 bytes under
       // the stage's kFusedStageBytes), and one chunk for the bounds.
-      check_run(c, ref, *fused, r, c.pb.N);
+      // C07's dH is exactly 0 (a constant W column): all of its error is rounding, whose size
+      // depends on the order of the sum over V. The staged backward's dH is cuBLAS's sum, in an
+      // order the emulation does not know (it sums sequentially; cuBLAS's is undocumented):
+      // measured on the H100 with one-row groups, 2.6× the emulation's error, within the bound.
+      // So C07's dH is held to the bound alone, for fused and for chunked (the same cuBLAS sum).
+      const bool c07 = c.name.rfind("C07", 0) == 0;
+      check_run(c, ref, *fused, r, c.pb.N, 0, nullptr, 0, !c07);
       if (sm90 && wgmma_case && fused->can_implement(c.pb, c.spec, r).ok()) {
         EXPECT_EQ(fused_kernels_of_last_run(*fused), "wgmma/wgmma");
       }
-      // Chunked's backward is the same cuBLAS GEMMs over the same dz, judged by the same twin
-      // model of them: whether a gap on C07 (dH = 0 exactly, all of its error rounding) is the
-      // staged backward's or the model's.
-      if (c.name.rfind("C07", 0) == 0) check_run(c, ref, *chunked, r, c.pb.N);
+      // Chunked's backward: the same cuBLAS GEMMs over the same dz, under the same model.
+      if (c07) check_run(c, ref, *chunked, r, c.pb.N, 0, nullptr, 0, false);
     }
   }
 }

@@ -143,9 +143,12 @@ inline std::unique_ptr<Strategy> emulated_twin(const std::string& strategy) {
 /// `ranks`: RunRequest::ranks (vocab_parallel; the other strategies ignore it). `twin`: the CPU
 /// emulation to compare with when s is not a strategy of the table (a baseline model); null: s's
 /// registry row's. `vocab_splits`: RunRequest::vocab_splits (vocab_chunked; others ignore it).
+/// `twin_judges_dH` false: dH is held to the bound only, not to the emulation's error (for a dH
+/// that is cuBLAS's sum over V where its value is exactly 0, all of its error rounding in an order
+/// the emulation does not know; the caller says why), and the test log gives both errors.
 inline void check_run(const Case& c, const ReferenceResult& ref, const Strategy& s, const Recipe& r,
                       std::int64_t chunk, int ranks = 0, const Strategy* twin = nullptr,
-                      std::int64_t vocab_splits = 0) {
+                      std::int64_t vocab_splits = 0, bool twin_judges_dH = true) {
   const std::string ctx =
       describe(c, r, s.name(), chunk) + (ranks > 0 ? " ranks " + std::to_string(ranks) : "");
   const Status st = s.can_implement(c.pb, c.spec, r);
@@ -220,6 +223,12 @@ inline void check_run(const Case& c, const ReferenceResult& ref, const Strategy&
   for (const auto& m : models) base.push_back(&m);
   RunAssessment passed = a;
   passed.verdict = Verdict{};  // the bound's verdict is checked above; here the baseline's alone
+  if (!twin_judges_dH && a.has_dH) {
+    std::cout << "[ note ] " << ctx << ": dH normwise error " << a.dH.normwise_rel_err
+              << ", its CPU emulation's " << ea.dH.normwise_rel_err
+              << " (bound only, not the baseline)\n";
+    passed.dH = ea.dH;  // the baseline judges the other outputs
+  }
   const Verdict v = judge_against_emulation(passed, base, r.name());
   EXPECT_EQ(v.disposition, Disposition::passed)
       << ctx << ": " << v.output << " vs its CPU-emulated baseline: " << v.reason;
