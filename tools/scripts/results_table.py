@@ -77,6 +77,7 @@ COLUMNS = [
     "gpu",
     "driver",
     "tool",
+    "command",
     "N",
     "recipe",
     "strategy",
@@ -180,10 +181,10 @@ def cell(r, naive, rows):
         same = [
             q
             for q in rows
-            if q["strategy"] == "naive"
-            and q["N"] == r["N"]
+            if run_of(q) == run_of(r)
+            and q["strategy"] == "naive"
+            and int(q["N"]) == int(r["N"])
             and q["recipe"] == r["recipe"]
-            and run_of(q) == run_of(r)
             and q["ms"]
         ]
         if same:
