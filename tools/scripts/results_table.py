@@ -162,8 +162,9 @@ def memory(r):
 
 
 def run_of(r):
-    """What identifies the run a row comes from: one process, one command."""
-    return (r["tool"], r["command"], r["date"], r["time_utc"])
+    """What identifies the run a row comes from: one process, one command, on one card (two
+    cards can start the same command in the same minute)."""
+    return (r["tool"], r["command"], r["date"], r["time_utc"], r["gpu"])
 
 
 def cell(r, naive, rows):

@@ -177,6 +177,18 @@ TEST_F(ResultsTable, BenchRatiosAreWithinOneRun) {
   EXPECT_TRUE(contains(r.output, "| 50.00 ms (0.40×†) |")) << r.output;  // the latest 20 ms
 }
 
+// The same command started in the same minute on two cards is two runs: the table's card's bench
+// row is compared with its own card's naive, never the other card's.
+TEST_F(ResultsTable, SameRunIsOneCard) {
+  const Ran r =
+      table({row("01", "10:00", "H200", "xentlab-bench", "8192", kRecipe, "naive", "40.00"),
+             row("01", "10:00", "H200", "xentlab-bench", "8192", kRecipe, "fused", "80.00"),
+             row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "20.00")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_TRUE(contains(r.output, "Measured on H200 (driver 580)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| 80.00 ms (0.50×) |")) << r.output;  // H200's 40 ms
+}
+
 // N is matched as a number, as the table's columns take it: a naive row whose N field reads
 // " 8192" (which the CSV's number check accepts) is the same run's naive, no †.
 TEST_F(ResultsTable, SameRunNaiveMatchesNAsANumber) {
