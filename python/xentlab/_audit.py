@@ -74,10 +74,11 @@ def audit(
     datasets: catalog names, problem files or :class:`Problem` objects; strategies and recipes
     (default: every registered strategy, the default grid); rows / vocab_rows: the sub-batch;
     out: also write the results HDF5 file (docs/audit.md; an existing file only with force or
-    append). chunk_tokens: token rows per chunk of chunked and checkpointed (0 = their default;
-    ``--chunk-tokens``); upstream: "ones" or "random", the upstream gradient of problems with
-    reduction "none" (``--upstream``); both recorded per run. ranks: the vocabulary-parallel
-    ranks P of vocab_parallel (``--ranks``: 1 to every problem's V), local_strategy: the strategy
+    append). chunk_tokens: token rows per chunk of chunked and checkpointed, and per token group
+    of fused's backward (0 = their default; ``--chunk-tokens``); upstream: "ones" or "random",
+    the upstream gradient of problems with reduction "none" (``--upstream``); both recorded per
+    run. ranks: the vocabulary-parallel ranks P of vocab_parallel (``--ranks``: 1 to every
+    problem's V), local_strategy: the strategy
     each of its ranks runs over its shard ("naive", "chunked", "checkpointed" or "fused";
     ``--local-strategy``, default "chunked"); given, ``strategies`` must name vocab_parallel
     (InputError otherwise, as the command), and its runs record ``ranks`` and ``local_strategy``.

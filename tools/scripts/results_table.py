@@ -77,6 +77,7 @@ COLUMNS = [
     "gpu",
     "driver",
     "tool",
+    "command",
     "N",
     "recipe",
     "strategy",
@@ -161,8 +162,9 @@ def memory(r):
 
 
 def run_of(r):
-    """What identifies the run a row comes from: one process, one command."""
-    return (r["tool"], r["command"], r["date"], r["time_utc"])
+    """What identifies the run a row comes from: one process, one command, on one card (two
+    cards can start the same command in the same minute)."""
+    return (r["tool"], r["command"], r["date"], r["time_utc"], r["gpu"])
 
 
 def cell(r, naive, rows):
@@ -180,10 +182,10 @@ def cell(r, naive, rows):
         same = [
             q
             for q in rows
-            if q["strategy"] == "naive"
-            and q["N"] == r["N"]
+            if run_of(q) == run_of(r)
+            and q["strategy"] == "naive"
+            and int(q["N"]) == int(r["N"])
             and q["recipe"] == r["recipe"]
-            and run_of(q) == run_of(r)
             and q["ms"]
         ]
         if same:

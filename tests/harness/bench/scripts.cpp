@@ -177,6 +177,31 @@ TEST_F(ResultsTable, BenchRatiosAreWithinOneRun) {
   EXPECT_TRUE(contains(r.output, "| 50.00 ms (0.40×†) |")) << r.output;  // the latest 20 ms
 }
 
+// The same command started in the same minute on two cards is two runs: the table's card's bench
+// row is compared with its own card's naive, never the other card's.
+TEST_F(ResultsTable, SameRunIsOneCard) {
+  const Ran r =
+      table({row("01", "10:00", "H200", "xentlab-bench", "8192", kRecipe, "naive", "40.00"),
+             row("01", "10:00", "H200", "xentlab-bench", "8192", kRecipe, "fused", "80.00"),
+             row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "20.00")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_TRUE(contains(r.output, "Measured on H200 (driver 580)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "| 80.00 ms (0.50×) |")) << r.output;  // H200's 40 ms
+}
+
+// N is matched as a number, as the table's columns take it: a naive row whose N field reads
+// " 8192" (which the CSV's number check accepts) is the same run's naive, no †.
+TEST_F(ResultsTable, SameRunNaiveMatchesNAsANumber) {
+  std::string naive =
+      row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "40.00");
+  naive.replace(naive.find(",8192,"), 6, ", 8192,");
+  const Ran r =
+      table({naive, row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "fused", "80.00"),
+             row("01", "12:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "20.00")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "| 80.00 ms (0.50×) |")) << r.output;  // its run's 40 ms, no †
+}
+
 // Rows of two cards: the table is the card of the newest bench row it shows (recipe
 // bf16/bf16/fp32/fp32 at N = 8192 or 131072), with none of the other card's rows, not even a
 // newer PyTorch one; a newer bench row of another recipe and size does not change the card.
@@ -227,6 +252,21 @@ TEST_F(ResultsTable, NothingToTabulateOrMalformedRowsExit2) {
   EXPECT_EQ(foreign.status, 2) << foreign.output;
   EXPECT_TRUE(contains(foreign.output, "its header has no column date, time_utc"))
       << foreign.output;
+  // A header without the command column (which tells one run's rows from another's) is refused
+  // the same way, not a KeyError traceback whose exit 1 --check would read as a stale table.
+  std::ofstream(path("nocmd.csv"))
+      << "date,time_utc,commit,gpu,driver,tool,N,V,D,recipe,strategy,ms,peak_extra_bytes,"
+         "peak_extra_gib,note\n"
+      << day("01") << ",10:00,abc1234,H100,580,xentlab-bench,8192,128256,4096," << kRecipe
+      << ",fused,80.00,1024,,\n";
+  for (const char* mode : {"", " --check"}) {
+    const Ran r = testing::run_shell(
+        "python3 " + shell_quote(std::string(XL_SOURCE_DIR) + "/tools/scripts/results_table.py") +
+        " --results " + shell_quote(path("nocmd.csv")) + mode);
+    EXPECT_EQ(r.status, 2) << mode << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "nocmd.csv: its header has no column command")) << r.output;
+    EXPECT_FALSE(contains(r.output, "Traceback")) << r.output;
+  }
 }
 
 }  // namespace
