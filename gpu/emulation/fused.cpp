@@ -50,7 +50,7 @@ void fused_merge(FusedState& a, const FusedState& b, DType A) {
 // The row's state through the kernel's decomposition (gpu/plans/fused_plan.hpp): per vocabulary
 // range, kFusedRowThreads threads per row each fold their kFusedThreadColumns columns of every tile
 // of the range (column n0 + (T/W)·w + 8·j + 2·q + e for warp w < W = kFusedRowWarps, lane-in-quad
-// q, j < T/(8W), e < 2, in that order; today 16 threads of 8 columns) into an online state; the
+// q, j < T/(8W), e < 2, in that order; today 4 threads of 64 columns) into an online state; the
 // quad merges (q ⊕ q^1, then ⊕ q^2, lower lane first), then the W warps in order; the ranges'
 // states are merged pairwise (binary-counter stack, older first), as the finalize kernel does.
 // Columns past V are −inf (nothing added). V = n: the row, or a rank's shard of it (vocab_parallel
@@ -132,10 +132,9 @@ class FusedEmulation final : public ChunkedEmulation {
   DeclaredArithmetic arithmetic(const Recipe& r) const override {
     DeclaredArithmetic a = gpu::fused_declared_arithmetic();
     a.note = fmt::format(
-        "cpu-emulation fused: the kernel's online (max,sum) states (8 columns per thread and "
-        "tile, quad, warps, vocabulary ranges pairwise), accum {}; gradients per token group as "
-        "chunked",
-        to_string(r.accum));
+        "cpu-emulation fused: the kernel's online (max,sum) states ({} columns per thread and "
+        "tile, quad, vocabulary ranges pairwise), accum {}; gradients per token group as chunked",
+        gpu::kFusedThreadColumns, to_string(r.accum));
     return a;
   }
 
