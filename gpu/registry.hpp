@@ -51,8 +51,9 @@ struct StrategyTraits {
   bool splits_vocabulary = false;
   /// Issues its GEMMs as cuBLAS calls apart from its loss kernels, so that the bench can time them
   /// alone (`xentlab bench --gemms-alone`; the CUDA strategy honours DeviceRun::gemms_only on a
-  /// linear problem, gpu/cuda/steps.cuh). False for fused (the GEMMs and the loss in one kernel)
-  /// and vocab_parallel.
+  /// linear problem, gpu/cuda/steps.cuh). False for fused (its logits GEMMs, forward and
+  /// recompute, are one kernel with the loss; only its gradient GEMMs are cuBLAS calls) and
+  /// vocab_parallel.
   bool gemms_apart = false;
 };
 
