@@ -178,8 +178,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--hidden,-D", a.hidden, "hidden size D");
   cmd->add_option(
          "--preset", a.preset,
-         "named configuration: llama3-8b-128k (N=131072 V=128256 D=4096, bf16, chunks of "
-         "8192 tokens, with the quoted table beside the measured one); flags given too win")
+         "named configuration: llama3-8b-128k (N=131072 V=128256 D=4096, bf16, chunks and fused's "
+         "token groups of 8192 tokens, with the quoted table beside the measured one); flags given "
+         "too win")
       ->check(non_empty());
   cmd->add_option("--recipes", a.recipes,
                   std::string("recipes input/logits/accum/grad (comma list); default ") +

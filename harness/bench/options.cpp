@@ -33,7 +33,8 @@ const std::vector<Preset>& presets() {
     l.name = "llama3-8b-128k";
     l.description =
         "Llama-3-8B's LM head (V = 128256, D = 4096) at a 128K-token context (N = 131072), bf16 "
-        "inputs, every registered strategy; chunked and checkpointed with 8K-token chunks";
+        "inputs, every registered strategy; chunked and checkpointed with 8K-token chunks, fused "
+        "with 8K-token groups";
     l.N = 131072;
     l.V = 128256;
     l.D = 4096;
