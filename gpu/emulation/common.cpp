@@ -107,12 +107,10 @@ void block_linear_logits(const Ctx& c, const float* Hs, std::int64_t R, float* Z
   }
 }
 
-// §8's vocabulary ranges of a run: per rank (one rank over [0, V) when the run is not sharded) its
-// entries [begin, end) and the begins of the strategy's dH ranges in them (absolute; empty: one
-// sum over the rank's entries).
+// §8's vocabulary entries of one rank (one rank over [0, V) when the run is not sharded):
+// [begin, end), one fp32 sum over them.
 struct DHShard {
   std::int64_t begin = 0, end = 0;
-  std::vector<std::int64_t> ranges;
 };
 
 // An (R, k0..k1) block of fp32 sums: element (r, k) at p[r·ld + k − off].
@@ -122,10 +120,8 @@ struct SumBlock {
   float& at(std::int64_t r, std::int64_t k) const { return p[r * ld + k - off]; }
 };
 
-// §8 dH = dz·W for a block of R rows: fp32 with exact products, per (r, k) sequential over j —
-// over each rank's entries (one fp32 sum), or within each of its ranges into a fresh fp32 partial
-// then added to the rank's running sum in range order (fused: the kernel's per-tile tensor-core
-// sums added into its fp32 dH accumulator). Without `rank_sums` the one rank's sums go straight
+// §8 dH = dz·W for a block of R rows: fp32 with exact products, per (r, k) sequential over j over
+// each rank's entries (one fp32 sum). Without `rank_sums` the one rank's sums go straight
 // into acc; with it (vocab_parallel) each rank's sum is a fresh fp32 partial, and the partials are
 // added into acc in rank order (the first one copied: with one rank acc is that rank's sum, bit for
 // bit the unsharded one). The hidden dimension is split over threads; each reads its slice of
@@ -140,13 +136,10 @@ void block_dH(const Ctx& c, const float* dz, std::int64_t R, float* acc, bool pa
   constexpr std::int64_t kMinWidth = 64;
   const std::int64_t slices = par ? std::clamp<std::int64_t>(D / kMinWidth, 1, 64) : 1;
   const std::int64_t width = (D + slices - 1) / slices;
-  bool ranges = false;
-  for (const DHShard& sh : plan) ranges = ranges || !sh.ranges.empty();
 #pragma omp parallel if (par)
   {
     std::vector<double> wbuf(static_cast<std::size_t>(width));
     std::vector<float> w(static_cast<std::size_t>(width));
-    std::vector<float> part(ranges ? static_cast<std::size_t>(R * width) : 0);
     std::vector<float> rank(rank_sums ? static_cast<std::size_t>(R * width) : 0);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t sl = 0; sl < slices; ++sl) {
@@ -173,18 +166,12 @@ void block_dH(const Ctx& c, const float* dz, std::int64_t R, float* acc, bool pa
           }
         }
       };
-      const SumBlock out{acc, D, 0}, pt{part.data(), width, k0}, rb{rank.data(), width, k0};
+      const SumBlock out{acc, D, 0}, rb{rank.data(), width, k0};
       for (std::size_t g = 0; g < plan.size(); ++g) {
         const DHShard& sh = plan[g];
         const SumBlock& sum = rank_sums ? rb : out;
         if (rank_sums) each([&](std::int64_t r, std::int64_t k) { sum.at(r, k) = 0.0f; });
-        if (sh.ranges.empty()) sum_into(sh.begin, sh.end, sum);
-        for (std::size_t q = 0; q < sh.ranges.size(); ++q) {
-          const std::int64_t j1 = q + 1 < sh.ranges.size() ? sh.ranges[q + 1] : sh.end;
-          each([&](std::int64_t r, std::int64_t k) { pt.at(r, k) = 0.0f; });
-          sum_into(sh.ranges[q], j1, pt);
-          each([&](std::int64_t r, std::int64_t k) { sum.at(r, k) += pt.at(r, k); });
-        }
+        sum_into(sh.begin, sh.end, sum);
         if (rank_sums)
           each([&](std::int64_t r, std::int64_t k) {
             out.at(r, k) = g == 0 ? sum.at(r, k) : out.at(r, k) + sum.at(r, k);
@@ -544,17 +531,12 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
 
 namespace {
 
-// §8's ranges of a run: one rank over [0, V), or the shards of c.shards, each with the strategy's
-// dH ranges in it (`begins(n)`: relative to the rank's first entry).
-template <class Begins>
-std::vector<DHShard> dH_plan(const Ctx& c, Begins&& begins) {
+// §8's ranks of a run: one over [0, V), or the shards of c.shards.
+std::vector<DHShard> dH_plan(const Ctx& c) {
   std::vector<DHShard> plan;
   const std::vector<VocabShard> whole{{0, c.V}};
-  for (const VocabShard& sh : c.shards.empty() ? whole : c.shards) {
-    DHShard d{sh.begin, sh.end, begins(sh.size())};
-    for (std::int64_t& j : d.ranges) j += sh.begin;
-    plan.push_back(std::move(d));
-  }
+  for (const VocabShard& sh : c.shards.empty() ? whole : c.shards)
+    plan.push_back({sh.begin, sh.end});
   return plan;
 }
 
@@ -598,8 +580,7 @@ StrategyOutputs EmulatedStrategy::run_engine(const RunRequest& req, const Declar
   TokenRows tr(req, std::move(rows), n_valid);
 
   const bool grads = req.want_grads;
-  const std::vector<DHShard> dH_ranges =
-      dH_plan(c, [&](std::int64_t n) { return dH_vocab_begins(c, n); });
+  const std::vector<DHShard> dH_ranges = dH_plan(c);
   const std::int64_t threads = omp_get_max_threads();
   // Rows are processed in blocks of the strategy's size (block_rows; a rank's, over its shard of
   // at most ⌈V/P⌉ entries, when sharded); each block's dW and db are added into the accumulators

@@ -134,15 +134,6 @@ class EmulatedStrategy : public Strategy {
   /// Token rows whose logits (then dz) the engine holds at once, ≥ 1 (clamped to the S rows): the
   /// unit of the strategy's dW/db accumulation (add_block_grads).
   virtual std::int64_t block_rows(const RunRequest& req, std::int64_t V, std::int64_t S) const = 0;
-  /// §8 dH = dz·W over n vocabulary entries (the row, or a rank's shard): empty for one fp32 GEMM
-  /// over all n straight into the dH accumulator; otherwise the begins, relative to the first
-  /// entry, of contiguous ranges (ascending, the first 0, the last range ending at n) whose fp32
-  /// partial sums are added into the fp32 accumulator range by range, in this order (no emulated
-  /// strategy overrides it: fused's staged backward sums dH as chunked does).
-  virtual std::vector<std::int64_t> dH_vocab_begins(const EngineContext&, std::int64_t n) const {
-    (void)n;
-    return {};
-  }
   /// §8 dW += dzᵀ·H (and db += Σ_rows dz) of one block, in this strategy's order.
   virtual void add_block_grads(const BlockGrads& b) const = 0;
   /// §1: 0 for the IEEE fp32 logits GEMM every strategy emulates; B > 0 for the tensor-core
