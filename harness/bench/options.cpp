@@ -25,6 +25,13 @@ std::int64_t checked_product(std::int64_t a, std::int64_t b, const char* what) {
   return a * b;
 }
 
+/// Whether `named` holds any of `wanted`.
+bool names_any(const std::vector<std::string>& named, const std::vector<std::string>& wanted) {
+  return std::any_of(named.begin(), named.end(), [&](const std::string& s) {
+    return std::find(wanted.begin(), wanted.end(), s) != wanted.end();
+  });
+}
+
 }  // namespace
 
 const std::vector<Preset>& presets() {
@@ -162,10 +169,7 @@ BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>&
     const std::int64_t P = *a.vocab_splits;
     if (P < 1 || P > o.V)
       throw InputError(fmt::format("--vocab-splits must be 1 to V = {} (--vocab), got {}", o.V, P));
-    bool named = false;
-    for (const std::string& s : o.strategies)
-      named = named || std::find(splitting.begin(), splitting.end(), s) != splitting.end();
-    if (!named)
+    if (!names_any(o.strategies, splitting))
       throw InputError(fmt::format(
           "--vocab-splits {} applies to the strategies that split the vocabulary ({}), and "
           "--strategies names none (e.g. --strategies {} --vocab-splits {})",
@@ -175,10 +179,7 @@ BenchOptions resolve_options(const BenchArgs& a, const std::vector<std::string>&
   if (a.gemms_alone && !o.strategies.empty()) {
     // Without --strategies the default set runs, naive among it; named, one of them must issue its
     // GEMMs apart, else the option would time nothing without a word.
-    bool named = false;
-    for (const std::string& s : o.strategies)
-      named = named || std::find(gemms_apart.begin(), gemms_apart.end(), s) != gemms_apart.end();
-    if (!named)
+    if (!names_any(o.strategies, gemms_apart))
       throw InputError(fmt::format(
           "--gemms-alone applies to the strategies whose GEMMs run apart from their loss kernels "
           "({}), and --strategies names none ({}: their GEMMs are not timed alone)",

@@ -74,12 +74,15 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
       const StrategyOutputs b = fused_mma->run(req);
       EXPECT_EQ(std::string(gpu::last_fused_kernels(*fused_mma).forward), "mma.sync") << ctx;
       EXPECT_EQ(std::string(gpu::last_fused_kernels(*fused_mma).backward), "mma.sync") << ctx;
-      EXPECT_TRUE(same_bits(a.dH, b.dH))
-          << ctx << ": dH differs between " << path << " and mma.sync";
-      EXPECT_TRUE(same_bits(a.dW, b.dW))
-          << ctx << ": dW differs between " << path << " and mma.sync";
-      EXPECT_TRUE(same_bits(a.db, b.db))
-          << ctx << ": db differs between " << path << " and mma.sync";
+      // The gradients of the two paths' runs x and y, bit for bit.
+      const auto same_gradients = [&](const StrategyOutputs& x, const StrategyOutputs& y,
+                                      const std::string& what) {
+        const std::string where = what + ": differs between " + path + " and mma.sync";
+        EXPECT_TRUE(same_bits(x.dH, y.dH)) << "dH, " << where;
+        EXPECT_TRUE(same_bits(x.dW, y.dW)) << "dW, " << where;
+        EXPECT_TRUE(same_bits(x.db, y.db)) << "db, " << where;
+      };
+      same_gradients(a, b, ctx);
       EXPECT_TRUE(same_bits(a.loss, b.loss))
           << ctx << ": loss differs between " << path << " and mma.sync";
       EXPECT_TRUE(same_bits(a.lse, b.lse))
@@ -90,12 +93,7 @@ TEST(GpuStrategies, FusedKernelPathsAgree) {
       RunRequest grouped = req;
       grouped.chunk_tokens = 100;
       const StrategyOutputs ag = fused->run(grouped), bg = fused_mma->run(grouped);
-      EXPECT_TRUE(same_bits(ag.dH, bg.dH))
-          << ctx << ", groups of 100: dH differs between " << path << " and mma.sync";
-      EXPECT_TRUE(same_bits(ag.dW, bg.dW))
-          << ctx << ", groups of 100: dW differs between " << path << " and mma.sync";
-      EXPECT_TRUE(same_bits(ag.db, bg.db))
-          << ctx << ", groups of 100: db differs between " << path << " and mma.sync";
+      same_gradients(ag, bg, ctx + ", groups of 100");
     }
   }
 }

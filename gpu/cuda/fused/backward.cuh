@@ -726,13 +726,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   __syncthreads();
   if (wg == kWgConsumers) {  // producer warpgroup
     setmaxnreg_dec<40>();
-    if (t == 0) {
-      int it = 0;
-      for (std::int64_t tile = t0; tile < t1; ++tile)
-        for (int kb = 0; kb < kblocks; ++kb, ++it)
-          ring.produce(it, &tm_h, &tm_w, kb * Ring::kBK, static_cast<int>(m0),
-                       static_cast<int>(tile * kFBN));
-    }
+    if (t == 0) produce_tiles(ring, &tm_h, &tm_w, m0, t0, t1, kblocks);
     return;
   }
   setmaxnreg_inc<232>();

@@ -188,6 +188,19 @@ static_assert(kFBN == kFusedVocabTile && kFusedRowWarps == 1 && kFusedThreadColu
               "the forward's fold: 4 threads per row of a 256-column tile, 64 columns each — the "
               "layout the CPU emulation folds (gpu/plans/fused_plan.hpp)");
 
+/// The producer thread of a wgmma kernel (forward, staged dz): the H and W boxes of every K block
+/// of the vocabulary tiles [t0, t1) of the token block at m0, tile after tile — the order in
+/// which the consumers' consume_tile takes them.
+__device__ __forceinline__ void produce_tiles(const Ring& ring, const CUtensorMap* tm_h,
+                                              const CUtensorMap* tm_w, std::int64_t m0,
+                                              std::int64_t t0, std::int64_t t1, int kblocks) {
+  int it = 0;
+  for (std::int64_t tile = t0; tile < t1; ++tile)
+    for (int kb = 0; kb < kblocks; ++kb, ++it)
+      ring.produce(it, tm_h, tm_w, kb * Ring::kBK, static_cast<int>(m0),
+                   static_cast<int>(tile * kFBN));
+}
+
 /// TMA maps of H (boxes of 64 × 128) and W (64 × 256) for the wgmma kernels.
 struct OperandMaps {
   CUtensorMap h, w;
