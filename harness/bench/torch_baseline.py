@@ -160,7 +160,7 @@ def repeat_differs(step, H, W):
     differ between them (empty: the variant repeats bit for bit on these inputs)."""
 
     def bits(x):
-        return x.detach().contiguous().view(torch.uint8)
+        return x.detach().contiguous().reshape(-1).view(torch.uint8)
 
     def once():
         H.grad = None
