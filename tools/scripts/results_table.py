@@ -46,7 +46,7 @@ STRATEGIES = [
     ("vocab_chunked", "vocab_chunked", "CPU, CUDA", "every recipe, linear heads", "yes"),
     ("pytorch-bf16", "PyTorch, bf16 throughout", "torch", "—", "—"),
     ("pytorch-fp32-upcast", "PyTorch, fp32 upcast", "torch", "—", "—"),
-    # The peers (torch_baseline.py); deterministic by their sources, not measured here.
+    # The peers (torch_baseline.py); deterministic by their sources, or as measured (determinism()).
     (
         "liger-flce",
         "Liger-Kernel fused linear CE",
@@ -197,6 +197,27 @@ def cell(r, naive, rows):
     return f"{ms:.2f} ms"
 
 
+def determinism(key, det, best):
+    """The deterministic cell: torch_baseline.py's repeat-run comparison where its latest row at a
+    size of the table made one ("repeat runs bit-identical" or "repeat runs differ in …" in the
+    note), else `det` (the registry's trait, or what a peer's source says)."""
+    seen = []
+    for n in SIZES:
+        r = best.get((key, n))
+        if r is None or r["tool"] != "torch_baseline":
+            continue
+        note = r["note"]
+        if "repeat runs bit-identical" in note:
+            seen.append(("yes", f"bit-identical on repeat at N = {n}"))
+        elif "repeat runs differ in " in note:
+            what = note.split("repeat runs differ in ", 1)[1].split(";")[0].strip()
+            seen.append(("no", f"{what} differ on repeat at N = {n}"))
+    if not seen:
+        return det
+    verdict = "no" if any(v == "no" for v, _ in seen) else "yes"
+    return f"{verdict}, measured ({'; '.join(w for _, w in seen)})"
+
+
 def table(rows):
     best = latest(rows)
     used = list(best.values())
@@ -219,7 +240,7 @@ def table(rows):
         for n in SIZES:
             cells.append(cell(best.get((key, n)), best.get(("naive", n)), rows))
         mem = memory(best.get((key, SIZES[-1])))
-        row = [name, backends, recipes, det, cells[0], cells[1], mem]
+        row = [name, backends, recipes, determinism(key, det, best), cells[0], cells[1], mem]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 

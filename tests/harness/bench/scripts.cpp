@@ -224,6 +224,31 @@ TEST_F(ResultsTable, TwoCardsAreNotMixed) {
     EXPECT_FALSE(contains(r.output, other)) << other << "\n" << r.output;
 }
 
+// A peer's deterministic cell is torch_baseline.py's repeat-run comparison where its row has one
+// ("no" when any size differed), else what its source says.
+TEST_F(ResultsTable, PeersDeterminismIsMeasuredWhereCompared) {
+  const auto peer = [&](const std::string& strategy, const std::string& N,
+                        const std::string& note) {
+    return row("01", "10:05", "H100", "torch_baseline", N, "", strategy, "50.00") + "\"" + note +
+           "\"";
+  };
+  const Ran r = table({
+      row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "40.00"),
+      peer("liger-flce", "8192", "torch 2.11; repeat runs bit-identical"),
+      peer("cce", "8192", "torch 2.11; repeat runs differ in dH, dW"),
+      peer("cce", "131072", "torch 2.11; repeat runs bit-identical"),
+      peer("cce-exact", "8192", "torch 2.11"),
+  });
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "| yes, measured (bit-identical on repeat at N = 8192) |"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "| no, measured (dH, dW differ on repeat at N = 8192; bit-identical on "
+                       "repeat at N = 131072) |"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "| by its source, no (spin-locked sums) |")) << r.output;
+}
+
 // No bench row to make a table of, a row whose number is not one, a file of something else: exit
 // 2 naming the cause (and the line), not a traceback.
 TEST_F(ResultsTable, NothingToTabulateOrMalformedRowsExit2) {
