@@ -11,9 +11,16 @@
 // vocab_chunked's split_row_stats (one kernel) gives launch_shard_row_max's and then
 // launch_shard_row_sums's bits with the split's own maximum, over the dtypes, accumulators, odd
 // and even split widths and column offsets, label smoothing, a softcap, and a row of −inf logits.
+//
+// The row sums follow the contract's order (docs/arithmetic.md §4: 256 per-thread partials over
+// groups of 8 in increasing j, every add rounded to the accumulator, then the tree t += t + s for
+// s = 128 … 1), bit for bit against a host loop of that order. Logits of 0 and −∞ make every
+// term exp(x − m) exactly 1 or 0 (no libm in the comparison); in bf16 and fp16 accumulators the
+// sums pass the dtypes' exact integers, so another pairing or order would round differently.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -268,6 +275,67 @@ TEST(GpuKernels, SplitRowStatsGiveTheShardKernelsBits) {
           ++compared;
         }
   EXPECT_EQ(compared, 36);
+}
+
+/// The contract's sum of `terms` (each already rounded to A): per-thread partials, then the tree.
+double contract_sum(const std::vector<double>& terms, DType a) {
+  constexpr int kThreads = 256, kGroup = 8;
+  const auto n = static_cast<std::int64_t>(terms.size());
+  std::vector<double> part(kThreads, 0.0);
+  for (int t = 0; t < kThreads; ++t)
+    for (std::int64_t j0 = std::int64_t{t} * kGroup; j0 < n; j0 += kThreads * kGroup)
+      for (std::int64_t j = j0; j < std::min(j0 + kGroup, n); ++j)
+        part[t] = round_to(part[t] + terms[j], a);
+  for (int s = kThreads / 2; s > 0; s /= 2)
+    for (int t = 0; t < s; ++t) part[t] = round_to(part[t] + part[t + s], a);
+  return part[0];
+}
+
+TEST(GpuKernels, RowSumsFollowTheContractsTree) {
+  if (!device().available) GTEST_SKIP() << device().reason;
+  const std::int64_t rows = 5;
+  std::mt19937_64 rng(2024);
+  int compared = 0, rounded = 0;
+  for (DType a : {DType::bf16, DType::fp16})
+    for (std::int64_t cols : {std::int64_t{4008}, std::int64_t{30011}, std::int64_t{65536}}) {
+      SCOPED_TRACE(std::string(to_string(a)) + " accumulator, " + std::to_string(cols) +
+                   " columns");
+      // Row i keeps a logit of 0 with probability (i + 1)/6 (else −∞); row 4 keeps none.
+      std::vector<float> z(static_cast<std::size_t>(rows * cols));
+      std::uniform_real_distribution<double> u(0.0, 1.0);
+      for (std::int64_t i = 0; i < rows; ++i)
+        for (std::int64_t j = 0; j < cols; ++j)
+          z[i * cols + j] = i < 4 && u(rng) < double(i + 1) / 6.0 ? 0.0f : -INFINITY;
+      std::vector<unsigned char> bytes(z.size() * 4);
+      std::memcpy(bytes.data(), z.data(), bytes.size());
+      const std::vector<std::int64_t> targets(rows, 0);
+      gpu::RowLossParams p;
+      p.V = cols;
+      p.accum = a;
+      for (const bool one_kernel : {true, false}) {
+        const SplitStats got = run_split_stats(DType::fp32, bytes, rows, gpu::ShardColumns{0, cols},
+                                               targets, p, one_kernel);
+        for (std::int64_t i = 0; i < rows; ++i) {
+          std::vector<double> terms(static_cast<std::size_t>(cols));
+          double count = 0;
+          for (std::int64_t j = 0; j < cols; ++j) {
+            terms[j] = z[i * cols + j] == 0.0f ? 1.0 : 0.0;
+            count += terms[j];
+          }
+          const double want = i < 4 ? contract_sum(terms, a) : 0.0;
+          std::uint16_t b = 0;
+          std::memcpy(&b, &got.sums[static_cast<std::size_t>(i) * 2], 2);
+          const double have = a == DType::bf16 ? bf16_bits_to_double(b) : fp16_bits_to_double(b);
+          EXPECT_EQ(have, want) << "row " << i << " (" << count << " ones, "
+                                << (one_kernel ? "split_row_stats" : "shard_row_sums") << ")";
+          EXPECT_EQ(got.m[i], i < 4 ? 0.0f : -INFINITY) << "maximum of row " << i;
+          if (want != count) ++rounded;
+          ++compared;
+        }
+      }
+    }
+  EXPECT_EQ(compared, 60);
+  EXPECT_GT(rounded, 20) << "too few sums rounded: the test would not see another order";
 }
 
 }  // namespace

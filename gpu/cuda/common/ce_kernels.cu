@@ -69,30 +69,48 @@ __device__ __forceinline__ void store8(T* row, std::int64_t j0, std::int64_t V, 
   }
 }
 
+/// The block's maximum, every thread gets it. fmaxf is exact and order-free (a NaN is skipped, as
+/// fmaxf does in any order), so the warps reduce by shuffles and one barrier joins their 8 maxima.
 __device__ __forceinline__ float block_max(float v, float* red) {
-  const int t = threadIdx.x;
-  red[t] = v;
+  static_assert(kThreads == 256, "the warp and tree steps below are written for 256 threads");
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
   __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (t < s) red[t] = fmaxf(red[t], red[t + s]);
-    __syncthreads();
-  }
-  const float r = red[0];
+  float r = red[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) r = fmaxf(r, red[w]);
   __syncthreads();
   return r;
 }
 
-/// The contract's tree over the 256 partials, each add rounded to A.
+/// The contract's tree over the 256 partials, each add rounded to A: at step s = 128, 64, …, 1,
+/// partial t < s becomes rnd_A(partial t + partial t + s). Steps 128, 64 and 32 pair partials of
+/// different warps through shared memory; steps 16 … 1 pair lanes of warp 0, whose lane t then
+/// holds partial t, by shuffles (__shfl_down_sync(v, s) is lane t + s's partial): the pairs and
+/// additions of a shared-memory tree, with 4 barriers instead of 9.
 template <class A>
-__device__ __forceinline__ float block_tree_sum(float v, float* red) {
+__device__ __forceinline__ float block_tree_sum(float v, float* red /* kThreads + 1 */) {
+  static_assert(kThreads == 256, "the steps below are written for 256 threads");
   const int t = threadIdx.x;
   red[t] = v;
   __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (t < s) red[t] = rnd<A>(__fadd_rn(red[t], red[t + s]));
-    __syncthreads();
+  // Partial t < s reads slot t + s (≥ s) and rewrites slot t (< s): no slot is both.
+  if (t < 128) red[t] = v = rnd<A>(__fadd_rn(v, red[t + 128]));
+  __syncthreads();
+  if (t < 64) red[t] = v = rnd<A>(__fadd_rn(v, red[t + 64]));
+  __syncthreads();
+  if (t < 32) {
+    v = rnd<A>(__fadd_rn(v, red[t + 32]));
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) {
+      const float other = __shfl_down_sync(0xffffffffu, v, s);
+      if (t < s) v = rnd<A>(__fadd_rn(v, other));
+    }
+    if (t == 0) red[kThreads] = v;  // the slot past the partials
   }
-  const float r = red[0];
+  __syncthreads();
+  const float r = red[kThreads];
   __syncthreads();
   return r;
 }
@@ -111,6 +129,12 @@ __device__ __forceinline__ float xform(float z, const RowLossParams& p, float& t
   } else {
     return transform(z, p, th);
   }
+}
+
+/// Whether the row kernels may take their plain path (the same bits with fewer instructions):
+/// scale 1, no softcap, label smoothing or z-loss, and tests have not asked for the general one.
+__device__ __forceinline__ bool plain_params(const RowLossParams& p) {
+  return !p.general_path && p.scale == 1.0f && !(p.softcap > 0.0f) && !p.smoothing && !p.zloss;
 }
 
 /// One row of ce_rows_kernel. Plain (scale 1, no softcap, no label smoothing, no z-loss) drops
@@ -222,15 +246,57 @@ template <class L, class A>
 __global__ void __launch_bounds__(kThreads, 8)
     ce_rows_kernel(L* z /* (rows, V) */, std::int64_t rows, const std::int64_t* targets,
                    float* loss, float* lse_out, RowLossParams p, bool write_dz, RowGradScale g) {
-  __shared__ float red[kThreads];
-  const bool plain =
-      !p.general_path && p.scale == 1.0f && !(p.softcap > 0.0f) && !p.smoothing && !p.zloss;
+  __shared__ float red[kThreads + 1];
+  const bool plain = plain_params(p);
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     L* zr = z + row * p.V;
     if (plain)
       ce_row<true, L, A>(zr, row, targets, loss, lse_out, p, write_dz, g, red);
     else
       ce_row<false, L, A>(zr, row, targets, loss, lse_out, p, write_dz, g, red);
+  }
+}
+
+/// dz of one 16-byte group v (columns j0 … j0 + 7 of these buffers) in place. Plain
+/// (plain_params) forms dz_value's operations that are not exact identities there (×1 dropped),
+/// as ce_row's third pass does: the general path's bits.
+template <bool Plain>
+__device__ __forceinline__ void dz_group(float (&v)[kGroup], std::int64_t j0, std::int64_t t_local,
+                                         bool valid, bool bad_target, float lse, float gi,
+                                         const RowLossParams& p, int logits_code) {
+#pragma unroll
+  for (int k = 0; k < kGroup; ++k) {
+    float d;
+    if constexpr (Plain) {
+      float pj = expf(__fsub_rn(v[k], lse));
+      if (j0 + k == t_local) pj = __fsub_rn(pj, p.one_minus_eps);
+      d = __fmul_rn(pj, gi);
+    } else {
+      float th;
+      const float x = transform(v[k], p, th);
+      d = dz_value(x, th, j0 + k == t_local, lse, gi, p);
+    }
+    // rnd_logits first (dz is held in the logits dtype, docs/arithmetic.md §7), then the store
+    // rounds to the output dtype (a no-op when it is the logits dtype).
+    v[k] = valid ? rnd_rt(d, logits_code) : (bad_target ? NAN : 0.0f);
+  }
+}
+
+/// One row of dz_rows_kernel.
+template <bool Plain, class Z, class O>
+__device__ __forceinline__ void dz_row(const Z* zr, O* dr, std::int64_t t, float lse, float gi,
+                                       const RowLossParams& p, int logits_code, std::int64_t col0,
+                                       std::int64_t cols) {
+  const bool aligned =
+      ((reinterpret_cast<std::uintptr_t>(zr) | reinterpret_cast<std::uintptr_t>(dr)) & 15) == 0;
+  const bool valid = t != p.ignore_index && t >= 0 && t < p.V;
+  const bool bad_target = t != p.ignore_index && !valid;
+  const std::int64_t t_local = t - col0;  // the target's column in these buffers, if it is one
+  for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols; j0 += kStride) {
+    float v[kGroup];
+    load8(zr, j0, cols, aligned, v);
+    dz_group<Plain>(v, j0, t_local, valid, bad_target, lse, gi, p, logits_code);
+    store8(dr, j0, cols, aligned, v);
   }
 }
 
@@ -242,37 +308,20 @@ __global__ void __launch_bounds__(kThreads)
                    const std::int64_t* targets, const float* lse_in, RowLossParams p,
                    RowGradScale g, int logits_code, std::int64_t col0, std::int64_t cols) {
   const std::int64_t row = blockIdx.x;
-  const std::int64_t V = p.V;
   const Z* zr = z + row * cols;
   O* dr = dz + row * cols;
-  const bool aligned =
-      ((reinterpret_cast<std::uintptr_t>(zr) | reinterpret_cast<std::uintptr_t>(dr)) & 15) == 0;
   const std::int64_t t = targets[row];
-  const bool valid = t != p.ignore_index && t >= 0 && t < V;
-  const bool bad_target = t != p.ignore_index && !valid;
   const float lse = lse_in[row];
   const float gi = g.g_rows != nullptr ? g.g_rows[row] : g.g_scalar;
-  const std::int64_t t_local = t - col0;  // the target's column in these buffers, if it is one
-  for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols;
-       j0 += std::int64_t(kThreads) * kGroup) {
-    float v[kGroup];
-    load8(zr, j0, cols, aligned, v);
-#pragma unroll
-    for (int k = 0; k < kGroup; ++k) {
-      float th;
-      const float x = transform(v[k], p, th);
-      // rnd_logits first (dz is held in the logits dtype, docs/arithmetic.md §7), then the store
-      // rounds to the output dtype (a no-op when it is the logits dtype).
-      v[k] = valid ? rnd_rt(dz_value(x, th, j0 + k == t_local, lse, gi, p), logits_code)
-                   : (bad_target ? NAN : 0.0f);
-    }
-    store8(dr, j0, cols, aligned, v);
-  }
+  if (plain_params(p))
+    dz_row<true>(zr, dr, t, lse, gi, p, logits_code, col0, cols);
+  else
+    dz_row<false>(zr, dr, t, lse, gi, p, logits_code, col0, cols);
 }
 
 /// A block's row of a vocabulary shard: the shard's maximum (the first pass of ce_row over the
 /// shard's columns), reduced over the block (every thread gets it).
-template <class L>
+template <bool Plain, class L>
 __device__ __forceinline__ float shard_max_of_row(const L* zr, std::int64_t cols, bool aligned,
                                                   const RowLossParams& p, float* red) {
   float m = -INFINITY;
@@ -282,7 +331,7 @@ __device__ __forceinline__ float shard_max_of_row(const L* zr, std::int64_t cols
     float th;
 #pragma unroll
     for (int k = 0; k < kGroup; ++k)
-      if (j0 + k < cols) m = fmaxf(m, transform(v[k], p, th));
+      if (j0 + k < cols) m = fmaxf(m, xform<Plain>(v[k], p, th));
   }
   return block_max(m, red);
 }
@@ -302,7 +351,7 @@ __device__ __forceinline__ float shard_target_logit(const L* zr, std::int64_t ro
 
 /// A block's row of a vocabulary shard: sum-exp (and Σx) with the maximum m, in ce_row's order
 /// over the shard's columns (its second pass), tree-reduced; thread 0 stores them as A values.
-template <class L, class A>
+template <bool Plain, class L, class A>
 __device__ __forceinline__ void shard_sums_of_row(const L* zr, std::int64_t row, std::int64_t rows,
                                                   std::int64_t cols, bool aligned, float m,
                                                   const RowLossParams& p, A* sums, float* red) {
@@ -316,13 +365,13 @@ __device__ __forceinline__ void shard_sums_of_row(const L* zr, std::int64_t row,
       for (int k = 0; k < kGroup; ++k) {
         if (n == kGroup || k < n) {
           float th;
-          const float x = transform(v[k], p, th);
+          const float x = xform<Plain>(v[k], p, th);
           s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
-          if (p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
+          if (!Plain && p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
         }
       }
     }
-  } else if (p.smoothing) {
+  } else if (!Plain && p.smoothing) {
     // Every x_j is −inf: s stays 0, and Σx is still the shard's sum (−inf), in the same order
     // (vocab_chunked's split of −∞ logits within a row that has finite ones: its Σx makes the
     // smoothed loss +inf, as naive's and the reference's).
@@ -353,11 +402,13 @@ __global__ void __launch_bounds__(kThreads)
     shard_row_max_kernel(const L* z, std::int64_t rows, std::int64_t col0, std::int64_t cols,
                          const std::int64_t* targets, RowLossParams p, float* m_out,
                          float* xt_out) {
-  __shared__ float red[kThreads];
+  __shared__ float red[kThreads + 1];
+  const bool plain = plain_params(p);
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const L* zr = z + row * cols;
     const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
-    const float m = shard_max_of_row(zr, cols, aligned, p, red);
+    const float m = plain ? shard_max_of_row<true>(zr, cols, aligned, p, red)
+                          : shard_max_of_row<false>(zr, cols, aligned, p, red);
     if (threadIdx.x == 0) {
       m_out[row] = m;
       xt_out[row] = shard_target_logit(zr, row, col0, cols, targets, p);
@@ -370,11 +421,15 @@ template <class L, class A>
 __global__ void __launch_bounds__(kThreads)
     shard_row_sums_kernel(const L* z, std::int64_t rows, std::int64_t cols, const float* m_in,
                           RowLossParams p, A* sums) {
-  __shared__ float red[kThreads];
+  __shared__ float red[kThreads + 1];
+  const bool plain = plain_params(p);
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const L* zr = z + row * cols;
     const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
-    shard_sums_of_row(zr, row, rows, cols, aligned, m_in[row], p, sums, red);
+    if (plain)
+      shard_sums_of_row<true>(zr, row, rows, cols, aligned, m_in[row], p, sums, red);
+    else
+      shard_sums_of_row<false>(zr, row, rows, cols, aligned, m_in[row], p, sums, red);
   }
 }
 
@@ -386,16 +441,21 @@ __global__ void __launch_bounds__(kThreads)
     split_row_stats_kernel(const L* z, std::int64_t rows, std::int64_t col0, std::int64_t cols,
                            const std::int64_t* targets, RowLossParams p, float* m_out,
                            float* xt_out, A* sums) {
-  __shared__ float red[kThreads];
+  __shared__ float red[kThreads + 1];
+  const bool plain = plain_params(p);
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const L* zr = z + row * cols;
     const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
-    const float m = shard_max_of_row(zr, cols, aligned, p, red);
+    const float m = plain ? shard_max_of_row<true>(zr, cols, aligned, p, red)
+                          : shard_max_of_row<false>(zr, cols, aligned, p, red);
     if (threadIdx.x == 0) {
       m_out[row] = m;
       xt_out[row] = shard_target_logit(zr, row, col0, cols, targets, p);
     }
-    shard_sums_of_row(zr, row, rows, cols, aligned, m, p, sums, red);
+    if (plain)
+      shard_sums_of_row<true>(zr, row, rows, cols, aligned, m, p, sums, red);
+    else
+      shard_sums_of_row<false>(zr, row, rows, cols, aligned, m, p, sums, red);
   }
 }
 
