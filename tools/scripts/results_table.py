@@ -229,7 +229,10 @@ def table(rows):
         f"lab/results/strategies.csv); forward + backward medians, "
         f"recipe {RECIPE} (`xentlab bench`, interleaved; PyTorch and the peers: "
         f"`torch_baseline.py`, a process of its own, their × against naive across processes); "
-        f"× = throughput vs naive of the same run († of another run).*",
+        f"× = throughput vs naive of the same run († of another run); deterministic: for the lab's "
+        f"strategies what the registry declares (the GPU tests compare repeat runs), for PyTorch "
+        f'and the peers "measured" where `torch_baseline.py` compared two repeat steps bit for '
+        f"bit (on its inputs, not a proof), else what their source says.*",
         "",
         "| strategy | backends | recipes | deterministic | N = 8192 | N = 131072 | "
         "peak extra memory at 131072 |",
