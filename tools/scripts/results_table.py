@@ -19,6 +19,7 @@ the CSV (its date, time, commit and command), which the caption names.
 
 import argparse
 import csv
+import math
 import pathlib
 import sys
 
@@ -92,10 +93,24 @@ class TableError(Exception):
     """A results file the table cannot be made from (the message names the file and why)."""
 
 
+def check_number(where, column, text, number):
+    """TableError unless text is a number of its column: N and ms positive (a time of 0 would
+    divide the × by zero), ms finite, peak_extra_bytes ≥ 0."""
+    try:
+        value = number(text)
+    except ValueError:
+        value = None
+    least_ok = value is not None and (value >= 0 if column == "peak_extra_bytes" else value > 0)
+    if not least_ok or (number is float and not math.isfinite(value)):
+        kind = "a number ≥ 0" if column == "peak_extra_bytes" else "a positive number"
+        raise TableError(f"{where}: {column} {text!r} is not {kind}")
+
+
 def load(path):
     """The rows of the strategies CSV at path. TableError naming the file (and the line) when it
     cannot be read, lacks a column of COLUMNS, or has a row of a tool the table takes whose
-    fields are missing or whose N, ms or peak_extra_bytes is not a number."""
+    fields are missing or whose N or ms is not a positive number (a time of 0 would divide the
+    × by zero) or whose peak_extra_bytes is not a number ≥ 0."""
     try:
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
@@ -111,11 +126,8 @@ def load(path):
                     if any(r[c] is None for c in COLUMNS):
                         raise TableError(f"{where}: fewer fields than the header's")
                     for c, number in (("N", int), ("ms", float), ("peak_extra_bytes", int)):
-                        try:
-                            if r[c] or c == "N":
-                                number(r[c])
-                        except ValueError:
-                            raise TableError(f"{where}: {c} {r[c]!r} is not a number") from None
+                        if r[c] or c == "N":
+                            check_number(where, c, r[c], number)
                 rows.append(r)
             return rows
     except (OSError, UnicodeDecodeError, csv.Error) as e:
