@@ -110,7 +110,8 @@ def load(path):
     """The rows of the strategies CSV at path. TableError naming the file (and the line) when it
     cannot be read, lacks a column of COLUMNS, or has a row of a tool the table takes whose
     fields are missing or whose N or ms is not a positive number (a time of 0 would divide the
-    × by zero) or whose peak_extra_bytes is not a number ≥ 0."""
+    × by zero) or whose peak_extra_bytes is not a number ≥ 0, or a torch_baseline row whose
+    note's repeat-run comparison cannot be read (repeat_claim())."""
     try:
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
@@ -128,6 +129,11 @@ def load(path):
                     for c, number in (("N", int), ("ms", float), ("peak_extra_bytes", int)):
                         if r[c] or c == "N":
                             check_number(where, c, r[c], number)
+                    if r["tool"] == "torch_baseline":
+                        try:
+                            repeat_claim(r["note"])
+                        except ValueError as e:
+                            raise TableError(f"{where}: {e}") from None
                 rows.append(r)
             return rows
     except (OSError, UnicodeDecodeError, csv.Error) as e:
@@ -209,21 +215,45 @@ def cell(r, naive, rows):
     return f"{ms:.2f} ms"
 
 
+REPEATED = ("loss", "dH", "dW")  # what torch_baseline.py compares between two repeat runs
+
+
+def repeat_claim(note):
+    """What a torch_baseline row's note says of its repeat runs: None (no comparison), [] (bit-
+    identical) or the outputs that differed (among REPEATED). ValueError naming what is wrong
+    when the note says it twice, both ways, or names no such output after "differ in"."""
+    same = note.count("repeat runs bit-identical")
+    differ = note.count("repeat runs differ in")
+    if same + differ > 1:
+        raise ValueError("its note says more than once how its repeat runs compared")
+    if same:
+        return []
+    if not differ:
+        return None
+    listed = note.split("repeat runs differ in", 1)[1].split(";")[0]
+    what = [w.strip() for w in listed.split(",")]
+    if not all(w in REPEATED for w in what):
+        raise ValueError(
+            f"its note's repeat runs differ in {listed.strip()!r}, not a comma list among "
+            f"{', '.join(REPEATED)}"
+        )
+    return what
+
+
 def determinism(key, det, best):
     """The deterministic cell: torch_baseline.py's repeat-run comparison where its latest row at a
     size of the table made one ("repeat runs bit-identical" or "repeat runs differ in …" in the
-    note), else `det` (the registry's trait, or what a peer's source says)."""
+    note, checked by load()), else `det` (the registry's trait, or what a peer's source says)."""
     seen = []
     for n in SIZES:
         r = best.get((key, n))
         if r is None or r["tool"] != "torch_baseline":
             continue
-        note = r["note"]
-        if "repeat runs bit-identical" in note:
+        differed = repeat_claim(r["note"])
+        if differed == []:
             seen.append(("yes", f"bit-identical on repeat at N = {n}"))
-        elif "repeat runs differ in " in note:
-            what = note.split("repeat runs differ in ", 1)[1].split(";")[0].strip()
-            seen.append(("no", f"{what} differ on repeat at N = {n}"))
+        elif differed:
+            seen.append(("no", f"{', '.join(differed)} differ on repeat at N = {n}"))
     if not seen:
         return det
     verdict = "no" if any(v == "no" for v, _ in seen) else "yes"

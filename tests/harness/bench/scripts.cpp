@@ -249,6 +249,37 @@ TEST_F(ResultsTable, PeersDeterminismIsMeasuredWhereCompared) {
   EXPECT_TRUE(contains(r.output, "| by its source, no (spin-locked sums) |")) << r.output;
 }
 
+// A repeat-run comparison the note does not state as torch_baseline.py writes it (said twice or
+// both ways, "differ in" followed by nothing or by something other than a comma list of loss, dH
+// and dW) is refused, exit 2 naming the line: read as it was, "bit-identical; … differ in dW"
+// made the cell "yes", an empty list "no, measured ( differ …)", and a "|" or a line break in the
+// list cut the Markdown row. A comparison that was not made leaves the source's word.
+TEST_F(ResultsTable, PeersRepeatRunNotesThatCannotBeReadExit2) {
+  const auto with = [&](const std::string& note) {
+    return std::vector<std::string>{
+        row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "40.00"),
+        row("01", "10:05", "H100", "torch_baseline", "8192", "", "cce", "50.00") + "\"" + note +
+            "\""};
+  };
+  for (const std::string note :
+       {"torch 2.11; repeat runs bit-identical; repeat runs differ in dW",
+        "repeat runs differ in dW; repeat runs differ in dH", "torch 2.11; repeat runs differ in ",
+        "repeat runs differ in ; torch 2.11", "repeat runs differ in dH | dW",
+        "repeat runs differ in dH\ndW", "repeat runs differ in dH, dW, torch 2.11"}) {
+    const Ran r = table(with(note));
+    EXPECT_EQ(r.status, 2) << note << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "s.csv line ")) << note << "\n" << r.output;
+    EXPECT_TRUE(contains(r.output, "repeat runs")) << note << "\n" << r.output;
+    EXPECT_FALSE(contains(r.output, "Traceback")) << r.output;
+  }
+  const Ran r = table(with("torch 2.11; repeat runs not compared (out of memory for the copies)"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output,
+                       "| bf16 inputs, gradient filter | by its source, no (spin-locked "
+                       "sums) | 50.00 ms (0.80×) |"))
+      << r.output;
+}
+
 // No bench row to make a table of, a row whose number is not one, a file of something else: exit
 // 2 naming the cause (and the line), not a traceback.
 TEST_F(ResultsTable, NothingToTabulateOrMalformedRowsExit2) {
