@@ -274,7 +274,10 @@ def main():
         sizes = []
         for s in a.sizes.split(","):
             parts = s.split("x")
-            if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            # ASCII digits only: str.isdigit() takes "²", which int() refuses (a traceback)
+            if len(parts) != 3 or not all(
+                p.isascii() and p.isdigit() and int(p) > 0 for p in parts
+            ):
                 ap.error(
                     f"--sizes: {s!r} is not NxVxD (three positive integers, e.g. 8192x128256x4096)"
                 )

@@ -73,6 +73,8 @@ TEST_F(TorchBaseline, BadVariantsAndOutputsExit2BeforeMeasuring) {
       {small + "--json " + shell_quote(path("folder")), "--json"},
       {"--sizes 8x16", "--sizes: '8x16' is not NxVxD"},
       {"--sizes 8x16x4,8x0x4", "--sizes: '8x0x4' is not NxVxD"},
+      // A digit to str.isdigit() that int() refuses: was a ValueError traceback.
+      {"--sizes '\u00b2x16x4'", "is not NxVxD"},
       {"--tokens 0 --vocab 16 --hidden 4", "must be at least 1"},
   };
   for (const auto& [args, message] : cases) {
