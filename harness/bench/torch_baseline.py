@@ -260,6 +260,12 @@ def main():
             variants.append(v)
     if not variants:
         ap.error(f"--variants names no variant (known: {', '.join(RECIPE)})")
+    # statistics.median() of no timed run raises after the warm-up; a warm-up below 0 is one run
+    # (the first creates the gradients) and would be recorded as asked.
+    if a.repeats < 1:
+        ap.error(f"--repeats {a.repeats}: at least 1 timed run")
+    if a.warmup < 0:
+        ap.error(f"--warmup {a.warmup}: at least 0 untimed runs")
     if a.csv and (why := csv_problem(a.csv)):
         ap.error(f"--csv: {why}")
     if a.json and (os.path.isdir(a.json) or not os.path.isdir(os.path.dirname(a.json) or ".")):

@@ -76,6 +76,10 @@ TEST_F(TorchBaseline, BadVariantsAndOutputsExit2BeforeMeasuring) {
       // A digit to str.isdigit() that int() refuses: was a ValueError traceback.
       {"--sizes '\u00b2x16x4'", "is not NxVxD"},
       {"--tokens 0 --vocab 16 --hidden 4", "must be at least 1"},
+      // No timed run: was statistics.median([]) raising after the first variant's warm-up.
+      {small + "--repeats 0", "--repeats 0: at least 1 timed run"},
+      {small + "--repeats -2", "--repeats -2: at least 1 timed run"},
+      {small + "--warmup -1", "--warmup -1: at least 0 untimed runs"},
   };
   for (const auto& [args, message] : cases) {
     const Ran r = baseline(args);
