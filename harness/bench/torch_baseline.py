@@ -58,6 +58,7 @@ except ImportError:
     torch = None
 
 PRESETS = {"llama3-8b-128k": (131072, 128256, 4096)}
+DEFAULT_SIZES = "8192x128256x4096,131072x128256x4096"
 RECIPE = {
     "upcast": "torch bf16 logits, fp32 CE, bf16 grads",
     "no-upcast": "torch bf16 throughout",
@@ -232,8 +233,7 @@ def main():
     )
     ap.add_argument(
         "--sizes",
-        default="8192x128256x4096,131072x128256x4096",
-        help="comma list of NxVxD shapes (default: %(default)s)",
+        help="comma list of NxVxD shapes (default: " + DEFAULT_SIZES + ")",
     )
     ap.add_argument("--tokens", "-N", type=int, help="tokens N (with -V and -D: one shape)")
     ap.add_argument("--vocab", "-V", type=int, help="vocabulary V")
@@ -270,6 +270,20 @@ def main():
         ap.error(f"--csv: {why}")
     if a.json and (os.path.isdir(a.json) or not os.path.isdir(os.path.dirname(a.json) or ".")):
         ap.error(f"--json: {a.json} is a folder or its folder does not exist")
+    # One way of naming the shapes: the others would be dropped without a word.
+    ways = [
+        w
+        for w, given in (
+            ("--sizes", a.sizes is not None),
+            ("--preset", a.preset is not None),
+            ("--tokens/--vocab/--hidden", (a.tokens, a.vocab, a.hidden) != (None, None, None)),
+        )
+        if given
+    ]
+    if len(ways) > 1:
+        ap.error(f"{' and '.join(ways)} name the shapes twice: give one of them")
+    if a.sizes is None:
+        a.sizes = DEFAULT_SIZES
     if a.preset:
         sizes = [PRESETS[a.preset]]
     elif (a.tokens, a.vocab, a.hidden) != (None, None, None):

@@ -76,6 +76,11 @@ TEST_F(TorchBaseline, BadVariantsAndOutputsExit2BeforeMeasuring) {
       // A digit to str.isdigit() that int() refuses: was a ValueError traceback.
       {"--sizes '\u00b2x16x4'", "is not NxVxD"},
       {"--tokens 0 --vocab 16 --hidden 4", "must be at least 1"},
+      // Two ways of naming the shapes: one was dropped without a word (the preset over the
+      // explicit shape, the explicit shape over --sizes).
+      {"--preset llama3-8b-128k --tokens 8", "--preset and --tokens/--vocab/--hidden name the"},
+      {"--sizes 8x16x4 " + small, "--sizes and --tokens/--vocab/--hidden name the shapes twice"},
+      {"--sizes 8x16x4 --preset llama3-8b-128k", "--sizes and --preset name the shapes twice"},
       // No timed run: was statistics.median([]) raising after the first variant's warm-up.
       {small + "--repeats 0", "--repeats 0: at least 1 timed run"},
       {small + "--repeats -2", "--repeats -2: at least 1 timed run"},
