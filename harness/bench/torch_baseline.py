@@ -177,13 +177,20 @@ def repeat_differs(step, H, W):
 
 def csv_problem(path):
     """Why rows cannot be appended to the CSV at path (None when they can): a folder, a missing
-    folder, or an existing file whose header lacks some of COLUMNS (a file of something else, or
-    cut short in its header), whose rows would lose those fields."""
+    folder, the file or its lock not writable (or the folder, to create them), or an existing
+    file whose header lacks some of COLUMNS (a file of something else, or cut short in its
+    header), whose rows would lose those fields."""
     if os.path.isdir(path):
         return f"{path} is a folder"
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
         return f"the folder {folder} does not exist"
+    # append_csv() opens PATH.lock and PATH for appending once every variant has run.
+    for f in (path + ".lock", path):
+        if os.path.exists(f) and not os.access(f, os.W_OK):
+            return f"{f} is not writable"
+        if not os.path.exists(f) and not os.access(folder, os.W_OK | os.X_OK):
+            return f"the folder {folder} is not writable (for {f})"
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return None
     try:

@@ -4,6 +4,7 @@
 // tools/scripts/results_table.py (the strategy table of one card from a strategies CSV). Each skips
 // where python3 is missing. Part of test_bench.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -93,6 +94,29 @@ TEST_F(TorchBaseline, BadVariantsAndOutputsExit2BeforeMeasuring) {
   }
   EXPECT_EQ(slurp(path("foreign.csv")), "name,score\nalice,3\n");
   EXPECT_FALSE(fs::exists(path("nowhere")));
+}
+
+// A CSV the rows could not be appended to once measured (a folder or a file without write
+// permission) is refused before PyTorch is looked for, as the other output problems are; it was
+// found only by append_csv() after every variant had run. Skips where permissions do not bind
+// (root).
+TEST_F(TorchBaseline, UnwritableCsvExit2BeforeMeasuring) {
+  fs::create_directories(path("shut"));
+  fs::permissions(path("shut"), fs::perms::owner_read | fs::perms::owner_exec);
+  std::ofstream(path("kept.csv")).close();
+  fs::permissions(path("kept.csv"), fs::perms::owner_read);
+  const bool binds = ::access(path("shut").c_str(), W_OK) != 0;
+  const std::string small = "--tokens 8 --vocab 16 --hidden 4 ";
+  const Ran in_shut = baseline(small + "--csv " + shell_quote(path("shut/b.csv")));
+  const Ran kept = baseline(small + "--csv " + shell_quote(path("kept.csv")));
+  fs::permissions(path("shut"), fs::perms::owner_all);
+  fs::permissions(path("kept.csv"), fs::perms::owner_read | fs::perms::owner_write);
+  if (!binds) GTEST_SKIP() << "file permissions do not bind this user (root)";
+  EXPECT_EQ(in_shut.status, 2) << in_shut.output;
+  EXPECT_TRUE(contains(in_shut.output, "--csv: the folder " + path("shut") + " is not writable"))
+      << in_shut.output;
+  EXPECT_EQ(kept.status, 2) << kept.output;
+  EXPECT_TRUE(contains(kept.output, "is not writable")) << kept.output;
 }
 
 // Valid options without PyTorch: the script says PyTorch is missing, exit 4, nothing written.
