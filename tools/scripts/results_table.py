@@ -313,19 +313,35 @@ def main():
     if not (args.write or args.check):
         sys.stdout.write(block)
         return 0
-    stale = []
+    # Every target read and its block found before any is written: a target without the block
+    # (or that cannot be read) leaves all of them as they were, exit 2 naming it (not a traceback,
+    # whose exit 1 --check would read as a stale table).
+    news = []
     for path in TARGETS:
-        text = path.read_text()
+        name = path.relative_to(ROOT)
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"results_table.py: {name}: cannot be read ({e})", file=sys.stderr)
+            return 2
         new = replace(text, block)
         if new is None:
-            print(f"{path.relative_to(ROOT)}: no {BEGIN} … {END} block", file=sys.stderr)
+            print(f"results_table.py: {name}: no {BEGIN} … {END} block", file=sys.stderr)
             return 2
-        if new != text:
-            if args.write:
-                path.write_text(new)
-                print(f"rewrote {path.relative_to(ROOT)}")
-            else:
-                stale.append(str(path.relative_to(ROOT)))
+        news.append((path, name, text, new))
+    stale = []
+    for path, name, text, new in news:
+        if new == text:
+            continue
+        if not args.write:
+            stale.append(str(name))
+            continue
+        try:
+            path.write_text(new)
+        except OSError as e:
+            print(f"results_table.py: {name}: cannot be written ({e})", file=sys.stderr)
+            return 2
+        print(f"rewrote {name}")
     if stale:
         print(
             "stale results table: "

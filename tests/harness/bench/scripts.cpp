@@ -374,5 +374,48 @@ TEST_F(ResultsTable, NothingToTabulateOrMalformedRowsExit2) {
   }
 }
 
+// --write and --check on a copy of the script in a tree of its own (its targets are README.md and
+// docs/benchmarks.md beside it): a target that cannot be read or has no marked block is exit 2
+// naming it, and --write then leaves every target as it was. (A missing target was a
+// FileNotFoundError traceback, exit 1, which --check reads as a stale table; a target without the
+// block was found after the targets before it had been rewritten.)
+TEST_F(ResultsTable, WriteAndCheckRefuseATargetWithoutItsBlock) {
+  fs::create_directories(path("tree/tools/scripts"));
+  fs::create_directories(path("tree/lab/results"));
+  fs::create_directories(path("tree/docs"));
+  fs::copy_file(std::string(XL_SOURCE_DIR) + "/tools/scripts/results_table.py",
+                path("tree/tools/scripts/results_table.py"));
+  std::ofstream(path("tree/lab/results/strategies.csv"))
+      << "date,time_utc,commit,gpu,driver,tool,command,N,V,D,recipe,strategy,ms,"
+         "peak_extra_bytes,peak_extra_gib,note\n"
+      << row("01", "10:00", "H100", "xentlab-bench", "8192", kRecipe, "naive", "40.00") << "\n";
+  const std::string stale_block = "<!-- results-table:begin -->\nold\n<!-- results-table:end -->\n";
+  std::ofstream(path("tree/README.md")) << stale_block;
+  const auto run = [&](const std::string& mode) {
+    return testing::run_shell(
+        "python3 " + shell_quote(path("tree/tools/scripts/results_table.py")) + " " + mode);
+  };
+  for (const bool exists : {false, true}) {
+    if (exists) std::ofstream(path("tree/docs/benchmarks.md")) << "no block\n";
+    for (const std::string mode : {"--write", "--check"}) {
+      const Ran r = run(mode);
+      EXPECT_EQ(r.status, 2) << mode << "\n" << r.output;
+      EXPECT_TRUE(contains(r.output, exists ? "results_table.py: docs/benchmarks.md: no <!--"
+                                            : "results_table.py: docs/benchmarks.md: cannot be "
+                                              "read"))
+          << mode << "\n"
+          << r.output;
+      EXPECT_FALSE(contains(r.output, "Traceback")) << r.output;
+      EXPECT_EQ(slurp(path("tree/README.md")), stale_block) << mode;
+    }
+  }
+  std::ofstream(path("tree/docs/benchmarks.md")) << stale_block;
+  EXPECT_EQ(run("--check").status, 1);
+  const Ran w = run("--write");
+  ASSERT_EQ(w.status, 0) << w.output;
+  EXPECT_TRUE(contains(slurp(path("tree/docs/benchmarks.md")), "| naive | CPU, CUDA |"));
+  EXPECT_EQ(run("--check").status, 0);
+}
+
 }  // namespace
 }  // namespace xentlab::bench::bench_tests
