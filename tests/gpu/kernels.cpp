@@ -16,7 +16,9 @@
 // groups of 8 in increasing j, every add rounded to the accumulator, then the tree t += t + s for
 // s = 128 … 1), bit for bit against a host loop of that order. Logits of 0 and −∞ make every
 // term exp(x − m) exactly 1 or 0 (no libm in the comparison); in bf16 and fp16 accumulators the
-// sums pass the dtypes' exact integers, so another pairing or order would round differently.
+// sums pass the dtypes' exact integers, so another tree or assignment of columns to threads
+// rounds differently (a thread's own partial, an integer of at most 8 bits here, does not show
+// the order of its additions).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
