@@ -248,7 +248,10 @@ def main():
     ap.add_argument("--preset", choices=sorted(PRESETS), help="a named shape")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs (default: %(default)s)")
     ap.add_argument(
-        "--warmup", type=int, default=1, help="untimed runs before them (default: %(default)s)"
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed runs before them, at least 1 (default: %(default)s)",
     )
     ap.add_argument("--json", default="", help="write one JSON line per variant and shape here")
     ap.add_argument("--csv", default="", help="append the rows to this CSV (see above)")
@@ -332,77 +335,85 @@ def main():
         f"{'N':<8} {'V':<7} {'D':<5} {'variant':<10} {'median_ms':>10} {'min-max ms':>17} "
         f"{'TFLOP/s':>9} {'extra_GiB':>10}  repeat runs"
     )
-    for N, V, D in sizes:
-        for name in variants:
-            row = dict(
-                date_utc=date,
-                gpu=gpu,
-                command=" ".join(sys.argv),
-                preset=a.preset or "",
-                N=N,
-                V=V,
-                D=D,
-                strategy=("torch:" + name) if name not in PACKAGE else name,
-                recipe=RECIPE[name],
-                warmup=a.warmup,
-                input_copies=1,
-            )
-            try:
-                times, extra, differs = run(N, V, D, name, a.repeats, a.warmup)
-                if differs is None:
-                    repeat = "not compared (out of memory for the copies)"
-                else:
-                    repeat = "bit-identical" if not differs else "differ in " + ", ".join(differs)
-                ms = statistics.median(times)
-                tf = 6.0 * N * V * D / (ms * 1e-3) / 1e12
-                print(
-                    f"{N:<8} {V:<7} {D:<5} {name:<10} {ms:>10.2f} "
-                    f"{min(times):>8.2f}-{max(times):<8.2f} {tf:>9.1f} {extra / 2**30:>10.3f}  "
-                    f"{repeat}",
-                    flush=True,
-                )
-                rec = dict(
+    # The rows measured so far are appended even when a variant fails with an error no handler
+    # below takes (a Triton compile error, an index overflow): the others stand.
+    try:
+        for N, V, D in sizes:
+            for name in variants:
+                row = dict(
+                    date_utc=date,
+                    gpu=gpu,
+                    command=" ".join(sys.argv),
+                    preset=a.preset or "",
                     N=N,
                     V=V,
                     D=D,
-                    variant=name,
-                    median_ms=ms,
-                    min_ms=min(times),
-                    max_ms=max(times),
-                    tflops=tf,
-                    peak_extra_bytes=extra,
-                    repeat_bit_identical=None if differs is None else not differs,
+                    strategy=("torch:" + name) if name not in PACKAGE else name,
+                    recipe=RECIPE[name],
+                    warmup=a.warmup,
+                    input_copies=1,
                 )
-                row.update(
-                    status="ok",
-                    repeats=len(times),
-                    median_ms=ms,
-                    min_ms=min(times),
-                    max_ms=max(times),
-                    tflops=tf,
-                    peak_extra_bytes=extra,
-                    message="repeat runs " + repeat,
-                )
-            except ImportError as e:
-                msg = f"{PACKAGE.get(name, name)} is not installed here ({e})"
-                print(f"{N:<8} {V:<7} {D:<5} {name:<10} not run: {msg}", flush=True)
-                rec = dict(N=N, V=V, D=D, variant=name, missing=True)
-                row.update(status="not-supported", message=msg)
-            except torch.cuda.OutOfMemoryError as e:
-                msg = str(e).splitlines()[0][:200]
-                print(f"{N:<8} {V:<7} {D:<5} {name:<10} out of memory: {msg[:120]}", flush=True)
-                rec = dict(N=N, V=V, D=D, variant=name, oom=True)
-                row.update(status="does-not-fit", message="out of memory: " + msg)
-            # Outside the handler: the exception's traceback no longer pins run()'s tensors, so
-            # the next variant starts with the memory the failed one held released.
-            gc.collect()
-            torch.cuda.empty_cache()
-            rows.append(row)
-            if out:
-                out.write(json.dumps(rec) + "\n")
-    if a.csv and rows:
-        append_csv(a.csv, rows)
-        print(f"csv: {a.csv} ({len(rows)} rows appended)")
+                try:
+                    times, extra, differs = run(N, V, D, name, a.repeats, a.warmup)
+                    if differs is None:
+                        repeat = "not compared (out of memory for the copies)"
+                    else:
+                        repeat = (
+                            "bit-identical" if not differs else "differ in " + ", ".join(differs)
+                        )
+                    ms = statistics.median(times)
+                    tf = 6.0 * N * V * D / (ms * 1e-3) / 1e12
+                    print(
+                        f"{N:<8} {V:<7} {D:<5} {name:<10} {ms:>10.2f} "
+                        f"{min(times):>8.2f}-{max(times):<8.2f} {tf:>9.1f} {extra / 2**30:>10.3f}  "
+                        f"{repeat}",
+                        flush=True,
+                    )
+                    rec = dict(
+                        N=N,
+                        V=V,
+                        D=D,
+                        variant=name,
+                        median_ms=ms,
+                        min_ms=min(times),
+                        max_ms=max(times),
+                        tflops=tf,
+                        peak_extra_bytes=extra,
+                        repeat_bit_identical=None if differs is None else not differs,
+                    )
+                    row.update(
+                        status="ok",
+                        repeats=len(times),
+                        median_ms=ms,
+                        min_ms=min(times),
+                        max_ms=max(times),
+                        tflops=tf,
+                        peak_extra_bytes=extra,
+                        message="repeat runs " + repeat,
+                    )
+                except ImportError as e:
+                    msg = f"{PACKAGE.get(name, name)} is not installed here ({e})"
+                    print(f"{N:<8} {V:<7} {D:<5} {name:<10} not run: {msg}", flush=True)
+                    rec = dict(N=N, V=V, D=D, variant=name, missing=True)
+                    row.update(status="not-supported", message=msg)
+                except torch.cuda.OutOfMemoryError as e:
+                    msg = str(e).splitlines()[0][:200]
+                    print(f"{N:<8} {V:<7} {D:<5} {name:<10} out of memory: {msg[:120]}", flush=True)
+                    rec = dict(N=N, V=V, D=D, variant=name, oom=True)
+                    row.update(status="does-not-fit", message="out of memory: " + msg)
+                # Outside the handler: the exception's traceback no longer pins run()'s tensors, so
+                # the next variant starts with the memory the failed one held released.
+                gc.collect()
+                torch.cuda.empty_cache()
+                rows.append(row)
+                if out:
+                    out.write(json.dumps(rec) + "\n")
+    finally:
+        if out:
+            out.close()
+        if a.csv and rows:
+            append_csv(a.csv, rows)
+            print(f"csv: {a.csv} ({len(rows)} rows appended)")
     return 0
 
 
