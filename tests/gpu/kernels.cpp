@@ -14,15 +14,14 @@
 //
 // The row sums follow the contract's order (docs/arithmetic.md §4: 256 per-thread partials over
 // groups of 8 in increasing j, every add rounded to the accumulator, then the tree t += t + s for
-// s = 128 … 1), bit for bit against a host loop of that order. Logits of 0 and −∞ make every
-// term exp(x − m) exactly 1 or 0 (no libm in the comparison); in bf16 and fp16 accumulators the
-// sums pass the dtypes' exact integers, so another tree or assignment of columns to threads
-// rounds differently (a thread's own partial, an integer of at most 8 bits here, does not show
-// the order of its additions).
+// s = 128 … 1), bit for bit against the CPU emulation's emu::sum_blocked of that order. Logits of 0
+// and −∞ make every term exp(x − m) exactly 1 or 0 (no libm in the comparison); in bf16 and fp16
+// accumulators the sums pass the dtypes' exact integers, so another tree or assignment of columns
+// to threads rounds differently (a thread's own partial, an integer of at most 8 bits here, does
+// not show the order of its additions).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -33,6 +32,7 @@
 #include "gpu/cuda/common/ce_kernels.cuh"
 #include "gpu/cuda/common/device.hpp"
 #include "numerics/dtype.hpp"
+#include "numerics/emulate.hpp"
 
 namespace xentlab {
 namespace {
@@ -279,20 +279,6 @@ TEST(GpuKernels, SplitRowStatsGiveTheShardKernelsBits) {
   EXPECT_EQ(compared, 36);
 }
 
-/// The contract's sum of `terms` (each already rounded to A): per-thread partials, then the tree.
-double contract_sum(const std::vector<double>& terms, DType a) {
-  constexpr int kThreads = 256, kGroup = 8;
-  const auto n = static_cast<std::int64_t>(terms.size());
-  std::vector<double> part(kThreads, 0.0);
-  for (int t = 0; t < kThreads; ++t)
-    for (std::int64_t j0 = std::int64_t{t} * kGroup; j0 < n; j0 += kThreads * kGroup)
-      for (std::int64_t j = j0; j < std::min(j0 + kGroup, n); ++j)
-        part[t] = round_to(part[t] + terms[j], a);
-  for (int s = kThreads / 2; s > 0; s /= 2)
-    for (int t = 0; t < s; ++t) part[t] = round_to(part[t] + part[t + s], a);
-  return part[0];
-}
-
 TEST(GpuKernels, RowSumsFollowTheContractsTree) {
   if (!device().available) GTEST_SKIP() << device().reason;
   const std::int64_t rows = 5;
@@ -318,13 +304,14 @@ TEST(GpuKernels, RowSumsFollowTheContractsTree) {
         const SplitStats got = run_split_stats(DType::fp32, bytes, rows, gpu::ShardColumns{0, cols},
                                                targets, p, one_kernel);
         for (std::int64_t i = 0; i < rows; ++i) {
-          std::vector<double> terms(static_cast<std::size_t>(cols));
+          std::vector<float> terms(static_cast<std::size_t>(cols));
           double count = 0;
           for (std::int64_t j = 0; j < cols; ++j) {
-            terms[j] = z[i * cols + j] == 0.0f ? 1.0 : 0.0;
+            terms[j] = z[i * cols + j] == 0.0f ? 1.0f : 0.0f;
             count += terms[j];
           }
-          const double want = i < 4 ? contract_sum(terms, a) : 0.0;
+          // The contract's order: emu::sum_blocked (256 threads, groups of 8), the CPU emulation's.
+          const double want = i < 4 ? emu::sum_blocked(terms.data(), cols, a) : 0.0;
           std::uint16_t b = 0;
           std::memcpy(&b, &got.sums[static_cast<std::size_t>(i) * 2], 2);
           const double have = a == DType::bf16 ? bf16_bits_to_double(b) : fp16_bits_to_double(b);

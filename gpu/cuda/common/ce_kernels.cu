@@ -257,32 +257,8 @@ __global__ void __launch_bounds__(kThreads, 8)
   }
 }
 
-/// dz of one 16-byte group v (columns j0 … j0 + 7 of these buffers) in place. Plain
-/// (plain_params) forms dz_value's operations that are not exact identities there (×1 dropped),
-/// as ce_row's third pass does: the general path's bits.
-template <bool Plain>
-__device__ __forceinline__ void dz_group(float (&v)[kGroup], std::int64_t j0, std::int64_t t_local,
-                                         bool valid, bool bad_target, float lse, float gi,
-                                         const RowLossParams& p, int logits_code) {
-#pragma unroll
-  for (int k = 0; k < kGroup; ++k) {
-    float d;
-    if constexpr (Plain) {
-      float pj = expf(__fsub_rn(v[k], lse));
-      if (j0 + k == t_local) pj = __fsub_rn(pj, p.one_minus_eps);
-      d = __fmul_rn(pj, gi);
-    } else {
-      float th;
-      const float x = transform(v[k], p, th);
-      d = dz_value(x, th, j0 + k == t_local, lse, gi, p);
-    }
-    // rnd_logits first (dz is held in the logits dtype, docs/arithmetic.md §7), then the store
-    // rounds to the output dtype (a no-op when it is the logits dtype).
-    v[k] = valid ? rnd_rt(d, logits_code) : (bad_target ? NAN : 0.0f);
-  }
-}
-
-/// One row of dz_rows_kernel.
+/// One row of dz_rows_kernel. Plain (plain_params) forms dz_value's operations that are not exact
+/// identities there (×1 dropped), as ce_row's third pass does: the general path's bits.
 template <bool Plain, class Z, class O>
 __device__ __forceinline__ void dz_row(const Z* zr, O* dr, std::int64_t t, float lse, float gi,
                                        const RowLossParams& p, int logits_code, std::int64_t col0,
@@ -295,7 +271,22 @@ __device__ __forceinline__ void dz_row(const Z* zr, O* dr, std::int64_t t, float
   for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols; j0 += kStride) {
     float v[kGroup];
     load8(zr, j0, cols, aligned, v);
-    dz_group<Plain>(v, j0, t_local, valid, bad_target, lse, gi, p, logits_code);
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k) {
+      float d;
+      if constexpr (Plain) {
+        float pj = expf(__fsub_rn(v[k], lse));
+        if (j0 + k == t_local) pj = __fsub_rn(pj, p.one_minus_eps);
+        d = __fmul_rn(pj, gi);
+      } else {
+        float th;
+        const float x = transform(v[k], p, th);
+        d = dz_value(x, th, j0 + k == t_local, lse, gi, p);
+      }
+      // rnd_logits first (dz is held in the logits dtype, docs/arithmetic.md §7), then the store
+      // rounds to the output dtype (a no-op when it is the logits dtype).
+      v[k] = valid ? rnd_rt(d, logits_code) : (bad_target ? NAN : 0.0f);
+    }
     store8(dr, j0, cols, aligned, v);
   }
 }
