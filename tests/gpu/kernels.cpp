@@ -10,7 +10,14 @@
 //
 // vocab_chunked's split_row_stats (one kernel) gives launch_shard_row_max's and then
 // launch_shard_row_sums's bits with the split's own maximum, over the dtypes, accumulators, odd
-// and even split widths and column offsets, label smoothing, a softcap, and a row of −inf logits.
+// and even split widths and column offsets, label smoothing, a softcap, and a row of −inf logits;
+// the widths cross the limits of the rows held in registers (4096 and 8192 columns).
+//
+// dz of aligned slabs of whole 16-byte groups (a thread per group over all rows) gives the
+// block-per-row kernel's bits (the same buffers one element off alignment), over the dtypes, dz
+// in the logits dtype (also written over z) and fp32, targets inside and outside the split,
+// ignored and out of range, NaN and ±inf logits, the options, and per-row and scalar upstream
+// gradients.
 //
 // The row sums follow the contract's order (docs/arithmetic.md §4: 256 per-thread partials over
 // groups of 8 in increasing j, every add rounded to the accumulator, then the tree t += t + s for
@@ -27,6 +34,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/cuda/common/ce_kernels.cuh"
@@ -236,8 +244,13 @@ TEST(GpuKernels, SplitRowStatsGiveTheShardKernelsBits) {
   int compared = 0;
   for (DType t : {DType::bf16, DType::fp16, DType::fp32})
     for (DType a : {DType::fp32, DType::bf16})
-      for (const gpu::ShardColumns sh : {gpu::ShardColumns{0, 4008}, gpu::ShardColumns{4008, 4007},
-                                         gpu::ShardColumns{26004, 4007}})
+      // Widths around the register-held rows' limits (2 and 4 groups a thread: 4096 and 8192
+      // columns) and past them, where the block's second pass reads its row again.
+      for (const gpu::ShardColumns sh :
+           {gpu::ShardColumns{0, 4008}, gpu::ShardColumns{4008, 4007},
+            gpu::ShardColumns{26004, 4007}, gpu::ShardColumns{0, 4096}, gpu::ShardColumns{8, 4097},
+            gpu::ShardColumns{100, 8192}, gpu::ShardColumns{7, 8193},
+            gpu::ShardColumns{13000, 16032}})
         for (const bool options : {false, true}) {
           SCOPED_TRACE(std::string(to_string(t)) + " logits, " + std::string(to_string(a)) +
                        " accumulator, columns " + std::to_string(sh.col0) + " + " +
@@ -276,7 +289,145 @@ TEST(GpuKernels, SplitRowStatsGiveTheShardKernelsBits) {
           EXPECT_EQ(f.sums, two.sums) << "the sums' bytes differ";
           ++compared;
         }
-  EXPECT_EQ(compared, 36);
+  EXPECT_EQ(compared, 96);
+}
+
+/// dz of a (rows, cols) slab at column col0 by launch_shard_dz_rows, the buffers placed `offset`
+/// elements past a 256-byte boundary (offset 0: 16-byte aligned rows when cols is a multiple of 8,
+/// the kernel of a thread per 16-byte group; offset 1: the block-per-row kernel); in_place: dz
+/// written over z (dz_dtype must be t).
+std::vector<unsigned char> run_shard_dz(
+    DType t, DType logits_dtype, DType dz_dtype, const std::vector<unsigned char>& z_host,
+    std::int64_t rows, gpu::ShardColumns sh, const std::vector<std::int64_t>& targets,
+    const std::vector<float>& lse_host, const std::vector<float>& g_host, bool per_row,
+    const gpu::RowLossParams& p, std::int64_t offset, bool in_place) {
+  const std::int64_t n = rows * sh.cols, zs = size_of(t), ds = size_of(dz_dtype);
+  unsigned char *z = nullptr, *dz = nullptr;
+  std::int64_t* tg = nullptr;
+  float *lse = nullptr, *g = nullptr;
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&z), (n + offset) * zs), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&dz), (n + offset) * ds), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&tg), rows * 8), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&lse), rows * 4), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&g), rows * 4), cudaSuccess);
+  cudaMemcpy(z + offset * zs, z_host.data(), n * zs, cudaMemcpyHostToDevice);
+  cudaMemcpy(tg, targets.data(), rows * 8, cudaMemcpyHostToDevice);
+  cudaMemcpy(lse, lse_host.data(), rows * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(g, g_host.data(), rows * 4, cudaMemcpyHostToDevice);
+  unsigned char* dst = in_place ? z : dz;
+  gpu::launch_shard_dz_rows(t, z + offset * zs, logits_dtype, dz_dtype, dst + offset * ds, rows, sh,
+                            tg, lse, p, gpu::RowGradScale{per_row ? g : nullptr, g_host[0]},
+                            nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<unsigned char> out(static_cast<std::size_t>(n * ds));
+  cudaMemcpy(out.data(), dst + offset * ds, n * ds, cudaMemcpyDeviceToHost);
+  for (void* q : {static_cast<void*>(z), static_cast<void*>(dz), static_cast<void*>(tg),
+                  static_cast<void*>(lse), static_cast<void*>(g)})
+    cudaFree(q);
+  return out;
+}
+
+/// Bytes a and b of dz in dtype d equal, or both NaN.
+bool same_dz(const std::vector<unsigned char>& a, const std::vector<unsigned char>& b, DType d,
+             std::int64_t& differing) {
+  differing = 0;
+  const std::int64_t es = size_of(d), n = static_cast<std::int64_t>(a.size()) / es;
+  for (std::int64_t k = 0; k < n; ++k) {
+    if (std::memcmp(&a[k * es], &b[k * es], es) == 0) continue;
+    double x, y;
+    if (d == DType::fp32) {
+      float fx, fy;
+      std::memcpy(&fx, &a[k * es], 4);
+      std::memcpy(&fy, &b[k * es], 4);
+      x = fx;
+      y = fy;
+    } else {
+      std::uint16_t bx, by;
+      std::memcpy(&bx, &a[k * es], 2);
+      std::memcpy(&by, &b[k * es], 2);
+      x = d == DType::bf16 ? bf16_bits_to_double(bx) : fp16_bits_to_double(bx);
+      y = d == DType::bf16 ? bf16_bits_to_double(by) : fp16_bits_to_double(by);
+    }
+    if (!(std::isnan(x) && std::isnan(y))) ++differing;
+  }
+  return differing == 0;
+}
+
+TEST(GpuKernels, DzByGroupsGivesTheRowKernelsBits) {
+  // dz of aligned slabs of whole 16-byte groups is formed by a thread per group over all rows; the
+  // same values must come out as from the block-per-row kernel (misaligned buffers).
+  if (!device().available) GTEST_SKIP() << device().reason;
+  const std::int64_t rows = 7, V = 30011;
+  int compared = 0;
+  const std::pair<DType, DType> dtypes[] = {{DType::bf16, DType::bf16},
+                                            {DType::bf16, DType::fp32},
+                                            {DType::fp16, DType::fp16},
+                                            {DType::fp16, DType::fp32},
+                                            {DType::fp32, DType::fp32}};
+  for (const auto& [t, out] : dtypes)
+    for (const gpu::ShardColumns sh :
+         {gpu::ShardColumns{0, 4008}, gpu::ShardColumns{8, 16}, gpu::ShardColumns{25003, 5008}})
+      for (const bool options : {false, true}) {
+        SCOPED_TRACE(std::string(to_string(t)) + " logits, dz in " + std::string(to_string(out)) +
+                     ", columns " + std::to_string(sh.col0) + " + " + std::to_string(sh.cols) +
+                     (options ? ", smoothing, softcap and z-loss" : ""));
+        auto z = logits_bytes(t, rows * sh.cols, 91 + sh.col0);
+        // Row 6 holds a NaN, a +inf and a −inf logit.
+        for (int k = 0; k < 3; ++k) {
+          const double v = k == 0 ? NAN : (k == 1 ? INFINITY : -INFINITY);
+          unsigned char* e = &z[(6 * sh.cols + 2 * k + 1) * size_of(t)];
+          if (t == DType::fp32) {
+            const float f = static_cast<float>(v);
+            std::memcpy(e, &f, 4);
+          } else {
+            const std::uint16_t b =
+                t == DType::bf16 ? bf16_bits_from_double(v) : fp16_bits_from_double(v);
+            std::memcpy(e, &b, 2);
+          }
+        }
+        // Targets in this split (first and last column), in another, ignored, out of range.
+        const std::vector<std::int64_t> targets = {
+            sh.col0, sh.col0 + sh.cols - 1, (sh.col0 + sh.cols) % V, -100, V + 3,
+            -7,      sh.col0 + sh.cols / 2};
+        const std::vector<float> lse = {9.5f, 10.25f, 11.0f, 12.0f, 8.75f, 10.0f, 9.0f};
+        const std::vector<float> g = {0.5f, 0.25f, 1.0f / 3.0f, 2.0f, 1.0f, 0.125f, 0.75f};
+        gpu::RowLossParams p;
+        p.V = V;
+        if (options) {
+          p.smoothing = true;
+          p.eps_over_V = static_cast<float>(0.1 / double(V));
+          p.one_minus_eps = 0.9f;
+          p.softcap = 20.0f;
+          p.zloss = true;
+          p.lambda = 1e-4f;
+          p.two_lambda = 2e-4f;
+        }
+        for (const bool per_row : {false, true}) {
+          const auto groups =
+              run_shard_dz(t, t, out, z, rows, sh, targets, lse, g, per_row, p, 0, false);
+          const auto by_row =
+              run_shard_dz(t, t, out, z, rows, sh, targets, lse, g, per_row, p, 1, false);
+          std::int64_t differing = 0;
+          EXPECT_TRUE(same_dz(groups, by_row, out, differing))
+              << differing << " dz entries differ" << (per_row ? " (per-row g)" : "");
+          if (out == t) {  // dz over z, as the strategies write it
+            const auto in_place =
+                run_shard_dz(t, t, out, z, rows, sh, targets, lse, g, per_row, p, 0, true);
+            EXPECT_TRUE(same_dz(groups, in_place, out, differing))
+                << differing << " dz entries differ in place" << (per_row ? " (per-row g)" : "");
+          }
+          // The out-of-range target's row is NaN, the ignored row 0 (both kernels' contract).
+          if (out == DType::fp32) {
+            float v;
+            std::memcpy(&v, &groups[(4 * sh.cols) * 4], 4);
+            EXPECT_TRUE(std::isnan(v)) << "row of target V + 3";
+            std::memcpy(&v, &groups[(3 * sh.cols) * 4], 4);
+            EXPECT_EQ(v, 0.0f) << "ignored row";
+          }
+          ++compared;
+        }
+      }
+  EXPECT_EQ(compared, 60);
 }
 
 TEST(GpuKernels, RowSumsFollowTheContractsTree) {
