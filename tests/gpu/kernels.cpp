@@ -11,10 +11,10 @@
 // vocab_chunked's split_row_stats (one kernel) gives launch_shard_row_max's and then
 // launch_shard_row_sums's bits with the split's own maximum, over the dtypes, accumulators, odd
 // and even split widths and column offsets, label smoothing, a softcap, and a row of −inf logits;
-// the widths cross the limits of the rows held in registers (4096 and 8192 columns).
+// the widths reach 1, 2, 4 and more groups of 2048 columns a block, full and with a tail.
 //
-// dz of aligned slabs of whole 16-byte groups (a thread per group over all rows) gives the
-// block-per-row kernel's bits (the same buffers one element off alignment), over the dtypes, dz
+// dz of 16-byte aligned rows (16-byte loads and stores) gives the bits of the same rows one
+// element off alignment (element by element, with the same ownership), over the dtypes, dz
 // in the logits dtype (also written over z) and fp32, targets inside and outside the split,
 // ignored and out of range, NaN and ±inf logits, the options, and per-row and scalar upstream
 // gradients.
@@ -244,8 +244,7 @@ TEST(GpuKernels, SplitRowStatsGiveTheShardKernelsBits) {
   int compared = 0;
   for (DType t : {DType::bf16, DType::fp16, DType::fp32})
     for (DType a : {DType::fp32, DType::bf16})
-      // Widths around the register-held rows' limits (2 and 4 groups a thread: 4096 and 8192
-      // columns) and past them, where the block's second pass reads its row again.
+      // Widths of 1, 2, 4 and more 2048-column strides, full and with a tail, odd and even.
       for (const gpu::ShardColumns sh :
            {gpu::ShardColumns{0, 4008}, gpu::ShardColumns{4008, 4007},
             gpu::ShardColumns{26004, 4007}, gpu::ShardColumns{0, 4096}, gpu::ShardColumns{8, 4097},
@@ -294,7 +293,7 @@ TEST(GpuKernels, SplitRowStatsGiveTheShardKernelsBits) {
 
 /// dz of a (rows, cols) slab at column col0 by launch_shard_dz_rows, the buffers placed `offset`
 /// elements past a 256-byte boundary (offset 0: 16-byte aligned rows when cols is a multiple of 8,
-/// the kernel of a thread per 16-byte group; offset 1: the block-per-row kernel); in_place: dz
+/// so 16-byte loads and stores; offset 1: element loads and stores); in_place: dz
 /// written over z (dz_dtype must be t).
 std::vector<unsigned char> run_shard_dz(
     DType t, DType logits_dtype, DType dz_dtype, const std::vector<unsigned char>& z_host,
@@ -353,9 +352,9 @@ bool same_dz(const std::vector<unsigned char>& a, const std::vector<unsigned cha
   return differing == 0;
 }
 
-TEST(GpuKernels, DzByGroupsGivesTheRowKernelsBits) {
-  // dz of aligned slabs of whole 16-byte groups is formed by a thread per group over all rows; the
-  // same values must come out as from the block-per-row kernel (misaligned buffers).
+TEST(GpuKernels, DzOfAlignedRowsGivesTheUnalignedRowsBits) {
+  // dz_row's 16-byte path (aligned rows of whole groups) and its element path (the same rows one
+  // element off alignment) must give the same bits, and so must dz written over z.
   if (!device().available) GTEST_SKIP() << device().reason;
   const std::int64_t rows = 7, V = 30011;
   int compared = 0;

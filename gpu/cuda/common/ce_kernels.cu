@@ -1,9 +1,7 @@
 // Softmax/cross-entropy kernels; the arithmetic is specified in ce_kernels.cuh and
 // docs/arithmetic.md. Template instantiations are kept few (CI compiles this on 2 cores):
-// ce_rows 3 logit dtypes × 3 accumulators, dz (by rows and by groups) 3 × 3, split_row_stats 3 × 3
-// for each of its three row paths, the rest dispatch the accumulator at run time. dz's elements
-// are independent: where rows are whole 16-byte groups a thread takes one group (dz_groups_kernel),
-// else a block takes a row, with the same operations.
+// ce_rows 3 logit dtypes × 3 accumulators, dz_rows 3 × 3, the rest dispatch the accumulator at
+// run time.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -119,6 +117,9 @@ __device__ __forceinline__ float block_tree_sum(float v, float* red /* kThreads 
 
 // ---- kernels ---------------------------------------------------------------------------------
 // One 16-byte group per thread in flight (4 loaded before use was measured slower: 5.4 vs 2.8 ms).
+// Also measured slower on an H100 and taken out: vocab_chunked's split rows held in registers
+// (2 or 4 groups a thread loaded before the maximum), and dz by a thread per 16-byte group across
+// rows instead of a block per row (the lab notebook has the measurements).
 constexpr std::int64_t kStride = std::int64_t(kThreads) * kGroup;  // a thread's next group
 
 /// The per-element transform of the contract, or the identity when Plain (scale 1, no softcap:
@@ -259,32 +260,8 @@ __global__ void __launch_bounds__(kThreads, 8)
   }
 }
 
-/// dz of one 16-byte group v (columns j0 … j0 + 7 of these buffers) in place. Plain
-/// (plain_params) forms dz_value's operations that are not exact identities there (×1 dropped),
-/// as ce_row's third pass does: the general path's bits.
-template <bool Plain>
-__device__ __forceinline__ void dz_group(float (&v)[kGroup], std::int64_t j0, std::int64_t t_local,
-                                         bool valid, bool bad_target, float lse, float gi,
-                                         const RowLossParams& p, int logits_code) {
-#pragma unroll
-  for (int k = 0; k < kGroup; ++k) {
-    float d;
-    if constexpr (Plain) {
-      float pj = expf(__fsub_rn(v[k], lse));
-      if (j0 + k == t_local) pj = __fsub_rn(pj, p.one_minus_eps);
-      d = __fmul_rn(pj, gi);
-    } else {
-      float th;
-      const float x = transform(v[k], p, th);
-      d = dz_value(x, th, j0 + k == t_local, lse, gi, p);
-    }
-    // rnd_logits first (dz is held in the logits dtype, docs/arithmetic.md §7), then the store
-    // rounds to the output dtype (a no-op when it is the logits dtype).
-    v[k] = valid ? rnd_rt(d, logits_code) : (bad_target ? NAN : 0.0f);
-  }
-}
-
-/// One row of dz_rows_kernel.
+/// One row of dz_rows_kernel. Plain (plain_params) forms dz_value's operations that are not exact
+/// identities there (×1 dropped), as ce_row's third pass does: the general path's bits.
 template <bool Plain, class Z, class O>
 __device__ __forceinline__ void dz_row(const Z* zr, O* dr, std::int64_t t, float lse, float gi,
                                        const RowLossParams& p, int logits_code, std::int64_t col0,
@@ -297,37 +274,23 @@ __device__ __forceinline__ void dz_row(const Z* zr, O* dr, std::int64_t t, float
   for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols; j0 += kStride) {
     float v[kGroup];
     load8(zr, j0, cols, aligned, v);
-    dz_group<Plain>(v, j0, t_local, valid, bad_target, lse, gi, p, logits_code);
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k) {
+      float d;
+      if constexpr (Plain) {
+        float pj = expf(__fsub_rn(v[k], lse));
+        if (j0 + k == t_local) pj = __fsub_rn(pj, p.one_minus_eps);
+        d = __fmul_rn(pj, gi);
+      } else {
+        float th;
+        const float x = transform(v[k], p, th);
+        d = dz_value(x, th, j0 + k == t_local, lse, gi, p);
+      }
+      // rnd_logits first (dz is held in the logits dtype, docs/arithmetic.md §7), then the store
+      // rounds to the output dtype (a no-op when it is the logits dtype).
+      v[k] = valid ? rnd_rt(d, logits_code) : (bad_target ? NAN : 0.0f);
+    }
     store8(dr, j0, cols, aligned, v);
-  }
-}
-
-/// dz_rows_kernel's values over rows of whole 16-byte groups (cols a multiple of 8, both buffers
-/// 16-byte aligned): a thread per group, grid-stride over all rows·cols/8 groups, so that loads of
-/// many rows are in flight at once (a block per row was measured slower on the split slabs of
-/// vocab_chunked). Every element gets dz_rows_kernel's operations: its bits.
-template <class Z, class O>
-__global__ void __launch_bounds__(kThreads)
-    dz_groups_kernel(const Z* z /* (rows, cols) */, O* dz /* (rows, cols) */, std::int64_t rows,
-                     std::int64_t cols, const std::int64_t* targets, const float* lse_in,
-                     RowLossParams p, RowGradScale g, int logits_code, std::int64_t col0) {
-  const std::int64_t per_row = cols / kGroup, n = rows * per_row;
-  const bool plain = plain_params(p);
-  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x) {
-    const std::int64_t row = i / per_row, j0 = (i - row * per_row) * kGroup;
-    const std::int64_t t = targets[row];
-    const bool valid = t != p.ignore_index && t >= 0 && t < p.V;
-    const bool bad_target = t != p.ignore_index && !valid;
-    const float lse = lse_in[row];
-    const float gi = g.g_rows != nullptr ? g.g_rows[row] : g.g_scalar;
-    float v[kGroup];
-    load8(z + row * cols, j0, cols, true, v);
-    if (plain)
-      dz_group<true>(v, j0, t - col0, valid, bad_target, lse, gi, p, logits_code);
-    else
-      dz_group<false>(v, j0, t - col0, valid, bad_target, lse, gi, p, logits_code);
-    store8(dz + row * cols, j0, cols, true, v);
   }
 }
 
@@ -464,64 +427,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// split_row_stats_kernel's row with its G groups per thread (cols ≤ G·2048) loaded once, before
-/// any is used, and kept in registers for the sums: shard_max_of_row's and shard_sums_of_row's
-/// operations in their orders (a thread's groups in increasing j, the same trees), so their bits,
-/// with every load of the row in flight at once and no second read.
-template <bool Plain, int G, class L, class A>
-__device__ __forceinline__ void split_stats_of_row_in_registers(
-    const L* zr, std::int64_t row, std::int64_t rows, std::int64_t col0, std::int64_t cols,
-    bool aligned, const std::int64_t* targets, const RowLossParams& p, float* m_out, float* xt_out,
-    A* sums, float* red) {
-  float v[G][kGroup];
-  const std::int64_t first = std::int64_t(threadIdx.x) * kGroup;
-#pragma unroll
-  for (int g = 0; g < G; ++g)
-    if (first + g * kStride < cols) load8(zr, first + g * kStride, cols, aligned, v[g]);
-  float m = -INFINITY;
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const std::int64_t j0 = first + g * kStride;
-    float th;
-#pragma unroll
-    for (int k = 0; k < kGroup; ++k)
-      if (j0 + k < cols) m = fmaxf(m, xform<Plain>(v[g][k], p, th));
-  }
-  m = block_max(m, red);
-  if (threadIdx.x == 0) {
-    m_out[row] = m;
-    xt_out[row] = shard_target_logit(zr, row, col0, cols, targets, p);
-  }
-  float s = 0.0f, sx = 0.0f;
-  if (m != -INFINITY || (!Plain && p.smoothing)) {
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const std::int64_t j0 = first + g * kStride;
-#pragma unroll
-      for (int k = 0; k < kGroup; ++k) {
-        if (j0 + k < cols) {
-          float th;
-          const float x = xform<Plain>(v[g][k], p, th);
-          // With m = −inf only Σx is formed (every x_j is −inf), as in shard_sums_of_row.
-          if (m != -INFINITY) s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
-          if (!Plain && p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
-        }
-      }
-    }
-  }
-  s = block_tree_sum<A>(s, red);
-  if (p.smoothing) sx = block_tree_sum<A>(sx, red);
-  if (threadIdx.x == 0) {
-    sums[row] = from_f<A>(s);
-    sums[rows + row] = from_f<A>(p.smoothing ? sx : 0.0f);
-  }
-}
-
-/// vocab_chunked's split: both kernels above in one, the sums taken with the split's own maximum,
-/// one read of the slab from memory instead of two. G > 0 (cols ≤ G·2048): the row held in
-/// registers (split_stats_of_row_in_registers); G = 0: the block's second pass over its row reads
-/// it from cache. The same per-thread orders and trees: the two kernels' bits.
-template <int G, class L, class A>
+/// vocab_chunked's split: both kernels above in one, the sums taken with the split's own maximum;
+/// the block's second pass over its row reads it from cache (one pass over the slab from memory
+/// instead of two). The same per-thread orders and trees: the two kernels' bits.
+template <class L, class A>
 __global__ void __launch_bounds__(kThreads)
     split_row_stats_kernel(const L* z, std::int64_t rows, std::int64_t col0, std::int64_t cols,
                            const std::int64_t* targets, RowLossParams p, float* m_out,
@@ -531,25 +440,16 @@ __global__ void __launch_bounds__(kThreads)
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const L* zr = z + row * cols;
     const bool aligned = (reinterpret_cast<std::uintptr_t>(zr) & 15) == 0;
-    if constexpr (G > 0) {
-      if (plain)
-        split_stats_of_row_in_registers<true, G>(zr, row, rows, col0, cols, aligned, targets, p,
-                                                 m_out, xt_out, sums, red);
-      else
-        split_stats_of_row_in_registers<false, G>(zr, row, rows, col0, cols, aligned, targets, p,
-                                                  m_out, xt_out, sums, red);
-    } else {
-      const float m = plain ? shard_max_of_row<true>(zr, cols, aligned, p, red)
-                            : shard_max_of_row<false>(zr, cols, aligned, p, red);
-      if (threadIdx.x == 0) {
-        m_out[row] = m;
-        xt_out[row] = shard_target_logit(zr, row, col0, cols, targets, p);
-      }
-      if (plain)
-        shard_sums_of_row<true>(zr, row, rows, cols, aligned, m, p, sums, red);
-      else
-        shard_sums_of_row<false>(zr, row, rows, cols, aligned, m, p, sums, red);
+    const float m = plain ? shard_max_of_row<true>(zr, cols, aligned, p, red)
+                          : shard_max_of_row<false>(zr, cols, aligned, p, red);
+    if (threadIdx.x == 0) {
+      m_out[row] = m;
+      xt_out[row] = shard_target_logit(zr, row, col0, cols, targets, p);
     }
+    if (plain)
+      shard_sums_of_row<true>(zr, row, rows, cols, aligned, m, p, sums, red);
+    else
+      shard_sums_of_row<false>(zr, row, rows, cols, aligned, m, p, sums, red);
   }
 }
 
@@ -665,25 +565,6 @@ void with_type(DType t, F&& f) {
   }
 }
 
-/// dz of (rows, cols) buffers at column col0: dz_groups_kernel where the rows are whole 16-byte
-/// groups in 16-byte aligned buffers, else a block per row (dz_rows_kernel). The same bits.
-template <class Z, class O>
-void launch_dz(const Z* z, O* dz, std::int64_t rows, const std::int64_t* targets, const float* lse,
-               const RowLossParams& p, RowGradScale g, int logits_code, std::int64_t col0,
-               std::int64_t cols, cudaStream_t stream) {
-  const bool groups =
-      cols % kGroup == 0 &&
-      ((reinterpret_cast<std::uintptr_t>(z) | reinterpret_cast<std::uintptr_t>(dz)) & 15) == 0;
-  if (groups) {
-    dz_groups_kernel<Z, O><<<grid_for(rows * (cols / kGroup)), kThreads, 0, stream>>>(
-        z, dz, rows, cols, targets, lse, p, g, logits_code, col0);
-  } else {
-    dz_rows_kernel<Z, O><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-        z, dz, targets, lse, p, g, logits_code, col0, cols);
-  }
-  XL_CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace
 
 std::int64_t default_ce_grid(std::int64_t rows, std::int64_t row_bytes) {
@@ -717,8 +598,10 @@ void launch_dz_rows(DType z_dtype, const void* z, DType logits_dtype, DType dz_d
     using Z = decltype(zt);
     with_type(dz_dtype, [&](auto ot) {
       using O = decltype(ot);
-      launch_dz(static_cast<const Z*>(z), static_cast<O*>(dz), rows, targets, lse, p, g,
-                acc_code(logits_dtype), 0, p.V, stream);
+      dz_rows_kernel<Z, O><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+          static_cast<const Z*>(z), static_cast<O*>(dz), targets, lse, p, g, acc_code(logits_dtype),
+          0, p.V);
+      XL_CUDA_CHECK_LAUNCH();
     });
   });
 }
@@ -761,18 +644,9 @@ void launch_split_row_stats(DType z_dtype, const void* z, std::int64_t rows, Sha
     using L = decltype(zt);
     with_type(p.accum, [&](auto at) {
       using A = decltype(at);
-      const auto* zl = static_cast<const L*>(z);
-      auto* sa = static_cast<A*>(sums);
-      // Rows of up to 2 or 4 groups a thread are held in registers (split_row_stats_kernel).
-      if (sh.cols <= 2 * kStride)
-        split_row_stats_kernel<2, L, A>
-            <<<grid, kThreads, 0, stream>>>(zl, rows, sh.col0, sh.cols, targets, p, m, x_t, sa);
-      else if (sh.cols <= 4 * kStride)
-        split_row_stats_kernel<4, L, A>
-            <<<grid, kThreads, 0, stream>>>(zl, rows, sh.col0, sh.cols, targets, p, m, x_t, sa);
-      else
-        split_row_stats_kernel<0, L, A>
-            <<<grid, kThreads, 0, stream>>>(zl, rows, sh.col0, sh.cols, targets, p, m, x_t, sa);
+      split_row_stats_kernel<L, A><<<grid, kThreads, 0, stream>>>(static_cast<const L*>(z), rows,
+                                                                  sh.col0, sh.cols, targets, p, m,
+                                                                  x_t, static_cast<A*>(sums));
       XL_CUDA_CHECK_LAUNCH();
     });
   });
@@ -813,8 +687,10 @@ void launch_shard_dz_rows(DType z_dtype, const void* z, DType logits_dtype, DTyp
     using Z = decltype(zt);
     with_type(dz_dtype, [&](auto ot) {
       using O = decltype(ot);
-      launch_dz(static_cast<const Z*>(z), static_cast<O*>(dz), rows, targets, lse, p, g,
-                acc_code(logits_dtype), sh.col0, sh.cols, stream);
+      dz_rows_kernel<Z, O><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+          static_cast<const Z*>(z), static_cast<O*>(dz), targets, lse, p, g, acc_code(logits_dtype),
+          sh.col0, sh.cols);
+      XL_CUDA_CHECK_LAUNCH();
     });
   });
 }

@@ -5,7 +5,7 @@
 // __fadd_rn/__fmul_rn/… (and the target is built with -fmad=false) so nothing is contracted into an
 // FMA behind the contract's back. No fast-math: expf/logf/tanhf are CUDA's accurate versions.
 //
-// Row reductions use one block of T = 256 threads per row; element j of a row belongs to thread
+// Row kernels use one block of T = 256 threads per row; element j of a row belongs to thread
 // (j/8) mod 256 (16-byte loads of 8 bf16/fp16 values, two 16-byte loads for fp32; scalar loads with
 // the same ownership when the row is not 16-byte aligned or at its tail). Orders, exactly:
 //   x_j   = scale·fp32(z_j)  (scale as fp32);  softcap c > 0: th_j = tanhf(x_j / c), x_j = c·th_j
@@ -118,8 +118,7 @@ void launch_shard_row_sums(DType z_dtype, const void* z /* (rows, cols) */, std:
 
 /// vocab_chunked's split in one kernel: launch_shard_row_max (m, x_t) and then
 /// launch_shard_row_sums with the split's own maximum m, bit for bit, each block reading its row
-/// from memory once (rows of up to 8192 columns are held in registers between the maximum and the
-/// sums; longer rows' second pass reads them from cache).
+/// from memory once (its second pass hits the cache).
 void launch_split_row_stats(DType z_dtype, const void* z /* (rows, cols) */, std::int64_t rows,
                             ShardColumns sh, const std::int64_t* targets /* (rows) */,
                             const RowLossParams& p, float* m /* (rows) */, float* x_t /* (rows) */,
