@@ -249,7 +249,7 @@ TEST(GpuKernels, SplitRowStatsGiveTheShardKernelsBits) {
            {gpu::ShardColumns{0, 4008}, gpu::ShardColumns{4008, 4007},
             gpu::ShardColumns{26004, 4007}, gpu::ShardColumns{0, 4096}, gpu::ShardColumns{8, 4097},
             gpu::ShardColumns{100, 8192}, gpu::ShardColumns{7, 8193},
-            gpu::ShardColumns{13000, 16032}})
+            gpu::ShardColumns{13000, 16032}, gpu::ShardColumns{20000, 2000}})
         for (const bool options : {false, true}) {
           SCOPED_TRACE(std::string(to_string(t)) + " logits, " + std::string(to_string(a)) +
                        " accumulator, columns " + std::to_string(sh.col0) + " + " +
@@ -288,7 +288,7 @@ TEST(GpuKernels, SplitRowStatsGiveTheShardKernelsBits) {
           EXPECT_EQ(f.sums, two.sums) << "the sums' bytes differ";
           ++compared;
         }
-  EXPECT_EQ(compared, 96);
+  EXPECT_EQ(compared, 108);
 }
 
 /// dz of a (rows, cols) slab at column col0 by launch_shard_dz_rows, the buffers placed `offset`
@@ -402,25 +402,25 @@ TEST(GpuKernels, DzOfAlignedRowsGivesTheUnalignedRowsBits) {
           p.two_lambda = 2e-4f;
         }
         for (const bool per_row : {false, true}) {
-          const auto groups =
+          const auto aligned =
               run_shard_dz(t, t, out, z, rows, sh, targets, lse, g, per_row, p, 0, false);
-          const auto by_row =
+          const auto unaligned =
               run_shard_dz(t, t, out, z, rows, sh, targets, lse, g, per_row, p, 1, false);
           std::int64_t differing = 0;
-          EXPECT_TRUE(same_dz(groups, by_row, out, differing))
+          EXPECT_TRUE(same_dz(aligned, unaligned, out, differing))
               << differing << " dz entries differ" << (per_row ? " (per-row g)" : "");
           if (out == t) {  // dz over z, as the strategies write it
             const auto in_place =
                 run_shard_dz(t, t, out, z, rows, sh, targets, lse, g, per_row, p, 0, true);
-            EXPECT_TRUE(same_dz(groups, in_place, out, differing))
+            EXPECT_TRUE(same_dz(aligned, in_place, out, differing))
                 << differing << " dz entries differ in place" << (per_row ? " (per-row g)" : "");
           }
-          // The out-of-range target's row is NaN, the ignored row 0 (both kernels' contract).
+          // The out-of-range target's row is NaN, the ignored row 0 (dz_row's contract).
           if (out == DType::fp32) {
             float v;
-            std::memcpy(&v, &groups[(4 * sh.cols) * 4], 4);
+            std::memcpy(&v, &aligned[(4 * sh.cols) * 4], 4);
             EXPECT_TRUE(std::isnan(v)) << "row of target V + 3";
-            std::memcpy(&v, &groups[(3 * sh.cols) * 4], 4);
+            std::memcpy(&v, &aligned[(3 * sh.cols) * 4], 4);
             EXPECT_EQ(v, 0.0f) << "ignored row";
           }
           ++compared;
