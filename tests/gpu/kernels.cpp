@@ -50,23 +50,32 @@ const gpu::DeviceInfo& device() {
   return d;
 }
 
+/// Element i of host logits z stored in dtype t set to x rounded to t (NaN: the dtype's quiet NaN).
+void put_logit(std::vector<unsigned char>& z, DType t, std::int64_t i, double x) {
+  if (t == DType::fp32) {
+    const float f = static_cast<float>(x);
+    std::memcpy(&z[i * 4], &f, 4);
+  } else {
+    const std::uint16_t b = t == DType::bf16 ? bf16_bits_from_double(x) : fp16_bits_from_double(x);
+    std::memcpy(&z[i * 2], &b, 2);
+  }
+}
+
 /// Host bytes of rows×V Gaussian logits (σ = 4) stored in dtype t.
 std::vector<unsigned char> logits_bytes(DType t, std::int64_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> nd(0.0, 4.0);
   std::vector<unsigned char> out(static_cast<std::size_t>(n) * size_of(t));
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double x = nd(rng);
-    if (t == DType::fp32) {
-      const float f = static_cast<float>(x);
-      std::memcpy(&out[i * 4], &f, 4);
-    } else {
-      const std::uint16_t b =
-          t == DType::bf16 ? bf16_bits_from_double(x) : fp16_bits_from_double(x);
-      std::memcpy(&out[i * 2], &b, 2);
-    }
-  }
+  for (std::int64_t i = 0; i < n; ++i) put_logit(out, t, i, nd(rng));
   return out;
+}
+
+/// Label smoothing (ε = 0.1) and a softcap of 20 on p, whose V is set.
+void smoothing_and_softcap(gpu::RowLossParams& p) {
+  p.smoothing = true;
+  p.eps_over_V = static_cast<float>(0.1 / double(p.V));
+  p.one_minus_eps = 0.9f;
+  p.softcap = 20.0f;
 }
 
 struct RowsOut {
@@ -124,27 +133,8 @@ TEST(GpuKernels, CeRowsPlainPathGivesTheGeneralPathsBits) {
                      " accumulator, V = " + std::to_string(V));
         auto z = logits_bytes(t, rows * V, 1000 + V);
         // Row 7: every logit −inf (lse −inf, loss +inf, dz NaN); row 8: one NaN logit.
-        const int es0 = size_of(t);
-        for (std::int64_t j = 0; j < V; ++j) {
-          unsigned char* e = &z[(7 * V + j) * es0];
-          if (t == DType::fp32) {
-            const float v = -INFINITY;
-            std::memcpy(e, &v, 4);
-          } else {
-            const std::uint16_t b = t == DType::bf16 ? 0xFF80 : 0xFC00;
-            std::memcpy(e, &b, 2);
-          }
-        }
-        {
-          unsigned char* e = &z[(8 * V + V / 2) * es0];
-          if (t == DType::fp32) {
-            const float v = NAN;
-            std::memcpy(e, &v, 4);
-          } else {
-            const std::uint16_t b = t == DType::bf16 ? 0x7FC0 : 0x7E00;
-            std::memcpy(e, &b, 2);
-          }
-        }
+        for (std::int64_t j = 0; j < V; ++j) put_logit(z, t, 7 * V + j, -INFINITY);
+        put_logit(z, t, 8 * V + V / 2, NAN);
         std::vector<std::int64_t> targets(rows);
         std::vector<float> g(rows);
         for (std::int64_t i = 0; i < rows; ++i) {
@@ -255,17 +245,8 @@ TEST(GpuKernels, SplitRowStatsGiveTheShardKernelsBits) {
                        " accumulator, columns " + std::to_string(sh.col0) + " + " +
                        std::to_string(sh.cols) + (options ? ", smoothing and softcap" : ""));
           auto z = logits_bytes(t, rows * sh.cols, 77 + sh.col0);
-          const int es = size_of(t);
-          for (std::int64_t j = 0; j < sh.cols; ++j) {  // row 4: every logit −inf
-            unsigned char* e = &z[(4 * sh.cols + j) * es];
-            if (t == DType::fp32) {
-              const float v = -INFINITY;
-              std::memcpy(e, &v, 4);
-            } else {
-              const std::uint16_t b = t == DType::bf16 ? 0xFF80 : 0xFC00;
-              std::memcpy(e, &b, 2);
-            }
-          }
+          for (std::int64_t j = 0; j < sh.cols; ++j)  // row 4: every logit −inf
+            put_logit(z, t, 4 * sh.cols + j, -INFINITY);
           // Targets in this split, in another, ignored.
           const std::vector<std::int64_t> targets = {
               sh.col0 + 5, sh.col0 + sh.cols - 1, (sh.col0 + sh.cols) % V,
@@ -273,12 +254,7 @@ TEST(GpuKernels, SplitRowStatsGiveTheShardKernelsBits) {
           gpu::RowLossParams p;
           p.V = V;
           p.accum = a;
-          if (options) {
-            p.smoothing = true;
-            p.eps_over_V = static_cast<float>(0.1 / double(V));
-            p.one_minus_eps = 0.9f;
-            p.softcap = 20.0f;
-          }
+          if (options) smoothing_and_softcap(p);
           const SplitStats f = run_split_stats(t, z, rows, sh, targets, p, true);
           const SplitStats two = run_split_stats(t, z, rows, sh, targets, p, false);
           for (std::int64_t i = 0; i < rows; ++i) {
@@ -372,18 +348,9 @@ TEST(GpuKernels, DzOfAlignedRowsGivesTheUnalignedRowsBits) {
                      (options ? ", smoothing, softcap and z-loss" : ""));
         auto z = logits_bytes(t, rows * sh.cols, 91 + sh.col0);
         // Row 6 holds a NaN, a +inf and a −inf logit.
-        for (int k = 0; k < 3; ++k) {
-          const double v = k == 0 ? NAN : (k == 1 ? INFINITY : -INFINITY);
-          unsigned char* e = &z[(6 * sh.cols + 2 * k + 1) * size_of(t)];
-          if (t == DType::fp32) {
-            const float f = static_cast<float>(v);
-            std::memcpy(e, &f, 4);
-          } else {
-            const std::uint16_t b =
-                t == DType::bf16 ? bf16_bits_from_double(v) : fp16_bits_from_double(v);
-            std::memcpy(e, &b, 2);
-          }
-        }
+        put_logit(z, t, 6 * sh.cols + 1, NAN);
+        put_logit(z, t, 6 * sh.cols + 3, INFINITY);
+        put_logit(z, t, 6 * sh.cols + 5, -INFINITY);
         // Targets in this split (first and last column), in another, ignored, out of range.
         const std::vector<std::int64_t> targets = {
             sh.col0, sh.col0 + sh.cols - 1, (sh.col0 + sh.cols) % V, -100, V + 3,
@@ -393,10 +360,7 @@ TEST(GpuKernels, DzOfAlignedRowsGivesTheUnalignedRowsBits) {
         gpu::RowLossParams p;
         p.V = V;
         if (options) {
-          p.smoothing = true;
-          p.eps_over_V = static_cast<float>(0.1 / double(V));
-          p.one_minus_eps = 0.9f;
-          p.softcap = 20.0f;
+          smoothing_and_softcap(p);
           p.zloss = true;
           p.lambda = 1e-4f;
           p.two_lambda = 2e-4f;
