@@ -10,13 +10,14 @@
 //     read of the slab from memory); then, per row, the splits' states merged
 //     in split order (launch_merge_split_states: m = max m_r, s = Σ rnd_A(s_r·expf(m_r − m))),
 //     lse and loss (launch_shard_row_loss);
-//   backward, per split in order: the slab recomputed (the same GEMM and rounding: the forward's
-//     logits bit for bit), dz in place (launch_shard_dz_rows), dH += dz·W[split] in fp32 (cuBLAS
-//     beta = 1 after the first split; the grad dtype's output itself when that is fp32), dW[split]
-//     = dzᵀ·H over all N tokens written once (one GEMM: no cross-split or cross-chunk sum), db of
-//     the split's rows (a running sum over tokens in the accum dtype, as naive); dH rounded to the
-//     grad dtype once at the end.
-// Logits GEMMs: 2 per split (forward, recompute) and 2 gradient GEMMs: 8·N·V·D flops in all.
+//   backward, per split in reverse order (P − 1 down to 0): the slab recomputed (the same GEMM
+//     and rounding: the forward's logits bit for bit), except for the last split, whose logits the
+//     forward left in the slab; dz in place (launch_shard_dz_rows), dH += dz·W[split] in fp32
+//     (cuBLAS beta = 1 after the first backward split; the grad dtype's output itself when that is
+//     fp32), dW[split] = dzᵀ·H over all N tokens written once (one GEMM: no cross-split or
+//     cross-chunk sum), db of the split's rows (a running sum over tokens in the accum dtype, as
+//     naive); dH rounded to the grad dtype once at the end.
+// GEMMs: P forward logits, P − 1 recomputed, 2 gradient GEMMs per split: (8 − 2/P)·N·V·D flops.
 // The CPU emulation twin (gpu/emulation/vocab_chunked.cpp) runs the same declared arithmetic:
 // naive's orders within a split, the splits as vocabulary ranks whose states are rescaled
 // (DeclaredArithmetic::rescaled_ranks). With one split every operation is naive's.
@@ -99,7 +100,7 @@ class VocabChunkedStrategy final : public CudaStrategy {
         "cuBLAS GemmEx_64, fp32 compute (no TF32); per vocabulary split: CE rows 256 threads, "
         "groups of 8, tree, with the split's own maximum; the splits' states rescaled to the "
         "row's maximum and added in split order (accum dtype); dH summed over the splits in fp32 "
-        "(GEMM beta 1), dW and db per split";
+        "in reverse split order (GEMM beta 1), dW and db per split";
     return a;
   }
   DeclaredArithmetic run_arithmetic(const RunRequest& req) const override {
@@ -143,10 +144,12 @@ class VocabChunkedStrategy final : public CudaStrategy {
       return s;
     };
 
+    void* last_slab = nullptr;  // the last split's logits, which the backward takes first
     for (std::int64_t k = 0; k < S; ++k) {
       const VocabShard& sh = splits[static_cast<std::size_t>(k)];
       const DeviceRun s = split_run(sh);
-      const void* z = steps::chunk_logits(s, c, ws, 0, N);  // (N, |split|) logits dtype
+      void* z = steps::chunk_logits(s, c, ws, 0, N);  // (N, |split|) logits dtype
+      last_slab = z;
       if (r.gemms_only) continue;
       const ShardColumns cols{sh.begin, sh.size()};
       launch_split_row_stats(L, z, N, cols, P.targets, rp, split_m + k * N, split_xt + k * N,
@@ -161,17 +164,21 @@ class VocabChunkedStrategy final : public CudaStrategy {
     // dH accumulates in fp32: in the output where the grad dtype is fp32, else in the workspace.
     const bool dH_in_output = grad == DType::fp32;
     void* const dH_acc = dH_in_output ? r.out.dH : ws.dH_f32.get();
-    for (std::int64_t k = 0; k < S; ++k) {
+    // The splits in reverse order: the last split's logits are still in the slab (the merge and
+    // loss kernels read only the row states), so the first backward split needs no recompute.
+    for (std::int64_t k = S - 1; k >= 0; --k) {
       const VocabShard& sh = splits[static_cast<std::size_t>(k)];
       const DeviceRun s = split_run(sh);
-      void* z = steps::chunk_logits(s, c, ws, 0, N);  // the forward's logits, recomputed
+      // The forward's logits: kept (the last split) or recomputed (the same GEMM and rounding).
+      void* z = k == S - 1 ? last_slab : steps::chunk_logits(s, c, ws, 0, N);
       const ShardColumns cols{sh.begin, sh.size()};
       if (!r.gemms_only)
         launch_shard_dz_rows(L, z, L, L, z, N, cols, P.targets, r.out.lse, rp, r.g, c.stream);
       if (ws.plan.W_f32 > 0)  // the split's W widened for an fp32 backward GEMM
         launch_convert(P.input, s.prob.W, DType::fp32, ws.W_f32.get(), sh.size() * D, c.stream);
       const steps::BackwardOperands o = steps::backward_operands(s, c, ws, z, 0, N);
-      gemm_dH(c.blas, o.op, o.dz, o.W, N, sh.size(), D, DType::fp32, dH_acc, k == 0 ? 0.0f : 1.0f);
+      gemm_dH(c.blas, o.op, o.dz, o.W, N, sh.size(), D, DType::fp32, dH_acc,
+              k == S - 1 ? 0.0f : 1.0f);
       // dW and db of the split's rows: written once (a one-chunk plan), db through the split's
       // accumulator rounded into its rows of the output.
       DeviceRun out = s;

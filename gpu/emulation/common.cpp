@@ -531,19 +531,22 @@ StrategyOutputs EmulatedStrategy::run(const RunRequest& req) const {
 
 namespace {
 
-// §8's ranks of a run: one over [0, V), or the shards of c.shards.
+// §8's ranks of a run: one over [0, V), or the shards of c.shards in the order their dH partials
+// are added (c.dH_order).
 std::vector<DHShard> dH_plan(const Ctx& c) {
   std::vector<DHShard> plan;
   const std::vector<VocabShard> whole{{0, c.V}};
   for (const VocabShard& sh : c.shards.empty() ? whole : c.shards)
     plan.push_back({sh.begin, sh.end});
+  if (c.dH_order == DHRankOrder::decreasing) std::reverse(plan.begin(), plan.end());
   return plan;
 }
 
 }  // namespace
 
 StrategyOutputs EmulatedStrategy::run_engine(const RunRequest& req, const DeclaredArithmetic& ar,
-                                             std::int64_t shards, const std::string& as) const {
+                                             std::int64_t shards, const std::string& as,
+                                             DHRankOrder dH_order) const {
   const auto t0 = std::chrono::steady_clock::now();
   if (!req.problem) throw InputError(as + " (cpu-emulation): RunRequest without a problem");
   const Problem& pb = *req.problem;
@@ -554,6 +557,7 @@ StrategyOutputs EmulatedStrategy::run_engine(const RunRequest& req, const Declar
 
   Ctx c = make_context(req, ar);
   c.logits_block = logits_gemm_block();
+  c.dH_order = dH_order;
   const std::int64_t N = c.N, V = c.V, D = c.D;
   if (shards > 0) {
     try {

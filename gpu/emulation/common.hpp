@@ -57,6 +57,11 @@ inline constexpr std::int64_t kBlockThreads = 256;
 inline constexpr std::int64_t kTensorCoreBlock = 16;
 
 /// Everything the engine and a strategy's hooks read during one run (read-only).
+/// The order in which EmulatedStrategy::run_sharded adds the ranks' fp32 dH partials: rank order
+/// (vocab_parallel), or reverse rank order (vocab_chunked, whose backward takes the last split
+/// first: the one whose logits the forward left in memory).
+enum class DHRankOrder { increasing, decreasing };
+
 struct EngineContext {
   const RunRequest* req = nullptr;
   const Problem* pb = nullptr;
@@ -66,6 +71,7 @@ struct EngineContext {
   /// Vocabulary-parallel runs (EmulatedStrategy::run_sharded): the P = ar.vocab_ranks shards of
   /// vocab_shards(V, P), in rank order; empty for a run over the whole vocabulary.
   std::vector<VocabShard> shards;
+  DHRankOrder dH_order = DHRankOrder::increasing;  ///< with shards: the order of dH's partials
   std::int64_t N = 0, V = 0, D = 0;
   bool linear = false;
   std::vector<float> bias;  ///< (V) bias as float (exact; −Inf allowed), empty when absent
@@ -119,9 +125,11 @@ class EmulatedStrategy : public Strategy {
   /// rnd_A(s_r·expf(m_r − m))), added in the accum dtype; Σx likewise; dH as each rank's fp32
   /// partial over its shard (this strategy's dH within it), added in fp32. dW and db are each
   /// rank's own rows, this strategy's. `ar` is the run's declaration (vocab_ranks = P ≥ 1), `as`
-  /// the name errors give. Throws InputError as run(), and when P > V.
+  /// the name errors give, `dH_order` the order of dH's partials (rank order, or the reverse).
+  /// Throws InputError as run(), and when P > V.
   StrategyOutputs run_sharded(const RunRequest& req, const DeclaredArithmetic& ar,
-                              const std::string& as) const;
+                              const std::string& as,
+                              DHRankOrder dH_order = DHRankOrder::increasing) const;
   /// workspace_size(req) of run_sharded with P ranks.
   std::int64_t sharded_workspace_size(const RunRequest& req, std::int64_t ranks) const;
 
@@ -144,7 +152,8 @@ class EmulatedStrategy : public Strategy {
   struct TokenRows;  // per token row: loss, lse, gradient scale, validity (common.cpp)
   /// The engine: run() (shards = 0) and run_sharded (shards = P).
   StrategyOutputs run_engine(const RunRequest& req, const DeclaredArithmetic& ar,
-                             std::int64_t shards, const std::string& as) const;
+                             std::int64_t shards, const std::string& as,
+                             DHRankOrder dH_order = DHRankOrder::increasing) const;
   /// The row's vocabulary sums: vocab_sums over the row, or, with c.shards, per shard and reduced
   /// across the ranks (run_sharded; both defined in gpu/emulation/vocab_parallel.cpp).
   VocabSums row_vocab_sums(const EngineContext& c, const float* x, bool need_sx,

@@ -11,9 +11,10 @@
 //      (exactly s_r where m_r = m, 0 for a split whose logits are all −Inf), the P terms added in
 //      the accum dtype in split order; Σx added likewise (DeclaredArithmetic::rescaled_ranks);
 //   3. lse, loss and dz as the engine's other strategies (§5, §7);
-//   4. backward, the splits in order, each recomputing its logits exactly: dH = Σ_r dz[:, r]·W[r],
-//      each split's product one fp32 sum over the split's columns, added into the fp32
-//      accumulator in split order, rounded to the grad dtype once;
+//   4. backward, the splits in reverse order (the last split's logits are still in memory from
+//      the forward, the others recomputed exactly): dH = Σ_r dz[:, r]·W[r], each split's product
+//      one fp32 sum over the split's columns, added into the fp32 accumulator from the last split
+//      to the first, rounded to the grad dtype once;
 //   5. dW and db of a split's own vocabulary rows from all tokens at once, as naive's (one fp32
 //      sum per entry over the token rows in increasing order; db a running sum in the accum
 //      dtype): they never cross splits and are written once.
@@ -70,7 +71,7 @@ class VocabChunkedEmulation final : public Strategy {
     return a;
   }
   StrategyOutputs run(const RunRequest& req) const override {
-    return local_->run_sharded(req, run_arithmetic(req), name());
+    return local_->run_sharded(req, run_arithmetic(req), name(), DHRankOrder::decreasing);
   }
 
  private:
@@ -91,7 +92,8 @@ class VocabChunkedEmulation final : public Strategy {
   std::string note(std::int64_t P, const Recipe& r) const {
     return fmt::format(
         "cpu-emulation vocab_chunked: {} vocabulary split{}, each with its own maximum and naive's "
-        "blocked order, rescaled to the global maximum and added in split order, accum {}",
+        "blocked order, rescaled to the global maximum and added in split order, accum {}; dH "
+        "added in reverse split order",
         P, P == 1 ? "" : "s", to_string(r.accum));
   }
 };

@@ -135,8 +135,8 @@ class VocabParallelEmulation final : public Strategy {
 // ---- The engine's vocabulary-parallel steps (EmulatedStrategy, gpu/emulation/common.hpp) --------
 
 StrategyOutputs EmulatedStrategy::run_sharded(const RunRequest& req, const DeclaredArithmetic& ar,
-                                              const std::string& as) const {
-  return run_engine(req, ar, std::max<std::int64_t>(1, ar.vocab_ranks), as);
+                                              const std::string& as, DHRankOrder dH_order) const {
+  return run_engine(req, ar, std::max<std::int64_t>(1, ar.vocab_ranks), as, dH_order);
 }
 
 namespace {

@@ -1,7 +1,8 @@
 // The vocab_chunked strategy on the device (gpu/cuda/vocab_chunked.cu): P vocabulary splits (1, 3,
 // 7 over a vocabulary no P > 1 divides) in every recipe of the grid and every loss option, within
 // the a-priori bound of its declaration and against its CPU emulation twin; one split equal to
-// naive bit for bit where both take the same operations; repeat runs bit for bit; a logits
+// naive bit for bit where both take the same operations; dH's cross-split additions from the
+// last split to the first, worked by hand; repeat runs bit for bit; a logits
 // problem and splits past the vocabulary refused naming the cause; weight indexing past 2^31
 // elements (token indexing: tests/gpu/indexing.cpp). Its emulation is
 // tests/gpu/emulation/vocab_chunked.cpp.
@@ -15,6 +16,7 @@
 
 #include "gpu/plans/vocab_shards.hpp"
 #include "tests/gpu/gpu_fixture.hpp"
+#include "tests/support/vocab_split_support.hpp"
 
 namespace xentlab::gpu_tests {
 namespace {
@@ -115,6 +117,31 @@ TEST(GpuVocabChunked, AMaskedSplitUnderLabelSmoothingGivesTheTwinsInfiniteLoss) 
     EXPECT_EQ(a.loss[q], i == 3 ? 0.0 : std::numeric_limits<double>::infinity()) << i;
     EXPECT_TRUE(same_bits({a.loss[q]}, {e.loss[q]})) << i;
   }
+}
+
+// The backward takes the splits from the last to the first (the last one's logits kept from the
+// forward, the others recomputed), so dH adds the splits' fp32 partials in that order: the head
+// of testing::dH_order_problem, whose two orders give different sums, worked by hand; its twin
+// the same bits.
+TEST(GpuVocabChunked, DHAddsTheSplitsFromTheLastToTheFirst) {
+  XL_REQUIRE_DEVICE();
+  const auto s = vocab_chunked();
+  const auto twin = emulated_twin(kName);
+  ASSERT_TRUE(s && twin);
+  ASSERT_NE(testing::dH_order_sum(true), testing::dH_order_sum(false));
+  const Problem pb = testing::dH_order_problem();
+  RunRequest req;
+  req.problem = &pb;
+  req.spec = testing::dH_order_spec();
+  req.recipe = parse_recipe("fp32/fp32/fp32/fp32");
+  req.vocab_splits = 4;
+  const StrategyOutputs a = s->run(req), e = twin->run(req);
+  ASSERT_EQ(a.dH.size(), 2u);
+  EXPECT_EQ(a.dH[0], 175.0);
+  EXPECT_EQ(a.dH[1], static_cast<double>(testing::dH_order_sum(true)));
+  EXPECT_TRUE(same_bits(a.dH, e.dH));
+  EXPECT_TRUE(same_bits(a.lse, e.lse));
+  EXPECT_TRUE(same_bits(a.dW, e.dW));
 }
 
 // No atomics: a repeat run gives every output bit for bit, with several splits.

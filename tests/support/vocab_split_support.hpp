@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "datasets/problem.hpp"
 #include "judge/bounds_for.hpp"
 #include "reference/reference.hpp"
 
@@ -108,6 +110,39 @@ inline void for_every_loss_option(
         run(p, var, ref, upstream, rc, P,
             label + " " + var.name + " P=" + std::to_string(P) + " " + rc.name());
   }
+}
+
+/// A one-token linear head whose dH tells the order of vocab_chunked's cross-split dH additions
+/// apart, worked by hand: N = 1, V = 4, D = 2, fp32, H = (1, 0), W rows (0, 2^24), (−200, −8),
+/// (−200, −8), (−200, −2^27), target 1, label smoothing ε = 1/2 (dH_order_spec). The logits are
+/// (0, −200, −200, −200): p = (1, 0, 0, 0) in fp32 (e^−200 underflows), lse = 0, and dz = p − ε/V
+/// − (1 − ε)·[j = t] = (0.875, −0.625, −0.125, −0.125), every value exact. dH's first entry is
+/// 0 + 125 + 25 + 25 = 175 in any order; its second sums the exact products (14680064, 5, 1,
+/// 16777216) of the four splits of one column (vocab_splits = 4): dH_order_sum gives that sum in
+/// fp32 from the first split to the last or the reverse, and the two differ.
+inline Problem dH_order_problem() {
+  Tensor H(DType::fp32, {1, 2}, "H");
+  H.set(0, 1.0);
+  H.set(1, 0.0);
+  Tensor W(DType::fp32, {4, 2}, "W");
+  const double w[4][2] = {{0.0, 16777216.0}, {-200.0, -8.0}, {-200.0, -8.0}, {-200.0, -134217728.0}};
+  for (int j = 0; j < 4; ++j)
+    for (int d = 0; d < 2; ++d) W.set(j * 2 + d, w[j][d]);
+  return Problem::linear(std::move(H), std::move(W), std::nullopt, {1}, -100, "dH order");
+}
+inline LossSpec dH_order_spec() {
+  LossSpec s;
+  s.label_smoothing = 0.5;
+  return s;
+}
+/// dH's second entry of dH_order_problem: the four splits' fp32 products added in fp32 in split
+/// order (reverse = false) or from the last split to the first (reverse = true).
+inline float dH_order_sum(bool reverse) {
+  const float t[4] = {0.875f * 16777216.0f, -0.625f * -8.0f, -0.125f * -8.0f,
+                      -0.125f * -134217728.0f};
+  volatile float acc = reverse ? t[3] : t[0];  // volatile: each addition rounded to fp32
+  for (int k = 1; k < 4; ++k) acc = acc + t[reverse ? 3 - k : k];
+  return acc;
 }
 
 }  // namespace xentlab::testing

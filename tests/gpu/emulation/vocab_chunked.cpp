@@ -3,7 +3,8 @@
 // global one (DeclaredArithmetic::rescaled_ranks). Its number of splits from the slab budget
 // (vocab_chunk_splits); P = 1 naive bit for bit; P splits within the a-priori bound of the
 // declaration for every loss option and several recipes; the rescaled merge worked by hand on
-// one row; a sampled run keeps the splits of the whole problem; the declared bound charges the
+// one row; dH's cross-split additions from the last split to the first, worked by hand on one
+// row; a sampled run keeps the splits of the whole problem; the declared bound charges the
 // rescale and the cross-split additions; splits past the vocabulary refused.
 #include <gtest/gtest.h>
 
@@ -192,6 +193,32 @@ TEST(VocabChunked, SplitsStatesAreRescaledToTheGlobalMaximum) {
   req.ranks = 2;
   req.local_strategy = "naive";
   EXPECT_EQ(vp->run(req).lse[0], static_cast<double>(lse_two_pass));
+}
+
+// dH adds the splits' fp32 partials from the last split to the first (the CUDA strategy's
+// backward takes the last split first, its logits still in memory): the head of
+// testing::dH_order_problem, whose two orders give different sums, worked by hand.
+TEST(VocabChunked, DHAddsTheSplitsFromTheLastToTheFirst) {
+  const Problem pb = testing::dH_order_problem();
+  ASSERT_NE(testing::dH_order_sum(true), testing::dH_order_sum(false))
+      << "the head does not tell the orders apart";
+  const auto vc = vocab_chunked();
+  ASSERT_NE(vc, nullptr);
+  RunRequest req;
+  req.problem = &pb;
+  req.spec = testing::dH_order_spec();
+  req.recipe = parse_recipe("fp32/fp32/fp32/fp32");
+  req.vocab_splits = 4;
+  const StrategyOutputs o = vc->run(req);
+  ASSERT_EQ(o.dH.size(), 2u);
+  EXPECT_EQ(o.dH[0], 175.0);
+  EXPECT_EQ(o.dH[1], static_cast<double>(testing::dH_order_sum(true)));
+  // vocab_parallel adds its ranks' partials in rank order.
+  const auto vp = make_strategy(Backend::cpu_emulation, "vocab_parallel");
+  ASSERT_NE(vp, nullptr);
+  req.ranks = 4;
+  req.local_strategy = "naive";
+  EXPECT_EQ(vp->run(req).dH[1], static_cast<double>(testing::dH_order_sum(false)));
 }
 
 // A split whose logits are all −Inf (masked) has the maximum −Inf and adds 0; a row whose global
