@@ -125,7 +125,8 @@ inline Problem dH_order_problem() {
   H.set(0, 1.0);
   H.set(1, 0.0);
   Tensor W(DType::fp32, {4, 2}, "W");
-  const double w[4][2] = {{0.0, 16777216.0}, {-200.0, -8.0}, {-200.0, -8.0}, {-200.0, -134217728.0}};
+  const double w[4][2] = {
+      {0.0, 16777216.0}, {-200.0, -8.0}, {-200.0, -8.0}, {-200.0, -134217728.0}};
   for (int j = 0; j < 4; ++j)
     for (int d = 0; d < 2; ++d) W.set(j * 2 + d, w[j][d]);
   return Problem::linear(std::move(H), std::move(W), std::nullopt, {1}, -100, "dH order");
