@@ -17,7 +17,8 @@
 //     fp32), dW[split] = dzᵀ·H over all N tokens written once (one GEMM: no cross-split or
 //     cross-chunk sum), db of the split's rows (a running sum over tokens in the accum dtype, as
 //     naive); dH rounded to the grad dtype once at the end.
-// GEMMs: P forward logits, P − 1 recomputed, 2 gradient GEMMs per split: (8 − 2/P)·N·V·D flops.
+// GEMMs: P forward logits, P − 1 recomputed, 2 gradient GEMMs per split: 8·N·V·D − 2·N·⌊V/P⌋·D
+// flops (the last split, the one kept, has ⌊V/P⌋ rows: (8 − 2/P)·N·V·D where P divides V).
 // The CPU emulation twin (gpu/emulation/vocab_chunked.cpp) runs the same declared arithmetic:
 // naive's orders within a split, the splits as vocabulary ranks whose states are rescaled
 // (DeclaredArithmetic::rescaled_ranks). With one split every operation is naive's.

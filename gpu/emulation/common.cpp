@@ -122,8 +122,9 @@ struct SumBlock {
 
 // §8 dH = dz·W for a block of R rows: fp32 with exact products, per (r, k) sequential over j over
 // each rank's entries (one fp32 sum). Without `rank_sums` the one rank's sums go straight
-// into acc; with it (vocab_parallel) each rank's sum is a fresh fp32 partial, and the partials are
-// added into acc in rank order (the first one copied: with one rank acc is that rank's sum, bit for
+// into acc; with it (run_sharded) each rank's sum is a fresh fp32 partial, and the partials are
+// added into acc in the order of `plan` (dH_plan: rank order, or the reverse with
+// DHRankOrder::decreasing; the first one copied: with one rank acc is that rank's sum, bit for
 // bit the unsharded one). The hidden dimension is split over threads; each reads its slice of
 // every W row.
 void block_dH(const Ctx& c, const float* dz, std::int64_t R, float* acc, bool par,

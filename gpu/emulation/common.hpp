@@ -56,12 +56,12 @@ inline constexpr std::int64_t kBlockThreads = 256;
 /// cuBLAS on an H200.
 inline constexpr std::int64_t kTensorCoreBlock = 16;
 
-/// Everything the engine and a strategy's hooks read during one run (read-only).
 /// The order in which EmulatedStrategy::run_sharded adds the ranks' fp32 dH partials: rank order
 /// (vocab_parallel), or reverse rank order (vocab_chunked, whose backward takes the last split
 /// first: the one whose logits the forward left in memory).
 enum class DHRankOrder { increasing, decreasing };
 
+/// Everything the engine and a strategy's hooks read during one run (read-only).
 struct EngineContext {
   const RunRequest* req = nullptr;
   const Problem* pb = nullptr;
