@@ -244,20 +244,27 @@ def determinism(key, det, best):
     """The deterministic cell: torch_baseline.py's repeat-run comparison where its latest row at a
     size of the table made one ("repeat runs bit-identical" or "repeat runs differ in …" in the
     note, checked by load()), else `det` (the registry's trait, or what a peer's source says)."""
-    seen = []
+    seen = []  # [verdict, what, [sizes]]: sizes with the same finding share one phrase
     for n in SIZES:
         r = best.get((key, n))
         if r is None or r["tool"] != "torch_baseline":
             continue
         differed = repeat_claim(r["note"])
         if differed == []:
-            seen.append(("yes", f"bit-identical on repeat at N = {n}"))
+            found = ("yes", "bit-identical on repeat")
         elif differed:
-            seen.append(("no", f"{', '.join(differed)} differ on repeat at N = {n}"))
+            found = ("no", f"{', '.join(differed)} differ on repeat")
+        else:
+            continue
+        if seen and tuple(seen[-1][:2]) == found:
+            seen[-1][2].append(n)
+        else:
+            seen.append([*found, [n]])
     if not seen:
         return det
-    verdict = "no" if any(v == "no" for v, _ in seen) else "yes"
-    return f"{verdict}, measured ({'; '.join(w for _, w in seen)})"
+    verdict = "no" if any(v == "no" for v, _, _ in seen) else "yes"
+    said = "; ".join(f"{w} at N = {' and '.join(str(n) for n in ns)}" for _, w, ns in seen)
+    return f"{verdict}, measured ({said})"
 
 
 def table(rows):

@@ -260,7 +260,7 @@ TEST_F(ResultsTable, TwoCardsAreNotMixed) {
 }
 
 // A peer's deterministic cell is torch_baseline.py's repeat-run comparison where its row has one
-// ("no" when any size differed), else what its source says.
+// ("no" when any size differed; one finding at both sizes said once), else what its source says.
 TEST_F(ResultsTable, PeersDeterminismIsMeasuredWhereCompared) {
   const auto peer = [&](const std::string& strategy, const std::string& N,
                         const std::string& note) {
@@ -273,9 +273,15 @@ TEST_F(ResultsTable, PeersDeterminismIsMeasuredWhereCompared) {
       peer("cce", "8192", "torch 2.11; repeat runs differ in dH, dW"),
       peer("cce", "131072", "torch 2.11; repeat runs bit-identical"),
       peer("cce-exact", "8192", "torch 2.11"),
+      peer("pytorch-bf16", "8192", "torch 2.11; repeat runs bit-identical"),
+      peer("pytorch-bf16", "131072", "torch 2.11; repeat runs bit-identical"),
   });
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "| yes, measured (bit-identical on repeat at N = 8192) |"))
+      << r.output;
+  // The same finding at both sizes is said once.
+  EXPECT_TRUE(
+      contains(r.output, "| yes, measured (bit-identical on repeat at N = 8192 and 131072) |"))
       << r.output;
   EXPECT_TRUE(contains(r.output,
                        "| no, measured (dH, dW differ on repeat at N = 8192; bit-identical on "
