@@ -1,8 +1,9 @@
 #pragma once
 // Helpers of the tests of the strategies that split the vocabulary (the emulations of
-// vocab_parallel and vocab_chunked: tests/gpu/emulation/vocab_parallel.cpp, vocab_chunked.cpp):
-// every loss option as a variant, and a run judged against the reference within the a-priori
-// bound of its declaration.
+// vocab_parallel and vocab_chunked: tests/gpu/emulation/vocab_parallel.cpp, vocab_chunked.cpp;
+// the device's vocab_chunked: tests/gpu/vocab_chunked.cpp): every loss option as a variant, a run
+// judged against the reference within the a-priori bound of its declaration, and a head whose dH
+// tells the order of the cross-split additions apart.
 #include <gtest/gtest.h>
 
 #include <cstdint>
