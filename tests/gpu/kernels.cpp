@@ -115,6 +115,29 @@ RowsOut run_ce_rows(DType t, const std::vector<unsigned char>& z_host, std::int6
   return o;
 }
 
+/// Bytes a and b of dz in dtype d equal entry by entry, or both NaN (two NaNs with different
+/// payloads are the same value here); `differing` counts the entries that are not.
+bool same_dz(const std::vector<unsigned char>& a, const std::vector<unsigned char>& b, DType d,
+             std::int64_t& differing) {
+  const auto value = [d](const unsigned char* e) {
+    if (d == DType::fp32) {
+      float f;
+      std::memcpy(&f, e, 4);
+      return static_cast<double>(f);
+    }
+    std::uint16_t b;
+    std::memcpy(&b, e, 2);
+    return d == DType::bf16 ? bf16_bits_to_double(b) : fp16_bits_to_double(b);
+  };
+  differing = 0;
+  const std::int64_t es = size_of(d), n = static_cast<std::int64_t>(a.size()) / es;
+  for (std::int64_t k = 0; k < n; ++k) {
+    if (std::memcmp(&a[k * es], &b[k * es], es) == 0) continue;
+    if (!(std::isnan(value(&a[k * es])) && std::isnan(value(&b[k * es])))) ++differing;
+  }
+  return differing == 0;
+}
+
 bool same_bits_or_both_nan(float a, float b) {
   if (std::isnan(a) && std::isnan(b)) return true;
   return std::memcmp(&a, &b, 4) == 0;
@@ -162,28 +185,9 @@ TEST(GpuKernels, CeRowsPlainPathGivesTheGeneralPathsBits) {
               << "lse of row " << i << ": " << plain.lse[i] << " vs " << general.lse[i];
         }
         ASSERT_EQ(plain.dz.size(), general.dz.size());
-        const int es = size_of(t);
         std::int64_t differing = 0;
-        for (std::size_t k = 0; k < plain.dz.size(); k += es) {
-          if (std::memcmp(&plain.dz[k], &general.dz[k], es) == 0) continue;
-          // Two NaNs with different payloads are the same value here.
-          double x = 0, y = 0;
-          if (t == DType::fp32) {
-            float fx, fy;
-            std::memcpy(&fx, &plain.dz[k], 4);
-            std::memcpy(&fy, &general.dz[k], 4);
-            x = fx;
-            y = fy;
-          } else {
-            std::uint16_t bx, by;
-            std::memcpy(&bx, &plain.dz[k], 2);
-            std::memcpy(&by, &general.dz[k], 2);
-            x = t == DType::bf16 ? bf16_bits_to_double(bx) : fp16_bits_to_double(bx);
-            y = t == DType::bf16 ? bf16_bits_to_double(by) : fp16_bits_to_double(by);
-          }
-          if (!(std::isnan(x) && std::isnan(y))) ++differing;
-        }
-        EXPECT_EQ(differing, 0) << "dz entries differ";
+        EXPECT_TRUE(same_dz(plain.dz, general.dz, t, differing))
+            << differing << " dz entries differ";
         ++compared;
       }
   EXPECT_EQ(compared, 63);
@@ -300,32 +304,6 @@ std::vector<unsigned char> run_shard_dz(
                   static_cast<void*>(lse), static_cast<void*>(g)})
     cudaFree(q);
   return out;
-}
-
-/// Bytes a and b of dz in dtype d equal, or both NaN.
-bool same_dz(const std::vector<unsigned char>& a, const std::vector<unsigned char>& b, DType d,
-             std::int64_t& differing) {
-  differing = 0;
-  const std::int64_t es = size_of(d), n = static_cast<std::int64_t>(a.size()) / es;
-  for (std::int64_t k = 0; k < n; ++k) {
-    if (std::memcmp(&a[k * es], &b[k * es], es) == 0) continue;
-    double x, y;
-    if (d == DType::fp32) {
-      float fx, fy;
-      std::memcpy(&fx, &a[k * es], 4);
-      std::memcpy(&fy, &b[k * es], 4);
-      x = fx;
-      y = fy;
-    } else {
-      std::uint16_t bx, by;
-      std::memcpy(&bx, &a[k * es], 2);
-      std::memcpy(&by, &b[k * es], 2);
-      x = d == DType::bf16 ? bf16_bits_to_double(bx) : fp16_bits_to_double(bx);
-      y = d == DType::bf16 ? bf16_bits_to_double(by) : fp16_bits_to_double(by);
-    }
-    if (!(std::isnan(x) && std::isnan(y))) ++differing;
-  }
-  return differing == 0;
 }
 
 TEST(GpuKernels, DzOfAlignedRowsGivesTheUnalignedRowsBits) {
