@@ -1,8 +1,8 @@
 // gemm_candidates: cuBLAS GEMMs of a strategy timed with cublasGemmEx's default algorithm, with
-// the product's own call (gpu/cuda/common/gemm.cuh: the preferred tile where one is set), and with
-// every candidate of cuBLASLt's heuristic (its tile, stages, split-K). It is the measurement behind
-// the preferred tiles of gpu/cuda/common/gemm.cuh (docs/benchmarks.md). Timing only: no result is
-// checked. Two modes:
+// every candidate of cuBLASLt's heuristic (its tile, stages, split-K) and, in split mode, with the
+// product's own call (gpu/cuda/common/gemm.cuh: its preferred tile where cuBLASLt offers it, else
+// the default; the line says which). It is the measurement behind the preferred tiles of
+// gpu/cuda/common/gemm.cuh (docs/benchmarks.md). Timing only: no result is checked. Two modes:
 //   chunk: the three GEMMs of one chunk of the chunked strategy, plus the CE kernel on the chunk;
 //   split: the GEMMs of one vocabulary split of vocab_chunked over all `rows` tokens (logits,
 //          dH += dz·W with beta 1 into fp32, dW of the split written once in fp32), for each
@@ -17,8 +17,12 @@
 // Operands: bf16, fp32 compute, issued exactly as gpu/cuda/common/gemm.cu issues them (column-major
 // transposes). chunk: logits (rows, V) = H·Wᵀ in bf16; dH (rows, D) = dz·W in bf16; dW (V, D) +=
 // dzᵀ·H in fp32 with beta = 1; dH and dW take the CE kernel's dz as their operand. Each time is the
-// median of 5 rounds after a warm-up round; a round calls every candidate of a GEMM once, so that
-// the card's power and thermal state (it runs at its power cap) is shared evenly among them.
+// median of 5 rounds (split mode: 11) after a warm-up round; a round calls every candidate of a
+// GEMM once, so that the card's power and thermal state (it runs at its power cap) is shared
+// evenly among them. The same algorithm timed twice in one round can differ by several per cent
+// (the product's call and the candidate it runs): differences of that size are not resolved.
+// split mode: dz for dH and dW is formed from the split's own lse (its statistics as a whole
+// vocabulary), a softmax of the logits less the target, scaled by 1/rows.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -45,8 +49,9 @@ float median_ms(const std::function<void()>& f, int reps) {
   return static_cast<float>(bench::summarize_times(bench::time_calls({}, f, 1, reps)).median);
 }
 
-/// Interleaved timing rounds per candidate.
+/// Interleaved timing rounds per candidate: chunk mode, split mode.
 constexpr int kRounds = 5;
+constexpr int kSplitRounds = 11;
 
 struct Gemm {
   const char* name;
@@ -69,8 +74,11 @@ struct Handles {
 };
 
 /// Times g by cublasGemmEx's default, by `product` (the product's own call, when given) and by
-/// every cuBLASLt heuristic candidate, in interleaved rounds; prints a line each.
-void time_gemm(const Handles& hs, const Gemm& g, const std::function<void()>& product) {
+/// every cuBLASLt heuristic candidate, in `rounds` interleaved rounds; prints a line each. The
+/// product's call asks for `preferred` (gemm.cu's tile for this GEMM, a cublasLtMatmulTile_t) and
+/// runs cuBLAS's default where the heuristic does not offer it: the line says which.
+void time_gemm(const Handles& hs, const Gemm& g, const std::function<void()>& product,
+               int preferred = -1, int rounds = kRounds) {
   const std::size_t ws_bytes = static_cast<std::size_t>(kCublasWorkspaceBytes);
   const float alpha = 1.0f;
   const double flop = 2.0 * g.m * g.n * g.k;
@@ -82,9 +90,11 @@ void time_gemm(const Handles& hs, const Gemm& g, const std::function<void()>& pr
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   });
   names.push_back("cublasGemmEx default");
+  std::size_t product_line = 0;
   if (product) {
     calls.push_back(product);
     names.push_back("the product's call (gemm.cuh)");
+    product_line = names.size() - 1;
   }
   cublasLtMatmulDesc_t md;
   XL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&md, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -106,6 +116,7 @@ void time_gemm(const Handles& hs, const Gemm& g, const std::function<void()>& pr
   cublasLtMatmulHeuristicResult_t res[16];
   int n = 0;
   XL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(hs.lt, md, la, lb, lc, lc, pr, 16, res, &n));
+  bool offered = false;
   for (int i = 0; i < n; ++i) {
     int tile = 0, stages = 0, splitk = 0;
     std::size_t w = 0;
@@ -119,21 +130,30 @@ void time_gemm(const Handles& hs, const Gemm& g, const std::function<void()>& pr
     std::snprintf(buf, sizeof buf, "cuBLASLt candidate %2d: tile id %3d, stages id %2d, split-K %d",
                   i, tile, stages, splitk);
     names.push_back(buf);
+    if (product && !offered && tile == preferred && splitk <= 1) {
+      offered = true;
+      std::snprintf(buf, sizeof buf, "the product's call: tile id %d, candidate %d's algorithm",
+                    preferred, i);
+      names[product_line] = buf;
+    }
     calls.push_back([&, i] {
       XL_CUBLAS_CHECK(cublasLtMatmul(hs.lt, md, &alpha, g.A, la, g.B, lb, &g.beta, g.C, lc, g.C, lc,
                                      &res[i].algo, hs.ws, ws_bytes, nullptr));
     });
   }
+  if (product && !offered && preferred >= 0)
+    names[product_line] = "the product's call: tile id " + std::to_string(preferred) +
+                          " not offered, so cublasGemmEx's default";
   // Rounds: every call once per round, so that the card's power and thermal state (it runs at its
   // power cap) is shared evenly; one warm-up round first.
   std::vector<std::vector<double>> t(calls.size());
-  for (int round = 0; round < kRounds + 1; ++round)
+  for (int round = 0; round < rounds + 1; ++round)
     for (std::size_t c = 0; c < calls.size(); ++c) {
       const std::vector<double> one = bench::time_calls({}, calls[c], 0, 1);
       if (round > 0) t[c].push_back(one.front());
     }
   std::printf("%s, m %lld n %lld k %lld (%d interleaved rounds):\n", g.name, (long long)g.m,
-              (long long)g.n, (long long)g.k, kRounds);
+              (long long)g.n, (long long)g.k, rounds);
   for (std::size_t c = 0; c < calls.size(); ++c) {
     const double med = bench::summarize_times(t[c]).median;
     std::printf("   %-58s %.3f ms, %.1f TFLOP/s\n", names[c].c_str(), med, flop / med / 1e9);
@@ -200,7 +220,7 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
       dH(mem, rows * D * 4, MemKind::io, "dH"), dW(mem, width * D * 4, MemKind::io, "dW"),
       T(mem, rows * 8, MemKind::io, "targets"), m(mem, rows * 4, MemKind::io, "m"),
       xt(mem, rows * 4, MemKind::io, "x_t"), sums(mem, rows * 8, MemKind::io, "sums"),
-      lse(mem, rows * 4, MemKind::io, "lse");
+      loss(mem, rows * 4, MemKind::io, "loss"), lse(mem, rows * 4, MemKind::io, "lse");
   const Blas blas(mem, nullptr);
   bench::fill_normal(DType::bf16, H.get(), rows * D, 1.0, 1);
   bench::fill_normal(DType::bf16, W.get(), width * D, 2.0 / 64.0, 2);
@@ -211,9 +231,14 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
               (long long)width, (long long)rows, (long long)D);
   const Gemm logits{"logits", CUBLAS_OP_T, CUBLAS_OP_N, width, rows,    D,     W.get(),
                     D,        H.get(),     D,           0.0f,  Z.get(), width, CUDA_R_16BF};
-  time_gemm(hs, logits, [&] {
-    gemm_logits(blas, DType::bf16, H.get(), W.get(), rows, width, D, DType::bf16, Z.get());
-  });
+  // gemm.cu's preferred tiles (CUBLASLT_MATMUL_TILE_176x128, 128x256, 128x160), which the product's
+  // calls ask for: a copy of its choice, for the lines' labels only.
+  time_gemm(
+      hs, logits,
+      [&] {
+        gemm_logits(blas, DType::bf16, H.get(), W.get(), rows, width, D, DType::bf16, Z.get());
+      },
+      CUBLASLT_MATMUL_TILE_176x128, kSplitRounds);
   // The row kernels on the slab of logits.
   const RowLossParams p = make_row_params(LossSpec{}, width, DType::fp32);
   const ShardColumns sh{0, width};
@@ -230,15 +255,18 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
     XL_CUDA_CHECK(
         cudaMemcpyAsync(Z2.get(), Z.get(), rows * width * 2, cudaMemcpyDeviceToDevice, nullptr));
   };
+  // The split's statistics and its lse (the split taken as the whole vocabulary), so that dz is
+  // a softmax of these logits: realistic operands for the gradient GEMMs.
+  stats();
   launch_shard_row_loss(rows, T.as<std::int64_t>(), m.as<float>(), sums.get(), xt.as<float>(), p,
-                        lse.as<float>() /* loss, unused */, lse.as<float>(), nullptr);
+                        loss.as<float>(), lse.as<float>(), nullptr);
   const auto dz = [&] {  // on the copy, so that Z keeps its logits for the rounds
     launch_shard_dz_rows(DType::bf16, Z2.get(), DType::bf16, DType::bf16, Z2.get(), rows, sh,
                          T.as<std::int64_t>(), lse.as<float>(), p,
                          RowGradScale{nullptr, 1.0f / rows}, nullptr);
   };
   std::vector<double> ts, tt, tc, td;
-  for (int round = 0; round < 2 * kRounds + 1; ++round) {
+  for (int round = 0; round < kSplitRounds + 1; ++round) {
     const double a = bench::time_calls({}, stats, 0, 1).front();
     const double b = bench::time_calls({}, two, 0, 1).front();
     const double c = bench::time_calls({}, copy, 0, 1).front();
@@ -254,7 +282,7 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
     const double med = bench::summarize_times(t).median;
     std::printf("   %-58s %.3f ms, %.0f GB/s\n", what, med, moved / med / 1e6);
   };
-  std::printf("row kernels on the slab (%d interleaved rounds):\n", 2 * kRounds);
+  std::printf("row kernels on the slab (%d interleaved rounds):\n", kSplitRounds);
   line("split statistics (launch_split_row_stats, one read)", ts, bytes);
   line("shard max, then shard sums (two kernels, two reads)", tt, 2 * bytes);
   line("dz in place (launch_shard_dz_rows, read and write)", td, 2 * bytes);
@@ -277,9 +305,12 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
                 dH.get(),
                 D,
                 CUDA_R_32F};
-  time_gemm(hs, dh, [&] {
-    gemm_dH(blas, DType::bf16, Z.get(), W.get(), rows, width, D, DType::fp32, dH.get(), 1.0f);
-  });
+  time_gemm(
+      hs, dh,
+      [&] {
+        gemm_dH(blas, DType::bf16, Z.get(), W.get(), rows, width, D, DType::fp32, dH.get(), 1.0f);
+      },
+      CUBLASLT_MATMUL_TILE_128x256, kSplitRounds);
   const Gemm dw{"dW of the split (fp32, beta 0)",
                 CUBLAS_OP_N,
                 CUBLAS_OP_T,
@@ -294,9 +325,12 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
                 dW.get(),
                 D,
                 CUDA_R_32F};
-  time_gemm(hs, dw, [&] {
-    gemm_dW(blas, DType::bf16, Z.get(), H.get(), rows, width, D, DType::fp32, dW.get(), 0.0f);
-  });
+  time_gemm(
+      hs, dw,
+      [&] {
+        gemm_dW(blas, DType::bf16, Z.get(), H.get(), rows, width, D, DType::fp32, dW.get(), 0.0f);
+      },
+      CUBLASLT_MATMUL_TILE_128x160, kSplitRounds);
 }
 
 }  // namespace
