@@ -21,7 +21,9 @@
 // flops (the last split, the one kept, has ⌊V/P⌋ rows: (8 − 2/P)·N·V·D where P divides V).
 // The CPU emulation twin (gpu/emulation/vocab_chunked.cpp) runs the same declared arithmetic:
 // naive's orders within a split, the splits as vocabulary ranks whose states are rescaled
-// (DeclaredArithmetic::rescaled_ranks). With one split every operation is naive's.
+// (DeclaredArithmetic::rescaled_ranks). With one split every operation is naive's; on the device
+// its outputs are naive's bits (dH where the grad dtype is fp32: naive may write a 16-bit dH from
+// its GEMM directly, this strategy rounds its fp32 sum).
 // Extra device memory: the slab (N·⌈V/P⌉ in the logits dtype), the fp32 GEMM result where the
 // logits need a bias or a rounding cuBLAS cannot write (N·⌈V/P⌉·4), dz widened to fp32 for an fp32
 // backward GEMM (N·⌈V/P⌉·4), H and the split's W widened to fp32 where the recipe's operands are

@@ -130,7 +130,8 @@ void time_gemm(const Handles& hs, const Gemm& g, const std::function<void()>& pr
     std::snprintf(buf, sizeof buf, "cuBLASLt candidate %2d: tile id %3d, stages id %2d, split-K %d",
                   i, tile, stages, splitk);
     names.push_back(buf);
-    if (product && !offered && tile == preferred && splitk <= 1) {
+    if (product && !offered && preferred >= 0 && res[i].state == CUBLAS_STATUS_SUCCESS &&
+        tile == preferred && splitk <= 1) {
       offered = true;
       std::snprintf(buf, sizeof buf, "the product's call: tile id %d, candidate %d's algorithm",
                     preferred, i);
@@ -141,9 +142,11 @@ void time_gemm(const Handles& hs, const Gemm& g, const std::function<void()>& pr
                                      &res[i].algo, hs.ws, ws_bytes, nullptr));
     });
   }
-  if (product && !offered && preferred >= 0)
-    names[product_line] = "the product's call: tile id " + std::to_string(preferred) +
-                          " not offered, so cublasGemmEx's default";
+  if (product && !offered)
+    names[product_line] = preferred >= 0
+                              ? "the product's call: tile id " + std::to_string(preferred) +
+                                    " not offered, so cublasGemmEx's default"
+                              : "the product's call: cublasGemmEx's default (not sm_90)";
   // Rounds: every call once per round, so that the card's power and thermal state (it runs at its
   // power cap) is shared evenly; one warm-up round first.
   std::vector<std::vector<double>> t(calls.size());
@@ -227,6 +230,7 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
   bench::fill_targets(T.as<std::int64_t>(), rows, width, 4);
   XL_CUDA_CHECK(cudaMemset(dH.get(), 0, rows * D * 4));
   Handles hs{blas.handle(), blas.lt_handle(), blas.workspace()};
+  const bool sm90 = blas.sm90();  // gemm.cu asks for its preferred tiles only there
   std::printf("vocabulary split of %lld rows, %lld tokens, D = %lld, bf16 operands, fp32 compute\n",
               (long long)width, (long long)rows, (long long)D);
   const Gemm logits{"logits", CUBLAS_OP_T, CUBLAS_OP_N, width, rows,    D,     W.get(),
@@ -238,7 +242,7 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
       [&] {
         gemm_logits(blas, DType::bf16, H.get(), W.get(), rows, width, D, DType::bf16, Z.get());
       },
-      CUBLASLT_MATMUL_TILE_176x128, kSplitRounds);
+      sm90 ? CUBLASLT_MATMUL_TILE_176x128 : -1, kSplitRounds);
   // The row kernels on the slab of logits.
   const RowLossParams p = make_row_params(LossSpec{}, width, DType::fp32);
   const ShardColumns sh{0, width};
@@ -310,7 +314,7 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
       [&] {
         gemm_dH(blas, DType::bf16, Z.get(), W.get(), rows, width, D, DType::fp32, dH.get(), 1.0f);
       },
-      CUBLASLT_MATMUL_TILE_128x256, kSplitRounds);
+      sm90 ? CUBLASLT_MATMUL_TILE_128x256 : -1, kSplitRounds);
   const Gemm dw{"dW of the split (fp32, beta 0)",
                 CUBLAS_OP_N,
                 CUBLAS_OP_T,
@@ -330,7 +334,7 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
       [&] {
         gemm_dW(blas, DType::bf16, Z.get(), H.get(), rows, width, D, DType::fp32, dW.get(), 0.0f);
       },
-      CUBLASLT_MATMUL_TILE_128x160, kSplitRounds);
+      sm90 ? CUBLASLT_MATMUL_TILE_128x160 : -1, kSplitRounds);
 }
 
 }  // namespace
