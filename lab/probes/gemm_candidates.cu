@@ -235,14 +235,13 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
               (long long)width, (long long)rows, (long long)D);
   const Gemm logits{"logits", CUBLAS_OP_T, CUBLAS_OP_N, width, rows,    D,     W.get(),
                     D,        H.get(),     D,           0.0f,  Z.get(), width, CUDA_R_16BF};
-  // gemm.cu's preferred tiles (CUBLASLT_MATMUL_TILE_176x128, 128x256, 128x160), which the product's
-  // calls ask for: a copy of its choice, for the lines' labels only.
+  // The tiles the product's calls ask for on sm_90 (gemm.cuh preferred_tile), for the labels.
   time_gemm(
       hs, logits,
       [&] {
         gemm_logits(blas, DType::bf16, H.get(), W.get(), rows, width, D, DType::bf16, Z.get());
       },
-      sm90 ? CUBLASLT_MATMUL_TILE_176x128 : -1, kSplitRounds);
+      sm90 ? preferred_tile(GemmOp::logits) : -1, kSplitRounds);
   // The row kernels on the slab of logits.
   const RowLossParams p = make_row_params(LossSpec{}, width, DType::fp32);
   const ShardColumns sh{0, width};
@@ -314,7 +313,7 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
       [&] {
         gemm_dH(blas, DType::bf16, Z.get(), W.get(), rows, width, D, DType::fp32, dH.get(), 1.0f);
       },
-      sm90 ? CUBLASLT_MATMUL_TILE_128x256 : -1, kSplitRounds);
+      sm90 ? preferred_tile(GemmOp::dH) : -1, kSplitRounds);
   const Gemm dw{"dW of the split (fp32, beta 0)",
                 CUBLAS_OP_N,
                 CUBLAS_OP_T,
@@ -334,7 +333,7 @@ void split_mode(std::int64_t rows, std::int64_t D, std::int64_t width) {
       [&] {
         gemm_dW(blas, DType::bf16, Z.get(), H.get(), rows, width, D, DType::fp32, dW.get(), 0.0f);
       },
-      sm90 ? CUBLASLT_MATMUL_TILE_128x160 : -1, kSplitRounds);
+      sm90 ? preferred_tile(GemmOp::dW) : -1, kSplitRounds);
 }
 
 }  // namespace

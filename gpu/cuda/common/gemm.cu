@@ -177,6 +177,18 @@ void set_preferred_tiles(bool on) {
   g_preferred_tiles.store(on);
 }
 
+cublasLtMatmulTile_t preferred_tile(GemmOp op) {
+  switch (op) {
+    case GemmOp::logits:
+      return CUBLASLT_MATMUL_TILE_176x128;
+    case GemmOp::dH:
+      return CUBLASLT_MATMUL_TILE_128x256;
+    case GemmOp::dW:
+      return CUBLASLT_MATMUL_TILE_128x160;
+  }
+  return CUBLASLT_MATMUL_TILE_UNDEFINED;
+}
+
 bool gemm_output_direct(DType operands, DType out) {
   if (operands == DType::fp32) return out == DType::fp32;
   if (operands == DType::bf16 || operands == DType::fp16)
@@ -193,7 +205,7 @@ void gemm_logits(const Blas& b, DType in, const void* H, const void* W, std::int
   // logitsᵀ (V, rows) = W (V, D) · Hᵀ (D, rows): A = W col-major (D, V) transposed, B = H (D,
   // rows).
   gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, V, rows, D, W, D, H, D, in, 0.0f, logits, V, out,
-       CUBLASLT_MATMUL_TILE_176x128);
+       preferred_tile(GemmOp::logits));
 }
 
 void gemm_dH(const Blas& b, DType op, const void* dz, const void* W, std::int64_t rows,
@@ -204,7 +216,7 @@ void gemm_dH(const Blas& b, DType op, const void* dz, const void* W, std::int64_
   }
   // dHᵀ (D, rows) = Wᵀ (D, V) · dzᵀ (V, rows).
   gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, D, rows, V, W, D, dz, V, op, beta, dH, D, out,
-       CUBLASLT_MATMUL_TILE_128x256);
+       preferred_tile(GemmOp::dH));
 }
 
 void gemm_dW(const Blas& b, DType op, const void* dz, const void* H, std::int64_t rows,
@@ -215,7 +227,7 @@ void gemm_dW(const Blas& b, DType op, const void* dz, const void* H, std::int64_
   }
   // dWᵀ (D, V) = Hᵀ (D, rows) · dz (rows, V); dz col-major is (V, rows), so op T.
   gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, D, V, rows, H, D, dz, V, op, beta, dW, D, out,
-       CUBLASLT_MATMUL_TILE_128x160);
+       preferred_tile(GemmOp::dW));
 }
 
 }  // namespace xentlab::gpu

@@ -87,6 +87,13 @@ class Blas {
 /// no GEMM is being issued.
 void set_preferred_tiles(bool on);
 
+/// The three GEMMs of gemm_logits, gemm_dH and gemm_dW.
+enum class GemmOp : std::uint8_t { logits, dH, dW };
+
+/// The cuBLASLt tile `op` asks for with 16-bit operands on compute capability 9.0 (see "Algorithm
+/// choice"); it runs cuBLAS's default where the heuristic does not offer that tile.
+cublasLtMatmulTile_t preferred_tile(GemmOp op);
+
 /// True when cuBLAS writes an output of dtype `out` from operands of dtype `operands` directly.
 bool gemm_output_direct(DType operands, DType out);
 
