@@ -118,8 +118,11 @@ __device__ __forceinline__ float block_tree_sum(float v, float* red /* kThreads 
 // ---- kernels ---------------------------------------------------------------------------------
 // One 16-byte group per thread in flight (4 loaded before use was measured slower: 5.4 vs 2.8 ms).
 // Also measured slower on an H100 and taken out: vocab_chunked's split rows held in registers
-// (2 or 4 groups a thread loaded before the maximum), and dz by a thread per 16-byte group across
-// rows instead of a block per row (the lab notebook has the measurements).
+// (2 or 4 groups a thread loaded before the maximum), dz by a thread per 16-byte group across
+// rows instead of a block per row, the split's statistics and dz on a grid of the device's
+// resident blocks with each block's next row prefetched into L2, and the split's statistics with
+// thread 0's target read before the maximum and the maximum on a shared array of its own (the lab
+// notebook has the measurements).
 constexpr std::int64_t kStride = std::int64_t(kThreads) * kGroup;  // a thread's next group
 
 /// The per-element transform of the contract, or the identity when Plain (scale 1, no softcap:
