@@ -367,15 +367,22 @@ __device__ __forceinline__ void shard_sums_of_row(const L* zr, std::int64_t row,
     for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols; j0 += kStride) {
       float v[kGroup];
       load8(zr, j0, cols, aligned, v);
-      const int n = j0 + kGroup <= cols ? kGroup : static_cast<int>(cols - j0);
+      const auto add = [&](float z) {
+        float th;
+        const float x = xform<Plain>(z, p, th);
+        s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
+        if (!Plain && p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
+      };
+      // A full group without a test per element (the compiled test was a branch around each
+      // element's exp); the tail group tests each. The same additions in the same order.
+      if (j0 + kGroup <= cols) {
 #pragma unroll
-      for (int k = 0; k < kGroup; ++k) {
-        if (n == kGroup || k < n) {
-          float th;
-          const float x = xform<Plain>(v[k], p, th);
-          s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
-          if (!Plain && p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
-        }
+        for (int k = 0; k < kGroup; ++k) add(v[k]);
+      } else {
+        const int n = static_cast<int>(cols - j0);
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k)
+          if (k < n) add(v[k]);
       }
     }
   } else if (!Plain && p.smoothing) {
