@@ -190,15 +190,21 @@ __device__ __forceinline__ void ce_row(L* zr, std::int64_t row, const std::int64
     for (std::int64_t j0 = std::int64_t(tid) * kGroup; j0 < V; j0 += kStride) {
       float v[kGroup];
       load8(zr, j0, V, aligned, v);
-      const int n = j0 + kGroup <= V ? kGroup : static_cast<int>(V - j0);
+      const auto add = [&](float z) {
+        float th;
+        const float x = xform<Plain>(z, p, th);
+        s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
+        if (!Plain && p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
+      };
+      // A full group without a test per element, the tail group tested (as shard_sums_of_row).
+      if (j0 + kGroup <= V) {
 #pragma unroll
-      for (int k = 0; k < kGroup; ++k) {
-        if (n == kGroup || k < n) {
-          float th;
-          const float x = xform<Plain>(v[k], p, th);
-          s = rnd<A>(__fadd_rn(s, rnd<A>(expf(__fsub_rn(x, m)))));
-          if (!Plain && p.smoothing) sx = rnd<A>(__fadd_rn(sx, rnd<A>(x)));
-        }
+        for (int k = 0; k < kGroup; ++k) add(v[k]);
+      } else {
+        const int n = static_cast<int>(V - j0);
+#pragma unroll
+        for (int k = 0; k < kGroup; ++k)
+          if (k < n) add(v[k]);
       }
     }
   }
