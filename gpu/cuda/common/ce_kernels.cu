@@ -271,36 +271,58 @@ __global__ void __launch_bounds__(kThreads, 8)
 
 /// One row of dz_rows_kernel. Plain (plain_params) forms dz_value's operations that are not exact
 /// identities there (×1 dropped), as ce_row's third pass does: the general path's bits.
-template <bool Plain, class Z, class O>
+/// RoundLogits: dz is rounded to the logits dtype before the store rounds it to O. Without it the
+/// store's rounding alone is taken, which the kernel chooses only where it gives the same bits:
+/// logits in fp32 (the rounding is the identity) or logits in O's own 16-bit dtype (rounding to
+/// nearest twice to one format is rounding once). An invalid target's row is written without
+/// reading it, and the target's place is tested once a group, not per element (as ce_row).
+template <bool Plain, bool RoundLogits, class Z, class O>
 __device__ __forceinline__ void dz_row(const Z* zr, O* dr, std::int64_t t, float lse, float gi,
                                        const RowLossParams& p, int logits_code, std::int64_t col0,
                                        std::int64_t cols) {
   const bool aligned =
       ((reinterpret_cast<std::uintptr_t>(zr) | reinterpret_cast<std::uintptr_t>(dr)) & 15) == 0;
   const bool valid = t != p.ignore_index && t >= 0 && t < p.V;
-  const bool bad_target = t != p.ignore_index && !valid;
+  if (!valid) {
+    float v[kGroup];
+    const bool bad_target = t != p.ignore_index;
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k) v[k] = bad_target ? NAN : 0.0f;
+    for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols; j0 += kStride)
+      store8(dr, j0, cols, aligned, v);
+    return;
+  }
   const std::int64_t t_local = t - col0;  // the target's column in these buffers, if it is one
   for (std::int64_t j0 = std::int64_t(threadIdx.x) * kGroup; j0 < cols; j0 += kStride) {
     float v[kGroup];
     load8(zr, j0, cols, aligned, v);
+    // The target's place in this group, or −1 (k == kt then compares 32-bit values).
+    const std::int64_t kt64 = t_local - j0;
+    const int kt = (kt64 >= 0 && kt64 < kGroup) ? static_cast<int>(kt64) : -1;
 #pragma unroll
     for (int k = 0; k < kGroup; ++k) {
       float d;
       if constexpr (Plain) {
         float pj = expf(__fsub_rn(v[k], lse));
-        if (j0 + k == t_local) pj = __fsub_rn(pj, p.one_minus_eps);
+        if (k == kt) pj = __fsub_rn(pj, p.one_minus_eps);
         d = __fmul_rn(pj, gi);
       } else {
         float th;
         const float x = transform(v[k], p, th);
-        d = dz_value(x, th, j0 + k == t_local, lse, gi, p);
+        d = dz_value(x, th, k == kt, lse, gi, p);
       }
       // rnd_logits first (dz is held in the logits dtype, docs/arithmetic.md §7), then the store
       // rounds to the output dtype (a no-op when it is the logits dtype).
-      v[k] = valid ? rnd_rt(d, logits_code) : (bad_target ? NAN : 0.0f);
+      v[k] = RoundLogits ? rnd_rt(d, logits_code) : d;
     }
     store8(dr, j0, cols, aligned, v);
   }
+}
+
+/// acc_code's value for the dtype O (0 for fp32).
+template <class O>
+constexpr int code_of() {
+  return std::is_same_v<O, __half> ? 1 : std::is_same_v<O, __nv_bfloat16> ? 2 : 0;
 }
 
 /// dz of rows whose columns [col0, col0 + cols) the buffers hold (col0 = 0, cols = p.V: whole
@@ -316,10 +338,18 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t t = targets[row];
   const float lse = lse_in[row];
   const float gi = g.g_rows != nullptr ? g.g_rows[row] : g.g_scalar;
-  if (plain_params(p))
-    dz_row<true>(zr, dr, t, lse, gi, p, logits_code, col0, cols);
-  else
-    dz_row<false>(zr, dr, t, lse, gi, p, logits_code, col0, cols);
+  const bool round_logits = logits_code != 0 && logits_code != code_of<O>();
+  if (plain_params(p)) {
+    if (round_logits)
+      dz_row<true, true>(zr, dr, t, lse, gi, p, logits_code, col0, cols);
+    else
+      dz_row<true, false>(zr, dr, t, lse, gi, p, logits_code, col0, cols);
+  } else {
+    if (round_logits)
+      dz_row<false, true>(zr, dr, t, lse, gi, p, logits_code, col0, cols);
+    else
+      dz_row<false, false>(zr, dr, t, lse, gi, p, logits_code, col0, cols);
+  }
 }
 
 /// A block's row of a vocabulary shard: the shard's maximum (the first pass of ce_row over the
