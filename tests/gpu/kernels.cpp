@@ -19,6 +19,13 @@
 // ignored and out of range, NaN and ±inf logits, the options, and per-row and scalar upstream
 // gradients.
 //
+// dz written in a dtype O is rnd_O(rnd_logits(dz)) (docs/arithmetic.md §7) for every pair of
+// logits and output dtypes: the same launch with an fp32 output gives rnd_logits(dz) exactly, and
+// rounding it to O on the host must give the O output's bits. dz_row leaves out the rounding to the
+// logits dtype where the store's rounding alone gives those bits (logits in fp32, or in O's own
+// 16-bit dtype); a pair where it may not (fp16 logits into bf16 or the reverse: double rounding,
+// and fp16's narrower range) fails here if the kernel leaves it out there too.
+//
 // The row sums follow the contract's order (docs/arithmetic.md §4: 256 per-thread partials over
 // groups of 8 in increasing j, every add rounded to the accumulator, then the tree t += t + s for
 // s = 128 … 1), bit for bit against the CPU emulation's emu::sum_blocked of that order. Logits of 0
@@ -369,6 +376,62 @@ TEST(GpuKernels, DzOfAlignedRowsGivesTheUnalignedRowsBits) {
         }
       }
   EXPECT_EQ(compared, 60);
+}
+
+/// dz bytes in dtype o from fp32 values: each rounded once to o (NaN: o's quiet NaN).
+std::vector<unsigned char> rounded_to(const std::vector<unsigned char>& f32, DType o) {
+  const std::int64_t n = static_cast<std::int64_t>(f32.size()) / 4;
+  std::vector<unsigned char> out(static_cast<std::size_t>(n * size_of(o)));
+  for (std::int64_t k = 0; k < n; ++k) {
+    float f;
+    std::memcpy(&f, &f32[k * 4], 4);
+    put_logit(out, o, k, static_cast<double>(f));
+  }
+  return out;
+}
+
+TEST(GpuKernels, DzInTheOutputDtypeIsTheLogitsDtypesDzRounded) {
+  if (!device().available) GTEST_SKIP() << device().reason;
+  const std::int64_t rows = 7, V = 30011;
+  int compared = 0;
+  for (DType t : {DType::bf16, DType::fp16, DType::fp32})
+    for (DType out : {DType::bf16, DType::fp16, DType::fp32})
+      for (const gpu::ShardColumns sh :
+           {gpu::ShardColumns{0, 4008}, gpu::ShardColumns{25003, 5007}})
+        for (const bool options : {false, true}) {
+          SCOPED_TRACE(std::string(to_string(t)) + " logits, dz in " + std::string(to_string(out)) +
+                       ", columns " + std::to_string(sh.col0) + " + " + std::to_string(sh.cols) +
+                       (options ? ", smoothing, softcap and z-loss" : ""));
+          auto z = logits_bytes(t, rows * sh.cols, 57 + sh.col0);
+          put_logit(z, t, 6 * sh.cols + 1, NAN);
+          put_logit(z, t, 6 * sh.cols + 3, INFINITY);
+          put_logit(z, t, 6 * sh.cols + 5, -INFINITY);
+          // Targets in this split, in another, ignored, out of range. lse near the logits' own
+          // (σ = 4 over 30011 columns): many p_j below fp16's smallest subnormal, where fp16 and
+          // bf16 round differently.
+          const std::vector<std::int64_t> targets = {
+              sh.col0, sh.col0 + sh.cols - 1, (sh.col0 + sh.cols) % V, -100, V + 3,
+              -7,      sh.col0 + sh.cols / 2};
+          const std::vector<float> lse = {18.5f, 19.25f, 20.0f, 18.0f, 18.75f, 19.0f, 19.5f};
+          const std::vector<float> g = {0.5f, 0.25f, 1.0f / 3.0f, 2.0f, 1.0f, 0.125f, 0.75f};
+          gpu::RowLossParams p;
+          p.V = V;
+          if (options) {
+            smoothing_and_softcap(p);
+            p.zloss = true;
+            p.lambda = 1e-4f;
+            p.two_lambda = 2e-4f;
+          }
+          // fp32 output: rnd_logits(dz) itself (the rounding to t is exact in fp32).
+          const auto f32 =
+              run_shard_dz(t, t, DType::fp32, z, rows, sh, targets, lse, g, true, p, 0, false);
+          const auto got = run_shard_dz(t, t, out, z, rows, sh, targets, lse, g, true, p, 0, false);
+          std::int64_t differing = 0;
+          EXPECT_TRUE(same_dz(rounded_to(f32, out), got, out, differing))
+              << differing << " dz entries differ from rnd_out(rnd_logits(dz))";
+          ++compared;
+        }
+  EXPECT_EQ(compared, 36);
 }
 
 TEST(GpuKernels, RowSumsFollowTheContractsTree) {
