@@ -311,8 +311,8 @@ __device__ __forceinline__ void dz_row(const Z* zr, O* dr, std::int64_t t, float
         const float x = transform(v[k], p, th);
         d = dz_value(x, th, k == kt, lse, gi, p);
       }
-      // rnd_logits first (dz is held in the logits dtype, docs/arithmetic.md §7), then the store
-      // rounds to the output dtype (a no-op when it is the logits dtype).
+      // rnd_logits (dz is held in the logits dtype, docs/arithmetic.md §7), then the store rounds
+      // to O; without RoundLogits the store's rounding is the only one (the same bits, above).
       v[k] = RoundLogits ? rnd_rt(d, logits_code) : d;
     }
     store8(dr, j0, cols, aligned, v);
