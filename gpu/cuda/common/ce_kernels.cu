@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "gpu/cuda/common/ce_kernels.cuh"
 #include "gpu/cuda/common/ce_math.cuh"
