@@ -313,6 +313,26 @@ std::vector<unsigned char> run_shard_dz(
   return out;
 }
 
+/// A NaN, a +inf and a −inf logit in the row that starts at element `row_start`.
+void put_specials(std::vector<unsigned char>& z, DType t, std::int64_t row_start) {
+  put_logit(z, t, row_start + 1, NAN);
+  put_logit(z, t, row_start + 3, INFINITY);
+  put_logit(z, t, row_start + 5, -INFINITY);
+}
+
+/// The dz tests' loss: none, or label smoothing, softcap and z-loss (λ = 1e-4).
+gpu::RowLossParams dz_params(std::int64_t V, bool options) {
+  gpu::RowLossParams p;
+  p.V = V;
+  if (options) {
+    smoothing_and_softcap(p);
+    p.zloss = true;
+    p.lambda = 1e-4f;
+    p.two_lambda = 2e-4f;
+  }
+  return p;
+}
+
 TEST(GpuKernels, DzOfAlignedRowsGivesTheUnalignedRowsBits) {
   // dz_row's 16-byte path (aligned rows of whole groups) and its element path (the same rows one
   // element off alignment) must give the same bits, and so must dz written over z.
@@ -332,24 +352,14 @@ TEST(GpuKernels, DzOfAlignedRowsGivesTheUnalignedRowsBits) {
                      ", columns " + std::to_string(sh.col0) + " + " + std::to_string(sh.cols) +
                      (options ? ", smoothing, softcap and z-loss" : ""));
         auto z = logits_bytes(t, rows * sh.cols, 91 + sh.col0);
-        // Row 6 holds a NaN, a +inf and a −inf logit.
-        put_logit(z, t, 6 * sh.cols + 1, NAN);
-        put_logit(z, t, 6 * sh.cols + 3, INFINITY);
-        put_logit(z, t, 6 * sh.cols + 5, -INFINITY);
+        put_specials(z, t, 6 * sh.cols);
         // Targets in this split (first and last column), in another, ignored, out of range.
         const std::vector<std::int64_t> targets = {
             sh.col0, sh.col0 + sh.cols - 1, (sh.col0 + sh.cols) % V, -100, V + 3,
             -7,      sh.col0 + sh.cols / 2};
         const std::vector<float> lse = {9.5f, 10.25f, 11.0f, 12.0f, 8.75f, 10.0f, 9.0f};
         const std::vector<float> g = {0.5f, 0.25f, 1.0f / 3.0f, 2.0f, 1.0f, 0.125f, 0.75f};
-        gpu::RowLossParams p;
-        p.V = V;
-        if (options) {
-          smoothing_and_softcap(p);
-          p.zloss = true;
-          p.lambda = 1e-4f;
-          p.two_lambda = 2e-4f;
-        }
+        const gpu::RowLossParams p = dz_params(V, options);
         for (const bool per_row : {false, true}) {
           const auto aligned =
               run_shard_dz(t, t, out, z, rows, sh, targets, lse, g, per_row, p, 0, false);
@@ -403,9 +413,7 @@ TEST(GpuKernels, DzInTheOutputDtypeIsTheLogitsDtypesDzRounded) {
                        ", columns " + std::to_string(sh.col0) + " + " + std::to_string(sh.cols) +
                        (options ? ", smoothing, softcap and z-loss" : ""));
           auto z = logits_bytes(t, rows * sh.cols, 57 + sh.col0);
-          put_logit(z, t, 6 * sh.cols + 1, NAN);
-          put_logit(z, t, 6 * sh.cols + 3, INFINITY);
-          put_logit(z, t, 6 * sh.cols + 5, -INFINITY);
+          put_specials(z, t, 6 * sh.cols);
           // Targets in this split, in another, ignored, out of range. lse near the logits' own
           // (σ = 4 over 30011 columns): many p_j below fp16's smallest subnormal, where fp16 and
           // bf16 round differently.
@@ -414,14 +422,7 @@ TEST(GpuKernels, DzInTheOutputDtypeIsTheLogitsDtypesDzRounded) {
               -7,      sh.col0 + sh.cols / 2};
           const std::vector<float> lse = {18.5f, 19.25f, 20.0f, 18.0f, 18.75f, 19.0f, 19.5f};
           const std::vector<float> g = {0.5f, 0.25f, 1.0f / 3.0f, 2.0f, 1.0f, 0.125f, 0.75f};
-          gpu::RowLossParams p;
-          p.V = V;
-          if (options) {
-            smoothing_and_softcap(p);
-            p.zloss = true;
-            p.lambda = 1e-4f;
-            p.two_lambda = 2e-4f;
-          }
+          const gpu::RowLossParams p = dz_params(V, options);
           // fp32 output: rnd_logits(dz) itself (the rounding to t is exact in fp32).
           const auto f32 =
               run_shard_dz(t, t, DType::fp32, z, rows, sh, targets, lse, g, true, p, 0, false);
