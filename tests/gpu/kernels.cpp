@@ -333,6 +333,21 @@ gpu::RowLossParams dz_params(std::int64_t V, bool options) {
   return p;
 }
 
+/// The dz tests' seven rows: their targets (in the split sh: its first, last and middle column;
+/// in another split; ignored, −100; out of range, V + 3 and −7) and upstream gradients g.
+std::vector<std::int64_t> dz_targets(const gpu::ShardColumns& sh, std::int64_t V) {
+  return {sh.col0, sh.col0 + sh.cols - 1, (sh.col0 + sh.cols) % V, -100, V + 3,
+          -7,      sh.col0 + sh.cols / 2};
+}
+const std::vector<float> kDzG = {0.5f, 0.25f, 1.0f / 3.0f, 2.0f, 1.0f, 0.125f, 0.75f};
+
+/// The dz tests' trace: the dtypes, the split's columns and the loss options.
+std::string dz_trace(DType t, DType out, const gpu::ShardColumns& sh, bool options) {
+  return std::string(to_string(t)) + " logits, dz in " + std::string(to_string(out)) +
+         ", columns " + std::to_string(sh.col0) + " + " + std::to_string(sh.cols) +
+         (options ? ", smoothing, softcap and z-loss" : "");
+}
+
 TEST(GpuKernels, DzOfAlignedRowsGivesTheUnalignedRowsBits) {
   // dz_row's 16-byte path (aligned rows of whole groups) and its element path (the same rows one
   // element off alignment) must give the same bits, and so must dz written over z.
@@ -348,17 +363,12 @@ TEST(GpuKernels, DzOfAlignedRowsGivesTheUnalignedRowsBits) {
     for (const gpu::ShardColumns sh :
          {gpu::ShardColumns{0, 4008}, gpu::ShardColumns{8, 16}, gpu::ShardColumns{25003, 5008}})
       for (const bool options : {false, true}) {
-        SCOPED_TRACE(std::string(to_string(t)) + " logits, dz in " + std::string(to_string(out)) +
-                     ", columns " + std::to_string(sh.col0) + " + " + std::to_string(sh.cols) +
-                     (options ? ", smoothing, softcap and z-loss" : ""));
+        SCOPED_TRACE(dz_trace(t, out, sh, options));
         auto z = logits_bytes(t, rows * sh.cols, 91 + sh.col0);
         put_specials(z, t, 6 * sh.cols);
-        // Targets in this split (first and last column), in another, ignored, out of range.
-        const std::vector<std::int64_t> targets = {
-            sh.col0, sh.col0 + sh.cols - 1, (sh.col0 + sh.cols) % V, -100, V + 3,
-            -7,      sh.col0 + sh.cols / 2};
+        const std::vector<std::int64_t> targets = dz_targets(sh, V);
         const std::vector<float> lse = {9.5f, 10.25f, 11.0f, 12.0f, 8.75f, 10.0f, 9.0f};
-        const std::vector<float> g = {0.5f, 0.25f, 1.0f / 3.0f, 2.0f, 1.0f, 0.125f, 0.75f};
+        const std::vector<float>& g = kDzG;
         const gpu::RowLossParams p = dz_params(V, options);
         for (const bool per_row : {false, true}) {
           const auto aligned =
@@ -409,19 +419,14 @@ TEST(GpuKernels, DzInTheOutputDtypeIsTheLogitsDtypesDzRounded) {
       for (const gpu::ShardColumns sh :
            {gpu::ShardColumns{0, 4008}, gpu::ShardColumns{25003, 5007}})
         for (const bool options : {false, true}) {
-          SCOPED_TRACE(std::string(to_string(t)) + " logits, dz in " + std::string(to_string(out)) +
-                       ", columns " + std::to_string(sh.col0) + " + " + std::to_string(sh.cols) +
-                       (options ? ", smoothing, softcap and z-loss" : ""));
+          SCOPED_TRACE(dz_trace(t, out, sh, options));
           auto z = logits_bytes(t, rows * sh.cols, 57 + sh.col0);
           put_specials(z, t, 6 * sh.cols);
-          // Targets in this split, in another, ignored, out of range. lse near the logits' own
-          // (σ = 4 over 30011 columns): many p_j below fp16's smallest subnormal, where fp16 and
-          // bf16 round differently.
-          const std::vector<std::int64_t> targets = {
-              sh.col0, sh.col0 + sh.cols - 1, (sh.col0 + sh.cols) % V, -100, V + 3,
-              -7,      sh.col0 + sh.cols / 2};
+          const std::vector<std::int64_t> targets = dz_targets(sh, V);
+          // lse near the logits' own (σ = 4 over 30011 columns): many p_j below fp16's smallest
+          // subnormal, where fp16 and bf16 round differently.
           const std::vector<float> lse = {18.5f, 19.25f, 20.0f, 18.0f, 18.75f, 19.0f, 19.5f};
-          const std::vector<float> g = {0.5f, 0.25f, 1.0f / 3.0f, 2.0f, 1.0f, 0.125f, 0.75f};
+          const std::vector<float>& g = kDzG;
           const gpu::RowLossParams p = dz_params(V, options);
           // fp32 output: rnd_logits(dz) itself (the rounding to t is exact in fp32).
           const auto f32 =
